@@ -1,0 +1,370 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/repackplan"
+	"github.com/mtxdb/mtxdb/resolver"
+	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/testrooms"
+)
+
+func openStore(dir string) (*packstore.PackfileStorage, *roomstate.Store, error) {
+	if dir == "" {
+		return nil, nil, fmt.Errorf("--store is required")
+	}
+	eng, err := packstore.Open(packstore.DefaultOptions(dir))
+	if err != nil {
+		return nil, nil, err
+	}
+	return eng, roomstate.New(eng), nil
+}
+
+// eventsFile resolves an import argument: a file, or a room directory holding
+// events.jsonl.
+func eventsFile(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if fi.IsDir() {
+		p := filepath.Join(path, "events.jsonl")
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s is a directory without events.jsonl", path)
+		}
+		return p, nil
+	}
+	return path, nil
+}
+
+func importCmd() *cobra.Command {
+	var store string
+	var batch int
+	c := &cobra.Command{
+		Use:   "import --store DIR PATH...",
+		Short: "Import PDUs (JSON lines or a JSON array; or room directories with events.jsonl)",
+		Long: `Import reads PDUs and stores each new one with its prev/auth edges. Every PDU's
+prev_events and auth_events must be in the store or earlier in the input; a room's
+first PDU must be its m.room.create. Events already stored are skipped, so a failed
+import can be re-run. On bad input it stops with the file, line and event; what came
+before that line is kept and synced.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			eng, st, err := openStore(store)
+			if err != nil {
+				return err
+			}
+			defer eng.Close()
+			out := cmd.OutOrStdout()
+			for _, a := range args {
+				path, err := eventsFile(a)
+				if err != nil {
+					return err
+				}
+				res, err := importFile(st, path, batch, out)
+				fmt.Fprintf(out, "import %s: read=%d imported=%d skipped=%d rooms=%d\n", path, res.Read, res.Imported, res.Skipped, len(res.Rooms))
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&store, "store", "", "store directory (created if missing)")
+	c.Flags().IntVar(&batch, "batch", 1000, "events written and synced per batch")
+	return c
+}
+
+func importFile(st *roomstate.Store, path string, batch int, out io.Writer) (roomstate.ImportResult, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return roomstate.ImportResult{}, err
+	}
+	defer f.Close()
+	var bar *progress
+	if fi, err := f.Stat(); err == nil {
+		bar = newProgress(out, fi.Size(), "import "+filepath.Base(filepath.Dir(path)), true)
+	}
+	defer bar.finish()
+	return st.Import(countingReader{f, bar}, path, roomstate.ImportOptions{BatchSize: batch})
+}
+
+// countingReader advances a byte-based progress bar as the import reads.
+type countingReader struct {
+	r   io.Reader
+	bar *progress
+}
+
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.bar.add(n)
+	return n, err
+}
+
+// selectRooms returns every room, or the one named.
+func selectRooms(st *roomstate.Store, roomID string) ([]*roomstate.Room, error) {
+	if roomID != "" {
+		r, err := st.Room(roomID)
+		if err != nil {
+			return nil, err
+		}
+		return []*roomstate.Room{r}, nil
+	}
+	return st.Rooms()
+}
+
+func replayCmd() *cobra.Command {
+	var store, room string
+	c := &cobra.Command{
+		Use:   "replay --store DIR [--room ROOM_ID]",
+		Short: "Compute the state before and after every event through state resolution",
+		Long: `Replay walks each room's events in arrival order (a topological order), resolves
+the states after each event's prev_events into the state before it, authorises the
+event against its auth events and that state (rejecting it otherwise), and stores both
+snapshots; then sets forward extremities and current state.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			eng, st, err := openStore(store)
+			if err != nil {
+				return err
+			}
+			defer eng.Close()
+			rooms, err := selectRooms(st, room)
+			if err != nil {
+				return err
+			}
+			tot, err := replayRooms(rooms, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "replay: rooms=%d events=%d rejected=%d resolutions=%d conflicted_keys=%d\n",
+				len(rooms), tot.Events, tot.Rejected, tot.Resolutions, tot.ConflictedKeys)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().StringVar(&room, "room", "", "replay only this room ID")
+	return c
+}
+
+func replayRooms(rooms []*roomstate.Room, out io.Writer) (resolver.ReplayResult, error) {
+	var tot resolver.ReplayResult
+	total := 0
+	for _, r := range rooms {
+		total += int(r.Head().Events)
+	}
+	bar := newProgress(out, int64(total), "replay", false)
+	defer bar.finish()
+	for _, r := range rooms {
+		res, err := resolver.Replay(r, resolver.ReplayOptions{Progress: func(done, _ int) { bar.add(1) }})
+		if err != nil {
+			return tot, fmt.Errorf("replay room %s: %w", r.ID(), err)
+		}
+		tot.Events += res.Events
+		tot.Rejected += res.Rejected
+		tot.Resolutions += res.Resolutions
+		tot.ConflictedKeys += res.ConflictedKeys
+	}
+	return tot, nil
+}
+
+func verifyCmd() *cobra.Command {
+	var store, room string
+	var expected []string
+	c := &cobra.Command{
+		Use:   "verify --store DIR [--room ROOM_ID] [--expected DIR]...",
+		Short: "Check every record and snapshot; compare with recorded state",
+		Long: `Verify reads every record of each room: PDUs, metadata, state records, every
+distinct snapshot (node hashes, canonical CHAMP shape, entries naming state events of
+their key). With --expected (a room directory with expected_state.jsonl, or a directory
+of such rooms) it also compares the state after every event and the current state with
+what the origin server recorded, printing each mismatch with room, event, key, ours,
+recorded. Exit status 2 when anything is wrong.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			eng, st, err := openStore(store)
+			if err != nil {
+				return err
+			}
+			defer eng.Close()
+			rooms, err := selectRooms(st, room)
+			if err != nil {
+				return err
+			}
+			exps, err := loadExpectedDirs(expected)
+			if err != nil {
+				return err
+			}
+			v, err := verifyRooms(rooms, exps, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "verify: rooms=%d events=%d snapshots=%d compared_events=%d compared_room_dirs=%d mismatches=%d\n",
+				len(rooms), v.events, v.snapshots, v.compared, v.comparedRooms, v.mismatches)
+			if v.mismatches > 0 {
+				return exitError(2)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().StringVar(&room, "room", "", "verify only this room ID")
+	c.Flags().StringArrayVar(&expected, "expected", nil, "room directory, or directory of rooms, with recorded state")
+	return c
+}
+
+// loadExpectedDirs reads recorded state from room directories or directories of
+// rooms, keyed by room ID. Several directories may hold versions of one room (the
+// real rooms' room004 and room004_union): all of them are kept, in directory order.
+func loadExpectedDirs(paths []string) (map[string][]*testrooms.Expected, error) {
+	out := map[string][]*testrooms.Expected{}
+	for _, p := range paths {
+		dirs := []string{p}
+		if _, err := os.Stat(filepath.Join(p, "expected_state.jsonl")); err != nil {
+			if dirs, err = testrooms.RealRoomDirs(p); err != nil {
+				return nil, err
+			}
+		}
+		for _, d := range dirs {
+			exp, err := testrooms.LoadExpected(d)
+			if err != nil {
+				return nil, err
+			}
+			if exp.RoomID == "" {
+				return nil, fmt.Errorf("%s: meta.json names no room_id", d)
+			}
+			out[exp.RoomID] = append(out[exp.RoomID], exp)
+		}
+	}
+	return out, nil
+}
+
+// sortedExpected returns the recorded rooms ordered by directory.
+func sortedExpected(exps map[string][]*testrooms.Expected) []*testrooms.Expected {
+	var out []*testrooms.Expected
+	for _, es := range exps {
+		out = append(out, es...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Dir < out[j].Dir })
+	return out
+}
+
+type verifyTotals struct {
+	events, snapshots, compared, comparedRooms, mismatches int
+}
+
+func verifyRooms(rooms []*roomstate.Room, exps map[string][]*testrooms.Expected, out io.Writer) (verifyTotals, error) {
+	var v verifyTotals
+	for _, r := range rooms {
+		cr, err := r.Check()
+		if err != nil {
+			return v, fmt.Errorf("verify room %s: %w", r.ID(), err)
+		}
+		v.events += cr.Events
+		v.snapshots += cr.Snapshots
+		for _, exp := range exps[r.ID()] {
+			res, err := testrooms.Compare(r, exp, func(m testrooms.Mismatch) { fmt.Fprintln(out, m) })
+			if err != nil {
+				return v, fmt.Errorf("verify room %s against %s: %w", r.ID(), exp.Dir, err)
+			}
+			v.compared += res.Events
+			v.comparedRooms++
+			v.mismatches += res.Mismatches
+		}
+	}
+	return v, nil
+}
+
+func repackCmd() *cobra.Command {
+	var store, room, plan string
+	c := &cobra.Command{
+		Use:   "repack --store DIR [--room ROOM_ID] [--plan reverse-topological]",
+		Short: "Rewrite rooms in the order their walks read them and drop garbage (offline)",
+		Long: `Repack builds a plan per room (default: reverse-topological over prev_events from
+the forward extremities, each event followed by its new snapshot nodes), copies the
+live records of all selected rooms into new shards through one output stream, swaps
+the indexes and retires shards nothing references any more. Run it with no other
+process using the store.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			eng, st, err := openStore(store)
+			if err != nil {
+				return err
+			}
+			defer eng.Close()
+			rooms, err := selectRooms(st, room)
+			if err != nil {
+				return err
+			}
+			before := eng.Stats()
+			rs, err := repackRooms(eng, rooms, repackplan.Kind(plan))
+			if err != nil {
+				return err
+			}
+			after := eng.Stats()
+			fmt.Fprintf(cmd.OutOrStdout(), "repack: rooms=%d records_copied=%d records_dropped=%d shards_retired=%d bytes_before=%d bytes_after=%d\n",
+				rs.CollectionsRepacked, rs.RecordsCopied, rs.RecordsDropped, rs.ShardsRetired, before.DiskBytes, after.DiskBytes)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().StringVar(&room, "room", "", "repack only this room ID")
+	c.Flags().StringVar(&plan, "plan", string(repackplan.ReverseTopological), "plan kind")
+	return c
+}
+
+func repackRooms(eng *packstore.PackfileStorage, rooms []*roomstate.Room, kind repackplan.Kind) (packstore.RepackStats, error) {
+	var plan packstore.RepackPlan
+	for _, r := range rooms {
+		cp, _, err := repackplan.Plan(r, kind)
+		if err != nil {
+			return packstore.RepackStats{}, err
+		}
+		plan.Collections = append(plan.Collections, cp)
+	}
+	return eng.Repack(plan)
+}
+
+func statsCmd() *cobra.Command {
+	var store string
+	c := &cobra.Command{
+		Use:   "stats --store DIR",
+		Short: "Print shard, byte and room counts",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			eng, st, err := openStore(store)
+			if err != nil {
+				return err
+			}
+			defer eng.Close()
+			s := eng.Stats()
+			rooms, err := st.Rooms()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "shards=%d disk_bytes=%d collections=%d live_records=%d live_bytes=%d rooms=%d\n",
+				s.Shards, s.DiskBytes, s.Collections, s.LiveRecords, s.LiveBytes, len(rooms))
+			sort.Slice(rooms, func(i, j int) bool { return rooms[i].Head().Events > rooms[j].Head().Events })
+			for i, r := range rooms {
+				if i == 10 {
+					fmt.Fprintf(out, "... %d more rooms\n", len(rooms)-10)
+					break
+				}
+				h := r.Head()
+				fmt.Fprintf(out, "room %s version=%s events=%d replayed=%t forward_extremities=%d\n",
+					h.RoomID, h.RoomVersion, h.Events, h.Replayed, len(h.ForwardExtremities))
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&store, "store", "", "store directory")
+	return c
+}

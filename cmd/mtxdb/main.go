@@ -1,0 +1,41 @@
+// Command mtxdb imports Matrix room histories into an mtxdb store, replays them
+// through state resolution, repacks, verifies and reports.
+//
+//	mtxdb import  --store DIR PATH...   PDUs from JSON-lines/JSON-array files or room dirs
+//	mtxdb replay  --store DIR           state before/after every event, current state
+//	mtxdb verify  --store DIR [--expected DIR]  structural check, and against recorded state
+//	mtxdb repack  --store DIR           rewrite rooms in walk order, drop garbage
+//	mtxdb stats   --store DIR           shards, bytes, rooms
+//	mtxdb demo                          the main job on the bundled real rooms
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "mtxdb",
+		Short:         "Matrix room state in append-only packfiles: import, replay, repack, verify",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(importCmd(), replayCmd(), verifyCmd(), repackCmd(), statsCmd(), demoCmd())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "mtxdb:", err)
+		var ee exitError
+		if errors.As(err, &ee) {
+			os.Exit(int(ee))
+		}
+		os.Exit(1)
+	}
+}
+
+// exitError carries a specific exit status (e.g. 2 for "mismatches found").
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }

@@ -1,0 +1,178 @@
+// Package repackplan derives repack orders for a room from its DAG walks (seed,
+// "Topological repack"). A plan lists every live record of the room exactly once, in
+// the order a walk reads them; packstore executes plans without knowing what the
+// records are, and anything a plan leaves out is garbage.
+//
+// Liveness (the skeleton's only policy): every imported event with its metadata and
+// state record, every HAMT node reachable from any event's state before or after and
+// from the current state, the room head and the arrival log. Superseded state records
+// of earlier replays and nodes no snapshot reaches are garbage.
+package repackplan
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+
+	"github.com/mtxdb/mtxdb/hamtstore"
+	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/roomstate"
+)
+
+// Kind names a plan kind.
+type Kind string
+
+// ReverseTopological orders events newest first along prev_events from the forward
+// extremities (the walk /sync and backfill do), by descending depth, ties by
+// descending arrival; each event's PDU, metadata and state record are followed by the
+// HAMT nodes its snapshots add to those already placed.
+const ReverseTopological Kind = "reverse-topological"
+
+// ErrNotReplayed is returned for a room whose events have no state records yet.
+var ErrNotReplayed = errors.New("repackplan: room not replayed")
+
+// Stats describes a plan.
+type Stats struct {
+	Events  int // events placed
+	Nodes   int // HAMT nodes placed
+	Records int // records in the plan
+	Walked  int // events reached from the forward extremities (the rest follow in arrival order)
+}
+
+// Plan builds a plan of the given kind for one room.
+func Plan(room *roomstate.Room, kind Kind) (packstore.CollectionPlan, Stats, error) {
+	if kind != ReverseTopological {
+		return packstore.CollectionPlan{}, Stats{}, fmt.Errorf("repackplan: unknown plan kind %q (have %q)", kind, ReverseTopological)
+	}
+	h := room.Head()
+	if !h.Replayed {
+		return packstore.CollectionPlan{}, Stats{}, fmt.Errorf("%w: %s", ErrNotReplayed, room.ID())
+	}
+	p := &planner{room: room, rd: room.NewReader(), placed: map[packstore.ID]bool{}}
+	p.plan.Collection = room.Collection()
+	for _, id := range room.RoomRecords() {
+		p.add(id)
+	}
+	if err := p.addSnapshot(h.CurrentState); err != nil {
+		return p.plan, p.stats, err
+	}
+
+	ids, err := room.EventIDs()
+	if err != nil {
+		return p.plan, p.stats, err
+	}
+	metas := make(map[string]roomstate.EventMeta, len(ids))
+	for _, id := range ids {
+		m, err := room.Meta(id)
+		if err != nil {
+			return p.plan, p.stats, err
+		}
+		metas[id] = m
+	}
+	q := &eventHeap{}
+	queued := map[string]bool{}
+	push := func(id string) {
+		if !queued[id] {
+			queued[id] = true
+			heap.Push(q, metas[id])
+		}
+	}
+	for _, f := range h.ForwardExtremities {
+		if _, ok := metas[f]; !ok {
+			return p.plan, p.stats, fmt.Errorf("repackplan: room %s: forward extremity %s is not an imported event", room.ID(), f)
+		}
+		push(f)
+	}
+	for q.Len() > 0 {
+		m := heap.Pop(q).(roomstate.EventMeta)
+		if err := p.addEvent(m.EventID); err != nil {
+			return p.plan, p.stats, err
+		}
+		p.stats.Walked++
+		for _, prev := range m.PrevEvents {
+			push(prev)
+		}
+	}
+	for _, id := range ids {
+		if !queued[id] {
+			if err := p.addEvent(id); err != nil {
+				return p.plan, p.stats, err
+			}
+		}
+	}
+	p.stats.Records = len(p.plan.Records)
+	return p.plan, p.stats, nil
+}
+
+type planner struct {
+	room   *roomstate.Room
+	rd     *hamtstore.Reader
+	placed map[packstore.ID]bool
+	plan   packstore.CollectionPlan
+	stats  Stats
+}
+
+func (p *planner) add(id packstore.ID) bool {
+	if p.placed[id] {
+		return false
+	}
+	p.placed[id] = true
+	p.plan.Records = append(p.plan.Records, id)
+	return true
+}
+
+// addSnapshot places the nodes of a snapshot not placed yet, parents before children.
+func (p *planner) addSnapshot(root hamtstore.NodeID) error {
+	if root == hamtstore.EmptyRoot {
+		return nil
+	}
+	err := p.rd.Walk(root, func(id hamtstore.NodeID) (bool, error) {
+		if !p.add(packstore.ID(id)) {
+			return false, nil // placed with an earlier snapshot, and so is its subtree
+		}
+		p.stats.Nodes++
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("repackplan: room %s: snapshot %x: %w", p.room.ID(), root, err)
+	}
+	return nil
+}
+
+func (p *planner) addEvent(eventID string) error {
+	ev, meta, state := roomstate.EventRecords(eventID)
+	p.add(ev)
+	p.add(meta)
+	st, ok, err := p.room.EventState(eventID)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s: event %s has no state record", ErrNotReplayed, p.room.ID(), eventID)
+	}
+	p.add(state)
+	p.stats.Events++
+	if err := p.addSnapshot(st.After); err != nil {
+		return err
+	}
+	return p.addSnapshot(st.Before)
+}
+
+// eventHeap pops the greatest (depth, seq) first.
+type eventHeap []roomstate.EventMeta
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if h[i].Depth != h[j].Depth {
+		return h[i].Depth > h[j].Depth
+	}
+	return h[i].Seq > h[j].Seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(roomstate.EventMeta)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

@@ -1,0 +1,209 @@
+package resolver
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/matrix-org/gomatrixserverlib"
+
+	"github.com/mtxdb/mtxdb/hamtstore"
+	"github.com/mtxdb/mtxdb/roomstate"
+)
+
+// ErrRejected is wrapped by the reason an event fails authorization.
+var ErrRejected = errors.New("resolver: event rejected")
+
+// Authorize checks a PDU the way a server does on receipt (spec, Server-Server API
+// "Checks performed on receipt of a PDU", steps 4 and 5): against the events named in
+// its auth_events (none of which may be rejected), then against the state before it.
+// It returns nil when the event is allowed and an error wrapping ErrRejected that
+// says why when it is not. Panics inside gomatrixserverlib become rejections naming
+// the event.
+func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID) (err error) {
+	defer func() {
+		if rec := recover(); rec != nil {
+			err = fmt.Errorf("%w: event %s: gomatrixserverlib panicked: %v", ErrRejected, pdu.EventID(), rec)
+		}
+	}()
+	var authPDUs []gomatrixserverlib.PDU
+	for _, id := range pdu.AuthEventIDs() {
+		if r.rejected[id] {
+			return fmt.Errorf("%w: event %s: auth event %s was rejected", ErrRejected, pdu.EventID(), id)
+		}
+		p, err := r.pdu(id)
+		if err != nil {
+			return err
+		}
+		if p.StateKey() == nil {
+			return fmt.Errorf("%w: event %s: auth event %s is not a state event", ErrRejected, pdu.EventID(), id)
+		}
+		authPDUs = append(authPDUs, p)
+	}
+	ae, err := gomatrixserverlib.NewAuthEvents(authPDUs)
+	if err != nil {
+		return fmt.Errorf("%w: event %s: auth events: %v", ErrRejected, pdu.EventID(), err)
+	}
+	if err := gomatrixserverlib.Allowed(pdu, ae, roomstate.UserIDForSender); err != nil {
+		return fmt.Errorf("%w: event %s: against its auth events: %v", ErrRejected, pdu.EventID(), err)
+	}
+
+	var statePDUs []gomatrixserverlib.PDU
+	for _, t := range gomatrixserverlib.StateNeededForAuth([]gomatrixserverlib.PDU{pdu}).Tuples() {
+		id, ok, err := r.room.Lookup(r.rd, before, t.EventType, t.StateKey)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		p, err := r.pdu(id)
+		if err != nil {
+			return err
+		}
+		statePDUs = append(statePDUs, p)
+	}
+	se, err := gomatrixserverlib.NewAuthEvents(statePDUs)
+	if err != nil {
+		return fmt.Errorf("%w: event %s: state before: %v", ErrRejected, pdu.EventID(), err)
+	}
+	if err := gomatrixserverlib.Allowed(pdu, se, roomstate.UserIDForSender); err != nil {
+		return fmt.Errorf("%w: event %s: against the state before it: %v", ErrRejected, pdu.EventID(), err)
+	}
+	return nil
+}
+
+// ReplayOptions tune Replay.
+type ReplayOptions struct {
+	// BatchSize is the number of state records written per batch (default 1000).
+	BatchSize int
+	// Progress, if set, is called after each event with (done, total).
+	Progress func(done, total int)
+}
+
+// ReplayResult counts what Replay did.
+type ReplayResult struct {
+	Events             int
+	Rejected           int
+	Resolutions        int // state resolutions with two or more distinct input states
+	ConflictedKeys     int
+	ForwardExtremities []string
+	CurrentState       hamtstore.NodeID
+}
+
+// Replay computes the state before and after every event of a room in arrival order
+// (a topological order: import accepts an event only after its prev_events), rejects
+// what fails authorization, stores a state record per event, and sets the room's
+// forward extremities (the non-rejected events no non-rejected event points at) and
+// current state (the resolution of the states after them). Replaying again rewrites
+// the same snapshots; the previous state records become garbage for repack.
+func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 1000
+	}
+	r, err := New(room)
+	if err != nil {
+		return ReplayResult{}, err
+	}
+	ids, err := room.EventIDs()
+	if err != nil {
+		return ReplayResult{}, err
+	}
+	after := make(map[string]hamtstore.NodeID, len(ids))
+	referenced := map[string]bool{}
+	var res ReplayResult
+	var batchIDs []string
+	var batch []roomstate.EventState
+	flush := func() error {
+		if len(batchIDs) == 0 {
+			return nil
+		}
+		err := room.PutEventStates(batchIDs, batch)
+		batchIDs, batch = batchIDs[:0], batch[:0]
+		return err
+	}
+	for i, id := range ids {
+		m, err := r.meta(id)
+		if err != nil {
+			return res, err
+		}
+		prevRoots := make([]hamtstore.NodeID, 0, len(m.PrevEvents))
+		for _, p := range m.PrevEvents {
+			root, ok := after[p]
+			if !ok {
+				return res, fmt.Errorf("resolver: room %s: event %s: prev_event %s not replayed before it", room.ID(), id, p)
+			}
+			prevRoots = append(prevRoots, root)
+		}
+		before, err := r.Resolve(prevRoots)
+		if err != nil {
+			return res, fmt.Errorf("event %s: %w", id, err)
+		}
+		pdu, err := r.pdu(id)
+		if err != nil {
+			return res, err
+		}
+		st := roomstate.EventState{Before: before, After: before}
+		if aerr := r.Authorize(pdu, before); aerr != nil {
+			if !errors.Is(aerr, ErrRejected) {
+				return res, aerr
+			}
+			st.Rejected, st.Reason = true, aerr.Error()
+			r.rejected[id] = true
+			res.Rejected++
+		} else {
+			for _, p := range m.PrevEvents {
+				referenced[p] = true
+			}
+			if m.IsState {
+				st.After, err = hamtstore.Set(room.Nodes(), r.rd, before, roomstate.StateKey(m.Type, m.StateKey),
+					hamtstore.Value(roomstate.EventRecordID(id)))
+				if err != nil {
+					return res, fmt.Errorf("resolver: room %s: event %s: write state: %w", room.ID(), id, err)
+				}
+			}
+		}
+		after[id] = st.After
+		batchIDs = append(batchIDs, id)
+		batch = append(batch, st)
+		if len(batchIDs) >= opts.BatchSize {
+			if err := flush(); err != nil {
+				return res, err
+			}
+		}
+		res.Events++
+		if opts.Progress != nil {
+			opts.Progress(i+1, len(ids))
+		}
+	}
+	if err := flush(); err != nil {
+		return res, err
+	}
+
+	var fwd []string
+	var fwdRoots []hamtstore.NodeID
+	for _, id := range ids {
+		if !r.rejected[id] && !referenced[id] {
+			fwd = append(fwd, id)
+		}
+	}
+	sort.Strings(fwd)
+	for _, id := range fwd {
+		fwdRoots = append(fwdRoots, after[id])
+	}
+	cur, err := r.Resolve(fwdRoots)
+	if err != nil {
+		return res, fmt.Errorf("current state: %w", err)
+	}
+	h := room.Head()
+	h.ForwardExtremities, h.CurrentState, h.Replayed = fwd, cur, true
+	if err := room.SetHead(h); err != nil {
+		return res, err
+	}
+	if err := room.Sync(); err != nil {
+		return res, err
+	}
+	res.Resolutions, res.ConflictedKeys = r.Resolutions, r.ConflictedKeys
+	res.ForwardExtremities, res.CurrentState = fwd, cur
+	return res, nil
+}

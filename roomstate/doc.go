@@ -1,0 +1,47 @@
+// Package roomstate maps Matrix rooms onto the packfile engine and the CHAMP trie:
+// PDUs, their prev/auth edges, a state snapshot before and after every event, the
+// forward extremities and the current state of each room (DESIGN.md "Records in the
+// pool").
+//
+// # Identifiers
+//
+// Every room is one packstore collection. All identifiers are the first 16 bytes of
+// SHA-256 over a domain-separated input, so record kinds can never collide:
+//
+//	collection ID        = H("mtxdb/room\x00"  || room_id)
+//	event record ID (E)  = H("mtxdb/event\x00" || event_id)
+//	metadata record ID   = H("mtxdb/meta\x00"  || E)      (16 raw bytes of E)
+//	state record ID      = H("mtxdb/state\x00" || E)
+//	room head ID         = H("mtxdb/head")                 (one per collection)
+//	arrival log chunk i  = H("mtxdb/log\x00"   || u32le(i))
+//	HAMT node ID         = H(encoded node)                 (hamtstore)
+//
+// A state snapshot is a hamtstore root. Its keys are StateKey(event_type, state_key)
+// = uvarint(len(event_type)) || event_type || state_key, which is unambiguous for any
+// bytes; its values are the event record IDs (E) of the state events. The metadata
+// record of E carries the event ID, so a value resolves to an event ID with one small
+// read.
+//
+// # Record payloads
+//
+// Every payload starts with a kind byte and a version byte; integers are
+// little-endian, strings are u32 length + bytes (internal/bin). The packfile frame
+// around each payload carries the CRC-32C.
+//
+//	event     'E' 1 | event_id str | PDU JSON as received (rest of payload)
+//	metadata  'M' 1 | seq u32 | depth u64 | flags u8 (bit0 state event, bit1 redacted
+//	          because its content hash failed) | event_id str | type str |
+//	          state_key str | prev_events strs | auth_events strs
+//	state     'S' 1 | flags u8 (bit0 rejected) | before 16B | after 16B | reason str
+//	head      'H' 1 | room_id str | room_version str | events u32 | log_chunks u32 |
+//	          replayed u8 | current_state 16B | forward_extremities strs
+//	log chunk 'L' 1 | event_ids strs            (arrival order, one chunk per import batch)
+//
+// For a rejected event, after == before: it does not change the room state (spec,
+// "Server-Server API, Rejection").
+//
+// # Concurrency
+//
+// A Store may be shared by goroutines for reading; writes to one room (Import,
+// PutEventStates, SetHead) must be serialised by the caller.
+package roomstate

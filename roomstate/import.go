@@ -1,0 +1,341 @@
+package roomstate
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/matrix-org/gomatrixserverlib"
+
+	"github.com/mtxdb/mtxdb/packstore"
+)
+
+// ImportError names where an import failed: the input, the line (JSON lines) or
+// array element (1-based), and the event ID when it could be read. Err wraps one of
+// the package's sentinel errors.
+type ImportError struct {
+	Source  string
+	Line    int
+	Element bool // Line counts JSON array elements, not lines
+	EventID string
+	Err     error
+}
+
+func (e *ImportError) Error() string {
+	where := "line"
+	if e.Element {
+		where = "element"
+	}
+	ev := ""
+	if e.EventID != "" {
+		ev = " (event " + e.EventID + ")"
+	}
+	return fmt.Sprintf("import %s %s %d%s: %v", e.Source, where, e.Line, ev, e.Err)
+}
+
+func (e *ImportError) Unwrap() error { return e.Err }
+
+// ImportOptions tune Import.
+type ImportOptions struct {
+	// BatchSize is the number of events written and synced together (default 1000).
+	BatchSize int
+	// Progress, if set, is called after each PDU with the count read so far.
+	Progress func(read int)
+}
+
+// ImportResult counts what Import did.
+type ImportResult struct {
+	Read     int      // PDUs read from the input
+	Imported int      // PDUs stored
+	Skipped  int      // PDUs already in the store
+	Rooms    []string // rooms touched, sorted
+}
+
+// pendingRoom is a room being written by an import: its head as it will be after the
+// batch, the events already known, and the records of the unsynced batch.
+type pendingRoom struct {
+	room    *Room
+	head    Head
+	known   map[string]bool // every event ID in the store or in this batch
+	batch   []packstore.Record
+	batchID []string
+	isNew   bool
+}
+
+// Import reads PDUs (JSON lines, or one JSON array) and stores each new one with its
+// metadata, in batches that are synced before the next begins. Every PDU's
+// prev_events and auth_events must already be stored or appear earlier in the input.
+// Re-importing an event already stored is a no-op, so an import that failed can be
+// re-run after fixing the input.
+//
+// On bad input Import stops with an *ImportError naming the source, the line and
+// the event; everything before that line is stored and synced, nothing after it is.
+func (s *Store) Import(in io.Reader, source string, opts ImportOptions) (ImportResult, error) {
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 1000
+	}
+	imp := &importer{s: s, source: source, rooms: map[string]*pendingRoom{}, opts: opts}
+	err := imp.run(in)
+	if ferr := imp.flush(); ferr != nil && err == nil {
+		err = ferr
+	}
+	for id := range imp.rooms {
+		imp.res.Rooms = append(imp.res.Rooms, id)
+	}
+	sort.Strings(imp.res.Rooms)
+	return imp.res, err
+}
+
+type importer struct {
+	s       *Store
+	source  string
+	opts    ImportOptions
+	rooms   map[string]*pendingRoom
+	res     ImportResult
+	pending int
+}
+
+func (imp *importer) run(in io.Reader) error {
+	br := bufio.NewReaderSize(in, 1<<20)
+	first, err := peekNonSpace(br)
+	if err == io.EOF {
+		return nil
+	}
+	if err != nil {
+		return &ImportError{Source: imp.source, Line: 1, Err: err}
+	}
+	if first == '[' {
+		dec := json.NewDecoder(br)
+		if _, err := dec.Token(); err != nil {
+			return &ImportError{Source: imp.source, Line: 1, Element: true, Err: fmt.Errorf("%w: %v", ErrMalformedPDU, err)}
+		}
+		for n := 1; dec.More(); n++ {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return &ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: %v", ErrMalformedPDU, err)}
+			}
+			if err := imp.one(raw, n, true); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	line := 0
+	for {
+		b, err := br.ReadBytes('\n')
+		if len(b) > 0 {
+			line++
+			if t := bytes.TrimSpace(b); len(t) > 0 {
+				if perr := imp.one(t, line, false); perr != nil {
+					return perr
+				}
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return &ImportError{Source: imp.source, Line: line + 1, Err: err}
+		}
+	}
+}
+
+func peekNonSpace(br *bufio.Reader) (byte, error) {
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			return 0, err
+		}
+		switch b {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return b, br.UnreadByte()
+	}
+}
+
+// one imports a single PDU.
+func (imp *importer) one(raw []byte, line int, element bool) error {
+	fail := func(eventID string, err error) error {
+		return &ImportError{Source: imp.source, Line: line, Element: element, EventID: eventID, Err: err}
+	}
+	imp.res.Read++
+	if imp.opts.Progress != nil {
+		imp.opts.Progress(imp.res.Read)
+	}
+	h, err := readHeader(raw)
+	if err != nil {
+		return fail("", err)
+	}
+	isCreate := h.Type == "m.room.create" && h.StateKey != nil && *h.StateKey == ""
+
+	var pr *pendingRoom
+	var version gomatrixserverlib.RoomVersion
+	if h.RoomID != "" {
+		if pr, err = imp.room(h.RoomID); err != nil {
+			return fail(h.EventID, err)
+		}
+	}
+	if pr != nil {
+		version = gomatrixserverlib.RoomVersion(pr.head.RoomVersion)
+	} else {
+		if !isCreate {
+			if h.RoomID == "" {
+				return fail(h.EventID, fmt.Errorf("%w: no room_id", ErrMalformedPDU))
+			}
+			return fail(h.EventID, fmt.Errorf("%w: %s", ErrNoCreateEvent, h.RoomID))
+		}
+		if version, err = createRoomVersion(h); err != nil {
+			return fail(h.EventID, err)
+		}
+	}
+	pdu, err := ParsePDU(version, raw)
+	if err != nil {
+		return fail(h.EventID, err)
+	}
+	eventID := pdu.EventID()
+	roomID := pdu.RoomID().String()
+	if pr == nil {
+		// A v12 m.room.create carries no room_id: the room ID derives from the event.
+		if pr, err = imp.room(roomID); err != nil {
+			return fail(eventID, err)
+		}
+		if pr == nil {
+			pr = &pendingRoom{
+				head:  Head{RoomID: roomID, RoomVersion: string(version)},
+				known: map[string]bool{},
+				isNew: true,
+			}
+			pr.room = &Room{s: imp.s, coll: CollectionID(roomID), head: pr.head}
+			imp.rooms[roomID] = pr
+		}
+	}
+	if h.RoomID != "" && roomID != h.RoomID {
+		return fail(eventID, fmt.Errorf("%w: room_id %s parsed as %s", ErrMalformedPDU, h.RoomID, roomID))
+	}
+	if pr.known[eventID] {
+		imp.res.Skipped++
+		return nil
+	}
+	if isCreate && pr.head.Events > 0 {
+		return fail(eventID, fmt.Errorf("%w: second m.room.create in room %s", ErrMalformedPDU, roomID))
+	}
+	if !isCreate && pr.head.Events == 0 {
+		return fail(eventID, fmt.Errorf("%w: %s", ErrNoCreateEvent, roomID))
+	}
+	for _, p := range pdu.PrevEventIDs() {
+		if !pr.known[p] {
+			return fail(eventID, fmt.Errorf("%w: %s", ErrMissingPrevEvent, p))
+		}
+	}
+	for _, a := range pdu.AuthEventIDs() {
+		if !pr.known[a] {
+			return fail(eventID, fmt.Errorf("%w: %s", ErrMissingAuthEvent, a))
+		}
+	}
+
+	m := EventMeta{
+		Seq:        pr.head.Events,
+		Depth:      pdu.Depth(),
+		IsState:    pdu.StateKey() != nil,
+		Redacted:   pdu.Redacted(),
+		EventID:    eventID,
+		Type:       pdu.Type(),
+		PrevEvents: pdu.PrevEventIDs(),
+		AuthEvents: pdu.AuthEventIDs(),
+	}
+	if m.IsState {
+		m.StateKey = *pdu.StateKey()
+	}
+	ev := EventRecordID(eventID)
+	pr.batch = append(pr.batch,
+		packstore.Record{ID: ev, Data: encodeEvent(eventID, raw)},
+		packstore.Record{ID: metaRecordID(ev), Data: encodeMeta(&m)})
+	pr.batchID = append(pr.batchID, eventID)
+	pr.known[eventID] = true
+	pr.head.Events++
+	pr.head.Replayed = false
+	// Forward extremities as a homeserver keeps them on receipt: the new event
+	// replaces the extremities it points at.
+	fwd := pr.head.ForwardExtremities[:0:0]
+	prevs := map[string]bool{}
+	for _, p := range m.PrevEvents {
+		prevs[p] = true
+	}
+	for _, f := range pr.head.ForwardExtremities {
+		if !prevs[f] {
+			fwd = append(fwd, f)
+		}
+	}
+	pr.head.ForwardExtremities = append(fwd, eventID)
+	imp.res.Imported++
+	imp.pending++
+	if imp.pending >= imp.opts.BatchSize {
+		return imp.flush()
+	}
+	return nil
+}
+
+// room returns the pending state of a room already in the store or in this import,
+// or nil if the room is unknown.
+func (imp *importer) room(roomID string) (*pendingRoom, error) {
+	if pr, ok := imp.rooms[roomID]; ok {
+		return pr, nil
+	}
+	r, err := imp.s.Room(roomID)
+	if errors.Is(err, ErrUnknownRoom) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ids, err := r.EventIDs()
+	if err != nil {
+		return nil, err
+	}
+	pr := &pendingRoom{room: r, head: r.Head(), known: make(map[string]bool, len(ids))}
+	for _, id := range ids {
+		pr.known[id] = true
+	}
+	imp.rooms[roomID] = pr
+	return pr, nil
+}
+
+// flush writes each room's batch (events, metadata, one arrival-log chunk, then the
+// head) and syncs. The head goes last: if the batch is torn, the old head still
+// describes a consistent prefix, and the orphaned records are re-imported later.
+func (imp *importer) flush() error {
+	if imp.pending == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(imp.rooms))
+	for id, pr := range imp.rooms {
+		if len(pr.batchID) > 0 {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		pr := imp.rooms[id]
+		h := pr.head
+		recs := append(pr.batch, packstore.Record{ID: logChunkID(h.LogChunks), Data: encodeLogChunk(pr.batchID)})
+		h.LogChunks++
+		sort.Strings(h.ForwardExtremities)
+		recs = append(recs, packstore.Record{ID: headRecordID, Data: encodeHead(&h)})
+		if err := imp.s.eng.PutMany(pr.room.coll, recs); err != nil {
+			return fmt.Errorf("roomstate: import %s: write room %s: %w", imp.source, id, err)
+		}
+		pr.head = h
+		pr.room.head = h
+		pr.batch, pr.batchID = nil, nil
+	}
+	imp.pending = 0
+	if err := imp.s.eng.Sync(); err != nil {
+		return fmt.Errorf("roomstate: import %s: sync: %w", imp.source, err)
+	}
+	return nil
+}

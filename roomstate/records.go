@@ -1,0 +1,289 @@
+package roomstate
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/mtxdb/mtxdb/hamtstore"
+	"github.com/mtxdb/mtxdb/internal/bin"
+	"github.com/mtxdb/mtxdb/packstore"
+)
+
+// ErrCorruptRecord is returned (wrapped, naming the record) when a stored roomstate
+// payload fails to decode.
+var ErrCorruptRecord = errors.New("roomstate: corrupt record")
+
+const recordVersion = 1
+
+// Kind bytes that open every roomstate payload (see doc.go).
+const (
+	kindEvent = 'E'
+	kindMeta  = 'M'
+	kindState = 'S'
+	kindHead  = 'H'
+	kindLog   = 'L'
+)
+
+func hashID(parts ...[]byte) packstore.ID {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write(p)
+	}
+	var id packstore.ID
+	copy(id[:], h.Sum(nil))
+	return id
+}
+
+// CollectionID is the packstore collection of a room: H("mtxdb/room\x00" || room_id).
+func CollectionID(roomID string) packstore.ID {
+	return hashID([]byte("mtxdb/room\x00"), []byte(roomID))
+}
+
+// EventRecordID is the record ID of a PDU and the HAMT value that names it in state
+// snapshots: H("mtxdb/event\x00" || event_id).
+func EventRecordID(eventID string) packstore.ID {
+	return hashID([]byte("mtxdb/event\x00"), []byte(eventID))
+}
+
+func metaRecordID(ev packstore.ID) packstore.ID  { return hashID([]byte("mtxdb/meta\x00"), ev[:]) }
+func stateRecordID(ev packstore.ID) packstore.ID { return hashID([]byte("mtxdb/state\x00"), ev[:]) }
+
+var headRecordID = hashID([]byte("mtxdb/head"))
+
+func logChunkID(i uint32) packstore.ID {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], i)
+	return hashID([]byte("mtxdb/log\x00"), b[:])
+}
+
+// StateKey encodes (event_type, state_key) as a HAMT key:
+// uvarint(len(event_type)) || event_type || state_key.
+func StateKey(eventType, stateKey string) []byte {
+	k := binary.AppendUvarint(make([]byte, 0, len(eventType)+len(stateKey)+2), uint64(len(eventType)))
+	k = append(k, eventType...)
+	return append(k, stateKey...)
+}
+
+// SplitStateKey is the inverse of StateKey.
+func SplitStateKey(k []byte) (eventType, stateKey string, err error) {
+	n, w := binary.Uvarint(k)
+	if w <= 0 || n > uint64(len(k)-w) {
+		return "", "", fmt.Errorf("%w: state key %x: bad type length", ErrCorruptRecord, k)
+	}
+	return string(k[w : w+int(n)]), string(k[w+int(n):]), nil
+}
+
+// EventMeta is the metadata record of one event: its DAG edges and what replay and
+// repack planning need without parsing the PDU.
+type EventMeta struct {
+	Seq        uint32 // arrival index within the room, from 0
+	Depth      int64
+	IsState    bool
+	Redacted   bool // content hash failed at import; the PDU is used in redacted form
+	EventID    string
+	Type       string
+	StateKey   string // meaningful only when IsState
+	PrevEvents []string
+	AuthEvents []string
+}
+
+func encodeMeta(m *EventMeta) []byte {
+	var e bin.Encoder
+	e.U8(kindMeta)
+	e.U8(recordVersion)
+	e.U32(m.Seq)
+	e.U64(uint64(m.Depth))
+	var f uint8
+	if m.IsState {
+		f |= 1
+	}
+	if m.Redacted {
+		f |= 2
+	}
+	e.U8(f)
+	e.Str(m.EventID)
+	e.Str(m.Type)
+	e.Str(m.StateKey)
+	e.Strs(m.PrevEvents)
+	e.Strs(m.AuthEvents)
+	return e.B
+}
+
+func checkKind(d *bin.Decoder, kind byte, what string) error {
+	k := d.U8("kind")
+	v := d.U8("version")
+	if err := d.Err(); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrCorruptRecord, what, err)
+	}
+	if k != kind {
+		return fmt.Errorf("%w: %s: kind %q, want %q", ErrCorruptRecord, what, k, kind)
+	}
+	if v != recordVersion {
+		return fmt.Errorf("%w: %s: unknown version %d", ErrCorruptRecord, what, v)
+	}
+	return nil
+}
+
+func decodeMeta(b []byte) (EventMeta, error) {
+	d := bin.NewDecoder(b)
+	if err := checkKind(d, kindMeta, "event metadata"); err != nil {
+		return EventMeta{}, err
+	}
+	var m EventMeta
+	m.Seq = d.U32("seq")
+	m.Depth = int64(d.U64("depth"))
+	f := d.U8("flags")
+	m.IsState, m.Redacted = f&1 != 0, f&2 != 0
+	m.EventID = d.Str("event_id")
+	m.Type = d.Str("type")
+	m.StateKey = d.Str("state_key")
+	m.PrevEvents = d.Strs("prev_events")
+	m.AuthEvents = d.Strs("auth_events")
+	if err := d.Finish(); err != nil {
+		return EventMeta{}, fmt.Errorf("%w: event metadata: %v", ErrCorruptRecord, err)
+	}
+	if f&^3 != 0 {
+		return EventMeta{}, fmt.Errorf("%w: event metadata %s: unknown flags %#x", ErrCorruptRecord, m.EventID, f)
+	}
+	return m, nil
+}
+
+// EventState is the state record of one event, written by replay: the state snapshot
+// before and after it, and whether it was rejected.
+type EventState struct {
+	Rejected bool
+	Reason   string // why it was rejected; empty otherwise
+	Before   hamtstore.NodeID
+	After    hamtstore.NodeID
+}
+
+func encodeState(s *EventState) []byte {
+	var e bin.Encoder
+	e.U8(kindState)
+	e.U8(recordVersion)
+	var f uint8
+	if s.Rejected {
+		f = 1
+	}
+	e.U8(f)
+	e.Fixed(s.Before[:])
+	e.Fixed(s.After[:])
+	e.Str(s.Reason)
+	return e.B
+}
+
+func decodeState(b []byte) (EventState, error) {
+	d := bin.NewDecoder(b)
+	if err := checkKind(d, kindState, "event state"); err != nil {
+		return EventState{}, err
+	}
+	var s EventState
+	f := d.U8("flags")
+	s.Rejected = f&1 != 0
+	d.Fixed(s.Before[:], "before")
+	d.Fixed(s.After[:], "after")
+	s.Reason = d.Str("reason")
+	if err := d.Finish(); err != nil {
+		return EventState{}, fmt.Errorf("%w: event state: %v", ErrCorruptRecord, err)
+	}
+	if f&^1 != 0 {
+		return EventState{}, fmt.Errorf("%w: event state: unknown flags %#x", ErrCorruptRecord, f)
+	}
+	return s, nil
+}
+
+// Head is the room head record: what a room is and where its history stands.
+type Head struct {
+	RoomID             string
+	RoomVersion        string
+	Events             uint32 // events imported
+	LogChunks          uint32 // arrival log chunks written
+	Replayed           bool   // state records exist for every imported event
+	CurrentState       hamtstore.NodeID
+	ForwardExtremities []string // sorted
+}
+
+func encodeHead(h *Head) []byte {
+	var e bin.Encoder
+	e.U8(kindHead)
+	e.U8(recordVersion)
+	e.Str(h.RoomID)
+	e.Str(h.RoomVersion)
+	e.U32(h.Events)
+	e.U32(h.LogChunks)
+	var r uint8
+	if h.Replayed {
+		r = 1
+	}
+	e.U8(r)
+	e.Fixed(h.CurrentState[:])
+	e.Strs(h.ForwardExtremities)
+	return e.B
+}
+
+func decodeHead(b []byte) (Head, error) {
+	d := bin.NewDecoder(b)
+	if err := checkKind(d, kindHead, "room head"); err != nil {
+		return Head{}, err
+	}
+	var h Head
+	h.RoomID = d.Str("room_id")
+	h.RoomVersion = d.Str("room_version")
+	h.Events = d.U32("events")
+	h.LogChunks = d.U32("log_chunks")
+	r := d.U8("replayed")
+	h.Replayed = r == 1
+	d.Fixed(h.CurrentState[:], "current_state")
+	h.ForwardExtremities = d.Strs("forward_extremities")
+	if err := d.Finish(); err != nil {
+		return Head{}, fmt.Errorf("%w: room head: %v", ErrCorruptRecord, err)
+	}
+	if r > 1 {
+		return Head{}, fmt.Errorf("%w: room head %s: replayed flag %d", ErrCorruptRecord, h.RoomID, r)
+	}
+	return h, nil
+}
+
+func encodeLogChunk(ids []string) []byte {
+	var e bin.Encoder
+	e.U8(kindLog)
+	e.U8(recordVersion)
+	e.Strs(ids)
+	return e.B
+}
+
+func decodeLogChunk(b []byte) ([]string, error) {
+	d := bin.NewDecoder(b)
+	if err := checkKind(d, kindLog, "arrival log chunk"); err != nil {
+		return nil, err
+	}
+	ids := d.Strs("event_ids")
+	if err := d.Finish(); err != nil {
+		return nil, fmt.Errorf("%w: arrival log chunk: %v", ErrCorruptRecord, err)
+	}
+	return ids, nil
+}
+
+func encodeEvent(eventID string, pduJSON []byte) []byte {
+	var e bin.Encoder
+	e.B = make([]byte, 0, 2+4+len(eventID)+len(pduJSON))
+	e.U8(kindEvent)
+	e.U8(recordVersion)
+	e.Str(eventID)
+	e.Fixed(pduJSON)
+	return e.B
+}
+
+func decodeEvent(b []byte) (eventID string, pduJSON []byte, err error) {
+	d := bin.NewDecoder(b)
+	if err := checkKind(d, kindEvent, "event"); err != nil {
+		return "", nil, err
+	}
+	eventID = d.Str("event_id")
+	if err := d.Err(); err != nil {
+		return "", nil, fmt.Errorf("%w: event: %v", ErrCorruptRecord, err)
+	}
+	return eventID, b[2+4+len(eventID):], nil
+}

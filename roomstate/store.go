@@ -1,0 +1,305 @@
+package roomstate
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/matrix-org/gomatrixserverlib"
+
+	"github.com/mtxdb/mtxdb/hamtstore"
+	"github.com/mtxdb/mtxdb/packstore"
+)
+
+// Store is the Dendrite-style room storage over one packstore engine. Safe for
+// concurrent reads; writes to one room must be serialised by the caller.
+type Store struct {
+	eng packstore.StorageEngine
+}
+
+// New returns a Store over eng. The Store does not own eng: closing eng is the
+// caller's job.
+func New(eng packstore.StorageEngine) *Store { return &Store{eng: eng} }
+
+// Engine returns the underlying storage engine.
+func (s *Store) Engine() packstore.StorageEngine { return s.eng }
+
+// Rooms returns every room that has a head record, sorted by room ID.
+func (s *Store) Rooms() ([]*Room, error) {
+	var rooms []*Room
+	for _, coll := range s.eng.Collections() {
+		b, err := s.eng.Get(coll, headRecordID)
+		if errors.Is(err, packstore.ErrNotFound) {
+			continue // not a room collection
+		}
+		if err != nil {
+			return nil, fmt.Errorf("roomstate: head of collection %x: %w", coll, err)
+		}
+		h, err := decodeHead(b)
+		if err != nil {
+			return nil, fmt.Errorf("collection %x: %w", coll, err)
+		}
+		rooms = append(rooms, &Room{s: s, coll: coll, head: h})
+	}
+	sort.Slice(rooms, func(i, j int) bool { return rooms[i].head.RoomID < rooms[j].head.RoomID })
+	return rooms, nil
+}
+
+// Room opens a room by its room ID; ErrUnknownRoom if it was never imported.
+func (s *Store) Room(roomID string) (*Room, error) {
+	coll := CollectionID(roomID)
+	b, err := s.eng.Get(coll, headRecordID)
+	if errors.Is(err, packstore.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownRoom, roomID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("roomstate: head of %s: %w", roomID, err)
+	}
+	h, err := decodeHead(b)
+	if err != nil {
+		return nil, fmt.Errorf("room %s: %w", roomID, err)
+	}
+	if h.RoomID != roomID {
+		return nil, fmt.Errorf("%w: head of collection for %s names room %s", ErrCorruptRecord, roomID, h.RoomID)
+	}
+	return &Room{s: s, coll: coll, head: h}, nil
+}
+
+// Room is one room's view of the store. A Room caches its head; SetHead updates it.
+// Not safe for concurrent use.
+type Room struct {
+	s    *Store
+	coll packstore.ID
+	head Head
+}
+
+// ID returns the room ID.
+func (r *Room) ID() string { return r.head.RoomID }
+
+// Collection returns the packstore collection holding this room.
+func (r *Room) Collection() packstore.ID { return r.coll }
+
+// Version returns the room version from the room's m.room.create.
+func (r *Room) Version() gomatrixserverlib.RoomVersion {
+	return gomatrixserverlib.RoomVersion(r.head.RoomVersion)
+}
+
+// Head returns the cached head record.
+func (r *Room) Head() Head { return r.head }
+
+// SetHead writes a new head record (superseding the old one) and caches it.
+func (r *Room) SetHead(h Head) error {
+	if h.RoomID != r.head.RoomID {
+		return fmt.Errorf("roomstate: SetHead for %s names room %s", r.head.RoomID, h.RoomID)
+	}
+	sort.Strings(h.ForwardExtremities)
+	if err := r.s.eng.Put(r.coll, headRecordID, encodeHead(&h)); err != nil {
+		return fmt.Errorf("roomstate: room %s: write head: %w", r.head.RoomID, err)
+	}
+	r.head = h
+	return nil
+}
+
+// Sync makes everything written so far durable (packstore Sync).
+func (r *Room) Sync() error {
+	if err := r.s.eng.Sync(); err != nil {
+		return fmt.Errorf("roomstate: room %s: sync: %w", r.head.RoomID, err)
+	}
+	return nil
+}
+
+// EventIDs returns every imported event ID in arrival order.
+func (r *Room) EventIDs() ([]string, error) {
+	ids := make([]string, 0, r.head.Events)
+	for i := uint32(0); i < r.head.LogChunks; i++ {
+		b, err := r.s.eng.Get(r.coll, logChunkID(i))
+		if err != nil {
+			return nil, fmt.Errorf("roomstate: room %s: arrival log chunk %d: %w", r.head.RoomID, i, err)
+		}
+		chunk, err := decodeLogChunk(b)
+		if err != nil {
+			return nil, fmt.Errorf("room %s chunk %d: %w", r.head.RoomID, i, err)
+		}
+		ids = append(ids, chunk...)
+	}
+	if uint32(len(ids)) != r.head.Events {
+		return nil, fmt.Errorf("%w: room %s: head says %d events, arrival log holds %d",
+			ErrCorruptRecord, r.head.RoomID, r.head.Events, len(ids))
+	}
+	return ids, nil
+}
+
+// EventJSON returns the PDU JSON of an event as it was imported.
+func (r *Room) EventJSON(eventID string) ([]byte, error) {
+	b, err := r.s.eng.Get(r.coll, EventRecordID(eventID))
+	if err != nil {
+		return nil, fmt.Errorf("roomstate: room %s: event %s: %w", r.head.RoomID, eventID, err)
+	}
+	id, js, err := decodeEvent(b)
+	if err != nil {
+		return nil, fmt.Errorf("event %s: %w", eventID, err)
+	}
+	if id != eventID {
+		return nil, fmt.Errorf("%w: record for event %s holds event %s", ErrCorruptRecord, eventID, id)
+	}
+	return js, nil
+}
+
+// Event loads and parses one PDU (redacted if its content hash fails).
+func (r *Room) Event(eventID string) (gomatrixserverlib.PDU, error) {
+	js, err := r.EventJSON(eventID)
+	if err != nil {
+		return nil, err
+	}
+	pdu, err := ParsePDU(r.Version(), js)
+	if err != nil {
+		return nil, fmt.Errorf("room %s: stored event %s: %w", r.head.RoomID, eventID, err)
+	}
+	return pdu, nil
+}
+
+// Meta loads the metadata record of an event.
+func (r *Room) Meta(eventID string) (EventMeta, error) {
+	return r.MetaByRecord(EventRecordID(eventID))
+}
+
+// MetaByRecord loads the metadata record of the event whose record ID (= HAMT value)
+// is ev.
+func (r *Room) MetaByRecord(ev packstore.ID) (EventMeta, error) {
+	b, err := r.s.eng.Get(r.coll, metaRecordID(ev))
+	if err != nil {
+		return EventMeta{}, fmt.Errorf("roomstate: room %s: metadata of event record %x: %w", r.head.RoomID, ev, err)
+	}
+	m, err := decodeMeta(b)
+	if err != nil {
+		return EventMeta{}, fmt.Errorf("room %s, event record %x: %w", r.head.RoomID, ev, err)
+	}
+	if EventRecordID(m.EventID) != ev {
+		return EventMeta{}, fmt.Errorf("%w: metadata for event record %x names event %s", ErrCorruptRecord, ev, m.EventID)
+	}
+	return m, nil
+}
+
+// EventState loads the state record of an event; ok is false before replay.
+func (r *Room) EventState(eventID string) (st EventState, ok bool, err error) {
+	b, err := r.s.eng.Get(r.coll, stateRecordID(EventRecordID(eventID)))
+	if errors.Is(err, packstore.ErrNotFound) {
+		return EventState{}, false, nil
+	}
+	if err != nil {
+		return EventState{}, false, fmt.Errorf("roomstate: room %s: state of event %s: %w", r.head.RoomID, eventID, err)
+	}
+	st, err = decodeState(b)
+	if err != nil {
+		return EventState{}, false, fmt.Errorf("room %s event %s: %w", r.head.RoomID, eventID, err)
+	}
+	return st, true, nil
+}
+
+// StateAfter is the snapshot after an event, as stored by replay. It is an error to
+// ask before the event was replayed.
+func (r *Room) StateAfter(eventID string) (hamtstore.NodeID, error) {
+	st, ok, err := r.EventState(eventID)
+	if err != nil {
+		return hamtstore.NodeID{}, err
+	}
+	if !ok {
+		return hamtstore.NodeID{}, fmt.Errorf("roomstate: room %s: event %s has no state yet (replay first)", r.head.RoomID, eventID)
+	}
+	return st.After, nil
+}
+
+// PutEventStates writes state records for several events in one batch.
+func (r *Room) PutEventStates(eventIDs []string, states []EventState) error {
+	recs := make([]packstore.Record, len(eventIDs))
+	for i, id := range eventIDs {
+		recs[i] = packstore.Record{ID: stateRecordID(EventRecordID(id)), Data: encodeState(&states[i])}
+	}
+	if err := r.s.eng.PutMany(r.coll, recs); err != nil {
+		return fmt.Errorf("roomstate: room %s: write state records: %w", r.head.RoomID, err)
+	}
+	return nil
+}
+
+// Nodes returns the node store of this room's state snapshots (HAMT nodes are records
+// of the room's collection, record ID = node ID).
+func (r *Room) Nodes() hamtstore.NodeStore { return nodeStore{eng: r.s.eng, coll: r.coll} }
+
+// NewReader returns a hamtstore reader over this room's snapshots.
+func (r *Room) NewReader() *hamtstore.Reader { return hamtstore.NewReader(r.Nodes()) }
+
+// Lookup returns the event ID at (event_type, state_key) in a snapshot: about depth
+// node reads plus one metadata read.
+func (r *Room) Lookup(rd *hamtstore.Reader, root hamtstore.NodeID, eventType, stateKey string) (string, bool, error) {
+	v, ok, err := rd.Get(root, StateKey(eventType, stateKey))
+	if err != nil || !ok {
+		return "", false, err
+	}
+	m, err := r.MetaByRecord(packstore.ID(v))
+	if err != nil {
+		return "", false, err
+	}
+	return m.EventID, true, nil
+}
+
+// StateEntries returns a whole snapshot as "type\x00state_key" -> event ID (the
+// layout of the real rooms' expected_state.jsonl). It reads every node and every
+// entry's metadata: for tests, verify and export, not for hot paths.
+func (r *Room) StateEntries(rd *hamtstore.Reader, root hamtstore.NodeID) (map[string]string, error) {
+	out := make(map[string]string)
+	err := rd.Iterate(root, func(k []byte, v hamtstore.Value) error {
+		t, sk, err := SplitStateKey(k)
+		if err != nil {
+			return err
+		}
+		m, err := r.MetaByRecord(packstore.ID(v))
+		if err != nil {
+			return err
+		}
+		if m.Type != t || m.StateKey != sk || !m.IsState {
+			return fmt.Errorf("%w: room %s: snapshot key (%q, %q) names event %s of (%q, %q)",
+				ErrCorruptRecord, r.head.RoomID, t, sk, m.EventID, m.Type, m.StateKey)
+		}
+		out[t+"\x00"+sk] = m.EventID
+		return nil
+	})
+	return out, err
+}
+
+// RoomRecords returns the IDs of the room-level records: the head, then the arrival
+// log chunks in order.
+func (r *Room) RoomRecords() []packstore.ID {
+	ids := []packstore.ID{headRecordID}
+	for i := uint32(0); i < r.head.LogChunks; i++ {
+		ids = append(ids, logChunkID(i))
+	}
+	return ids
+}
+
+// EventRecords returns the IDs of the records of one event: the PDU, its metadata and
+// its state record (which exists only once the event was replayed).
+func EventRecords(eventID string) (event, meta, state packstore.ID) {
+	ev := EventRecordID(eventID)
+	return ev, metaRecordID(ev), stateRecordID(ev)
+}
+
+// nodeStore stores HAMT nodes as records of one collection.
+type nodeStore struct {
+	eng  packstore.StorageEngine
+	coll packstore.ID
+}
+
+func (n nodeStore) GetNode(id hamtstore.NodeID) ([]byte, error) {
+	return n.eng.Get(n.coll, packstore.ID(id))
+}
+
+func (n nodeStore) PutNodes(nodes []hamtstore.EncodedNode) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	recs := make([]packstore.Record, len(nodes))
+	for i, nd := range nodes {
+		recs[i] = packstore.Record{ID: packstore.ID(nd.ID), Data: nd.Data}
+	}
+	return n.eng.PutMany(n.coll, recs)
+}

@@ -1,0 +1,216 @@
+// Package testrooms holds room histories for tests, the demo and benchmarks, and the
+// code that reads them and checks a replayed store against them.
+//
+// real/ is a copy of the 190 anonymised real rooms of ../shared/realrooms (see
+// real/README.md for their source note; each room's meta.json names the repository,
+// path and commit it came from). A room directory holds events.jsonl (PDUs in the
+// order the origin server stored them), expected_state.jsonl (the state after each
+// event as that server recorded it) and current_state.json.
+package testrooms
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+
+	"github.com/mtxdb/mtxdb/roomstate"
+)
+
+// Dir returns the testrooms directory of this source tree (for tests and the demo
+// run from a checkout).
+func Dir() string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "testrooms"
+	}
+	return filepath.Dir(file)
+}
+
+// RealRoomDirs lists the room directories under dir (a directory of rooms such as
+// testrooms/real), sorted.
+func RealRoomDirs(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if _, err := os.Stat(filepath.Join(p, "events.jsonl")); err == nil {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Expected is what the origin server recorded for a room.
+type Expected struct {
+	Dir    string
+	RoomID string
+	// After is the state after each event ("type\x00state_key" -> event ID), in file
+	// order; events the server kept no state for have no entry.
+	After []ExpectedState
+	// Current is the server's current state; empty when the server had left the room.
+	Current map[string]string
+	// ForwardExtremities as the server recorded them (may be empty).
+	ForwardExtremities []string
+	// Events is the number of events in the room directory (meta.json counts.events).
+	Events int
+}
+
+// ExpectedState is one line of expected_state.jsonl.
+type ExpectedState struct {
+	EventID string            `json:"event_id"`
+	State   map[string]string `json:"state"`
+}
+
+// LoadExpected reads expected_state.jsonl, current_state.json and meta.json of a room
+// directory.
+func LoadExpected(dir string) (*Expected, error) {
+	exp := &Expected{Dir: dir}
+	f, err := os.Open(filepath.Join(dir, "expected_state.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for line := 1; sc.Scan(); line++ {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
+		var es ExpectedState
+		if err := json.Unmarshal(sc.Bytes(), &es); err != nil {
+			return nil, fmt.Errorf("testrooms: %s/expected_state.jsonl line %d: %w", dir, line, err)
+		}
+		exp.After = append(exp.After, es)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("testrooms: %s/expected_state.jsonl: %w", dir, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "current_state.json")); err == nil {
+		if err := json.Unmarshal(b, &exp.Current); err != nil {
+			return nil, fmt.Errorf("testrooms: %s/current_state.json: %w", dir, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "meta.json")); err == nil {
+		var m struct {
+			RoomID             string   `json:"room_id"`
+			ForwardExtremities []string `json:"forward_extremities"`
+			Counts             struct {
+				Events int `json:"events"`
+			} `json:"counts"`
+		}
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("testrooms: %s/meta.json: %w", dir, err)
+		}
+		exp.RoomID, exp.ForwardExtremities, exp.Events = m.RoomID, m.ForwardExtremities, m.Counts.Events
+	}
+	return exp, nil
+}
+
+// Mismatch is one difference between our state and the recorded state. Ours or
+// Recorded is empty where that side has no entry for the key.
+type Mismatch struct {
+	Room     string
+	Event    string // "current state" for the room's current state
+	Key      string // "type|state_key"
+	Ours     string
+	Recorded string
+}
+
+func (m Mismatch) String() string {
+	or := func(s string) string {
+		if s == "" {
+			return "(none)"
+		}
+		return s
+	}
+	return fmt.Sprintf("mismatch room=%s event=%s key=%s ours=%s recorded=%s", m.Room, m.Event, m.Key, or(m.Ours), or(m.Recorded))
+}
+
+// CompareResult counts what Compare checked.
+type CompareResult struct {
+	Events     int // events whose state after was compared
+	Mismatches int
+	Current    bool // the current state (and forward extremities) were compared
+	// CurrentSkipped is set when the store holds more of the room than the recorded
+	// directory (another version of the same room was imported too), so the recorded
+	// current state and extremities describe an earlier tip and are not compared.
+	CurrentSkipped bool
+}
+
+// Compare checks a replayed room against what its origin server recorded: the state
+// after every event in exp.After, and the current state when recorded. Each
+// difference is passed to report.
+func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (CompareResult, error) {
+	var res CompareResult
+	rd := room.NewReader()
+	cmp := func(event string, ours, rec map[string]string) {
+		keys := map[string]bool{}
+		for k := range ours {
+			keys[k] = true
+		}
+		for k := range rec {
+			keys[k] = true
+		}
+		sorted := make([]string, 0, len(keys))
+		for k := range keys {
+			sorted = append(sorted, k)
+		}
+		sort.Strings(sorted)
+		for _, k := range sorted {
+			if ours[k] != rec[k] {
+				res.Mismatches++
+				report(Mismatch{Room: room.ID(), Event: event, Key: strings.Replace(k, "\x00", "|", 1), Ours: ours[k], Recorded: rec[k]})
+			}
+		}
+	}
+	for _, es := range exp.After {
+		root, err := room.StateAfter(es.EventID)
+		if err != nil {
+			return res, err
+		}
+		ours, err := room.StateEntries(rd, root)
+		if err != nil {
+			return res, err
+		}
+		cmp(es.EventID, ours, es.State)
+		res.Events++
+	}
+	if exp.Events > 0 && int(room.Head().Events) != exp.Events {
+		res.CurrentSkipped = true
+		return res, nil
+	}
+	if len(exp.ForwardExtremities) > 0 {
+		ours := append([]string(nil), room.Head().ForwardExtremities...)
+		rec := append([]string(nil), exp.ForwardExtremities...)
+		sort.Strings(ours)
+		sort.Strings(rec)
+		if strings.Join(ours, ",") != strings.Join(rec, ",") {
+			res.Mismatches++
+			report(Mismatch{Room: room.ID(), Event: "forward extremities", Key: "-", Ours: strings.Join(ours, ","), Recorded: strings.Join(rec, ",")})
+		}
+	}
+	if len(exp.Current) > 0 {
+		ours, err := room.StateEntries(rd, room.Head().CurrentState)
+		if err != nil {
+			return res, err
+		}
+		cmp("current state", ours, exp.Current)
+		res.Current = true
+	}
+	return res, nil
+}
