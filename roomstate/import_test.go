@@ -1,0 +1,148 @@
+package roomstate_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/testrooms"
+)
+
+// roomLines returns the PDU lines of a bundled real room.
+func roomLines(t *testing.T, room string) []string {
+	t.Helper()
+	f, err := os.Open(filepath.Join(testrooms.Dir(), "real", room, "events.jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	require.NoError(t, sc.Err())
+	return lines
+}
+
+func openStore(t *testing.T, dir string) (*packstore.PackfileStorage, *roomstate.Store) {
+	t.Helper()
+	eng, err := packstore.Open(packstore.DefaultOptions(dir))
+	require.NoError(t, err)
+	return eng, roomstate.New(eng)
+}
+
+// TestImportBadInput feeds import a file whose line 6 is bad in one way per row and
+// requires a named error with the line and event, the five good events before it kept
+// after a reopen, and a clean re-import of the corrected file.
+func TestImportBadInput(t *testing.T) {
+	good := roomLines(t, "room002")[:12]
+	var roomID string
+	for _, tc := range []struct {
+		name    string
+		lines   func() []string
+		line    int
+		want    error
+		eventIn string // substring the error must name
+	}{
+		{"malformed json", func() []string {
+			l := append([]string(nil), good...)
+			l[5] = `{"type": "m.room.message", "content": {`
+			return l
+		}, 6, roomstate.ErrMalformedPDU, ""},
+		{"not a pdu", func() []string {
+			l := append([]string(nil), good...)
+			l[5] = `{"type": "m.room.message", "room_id": "` + "!x:y" + `"}`
+			return l
+		}, 6, roomstate.ErrNoCreateEvent, ""},
+		{"missing prev_event", func() []string {
+			l := append([]string(nil), good[:5]...)
+			return append(l, good[6:]...) // line 6 is now good[6], whose prev was dropped
+		}, 6, roomstate.ErrMissingPrevEvent, "$"},
+		{"event_id mismatch", func() []string {
+			l := append([]string(nil), good...)
+			l[5] = strings.Replace(l[5], `"event_id":"$`, `"event_id":"$X`, 1)
+			return l
+		}, 6, roomstate.ErrEventIDMismatch, "$X"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			eng, st := openStore(t, dir)
+			in := strings.Join(tc.lines(), "\n") + "\n"
+			res, err := st.Import(strings.NewReader(in), "bad.jsonl", roomstate.ImportOptions{BatchSize: 2})
+			require.Error(t, err)
+			require.True(t, errors.Is(err, tc.want), "got %v, want %v", err, tc.want)
+			var ie *roomstate.ImportError
+			require.True(t, errors.As(err, &ie))
+			require.Equal(t, tc.line, ie.Line, "line in %v", err)
+			require.Contains(t, err.Error(), "bad.jsonl line 6")
+			if tc.eventIn != "" {
+				require.Contains(t, ie.EventID, tc.eventIn)
+				require.Contains(t, err.Error(), ie.EventID)
+			}
+			require.Equal(t, 5, res.Imported)
+			require.NoError(t, eng.Close())
+
+			// The store reopens with the five events before the bad line.
+			eng, st = openStore(t, dir)
+			defer eng.Close()
+			rooms, err := st.Rooms()
+			require.NoError(t, err)
+			require.Len(t, rooms, 1)
+			roomID = rooms[0].ID()
+			ids, err := rooms[0].EventIDs()
+			require.NoError(t, err)
+			require.Len(t, ids, 5)
+			_, err = rooms[0].Check()
+			require.NoError(t, err)
+
+			// Re-importing the good file skips what is there and adds the rest.
+			res, err = st.Import(strings.NewReader(strings.Join(good, "\n")), "good.jsonl", roomstate.ImportOptions{})
+			require.NoError(t, err)
+			require.Equal(t, 5, res.Skipped)
+			require.Equal(t, len(good)-5, res.Imported)
+		})
+	}
+	require.NotEmpty(t, roomID)
+}
+
+// TestImportUnknownRoomVersion: a create event naming a room version nobody knows is
+// refused with the line and event, and nothing is stored.
+func TestImportUnknownRoomVersion(t *testing.T) {
+	lines := roomLines(t, "room002")[:3]
+	lines[0] = strings.Replace(lines[0], `"room_version":"10"`, `"room_version":"99"`, 1)
+	require.Contains(t, lines[0], `"99"`)
+	eng, st := openStore(t, t.TempDir())
+	defer eng.Close()
+	_, err := st.Import(strings.NewReader(strings.Join(lines, "\n")), "v99.jsonl", roomstate.ImportOptions{})
+	require.ErrorIs(t, err, roomstate.ErrUnknownRoomVersion)
+	require.Contains(t, err.Error(), "v99.jsonl line 1 (event $")
+	require.Contains(t, err.Error(), `"99"`)
+	rooms, err := st.Rooms()
+	require.NoError(t, err)
+	require.Empty(t, rooms)
+}
+
+// TestImportJSONArray: the same PDUs as one JSON array import alike, and an error
+// names the array element.
+func TestImportJSONArray(t *testing.T) {
+	lines := roomLines(t, "room002")[:8]
+	eng, st := openStore(t, t.TempDir())
+	defer eng.Close()
+	arr := "[" + strings.Join(lines, ",\n") + "]"
+	res, err := st.Import(strings.NewReader(arr), "arr.json", roomstate.ImportOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 8, res.Imported)
+
+	bad := "[" + strings.Join(append(append([]string(nil), lines...), `{"type":1}`), ",") + "]"
+	_, err = st.Import(bytes.NewReader([]byte(bad)), "arr.json", roomstate.ImportOptions{})
+	require.ErrorIs(t, err, roomstate.ErrMalformedPDU)
+	require.Contains(t, err.Error(), "arr.json element 9")
+}
