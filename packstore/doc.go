@@ -1,0 +1,130 @@
+// Package packstore is the packfile storage engine: collections (16-byte
+// IDs) of records (16-byte IDs, opaque bytes) stored as checksummed frames
+// in one global append stream of shard files, found through a lossy fanout
+// index per collection, and compacted by a caller-scheduled repack. It knows
+// nothing about Matrix. The specification is the seed write-up
+// (shared/seeds/000_*.txt), sections "Packfile format", "The lossy fanout
+// index", "Topological repack" and "The storage engine trait".
+//
+// # Files
+//
+// A store is a directory of shard files named shard-NNNNN.mtdb, where NNNNN
+// is the pack ID (0..4095) in five decimal digits. Shards are created as
+// shard-NNNNN.mtdb.tmp, fsynced and renamed, then the directory is fsynced,
+// so a published shard always has a complete header; Open deletes leftover
+// .tmp files. Pack IDs only grow; retired shards leave gaps.
+//
+// All integers are little-endian. All checksums are CRC-32C (Castagnoli,
+// hash/crc32), stored as u32 little-endian.
+//
+// # Shard header (HeaderSize = 4096 bytes)
+//
+//	offset  size  field
+//	     0     4  magic "MTDB" (4d 54 44 42)
+//	     4     1  format version, 0x04
+//	     5     1  reserved, 0
+//	     6     2  pack ID (u16), equal to the file name's
+//	     8     8  creation time (u64, unix nanoseconds)
+//	    16     4  feature flags (u32); none defined, unknown bits rejected
+//	    20  4072  zero padding (must be zero)
+//	  4092     4  CRC-32C of bytes [0, 4092)
+//
+// Versions: 0x04 is the first version of this implementation (numbered as
+// in the seed). A header with another magic, version, pack ID, nonzero
+// padding or a CRC mismatch is corruption (ErrCorrupt naming the file).
+//
+// # Frame
+//
+// Frames follow the header back to back. One frame (FrameOverhead = 45
+// bytes of framing plus the stored payload):
+//
+//	offset  size  field
+//	     0     4  len: bytes from flags through payload = 37 + stored payload
+//	     4     1  flags: bit0 FlagZstd, bit1 FlagReset, others must be 0
+//	     5     4  raw_len: uncompressed payload length
+//	     9    16  collection ID
+//	    25    16  record ID (zero in a reset marker)
+//	    41     n  payload (n = len - 37)
+//	  41+n     4  CRC-32C of bytes [0, 41+n) of the frame (len through payload)
+//
+// Total frame size is len + 8. Rules a decoder enforces before trusting a
+// frame: 37 <= len <= MaxShardBytesLimit-4096-8; no unknown flag bits;
+// without FlagZstd raw_len == n; with FlagZstd n > 0 and raw_len bounded by
+// the largest payload of a shard, and the payload is a zstd stream
+// (klauspost/compress) that decodes to exactly raw_len bytes. The writer
+// compresses only payloads of at least 64 bytes and only when that makes the
+// frame smaller. A frame with FlagReset is a collection reset marker: no
+// other flag, raw_len 0, n 0; it means "forget every earlier frame of this
+// collection" and is written by DeleteCollection and at the start of each
+// collection's repack output.
+//
+// Worked example: record ID 22..22 in collection 11..11 with the raw
+// payload "hi" (TestFrameHexExample pins it):
+//
+//	27000000                          len = 39 = 37 + 2
+//	00                                flags: raw
+//	02000000                          raw_len = 2
+//	11111111111111111111111111111111  collection ID
+//	22222222222222222222222222222222  record ID
+//	6869                              payload "hi"
+//	da5955bc                          CRC-32C of the 43 bytes above
+//
+// # Append stream and order
+//
+// There is one global append stream; the global order of frames is
+// (pack ID, offset). When the next frame would take the active shard past
+// Options.MaxShardBytes (at most MaxShardBytesLimit, just under 256 MiB),
+// the shard is fsynced and sealed and the next pack ID is started; needing
+// pack ID 4096 is ErrShardLimit and writes nothing of the batch. Repack
+// output goes through the same stream, starting in a fresh shard, so the
+// scan order is always the write order and a later frame of a record
+// supersedes an earlier one.
+//
+// # Index slot (in memory)
+//
+// Each collection has a power-of-two table of u64 slots:
+//
+//	bits 63..40  tag: ID[8:11] as a big-endian 24-bit number
+//	bits 39..28  shard: pack ID (12 bits)
+//	bits 27..0   offset + 1 (28 bits); the all-zero slot is empty
+//
+// The home bucket is the top log2(size) bits of big-endian ID[0:8]; the tag
+// uses other bits of the ID. Linear probing, empty terminates, load at most
+// 75% (growth rehashes into a double-size table, re-reading each record ID
+// from its frame because the slot does not hold the bucket bits). A tag
+// match is verified against the frame's record ID; mismatches are tag
+// collisions (counted in Stats.TagCollisions). Superseding replaces the
+// slot in place with one atomic 64-bit store; growth and repack publish a
+// new table through an atomic.Pointer, so readers never lock the writer.
+//
+// # Reads
+//
+// Sealed shards are memory-mapped read-only (edsrzf/mmap-go) in full. The
+// active shard is mapped up to its size at open; frames appended since are
+// read with ReadAt, and the shard is re-mapped in full when sealed. Get
+// verifies the frame CRC and that the frame's collection and record ID are
+// the requested ones, and returns an owned copy.
+//
+// # Open and recovery
+//
+// Open rebuilds every index by scanning all shards in pack-ID order (a later
+// version will load a checkpoint plus delta instead; the seam is
+// rebuildLocked). In the last shard, a bad frame is a torn tail when no
+// valid frame starts anywhere after it (a frame running past end of file,
+// a final frame with a bad CRC, a zero-filled tail): the file is truncated
+// at the last good frame and fsynced. Any other bad frame or header is an
+// ErrCorrupt error naming the shard file and offset; nothing is truncated.
+//
+// # Retirement
+//
+// Repack deletes a shard only when (a) no collection's index references it,
+// (b) it is not the active shard, and (c) for every reset marker it holds
+// for a collection X, no surviving shard with a lower pack ID holds frames
+// of X (else a rebuild by scan would resurrect them). Retirement runs only
+// after the repack output and the active shard are fsynced; shards are
+// unmapped (after in-flight reads) before deletion and the directory is
+// fsynced after.
+//
+// Not built yet: index checkpoint and delta files, a node cache, zero-copy
+// leased reads, fault-injection filesystem.
+package packstore

@@ -1,0 +1,35 @@
+package packstore
+
+import "errors"
+
+// Errors returned by reads.
+var (
+	// ErrNotFound is returned by Get when the collection holds no record with
+	// the requested ID.
+	ErrNotFound = errors.New("packstore: record not found")
+)
+
+// Errors returned by writes.
+var (
+	// ErrShardLimit is returned when a write would need a shard with pack ID
+	// 4096 or above (the index slot has 12 bits for the shard). Nothing of the
+	// failing batch is written.
+	ErrShardLimit = errors.New("packstore: shard limit reached (4096 shards)")
+	// ErrTooLarge is returned when a payload cannot fit in one shard
+	// (Options.MaxShardBytes minus the shard header and the frame overhead).
+	ErrTooLarge = errors.New("packstore: record too large for a shard")
+)
+
+// Errors returned by any operation.
+var (
+	// ErrClosed is returned by every operation after Close.
+	ErrClosed = errors.New("packstore: storage closed")
+	// ErrCorrupt marks corruption found on disk. Errors carrying it are
+	// wrapped as "packstore: corrupt data: shard N (file) offset O: what"
+	// and are recognised by IsCorruption.
+	ErrCorrupt = errors.New("packstore: corrupt data")
+)
+
+// IsCorruption reports whether err (or any error it wraps) marks on-disk
+// corruption.
+func IsCorruption(err error) bool { return errors.Is(err, ErrCorrupt) }

@@ -1,0 +1,234 @@
+package packstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+)
+
+// The constants below are part of the on-disk format (see doc.go).
+
+// Shard header layout.
+const (
+	// HeaderSize is the fixed size of a shard header; frames start here.
+	HeaderSize = 4096
+
+	headerMagicOff    = 0  // [4]byte "MTDB"
+	headerVersionOff  = 4  // u8 format version
+	headerReservedOff = 5  // u8, must be zero
+	headerPackIDOff   = 6  // u16 pack ID
+	headerCreatedOff  = 8  // u64 creation time, unix nanoseconds
+	headerFeaturesOff = 16 // u32 feature flags
+	headerPadOff      = 20 // zero padding up to headerCRCOff
+	headerCRCOff      = HeaderSize - crcLen
+
+	// FormatVersion is the shard format version written and accepted.
+	//   0x04: first version of this implementation (the seed's numbering).
+	FormatVersion = 0x04
+
+	// knownFeatures is the set of feature-flag bits this version understands
+	// (none yet); a header with any other bit set is rejected.
+	knownFeatures = 0
+)
+
+// Magic opens every shard file.
+var Magic = [4]byte{'M', 'T', 'D', 'B'}
+
+// Frame layout.
+const (
+	frameLenLen    = 4  // u32 len
+	frameFlagsLen  = 1  // u8 flags
+	frameRawLenLen = 4  // u32 raw_len
+	idLen          = 16 // collection ID, record ID
+	crcLen         = 4  // u32 CRC-32C
+
+	frameFlagsOff   = frameLenLen                     // 4
+	frameRawLenOff  = frameFlagsOff + frameFlagsLen   // 5
+	frameCollOff    = frameRawLenOff + frameRawLenLen // 9
+	frameIDOff      = frameCollOff + idLen            // 25
+	framePayloadOff = frameIDOff + idLen              // 41
+
+	// frameFixedLen is the smallest value of the len field: flags through
+	// record ID, no payload.
+	frameFixedLen = framePayloadOff - frameLenLen // 37
+
+	// FrameOverhead is the framing cost of one record: 45 bytes.
+	FrameOverhead = framePayloadOff + crcLen
+
+	// FlagZstd marks a zstd-compressed payload; raw_len is the decompressed length.
+	FlagZstd = 1 << 0
+	// FlagReset marks a collection reset marker (no payload): every earlier
+	// frame of the collection in the global (pack ID, offset) order is dead.
+	FlagReset = 1 << 1
+
+	knownFrameFlags = FlagZstd | FlagReset
+)
+
+// Limits that follow from the 64-bit index slot (tag 24 | shard 12 | offset 28,
+// offset stored +1).
+const (
+	// MaxShards is the number of addressable shards (pack IDs 0..4095).
+	MaxShards = 1 << 12
+	// MaxShardBytesLimit is the default and largest Options.MaxShardBytes:
+	// just under 256 MiB, so that offset+1 of every frame fits in 28 bits.
+	MaxShardBytesLimit = 1<<28 - 1
+	// minShardBytes is the smallest accepted Options.MaxShardBytes.
+	minShardBytes = HeaderSize + 1024
+
+	// maxFrameLen bounds the len field of any frame we accept.
+	maxFrameLen = MaxShardBytesLimit - HeaderSize - frameLenLen - crcLen
+	// maxRawLen bounds raw_len (the uncompressed payload length).
+	maxRawLen = MaxShardBytesLimit - HeaderSize - FrameOverhead
+)
+
+// castagnoli is the CRC-32C (Castagnoli) table; CRCs are stored little-endian.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// checksum returns the CRC-32C of b.
+func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// shardHeader is the decoded fixed header of a shard file.
+type shardHeader struct {
+	PackID   uint16
+	Created  int64 // unix nanoseconds
+	Features uint32
+}
+
+// encodeHeader returns the HeaderSize bytes of h.
+func encodeHeader(h shardHeader) []byte {
+	b := make([]byte, HeaderSize)
+	copy(b[headerMagicOff:], Magic[:])
+	b[headerVersionOff] = FormatVersion
+	binary.LittleEndian.PutUint16(b[headerPackIDOff:], h.PackID)
+	binary.LittleEndian.PutUint64(b[headerCreatedOff:], uint64(h.Created))
+	binary.LittleEndian.PutUint32(b[headerFeaturesOff:], h.Features)
+	binary.LittleEndian.PutUint32(b[headerCRCOff:], checksum(b[:headerCRCOff]))
+	return b
+}
+
+// decodeHeader validates and decodes a shard header. The returned error is a
+// bare reason; callers wrap it with ErrCorrupt and the file name.
+func decodeHeader(b []byte) (shardHeader, error) {
+	var h shardHeader
+	if len(b) < HeaderSize {
+		return h, fmt.Errorf("short header: %d of %d bytes", len(b), HeaderSize)
+	}
+	b = b[:HeaderSize]
+	if [4]byte(b[headerMagicOff:headerMagicOff+4]) != Magic {
+		return h, fmt.Errorf("bad magic %q", b[headerMagicOff:headerMagicOff+4])
+	}
+	if v := b[headerVersionOff]; v != FormatVersion {
+		return h, fmt.Errorf("unsupported version 0x%02x", v)
+	}
+	if want, got := binary.LittleEndian.Uint32(b[headerCRCOff:]), checksum(b[:headerCRCOff]); want != got {
+		return h, fmt.Errorf("header crc mismatch: stored %08x, computed %08x", want, got)
+	}
+	if b[headerReservedOff] != 0 {
+		return h, errors.New("nonzero reserved header byte")
+	}
+	for _, c := range b[headerPadOff:headerCRCOff] {
+		if c != 0 {
+			return h, errors.New("nonzero header padding")
+		}
+	}
+	h.PackID = binary.LittleEndian.Uint16(b[headerPackIDOff:])
+	h.Created = int64(binary.LittleEndian.Uint64(b[headerCreatedOff:]))
+	h.Features = binary.LittleEndian.Uint32(b[headerFeaturesOff:])
+	if h.PackID >= MaxShards {
+		return h, fmt.Errorf("pack id %d out of range", h.PackID)
+	}
+	if h.Features&^knownFeatures != 0 {
+		return h, fmt.Errorf("unknown feature flags %08x", h.Features)
+	}
+	return h, nil
+}
+
+// appendFrame appends one encoded frame to dst. payload is stored as given;
+// rawLen is the uncompressed length (equal to len(payload) unless FlagZstd).
+// The caller guarantees len(payload) <= maxRawLen.
+func appendFrame(dst []byte, flags byte, rawLen int, coll, id ID, payload []byte) []byte {
+	start := len(dst)
+	var hdr [framePayloadOff]byte
+	binary.LittleEndian.PutUint32(hdr[0:], uint32(frameFixedLen+len(payload)))
+	hdr[frameFlagsOff] = flags
+	binary.LittleEndian.PutUint32(hdr[frameRawLenOff:], uint32(rawLen))
+	copy(hdr[frameCollOff:], coll[:])
+	copy(hdr[frameIDOff:], id[:])
+	dst = append(dst, hdr[:]...)
+	dst = append(dst, payload...)
+	return binary.LittleEndian.AppendUint32(dst, checksum(dst[start:]))
+}
+
+// frameView is a decoded frame whose Payload aliases the input bytes.
+type frameView struct {
+	Size    int // total frame bytes: len field + 8
+	Flags   byte
+	RawLen  int
+	Coll    ID
+	ID      ID
+	Payload []byte // stored payload (compressed when Flags&FlagZstd)
+}
+
+// errFrameTruncated is returned by decodeFrame when the frame's declared
+// length runs past the end of the input.
+var errFrameTruncated = errors.New("frame runs past end of data")
+
+// frameSizeAt returns the total size of the frame starting at b, after
+// validating the len field; errFrameTruncated if b is shorter than 4 bytes.
+func frameSizeAt(b []byte) (int, error) {
+	if len(b) < frameLenLen {
+		return 0, errFrameTruncated
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n < frameFixedLen || n > maxFrameLen {
+		return 0, fmt.Errorf("invalid frame length %d", n)
+	}
+	return int(n) + frameLenLen + crcLen, nil
+}
+
+// decodeFrame validates the frame at the start of b (length, flags, raw_len,
+// then CRC) and returns a view of it. Errors are bare reasons (errFrameTruncated
+// when the frame does not fit in b); callers wrap them with ErrCorrupt,
+// shard and offset.
+func decodeFrame(b []byte) (frameView, error) {
+	var fv frameView
+	size, err := frameSizeAt(b)
+	if err != nil {
+		return fv, err
+	}
+	if size > len(b) {
+		return fv, errFrameTruncated
+	}
+	b = b[:size]
+	fv.Size = size
+	fv.Flags = b[frameFlagsOff]
+	raw := binary.LittleEndian.Uint32(b[frameRawLenOff:])
+	fv.Coll = ID(b[frameCollOff : frameCollOff+idLen])
+	fv.ID = ID(b[frameIDOff : frameIDOff+idLen])
+	fv.Payload = b[framePayloadOff : size-crcLen]
+	if fv.Flags&^knownFrameFlags != 0 {
+		return fv, fmt.Errorf("unknown frame flags %02x", fv.Flags)
+	}
+	switch {
+	case fv.Flags&FlagReset != 0:
+		if fv.Flags != FlagReset || raw != 0 || len(fv.Payload) != 0 {
+			return fv, errors.New("reset marker with payload, raw_len or other flags")
+		}
+	case fv.Flags&FlagZstd != 0:
+		if raw > maxRawLen || len(fv.Payload) == 0 {
+			return fv, fmt.Errorf("compressed frame with raw_len %d, stored %d", raw, len(fv.Payload))
+		}
+	default:
+		if int(raw) != len(fv.Payload) {
+			return fv, fmt.Errorf("raw_len %d differs from payload length %d", raw, len(fv.Payload))
+		}
+	}
+	// The CRC comes last so that scanning for a resynchronisation point
+	// (tornTail) rejects most positions on the cheap header checks.
+	if want, got := binary.LittleEndian.Uint32(b[size-crcLen:]), checksum(b[:size-crcLen]); want != got {
+		return fv, fmt.Errorf("frame crc mismatch: stored %08x, computed %08x", want, got)
+	}
+	fv.RawLen = int(raw)
+	return fv, nil
+}

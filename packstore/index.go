@@ -1,0 +1,180 @@
+package packstore
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+)
+
+// The lossy fanout index (seed "The lossy fanout index").
+//
+// Each collection has a power-of-two table of 64-bit slots:
+//
+//	bit 63 ........ 40 | 39 ..... 28 | 27 ......... 0
+//	   tag (24 bits)   | shard (12)  | offset+1 (28)
+//
+// The all-zero slot is empty; since the offset is stored +1 a used slot is
+// never zero. The home bucket of a record ID is the top `bits` bits of the
+// big-endian u64 of ID[0:8]; the tag is the big-endian 24-bit value of
+// ID[8:11], independent of the bucket bits. Probing is linear and an empty
+// slot terminates it (there are no deletions within one table generation).
+// A tag match is only a candidate: the caller reads the frame and compares
+// the full record ID, continuing the probe on mismatch (a tag collision).
+const (
+	slotTagShift   = 40
+	slotShardShift = 28
+	slotOffMask    = 1<<28 - 1
+	slotShardMask  = 1<<12 - 1
+	slotTagMask    = 1<<24 - 1
+
+	minTableBits = 3 // 8 slots
+)
+
+// loc is a frame location: pack ID and byte offset in that shard.
+type loc struct {
+	shard uint16
+	off   uint32
+}
+
+func (l loc) less(o loc) bool {
+	return l.shard < o.shard || (l.shard == o.shard && l.off < o.off)
+}
+
+func idTag(id ID) uint64 {
+	return uint64(id[8])<<16 | uint64(id[9])<<8 | uint64(id[10])
+}
+
+func makeSlot(id ID, l loc) uint64 {
+	return idTag(id)<<slotTagShift | uint64(l.shard)<<slotShardShift | (uint64(l.off) + 1)
+}
+
+func slotTag(s uint64) uint64 { return s >> slotTagShift & slotTagMask }
+
+func slotLoc(s uint64) loc {
+	return loc{shard: uint16(s >> slotShardShift & slotShardMask), off: uint32(s&slotOffMask) - 1}
+}
+
+// lossyTable is one immutable-size generation of a collection's index.
+//
+// Readers load slots with atomic loads and never lock. The single writer
+// (holding PackfileStorage.mu) stores slots with single atomic 64-bit stores;
+// growth builds a new table and publishes it through the collection's
+// atomic.Pointer.
+type lossyTable struct {
+	slots []atomic.Uint64
+	bits  uint
+	// count of used slots; written and read only by the writer.
+	count int
+}
+
+func newTable(bits uint) *lossyTable {
+	if bits < minTableBits {
+		bits = minTableBits
+	}
+	return &lossyTable{slots: make([]atomic.Uint64, 1<<bits), bits: bits}
+}
+
+// tableBitsFor returns the table size (in bits) that holds n entries at or
+// below 75% load.
+func tableBitsFor(n int) uint {
+	bits := uint(minTableBits)
+	for (n+1)*4 > (1<<bits)*3 {
+		bits++
+	}
+	return bits
+}
+
+func (t *lossyTable) mask() uint64 { return uint64(len(t.slots) - 1) }
+
+func (t *lossyTable) bucket(id ID) uint64 {
+	return binary.BigEndian.Uint64(id[:8]) >> (64 - t.bits)
+}
+
+// candidates appends to dst every location in id's probe run whose tag
+// matches id's tag, in probe order.
+func (t *lossyTable) candidates(id ID, dst []loc) []loc {
+	tag, m := idTag(id), t.mask()
+	for i, n := t.bucket(id), 0; n < len(t.slots); i, n = (i+1)&m, n+1 {
+		s := t.slots[i].Load()
+		if s == 0 {
+			break
+		}
+		if slotTag(s) == tag {
+			dst = append(dst, slotLoc(s))
+		}
+	}
+	return dst
+}
+
+// idAt reads the record ID and frame size of the frame at a location.
+type idAt func(l loc) (id ID, size int, err error)
+
+// upsert points id at l. If id is already present (verified by reading the
+// frame through read) its slot is replaced and the old location and frame
+// size are returned with replaced=true. The caller must ensure there is room
+// (see needsGrow). collisions counts tag matches that held another ID.
+func (t *lossyTable) upsert(id ID, l loc, read idAt, collisions *atomic.Uint64) (old loc, oldSize int, replaced bool, err error) {
+	tag, m := idTag(id), t.mask()
+	for i := t.bucket(id); ; i = (i + 1) & m {
+		s := t.slots[i].Load()
+		if s == 0 {
+			t.slots[i].Store(makeSlot(id, l))
+			t.count++
+			return loc{}, 0, false, nil
+		}
+		if slotTag(s) != tag {
+			continue
+		}
+		ol := slotLoc(s)
+		got, size, err := read(ol)
+		if err != nil {
+			return loc{}, 0, false, err
+		}
+		if got == id {
+			t.slots[i].Store(makeSlot(id, l))
+			return ol, size, true, nil
+		}
+		collisions.Add(1)
+	}
+}
+
+// insertUnique adds a slot for an ID known to be absent from t.
+func (t *lossyTable) insertUnique(slot uint64, id ID) {
+	m := t.mask()
+	for i := t.bucket(id); ; i = (i + 1) & m {
+		if t.slots[i].Load() == 0 {
+			t.slots[i].Store(slot)
+			t.count++
+			return
+		}
+	}
+}
+
+// needsGrow reports whether adding one entry would pass 75% load.
+func (t *lossyTable) needsGrow() bool { return (t.count+1)*4 > len(t.slots)*3 }
+
+// grown returns a double-size copy of t. The slots do not hold the bucket
+// bits, so each entry's record ID is re-read from its frame.
+func (t *lossyTable) grown(read idAt) (*lossyTable, error) {
+	nt := newTable(t.bits + 1)
+	for i := range t.slots {
+		s := t.slots[i].Load()
+		if s == 0 {
+			continue
+		}
+		id, _, err := read(slotLoc(s))
+		if err != nil {
+			return nil, err
+		}
+		nt.insertUnique(s, id)
+	}
+	return nt, nil
+}
+
+// each calls fn for every used slot's location.
+func (t *lossyTable) each(fn func(l loc)) {
+	for i := range t.slots {
+		if s := t.slots[i].Load(); s != 0 {
+			fn(slotLoc(s))
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package packstore
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/edsrzf/mmap-go"
+)
+
+// shardFileName returns the file name of pack ID id.
+func shardFileName(id uint16) string { return fmt.Sprintf("shard-%05d.mtdb", id) }
+
+// parseShardFileName returns the pack ID of a shard file name.
+func parseShardFileName(name string) (uint16, bool) {
+	var id int
+	if len(name) != len("shard-00000.mtdb") {
+		return 0, false
+	}
+	if _, err := fmt.Sscanf(name, "shard-%05d.mtdb", &id); err != nil || id < 0 || id >= MaxShards {
+		return 0, false
+	}
+	if shardFileName(uint16(id)) != name {
+		return 0, false
+	}
+	return uint16(id), true
+}
+
+// errShardGone is returned by shard reads after the shard was retired; the
+// reader retries with a fresh index generation.
+var errShardGone = errors.New("packstore: shard retired")
+
+// shard is one shard file.
+//
+// Reads: bytes below len(mm) are read from the read-only mapping; bytes
+// above it (the tail of the active shard, appended since it was mapped) are
+// read with ReadAt. A shard is mapped at open and re-mapped in full when it
+// is sealed. Readers hold mu.RLock for the duration of a read, so unmapping
+// (seal, retire, close) waits for them.
+type shard struct {
+	id   uint16
+	path string
+
+	mu     sync.RWMutex // guards f, mm and gone against unmap/close
+	f      *os.File
+	mm     mmap.MMap
+	gone   bool
+	synced bool // writer-only: no unsynced appends
+
+	// Writer-only fields, guarded by PackfileStorage.mu.
+	size   int64           // bytes of complete frames (file size)
+	live   int             // index slots (all collections) pointing here
+	colls  map[ID]struct{} // collections with data frames in this shard
+	resets map[ID]struct{} // collections with reset markers in this shard
+}
+
+func newShardState(id uint16, path string, f *os.File, size int64) *shard {
+	return &shard{id: id, path: path, f: f, size: size, synced: true,
+		colls: make(map[ID]struct{}), resets: make(map[ID]struct{})}
+}
+
+// corruptf returns an ErrCorrupt error naming this shard and an offset.
+func (s *shard) corruptf(off int64, format string, args ...any) error {
+	return fmt.Errorf("%w: shard %d (%s) offset %d: %s", ErrCorrupt, s.id, filepath.Base(s.path), off, fmt.Sprintf(format, args...))
+}
+
+// remap replaces the mapping with one covering the first size bytes.
+// The writer calls it; it takes mu itself.
+func (s *shard) remap(size int64) error {
+	var m mmap.MMap
+	if size > 0 {
+		var err error
+		m, err = mmap.MapRegion(s.f, int(size), mmap.RDONLY, 0, 0)
+		if err != nil {
+			return fmt.Errorf("packstore: map %s: %w", s.path, err)
+		}
+	}
+	s.mu.Lock()
+	old := s.mm
+	s.mm = m
+	s.mu.Unlock()
+	if old != nil {
+		return old.Unmap()
+	}
+	return nil
+}
+
+// close unmaps and closes the shard; later reads return errShardGone.
+func (s *shard) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone {
+		return nil
+	}
+	s.gone = true
+	var err error
+	if s.mm != nil {
+		err = s.mm.Unmap()
+		s.mm = nil
+	}
+	if cerr := s.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// withFrame validates the frame at off and calls fn with it. The view's
+// payload is valid only during fn. It returns errShardGone if the shard was
+// retired, and an ErrCorrupt error naming the shard and offset if the frame
+// is bad.
+func (s *shard) withFrame(off int64, fn func(fv frameView) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.gone {
+		return errShardGone
+	}
+	var b []byte
+	if off >= HeaderSize && off < int64(len(s.mm)) {
+		b = s.mm[off:]
+	} else {
+		var lenBuf [frameLenLen]byte
+		if _, err := s.f.ReadAt(lenBuf[:], off); err != nil {
+			return s.readErr(off, err)
+		}
+		size, err := frameSizeAt(lenBuf[:])
+		if err != nil {
+			return s.corruptf(off, "%v", err)
+		}
+		b = make([]byte, size)
+		if _, err := s.f.ReadAt(b, off); err != nil {
+			return s.readErr(off, err)
+		}
+	}
+	fv, err := decodeFrame(b)
+	if err != nil {
+		return s.corruptf(off, "%v", err)
+	}
+	return fn(fv)
+}
+
+func (s *shard) readErr(off int64, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return s.corruptf(off, "frame past end of file")
+	}
+	return fmt.Errorf("packstore: read %s offset %d: %w", s.path, off, err)
+}
+
+// frameHead reads the record ID and frame size at off without checking the
+// CRC; the writer uses it to verify index tag matches and to rehash.
+func (s *shard) frameHead(off int64) (ID, int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.gone {
+		return ID{}, 0, errShardGone
+	}
+	var hdr [framePayloadOff]byte
+	if off >= HeaderSize && off+framePayloadOff <= int64(len(s.mm)) {
+		copy(hdr[:], s.mm[off:])
+	} else if _, err := s.f.ReadAt(hdr[:], off); err != nil {
+		return ID{}, 0, s.readErr(off, err)
+	}
+	size, err := frameSizeAt(hdr[:])
+	if err != nil {
+		return ID{}, 0, s.corruptf(off, "%v", err)
+	}
+	return ID(hdr[frameIDOff : frameIDOff+idLen]), size, nil
+}
+
+// rawFrame returns a copy of the validated frame bytes at off (for repack).
+func (s *shard) rawFrame(off int64, dst []byte) ([]byte, error) {
+	err := s.withFrame(off, func(fv frameView) error {
+		// Re-encoding a validated frame reproduces its bytes exactly.
+		dst = appendFrame(dst, fv.Flags, fv.RawLen, fv.Coll, fv.ID, fv.Payload)
+		return nil
+	})
+	return dst, err
+}

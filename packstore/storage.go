@@ -1,0 +1,701 @@
+package packstore
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Options configures a PackfileStorage.
+type Options struct {
+	// Dir holds the shard files; Open creates it if needed.
+	Dir string
+	// MaxShardBytes is the size at which a shard is sealed and the next one
+	// started. 0 means MaxShardBytesLimit (just under 256 MiB), which is also
+	// the maximum; values below 5 KiB are rejected. A record's payload must
+	// fit in one shard: MaxShardBytes - HeaderSize - FrameOverhead bytes.
+	MaxShardBytes int64
+	// Compress stores a payload zstd-compressed when that makes its frame
+	// smaller. DefaultOptions sets it; the zero Options leaves it off.
+	Compress bool
+
+	// maxShards lowers the shard limit for tests; 0 means MaxShards.
+	maxShards int
+}
+
+// DefaultOptions returns the options for a store in dir: the largest shards
+// and compression on.
+func DefaultOptions(dir string) Options {
+	return Options{Dir: dir, MaxShardBytes: MaxShardBytesLimit, Compress: true}
+}
+
+// compressMin is the smallest payload the writer tries to compress.
+const compressMin = 64
+
+var (
+	zstdOnce sync.Once
+	zstdEnc  *zstd.Encoder
+	zstdDec  *zstd.Decoder
+	zstdErr  error
+)
+
+// codecs returns the process-wide zstd encoder and decoder; their EncodeAll
+// and DecodeAll are safe for concurrent use.
+func codecs() (*zstd.Encoder, *zstd.Decoder, error) {
+	zstdOnce.Do(func() {
+		zstdEnc, zstdErr = zstd.NewWriter(nil)
+		if zstdErr != nil {
+			return
+		}
+		zstdDec, zstdErr = zstd.NewReader(nil, zstd.WithDecoderMaxMemory(maxRawLen))
+	})
+	return zstdEnc, zstdDec, zstdErr
+}
+
+// collection is one collection's index state.
+type collection struct {
+	// table is the published index generation; readers load it lock-free.
+	table atomic.Pointer[lossyTable]
+
+	// Writer-only, guarded by PackfileStorage.mu.
+	live      int   // live records
+	liveBytes int64 // frame bytes of live records
+}
+
+func newCollection(bits uint) *collection {
+	c := &collection{}
+	c.table.Store(newTable(bits))
+	return c
+}
+
+// PackfileStorage is the packfile engine: one global append stream of shard
+// files, a lossy fanout index per collection and caller-scheduled repack
+// (seed "Packfile format", "The lossy fanout index", "Topological repack").
+//
+// It is safe for concurrent use. Writers (Put, PutMany, DeleteCollection,
+// Sync, Repack, Close, Stats, CollectionRecords) serialize on one mutex.
+// Readers (Get, GetMany, Collections) never take it: they load the
+// collection's published index generation atomically and read frames under
+// a per-shard read lock that only unmapping (seal, retire, close) contends.
+type PackfileStorage struct {
+	opts      Options
+	maxShards int
+	maxData   int // largest payload that fits in one shard
+
+	closed     atomic.Bool
+	shards     [MaxShards]atomic.Pointer[shard] // by pack ID; nil = absent
+	colls      sync.Map                         // ID -> *collection
+	collisions atomic.Uint64                    // index tag collisions seen
+
+	// mu serializes writers. It guards active, the writer-only fields of
+	// every shard and collection, stores into published index tables, and
+	// additions/removals in shards and colls.
+	mu     sync.Mutex
+	active *shard // the shard appends go to (highest pack ID)
+}
+
+// Open opens (creating if needed) the store in opts.Dir. It rebuilds every
+// collection's index by scanning all shards in pack-ID order; a torn tail in
+// the last shard is truncated at the last good frame. Any other bad frame or
+// header returns an error wrapping ErrCorrupt that names the shard file and
+// offset.
+//
+// Seam: a later version loads an index checkpoint plus delta here and scans
+// only the frames written after it (see rebuildLocked).
+func Open(opts Options) (*PackfileStorage, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("packstore: Options.Dir is empty")
+	}
+	if opts.MaxShardBytes == 0 {
+		opts.MaxShardBytes = MaxShardBytesLimit
+	}
+	if opts.MaxShardBytes < minShardBytes || opts.MaxShardBytes > MaxShardBytesLimit {
+		return nil, fmt.Errorf("packstore: MaxShardBytes %d outside [%d, %d]", opts.MaxShardBytes, minShardBytes, MaxShardBytesLimit)
+	}
+	if _, _, err := codecs(); err != nil {
+		return nil, fmt.Errorf("packstore: zstd: %w", err)
+	}
+	s := &PackfileStorage{opts: opts, maxShards: opts.maxShards}
+	if s.maxShards <= 0 || s.maxShards > MaxShards {
+		s.maxShards = MaxShards
+	}
+	s.maxData = int(opts.MaxShardBytes) - HeaderSize - FrameOverhead
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("packstore: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.rebuildLocked(); err != nil {
+		s.closeShardsLocked()
+		return nil, err
+	}
+	return s, nil
+}
+
+// rebuildLocked opens every shard file in pack-ID order and replays its
+// frames into the indexes.
+func (s *PackfileStorage) rebuildLocked() error {
+	ents, err := os.ReadDir(s.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("packstore: %w", err)
+	}
+	var ids []uint16
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasPrefix(name, "shard-") && strings.HasSuffix(name, ".mtdb.tmp") {
+			// An interrupted shard creation; the file was never published.
+			if err := os.Remove(filepath.Join(s.opts.Dir, name)); err != nil {
+				return fmt.Errorf("packstore: %w", err)
+			}
+			continue
+		}
+		if id, ok := parseShardFileName(name); ok && e.Type().IsRegular() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for i, id := range ids {
+		sh, err := s.openShard(id)
+		if err != nil {
+			return err
+		}
+		s.shards[id].Store(sh)
+		if err := s.scanShardLocked(sh, i == len(ids)-1); err != nil {
+			return err
+		}
+	}
+	if len(ids) == 0 {
+		sh, err := s.createShard(0)
+		if err != nil {
+			return err
+		}
+		s.shards[0].Store(sh)
+		s.active = sh
+		return nil
+	}
+	s.active = s.shards[ids[len(ids)-1]].Load()
+	return nil
+}
+
+// openShard opens and maps an existing shard file after validating its header.
+func (s *PackfileStorage) openShard(id uint16) (*shard, error) {
+	path := filepath.Join(s.opts.Dir, shardFileName(id))
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("packstore: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("packstore: %w", err)
+	}
+	sh := newShardState(id, path, f, fi.Size())
+	hdr := make([]byte, HeaderSize)
+	n, _ := f.ReadAt(hdr, 0)
+	h, err := decodeHeader(hdr[:n])
+	if err == nil && h.PackID != id {
+		err = fmt.Errorf("header pack id %d does not match file name", h.PackID)
+	}
+	if err != nil {
+		f.Close()
+		return nil, sh.corruptf(0, "%v", err)
+	}
+	if err := sh.remap(sh.size); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return sh, nil
+}
+
+// createShard creates a new shard file through a temporary name, so that a
+// published shard file always has a complete header, and fsyncs the directory.
+func (s *PackfileStorage) createShard(id uint16) (*shard, error) {
+	path := filepath.Join(s.opts.Dir, shardFileName(id))
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("packstore: %w", err)
+	}
+	fail := func(err error) (*shard, error) {
+		f.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("packstore: create %s: %w", path, err)
+	}
+	if _, err := f.WriteAt(encodeHeader(shardHeader{PackID: id, Created: time.Now().UnixNano()}), 0); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fail(err)
+	}
+	if err := syncDir(s.opts.Dir); err != nil {
+		return nil, err
+	}
+	return newShardState(id, path, f, HeaderSize), nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("packstore: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("packstore: fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// scanShardLocked replays the frames of a mapped shard into the indexes.
+// In the last shard a torn tail is truncated (see tornTail).
+func (s *PackfileStorage) scanShardLocked(sh *shard, last bool) error {
+	b := sh.mm
+	off := int64(HeaderSize)
+	for off < int64(len(b)) {
+		fv, err := decodeFrame(b[off:])
+		if err != nil {
+			if last && tornTail(b, off) {
+				return s.truncateTail(sh, off)
+			}
+			return sh.corruptf(off, "%v", err)
+		}
+		if err := s.applyFrameLocked(sh, fv, off); err != nil {
+			return err
+		}
+		off += int64(fv.Size)
+	}
+	return nil
+}
+
+// tornTail reports whether the bad frame at off can be a torn final write:
+// no valid frame starts anywhere after it. Otherwise the damage is in the
+// middle of the data and truncating would lose good frames.
+func tornTail(b []byte, off int64) bool {
+	for p := off + 1; p+FrameOverhead <= int64(len(b)); p++ {
+		if _, err := decodeFrame(b[p:]); err == nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *PackfileStorage) truncateTail(sh *shard, off int64) error {
+	if err := sh.f.Truncate(off); err != nil {
+		return fmt.Errorf("packstore: truncate torn tail of %s at %d: %w", sh.path, off, err)
+	}
+	if err := sh.f.Sync(); err != nil {
+		return fmt.Errorf("packstore: fsync %s: %w", sh.path, err)
+	}
+	sh.size = off
+	return sh.remap(off)
+}
+
+// applyFrameLocked replays one frame of the scan.
+func (s *PackfileStorage) applyFrameLocked(sh *shard, fv frameView, off int64) error {
+	if fv.Flags&FlagReset != 0 {
+		sh.resets[fv.Coll] = struct{}{}
+		s.dropCollectionLocked(fv.Coll)
+		return nil
+	}
+	sh.colls[fv.Coll] = struct{}{}
+	c := s.collectionOrCreateLocked(fv.Coll)
+	return s.indexPutLocked(c, fv.ID, loc{shard: sh.id, off: uint32(off)}, fv.Size)
+}
+
+func (s *PackfileStorage) collectionLoad(coll ID) *collection {
+	v, ok := s.colls.Load(coll)
+	if !ok {
+		return nil
+	}
+	return v.(*collection)
+}
+
+func (s *PackfileStorage) collectionOrCreateLocked(coll ID) *collection {
+	if c := s.collectionLoad(coll); c != nil {
+		return c
+	}
+	c := newCollection(minTableBits)
+	s.colls.Store(coll, c)
+	return c
+}
+
+// dropCollectionLocked forgets a collection's index and its shard references.
+func (s *PackfileStorage) dropCollectionLocked(coll ID) {
+	c := s.collectionLoad(coll)
+	if c == nil {
+		return
+	}
+	c.table.Load().each(func(l loc) { s.shards[l.shard].Load().live-- })
+	s.colls.Delete(coll)
+}
+
+// readID reads the record ID and frame size at l (writer side).
+func (s *PackfileStorage) readID(l loc) (ID, int, error) {
+	sh := s.shards[l.shard].Load()
+	if sh == nil {
+		return ID{}, 0, fmt.Errorf("%w: index references missing shard %d", ErrCorrupt, l.shard)
+	}
+	return sh.frameHead(int64(l.off))
+}
+
+// indexPutLocked points id at l in c's index, superseding an older version.
+func (s *PackfileStorage) indexPutLocked(c *collection, id ID, l loc, size int) error {
+	t := c.table.Load()
+	if t.needsGrow() {
+		nt, err := t.grown(s.readID)
+		if err != nil {
+			return err
+		}
+		c.table.Store(nt)
+		t = nt
+	}
+	old, oldSize, replaced, err := t.upsert(id, l, s.readID, &s.collisions)
+	if err != nil {
+		return err
+	}
+	if replaced {
+		s.shards[old.shard].Load().live--
+		c.liveBytes -= int64(oldSize)
+	} else {
+		c.live++
+	}
+	s.shards[l.shard].Load().live++
+	c.liveBytes += int64(size)
+	return nil
+}
+
+// lookupLocked finds the current location and frame size of id (writer side).
+func (s *PackfileStorage) lookupLocked(c *collection, id ID) (loc, int, bool, error) {
+	for _, l := range c.table.Load().candidates(id, nil) {
+		got, size, err := s.readID(l)
+		if err != nil {
+			return loc{}, 0, false, err
+		}
+		if got == id {
+			return l, size, true, nil
+		}
+		s.collisions.Add(1)
+	}
+	return loc{}, 0, false, nil
+}
+
+// outFrame is one encoded frame queued for the append stream.
+type outFrame struct {
+	coll   ID
+	id     ID
+	marker bool
+	b      []byte
+}
+
+// checkFitLocked reports ErrShardLimit if appending frames of the given
+// sizes (after an optional roll to a fresh shard) would need a pack ID past
+// the limit. It writes nothing.
+func (s *PackfileStorage) checkFitLocked(roll bool, sizes func(yield func(int) bool)) error {
+	id, cur := int(s.active.id), s.active.size
+	if roll && cur > HeaderSize {
+		id, cur = id+1, HeaderSize
+	}
+	max := s.opts.MaxShardBytes
+	for n := range sizes {
+		if cur+int64(n) > max {
+			id, cur = id+1, HeaderSize
+		}
+		cur += int64(n)
+	}
+	if id >= s.maxShards {
+		return fmt.Errorf("%w: writing would need pack id %d (limit %d shards)", ErrShardLimit, id, s.maxShards)
+	}
+	return nil
+}
+
+// appendLocked writes frames to the global append stream, rolling to a new
+// shard when the next frame would pass MaxShardBytes, and returns each
+// frame's location. Callers check fit first (checkFitLocked).
+func (s *PackfileStorage) appendLocked(frames []outFrame) ([]loc, error) {
+	locs := make([]loc, len(frames))
+	var buf []byte
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		a := s.active
+		if _, err := a.f.WriteAt(buf, a.size); err != nil {
+			return fmt.Errorf("packstore: write %s: %w", a.path, err)
+		}
+		a.size += int64(len(buf))
+		a.synced = false
+		buf = buf[:0]
+		return nil
+	}
+	for i, fr := range frames {
+		if s.active.size+int64(len(buf)+len(fr.b)) > s.opts.MaxShardBytes {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			if err := s.rollLocked(); err != nil {
+				return nil, err
+			}
+		}
+		a := s.active
+		locs[i] = loc{shard: a.id, off: uint32(a.size + int64(len(buf)))}
+		if fr.marker {
+			a.resets[fr.coll] = struct{}{}
+		} else {
+			a.colls[fr.coll] = struct{}{}
+		}
+		buf = append(buf, fr.b...)
+		if len(buf) >= 1<<20 {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return locs, flush()
+}
+
+// rollLocked seals the active shard (fsync, map in full) and starts the next.
+func (s *PackfileStorage) rollLocked() error {
+	a := s.active
+	next := int(a.id) + 1
+	if next >= s.maxShards {
+		return fmt.Errorf("%w: writing would need pack id %d (limit %d shards)", ErrShardLimit, next, s.maxShards)
+	}
+	if err := a.syncFile(); err != nil {
+		return err
+	}
+	if err := a.remap(a.size); err != nil {
+		return err
+	}
+	sh, err := s.createShard(uint16(next))
+	if err != nil {
+		return err
+	}
+	s.shards[next].Store(sh)
+	s.active = sh
+	return nil
+}
+
+func (sh *shard) syncFile() error {
+	if sh.synced {
+		return nil
+	}
+	if err := sh.f.Sync(); err != nil {
+		return fmt.Errorf("packstore: fsync %s: %w", sh.path, err)
+	}
+	sh.synced = true
+	return nil
+}
+
+// encodeRecord appends the frame of one record to dst, compressing the
+// payload when enabled and smaller.
+func (s *PackfileStorage) encodeRecord(dst []byte, coll, id ID, data []byte) ([]byte, error) {
+	if len(data) > s.maxData {
+		return dst, fmt.Errorf("%w: %d bytes, at most %d per record with MaxShardBytes %d", ErrTooLarge, len(data), s.maxData, s.opts.MaxShardBytes)
+	}
+	if s.opts.Compress && len(data) >= compressMin {
+		enc, _, _ := codecs()
+		if c := enc.EncodeAll(data, nil); len(c) < len(data) {
+			return appendFrame(dst, FlagZstd, len(data), coll, id, c), nil
+		}
+	}
+	return appendFrame(dst, 0, len(data), coll, id, data), nil
+}
+
+// Put appends one record; an existing record with the same ID is superseded.
+// Errors: ErrTooLarge, ErrShardLimit, ErrClosed, I/O errors.
+func (s *PackfileStorage) Put(coll, id ID, data []byte) error {
+	return s.PutMany(coll, []Record{{ID: id, Data: data}})
+}
+
+// PutMany appends the records as one batch (one write per shard touched) and
+// then indexes them in order, so the last occurrence of a duplicated ID
+// wins. If the batch would pass the shard limit nothing is written
+// (ErrShardLimit). The batch is not atomic across a crash: after Sync it is
+// durable; before, any prefix of it may survive.
+func (s *PackfileStorage) PutMany(coll ID, recs []Record) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	frames := make([]outFrame, len(recs))
+	for i, r := range recs {
+		b, err := s.encodeRecord(nil, coll, r.ID, r.Data)
+		if err != nil {
+			return err
+		}
+		frames[i] = outFrame{coll: coll, id: r.ID, b: b}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := s.checkFitLocked(false, frameSizes(frames)); err != nil {
+		return err
+	}
+	locs, err := s.appendLocked(frames)
+	if err != nil {
+		return err
+	}
+	c := s.collectionOrCreateLocked(coll)
+	for i, fr := range frames {
+		if err := s.indexPutLocked(c, fr.id, locs[i], len(fr.b)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func frameSizes(frames []outFrame) func(func(int) bool) {
+	return func(yield func(int) bool) {
+		for _, f := range frames {
+			if !yield(len(f.b)) {
+				return
+			}
+		}
+	}
+}
+
+// DeleteCollection appends a collection reset marker and forgets the
+// collection's index. The space is reclaimed by a later Repack (which
+// retires shards only after the marker is durable). Deleting an unknown
+// collection is a no-op.
+func (s *PackfileStorage) DeleteCollection(coll ID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if s.collectionLoad(coll) == nil {
+		return nil
+	}
+	fr := []outFrame{{coll: coll, marker: true, b: appendFrame(nil, FlagReset, 0, coll, ID{}, nil)}}
+	if err := s.checkFitLocked(false, frameSizes(fr)); err != nil {
+		return err
+	}
+	if _, err := s.appendLocked(fr); err != nil {
+		return err
+	}
+	s.dropCollectionLocked(coll)
+	return nil
+}
+
+// Sync fsyncs the active shard; sealed shards were fsynced when sealed and
+// the directory when each shard was created. Every write that returned
+// before Sync is durable when it returns.
+func (s *PackfileStorage) Sync() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.active.syncFile()
+}
+
+// RefreshCollection is a no-op: this engine owns its directory exclusively
+// and its in-memory index is always current. It returns ErrClosed after Close.
+func (s *PackfileStorage) RefreshCollection(coll ID) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Collections returns the IDs of collections with at least one live record,
+// sorted bytewise.
+func (s *PackfileStorage) Collections() []ID {
+	var out []ID
+	s.colls.Range(func(k, v any) bool {
+		out = append(out, k.(ID))
+		return true
+	})
+	slices.SortFunc(out, ID.Compare)
+	return out
+}
+
+// Close syncs and closes every shard. Later calls return ErrClosed; reads
+// racing with Close may return ErrClosed.
+func (s *PackfileStorage) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Swap(true) {
+		return ErrClosed
+	}
+	err := s.active.syncFile()
+	if cerr := s.closeShardsLocked(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (s *PackfileStorage) closeShardsLocked() error {
+	var err error
+	for i := range s.shards {
+		if sh := s.shards[i].Load(); sh != nil {
+			if cerr := sh.close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
+	}
+	return err
+}
+
+// Stats returns a summary of the store. It takes the writer lock.
+func (s *PackfileStorage) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var st Stats
+	for i := range s.shards {
+		if sh := s.shards[i].Load(); sh != nil {
+			st.Shards++
+			st.DiskBytes += sh.size
+		}
+	}
+	s.colls.Range(func(k, v any) bool {
+		c := v.(*collection)
+		st.Collections++
+		st.LiveRecords += c.live
+		st.LiveBytes += c.liveBytes
+		return true
+	})
+	st.TagCollisions = s.collisions.Load()
+	return st
+}
+
+// CollectionRecords returns the IDs of all live records of coll, in index
+// order; nil for an unknown collection. It takes the writer lock and reads
+// each record's frame header.
+func (s *PackfileStorage) CollectionRecords(coll ID) ([]ID, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	c := s.collectionLoad(coll)
+	if c == nil {
+		return nil, nil
+	}
+	var out []ID
+	var err error
+	c.table.Load().each(func(l loc) {
+		if err != nil {
+			return
+		}
+		var id ID
+		id, _, err = s.readID(l)
+		out = append(out, id)
+	})
+	return out, err
+}
