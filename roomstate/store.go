@@ -303,3 +303,52 @@ func (n nodeStore) PutNodes(nodes []hamtstore.EncodedNode) error {
 	}
 	return n.eng.PutMany(n.coll, recs)
 }
+
+// StateBefore is the snapshot before an event (the state the event was authorised
+// against), as stored by replay.
+func (r *Room) StateBefore(eventID string) (hamtstore.NodeID, error) {
+	st, ok, err := r.EventState(eventID)
+	if err != nil {
+		return hamtstore.NodeID{}, err
+	}
+	if !ok {
+		return hamtstore.NodeID{}, fmt.Errorf("roomstate: room %s: event %s has no state yet (replay first)", r.head.RoomID, eventID)
+	}
+	return st.Before, nil
+}
+
+// CurrentState is the room's current state snapshot: the resolution of the states
+// after its forward extremities, set by replay.
+func (r *Room) CurrentState() hamtstore.NodeID { return r.head.CurrentState }
+
+// MembershipAt returns a user's membership ("join", "leave", "invite", "ban",
+// "knock") in the state before an event, and the m.room.member event that set it;
+// "leave" and "" when the state has no member event for the user (spec: absent
+// membership is leave). It reads about depth nodes, one metadata record and one PDU.
+func (r *Room) MembershipAt(rd *hamtstore.Reader, eventID, userID string) (membership, memberEventID string, err error) {
+	root, err := r.StateBefore(eventID)
+	if err != nil {
+		return "", "", err
+	}
+	return r.Membership(rd, root, userID)
+}
+
+// Membership returns a user's membership in a snapshot (see MembershipAt).
+func (r *Room) Membership(rd *hamtstore.Reader, root hamtstore.NodeID, userID string) (membership, memberEventID string, err error) {
+	id, ok, err := r.Lookup(rd, root, "m.room.member", userID)
+	if err != nil {
+		return "", "", err
+	}
+	if !ok {
+		return "leave", "", nil
+	}
+	pdu, err := r.Event(id)
+	if err != nil {
+		return "", "", err
+	}
+	m, err := pdu.Membership()
+	if err != nil {
+		return "", "", fmt.Errorf("%w: room %s: member event %s: %v", ErrMalformedPDU, r.head.RoomID, id, err)
+	}
+	return m, id, nil
+}
