@@ -87,4 +87,3 @@ func TestPlanCoversLiveRecordsOnce(t *testing.T) {
 		})
 	}
 }
-

@@ -130,11 +130,11 @@ func (r *Resolver) authChain(eventIDs []string) ([]string, error) {
 
 // authTypes are the state types the authorization rules read.
 var authTypes = map[string]bool{
-	spec.MRoomCreate:            true,
-	spec.MRoomPowerLevels:       true,
-	spec.MRoomJoinRules:         true,
-	spec.MRoomMember:            true,
-	spec.MRoomThirdPartyInvite:  true,
+	spec.MRoomCreate:           true,
+	spec.MRoomPowerLevels:      true,
+	spec.MRoomJoinRules:        true,
+	spec.MRoomMember:           true,
+	spec.MRoomThirdPartyInvite: true,
 }
 
 // Resolve returns the snapshot that resolves the given snapshots for this room's

@@ -199,14 +199,17 @@ func (r *Room) EventState(eventID string) (st EventState, ok bool, err error) {
 // StateAfter is the snapshot after an event, as stored by replay. It is an error to
 // ask before the event was replayed.
 func (r *Room) StateAfter(eventID string) (hamtstore.NodeID, error) {
+	st, err := r.replayedState(eventID)
+	return st.After, err
+}
+
+// replayedState is EventState for an event that must have been replayed.
+func (r *Room) replayedState(eventID string) (EventState, error) {
 	st, ok, err := r.EventState(eventID)
-	if err != nil {
-		return hamtstore.NodeID{}, err
+	if err == nil && !ok {
+		err = fmt.Errorf("roomstate: room %s: event %s has no state yet (replay first)", r.head.RoomID, eventID)
 	}
-	if !ok {
-		return hamtstore.NodeID{}, fmt.Errorf("roomstate: room %s: event %s has no state yet (replay first)", r.head.RoomID, eventID)
-	}
-	return st.After, nil
+	return st, err
 }
 
 // PutEventStates writes state records for several events in one batch.
@@ -307,14 +310,8 @@ func (n nodeStore) PutNodes(nodes []hamtstore.EncodedNode) error {
 // StateBefore is the snapshot before an event (the state the event was authorised
 // against), as stored by replay.
 func (r *Room) StateBefore(eventID string) (hamtstore.NodeID, error) {
-	st, ok, err := r.EventState(eventID)
-	if err != nil {
-		return hamtstore.NodeID{}, err
-	}
-	if !ok {
-		return hamtstore.NodeID{}, fmt.Errorf("roomstate: room %s: event %s has no state yet (replay first)", r.head.RoomID, eventID)
-	}
-	return st.Before, nil
+	st, err := r.replayedState(eventID)
+	return st.Before, err
 }
 
 // CurrentState is the room's current state snapshot: the resolution of the states
