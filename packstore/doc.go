@@ -21,17 +21,24 @@
 //
 //	offset  size  field
 //	     0     4  magic "MTDB" (4d 54 44 42)
-//	     4     1  format version, 0x04
+//	     4     1  format version, 0x05 (0x04 still read)
 //	     5     1  reserved, 0
 //	     6     2  pack ID (u16), equal to the file name's
 //	     8     8  creation time (u64, unix nanoseconds)
-//	    16     4  feature flags (u32); none defined, unknown bits rejected
+//	    16     4  feature flags (u32): bit0 FeatureNoCRC; unknown bits rejected
 //	    20  4072  zero padding (must be zero)
 //	  4092     4  CRC-32C of bytes [0, 4092)
 //
-// Versions: 0x04 is the first version of this implementation (numbered as
-// in the seed). A header with another magic, version, pack ID, nonzero
-// padding or a CRC mismatch is corruption (ErrCorrupt naming the file).
+// Versions (FormatVersion):
+//
+//	0x04  first version of this implementation (numbered as in the seed);
+//	      a reset marker has no payload: "forget every earlier frame".
+//	0x05  positional reset marker (8-byte payload P, below) so that repack
+//	      can write its copy before the marker; feature flag FeatureNoCRC
+//	      (bit 0) for shards written in checksum mode "none".
+//
+// A header with another magic, version, pack ID, nonzero padding or a CRC
+// mismatch is corruption (ErrCorrupt naming the file).
 //
 // # Frame
 //
@@ -53,10 +60,36 @@
 // the largest payload of a shard, and the payload is a zstd stream
 // (klauspost/compress) that decodes to exactly raw_len bytes. The writer
 // compresses only payloads of at least 64 bytes and only when that makes the
-// frame smaller. A frame with FlagReset is a collection reset marker: no
-// other flag, raw_len 0, n 0; it means "forget every earlier frame of this
-// collection" and is written by DeleteCollection and at the start of each
-// collection's repack output.
+// frame smaller.
+//
+// # Reset marker
+//
+// A frame with FlagReset is a collection reset marker: no other flag,
+// record ID all zero, n = raw_len = 8, payload = position P:
+//
+//	offset  size  field (payload)
+//	     0     2  pack ID of P (u16, < 4096)
+//	     2     2  zero
+//	     4     4  offset of P (u32, >= 4096)
+//
+// It means "forget every frame of this collection located before P in the
+// global (pack ID, offset) order". DeleteCollection writes P = the end of
+// the stream at that moment (its own position). Repack first appends the
+// copies of a collection's kept frames, fsyncs, and only then appends the
+// marker with P = the position of the first copy, and fsyncs again: a crash
+// before the marker is durable leaves the old frames plus identical copies
+// (nothing lost); after it, the old frames are dead and the copies live.
+// A version 0x04 marker (n = 0) is read as P = its own position.
+//
+// Example: marker for collection 11..11 with P = (pack 3, offset 4096):
+//
+//	2d000000                          len = 45 = 37 + 8
+//	02                                flags: FlagReset
+//	08000000                          raw_len = 8
+//	11111111111111111111111111111111  collection ID
+//	00000000000000000000000000000000  record ID (zero)
+//	0300 0000 00100000                P: pack 3, zero, offset 4096
+//	6bf8274c                          CRC-32C (TestMarkerHexExample)
 //
 // Worked example: record ID 22..22 in collection 11..11 with the raw
 // payload "hi" (TestFrameHexExample pins it):
@@ -119,8 +152,9 @@
 //
 // Repack deletes a shard only when (a) no collection's index references it,
 // (b) it is not the active shard, and (c) for every reset marker it holds
-// for a collection X, no surviving shard with a lower pack ID holds frames
-// of X (else a rebuild by scan would resurrect them). Retirement runs only
+// for a collection X with position P, no other surviving shard holds a data
+// frame of X located before P (else a rebuild by scan would resurrect it;
+// each shard remembers the offset of its first frame per collection). Retirement runs only
 // after the repack output and the active shard are fsynced; shards are
 // unmapped (after in-flight reads) before deletion and the directory is
 // fsynced after.

@@ -23,13 +23,27 @@ const (
 	headerPadOff      = 20 // zero padding up to headerCRCOff
 	headerCRCOff      = HeaderSize - crcLen
 
-	// FormatVersion is the shard format version written and accepted.
+	// FormatVersion is the shard format version written. Versions, in order:
 	//   0x04: first version of this implementation (the seed's numbering).
-	FormatVersion = 0x04
+	//         A reset marker has no payload and means "forget every earlier
+	//         frame of the collection".
+	//   0x05: a reset marker carries an 8-byte position P (markerPosLen) and
+	//         means "forget every frame of the collection located before P";
+	//         repack writes its copy first and the marker after it, so a
+	//         crash in the middle of a repack loses nothing. Feature flag
+	//         FeatureNoCRC (checksum mode "none").
+	// Readers accept both; a 0x04 marker is read as P = its own position.
+	FormatVersion = 0x05
+	// formatVersionV4 is the oldest shard version still read.
+	formatVersionV4 = 0x04
 
-	// knownFeatures is the set of feature-flag bits this version understands
-	// (none yet); a header with any other bit set is rejected.
-	knownFeatures = 0
+	// FeatureNoCRC marks a shard written in checksum mode "none": its frames
+	// carry a zero CRC field that is neither written nor verified.
+	FeatureNoCRC = 1 << 0
+
+	// knownFeatures is the set of feature-flag bits this version understands;
+	// a header with any other bit set is rejected.
+	knownFeatures = FeatureNoCRC
 )
 
 // Magic opens every shard file.
@@ -58,9 +72,15 @@ const (
 
 	// FlagZstd marks a zstd-compressed payload; raw_len is the decompressed length.
 	FlagZstd = 1 << 0
-	// FlagReset marks a collection reset marker (no payload): every earlier
-	// frame of the collection in the global (pack ID, offset) order is dead.
+	// FlagReset marks a collection reset marker: every frame of the
+	// collection located before the marker's position P in the global
+	// (pack ID, offset) order is dead. The payload is P (markerPosLen bytes:
+	// u16 pack ID, u16 zero, u32 offset); an empty payload (version 0x04)
+	// means P is the marker's own position.
 	FlagReset = 1 << 1
+
+	// markerPosLen is the payload length of a positional reset marker.
+	markerPosLen = 8
 
 	knownFrameFlags = FlagZstd | FlagReset
 )
@@ -90,6 +110,7 @@ func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // shardHeader is the decoded fixed header of a shard file.
 type shardHeader struct {
+	Version  byte // FormatVersion when encoding
 	PackID   uint16
 	Created  int64 // unix nanoseconds
 	Features uint32
@@ -100,6 +121,9 @@ func encodeHeader(h shardHeader) []byte {
 	b := make([]byte, HeaderSize)
 	copy(b[headerMagicOff:], Magic[:])
 	b[headerVersionOff] = FormatVersion
+	if h.Version != 0 {
+		b[headerVersionOff] = h.Version
+	}
 	binary.LittleEndian.PutUint16(b[headerPackIDOff:], h.PackID)
 	binary.LittleEndian.PutUint64(b[headerCreatedOff:], uint64(h.Created))
 	binary.LittleEndian.PutUint32(b[headerFeaturesOff:], h.Features)
@@ -118,7 +142,7 @@ func decodeHeader(b []byte) (shardHeader, error) {
 	if [4]byte(b[headerMagicOff:headerMagicOff+4]) != Magic {
 		return h, fmt.Errorf("bad magic %q", b[headerMagicOff:headerMagicOff+4])
 	}
-	if v := b[headerVersionOff]; v != FormatVersion {
+	if v := b[headerVersionOff]; v != FormatVersion && v != formatVersionV4 {
 		return h, fmt.Errorf("unsupported version 0x%02x", v)
 	}
 	if want, got := binary.LittleEndian.Uint32(b[headerCRCOff:]), checksum(b[:headerCRCOff]); want != got {
@@ -132,22 +156,37 @@ func decodeHeader(b []byte) (shardHeader, error) {
 			return h, errors.New("nonzero header padding")
 		}
 	}
+	h.Version = b[headerVersionOff]
 	h.PackID = binary.LittleEndian.Uint16(b[headerPackIDOff:])
 	h.Created = int64(binary.LittleEndian.Uint64(b[headerCreatedOff:]))
 	h.Features = binary.LittleEndian.Uint32(b[headerFeaturesOff:])
 	if h.PackID >= MaxShards {
 		return h, fmt.Errorf("pack id %d out of range", h.PackID)
 	}
-	if h.Features&^knownFeatures != 0 {
+	if h.Features&^knownFeatures != 0 || h.Version == formatVersionV4 && h.Features != 0 {
 		return h, fmt.Errorf("unknown feature flags %08x", h.Features)
 	}
 	return h, nil
 }
 
-// appendFrame appends one encoded frame to dst. payload is stored as given;
-// rawLen is the uncompressed length (equal to len(payload) unless FlagZstd).
-// The caller guarantees len(payload) <= maxRawLen.
+// appendFrame appends one encoded frame to dst with its CRC. payload is
+// stored as given; rawLen is the uncompressed length (equal to len(payload)
+// unless FlagZstd). The caller guarantees len(payload) <= maxRawLen.
 func appendFrame(dst []byte, flags byte, rawLen int, coll, id ID, payload []byte) []byte {
+	return appendFrameCRC(dst, flags, rawLen, coll, id, payload, true)
+}
+
+// appendMarker appends a reset marker for coll with position p.
+func appendMarker(dst []byte, coll ID, p loc, withCRC bool) []byte {
+	var pos [markerPosLen]byte
+	binary.LittleEndian.PutUint16(pos[0:], p.shard)
+	binary.LittleEndian.PutUint32(pos[4:], p.off)
+	return appendFrameCRC(dst, FlagReset, markerPosLen, coll, ID{}, pos[:], withCRC)
+}
+
+// appendFrameCRC is appendFrame with the CRC optional: without it the CRC
+// field is zero (checksum mode "none", shards with FeatureNoCRC).
+func appendFrameCRC(dst []byte, flags byte, rawLen int, coll, id ID, payload []byte, withCRC bool) []byte {
 	start := len(dst)
 	var hdr [framePayloadOff]byte
 	binary.LittleEndian.PutUint32(hdr[0:], uint32(frameFixedLen+len(payload)))
@@ -157,7 +196,11 @@ func appendFrame(dst []byte, flags byte, rawLen int, coll, id ID, payload []byte
 	copy(hdr[frameIDOff:], id[:])
 	dst = append(dst, hdr[:]...)
 	dst = append(dst, payload...)
-	return binary.LittleEndian.AppendUint32(dst, checksum(dst[start:]))
+	var crc uint32
+	if withCRC {
+		crc = checksum(dst[start:])
+	}
+	return binary.LittleEndian.AppendUint32(dst, crc)
 }
 
 // frameView is a decoded frame whose Payload aliases the input bytes.
@@ -168,6 +211,10 @@ type frameView struct {
 	Coll    ID
 	ID      ID
 	Payload []byte // stored payload (compressed when Flags&FlagZstd)
+	// ResetPos is a reset marker's position P; HasPos is false for a
+	// version 0x04 marker, whose P is its own position.
+	ResetPos loc
+	HasPos   bool
 }
 
 // errFrameTruncated is returned by decodeFrame when the frame's declared
@@ -191,7 +238,11 @@ func frameSizeAt(b []byte) (int, error) {
 // then CRC) and returns a view of it. Errors are bare reasons (errFrameTruncated
 // when the frame does not fit in b); callers wrap them with ErrCorrupt,
 // shard and offset.
-func decodeFrame(b []byte) (frameView, error) {
+func decodeFrame(b []byte) (frameView, error) { return decodeFrameCRC(b, true) }
+
+// decodeFrameCRC is decodeFrame with the CRC check optional (checksum modes
+// "writeonly" and "none" on reads, shards with FeatureNoCRC on scans).
+func decodeFrameCRC(b []byte, verify bool) (frameView, error) {
 	var fv frameView
 	size, err := frameSizeAt(b)
 	if err != nil {
@@ -212,8 +263,20 @@ func decodeFrame(b []byte) (frameView, error) {
 	}
 	switch {
 	case fv.Flags&FlagReset != 0:
-		if fv.Flags != FlagReset || raw != 0 || len(fv.Payload) != 0 {
-			return fv, errors.New("reset marker with payload, raw_len or other flags")
+		if fv.Flags != FlagReset || int(raw) != len(fv.Payload) || fv.ID != (ID{}) {
+			return fv, errors.New("reset marker with other flags, a record ID or raw_len mismatch")
+		}
+		switch len(fv.Payload) {
+		case 0:
+		case markerPosLen:
+			p := fv.Payload
+			fv.ResetPos = loc{shard: binary.LittleEndian.Uint16(p), off: binary.LittleEndian.Uint32(p[4:])}
+			fv.HasPos = true
+			if binary.LittleEndian.Uint16(p[2:]) != 0 || fv.ResetPos.shard >= MaxShards || fv.ResetPos.off < HeaderSize || fv.ResetPos.off > MaxShardBytesLimit {
+				return fv, fmt.Errorf("reset marker position %x invalid", p)
+			}
+		default:
+			return fv, fmt.Errorf("reset marker payload of %d bytes", len(fv.Payload))
 		}
 	case fv.Flags&FlagZstd != 0:
 		if raw > maxRawLen || len(fv.Payload) == 0 {
@@ -226,8 +289,10 @@ func decodeFrame(b []byte) (frameView, error) {
 	}
 	// The CRC comes last so that scanning for a resynchronisation point
 	// (tornTail) rejects most positions on the cheap header checks.
-	if want, got := binary.LittleEndian.Uint32(b[size-crcLen:]), checksum(b[:size-crcLen]); want != got {
-		return fv, fmt.Errorf("frame crc mismatch: stored %08x, computed %08x", want, got)
+	if verify {
+		if want, got := binary.LittleEndian.Uint32(b[size-crcLen:]), checksum(b[:size-crcLen]); want != got {
+			return fv, fmt.Errorf("frame crc mismatch: stored %08x, computed %08x", want, got)
+		}
 	}
 	fv.RawLen = int(raw)
 	return fv, nil

@@ -35,7 +35,8 @@ func FuzzDecodeFrame(f *testing.F) {
 				t.Fatalf("header does not re-encode canonically")
 			}
 		}
-		tornTail(b, 0)
+		tornTail(b, 0, true)
+		tornTail(b, 0, false)
 	})
 }
 
@@ -60,7 +61,7 @@ func TestFrameHexExample(t *testing.T) {
 }
 
 func TestHeaderRoundTrip(t *testing.T) {
-	h := shardHeader{PackID: 4095, Created: 123456789}
+	h := shardHeader{Version: FormatVersion, PackID: 4095, Created: 123456789}
 	got, err := decodeHeader(encodeHeader(h))
 	if err != nil || got != h {
 		t.Fatalf("round trip: %+v, %v", got, err)
@@ -81,4 +82,24 @@ func TestSlotLayout(t *testing.T) {
 	if MaxShardBytesLimit-1 > slotOffMask-1 {
 		t.Fatal("largest offset does not fit the slot")
 	}
+}
+
+// TestMarkerHexExample pins the reset marker example in doc.go.
+func TestMarkerHexExample(t *testing.T) {
+	var c ID
+	for i := range c {
+		c[i] = 0x11
+	}
+	b := appendMarker(nil, c, loc{shard: 3, off: 4096}, true)
+	got := hex.EncodeToString(b)
+	want := "2d000000" + "02" + "08000000" + "11111111111111111111111111111111" +
+		"00000000000000000000000000000000" + "0300" + "0000" + "00100000" + "6bf8274c"
+	if got != want || len(b) != FrameOverhead+markerPosLen {
+		t.Fatalf("marker = %s\nwant     %s...", got, want)
+	}
+	fv, err := decodeFrame(b)
+	if err != nil || !fv.HasPos || fv.ResetPos != (loc{3, 4096}) {
+		t.Fatalf("decode: %+v %v", fv, err)
+	}
+	t.Logf("marker: %s", got)
 }

@@ -2,7 +2,6 @@ package packstore
 
 import (
 	"fmt"
-	"os"
 	"slices"
 )
 
@@ -18,29 +17,36 @@ type repackJob struct {
 	sizes []int // frame size of each listed record
 }
 
-// Repack executes a plan (seed "Topological repack"). For each collection
-// plan it writes, through the global append stream and starting in a fresh
-// shard, a collection reset marker followed by verbatim copies of the
-// current frames of exactly the listed records, in the listed order. It then
-// fsyncs the output, publishes each collection's replacement index (records
-// not listed are dropped; an empty list empties the collection) and retires
-// every shard that nothing references any more (see retireLocked).
+// Repack executes a plan (seed "Topological repack"). It writes, through
+// the global append stream and starting in a fresh shard, verbatim copies of
+// the current frames of exactly the listed records of every collection plan,
+// in the listed order (one output stream for all collections), and fsyncs
+// them. Only then does it append one reset marker per collection whose
+// position P is the start of that collection's copy ("forget every frame of
+// the collection before P"; for an empty list P is the marker's own
+// position), fsyncs again, publishes each collection's replacement index
+// (records not listed are dropped; an empty list empties the collection) and
+// retires every shard that nothing references any more (see retireLocked).
+//
+// Crash safety: the copies are ordinary frames with the same content as the
+// frames they supersede, so a crash or I/O error before a collection's
+// marker is durable leaves that collection exactly as it was (plus harmless
+// duplicates); after its marker is durable a rebuild yields the repacked
+// collection. TestRepackCrashAtEveryFrameBoundary checks both.
 //
 // Before anything is written it checks the plan: a collection listed twice,
 // a record listed twice in one collection, or a listed record that does not
 // exist is an error (wrapping ErrNotFound for a missing record), and a plan
 // that would pass the shard limit returns ErrShardLimit. An empty plan just
-// syncs and retires garbage shards.
-//
-// Known gap: an I/O error in the middle of the copy leaves written but
-// unpublished frames; the in-memory state stays the old one, but a reopen
-// would replay them.
+// syncs and retires garbage shards. If an error is returned after copying
+// started the in-memory index stays the old one; a reopen may show some
+// collections repacked (their marker reached disk) and others not.
 func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	var st RepackStats
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed.Load() {
-		return st, ErrClosed
+	if err := s.writableLocked(); err != nil {
+		return st, err
 	}
 	jobs, err := s.planJobsLocked(plan)
 	if err != nil {
@@ -49,13 +55,15 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	if len(jobs) > 0 {
 		sizes := func(yield func(int) bool) {
 			for _, j := range jobs {
-				if !yield(FrameOverhead) {
-					return
-				}
 				for _, n := range j.sizes {
 					if !yield(n) {
 						return
 					}
+				}
+			}
+			for range jobs {
+				if !yield(FrameOverhead + markerPosLen) {
+					return
 				}
 			}
 		}
@@ -70,20 +78,44 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	}
 	tables := make([]*lossyTable, len(jobs))
 	bytes := make([]int64, len(jobs))
+	starts := make([]loc, len(jobs))
 	for i, j := range jobs {
-		t, n, err := s.copyJobLocked(j)
+		s.repackProgress.Store(int64(i))
+		t, start, n, err := s.copyJobLocked(j)
 		if err != nil {
 			return st, err
 		}
-		tables[i], bytes[i] = t, n
+		tables[i], starts[i], bytes[i] = t, start, n
 		st.CollectionsRepacked++
 		st.RecordsCopied += len(j.ids)
 		st.BytesCopied += n
 	}
-	// Durability point: the output (and any Put before it) reaches disk
-	// before any index refers to it or any shard is deleted.
-	if err := s.active.syncFile(); err != nil {
+	// First durability point: every copy is on disk before any marker that
+	// makes the old frames dead is written.
+	if err := s.syncActiveLocked(); err != nil {
 		return st, err
+	}
+	if len(jobs) > 0 {
+		markers := make([]outFrame, len(jobs))
+		end := s.endLocked()
+		for i, j := range jobs {
+			p := starts[i]
+			if len(j.ids) == 0 {
+				p = end
+			}
+			markers[i] = s.markerFrameLocked(j.coll, p)
+		}
+		if _, err := s.appendLocked(markers); err != nil {
+			return st, err
+		}
+		if s.testHookAfterMarkers != nil {
+			s.testHookAfterMarkers()
+		}
+		// Second durability point: the markers are on disk before any index
+		// refers only to the copies or any shard is deleted.
+		if err := s.syncActiveLocked(); err != nil {
+			return st, err
+		}
 	}
 	for i, j := range jobs {
 		if j.c != nil {
@@ -105,6 +137,7 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 			s.colls.Store(j.coll, c)
 		}
 	}
+	s.repackProgress.Store(-1)
 	st.ShardsRetired, st.BytesRetired, err = s.retireLocked()
 	return st, err
 }
@@ -147,23 +180,27 @@ func (s *PackfileStorage) planJobsLocked(plan RepackPlan) ([]repackJob, error) {
 	return jobs, nil
 }
 
-// copyJobLocked appends the reset marker and the listed frames of one job
-// and returns the (unpublished) replacement index and the bytes copied.
-func (s *PackfileStorage) copyJobLocked(j repackJob) (*lossyTable, int64, error) {
+// copyJobLocked appends copies of the listed frames of one job and returns
+// the (unpublished) replacement index, the position of the first copy (the
+// job's marker position; zero when nothing was listed) and the bytes copied.
+func (s *PackfileStorage) copyJobLocked(j repackJob) (*lossyTable, loc, int64, error) {
 	t := newTable(tableBitsFor(len(j.ids)))
 	var copied int64
-	frames := []outFrame{{coll: j.coll, marker: true, b: appendFrame(nil, FlagReset, 0, j.coll, ID{}, nil)}}
-	pending := FrameOverhead
+	var start loc
+	first := true
+	var frames []outFrame
+	pending := 0
 	flush := func() error {
 		locs, err := s.appendLocked(frames)
 		if err != nil {
 			return err
 		}
 		for i, fr := range frames {
-			if !fr.marker {
-				t.insertUnique(makeSlot(fr.id, locs[i]), fr.id)
-				copied += int64(len(fr.b))
+			if first {
+				start, first = locs[i], false
 			}
+			t.insertUnique(makeSlot(fr.id, locs[i]), fr.id)
+			copied += int64(len(fr.b))
 		}
 		frames, pending = frames[:0], 0
 		return nil
@@ -171,28 +208,28 @@ func (s *PackfileStorage) copyJobLocked(j repackJob) (*lossyTable, int64, error)
 	for i, id := range j.ids {
 		l := j.locs[i]
 		sh := s.shards[l.shard].Load()
-		b, err := sh.rawFrame(int64(l.off), nil)
+		b, err := sh.rawFrame(int64(l.off), nil, s.active.crc)
 		if err != nil {
-			return nil, 0, err
+			return nil, loc{}, 0, err
 		}
 		frames = append(frames, outFrame{coll: j.coll, id: id, b: b})
 		pending += len(b)
 		if pending >= repackChunk {
 			if err := flush(); err != nil {
-				return nil, 0, err
+				return nil, loc{}, 0, err
 			}
 		}
 	}
 	if err := flush(); err != nil {
-		return nil, 0, err
+		return nil, loc{}, 0, err
 	}
-	return t, copied, nil
+	return t, start, copied, nil
 }
 
 // retireLocked deletes every shard that (a) no index slot references, (b) is
-// not the active shard and (c) holds no reset marker for a collection X
-// while a surviving shard with a lower pack ID holds frames of X (deleting
-// the marker would let a rebuild-by-scan resurrect those frames). Shards are
+// not the active shard and (c) holds no reset marker for a collection X with
+// position P while another surviving shard holds a data frame of X located
+// before P (deleting the marker would let a rebuild-by-scan resurrect it). Shards are
 // unmapped (waiting for readers) before their files are removed, and the
 // directory is fsynced after.
 func (s *PackfileStorage) retireLocked() (int, int64, error) {
@@ -230,14 +267,14 @@ func (s *PackfileStorage) retireLocked() (int, int64, error) {
 		if err := sh.close(); err != nil {
 			return n, bytes, err
 		}
-		if err := os.Remove(sh.path); err != nil {
+		if err := s.fs.Remove(sh.path); err != nil {
 			return n, bytes, fmt.Errorf("packstore: retire %s: %w", sh.path, err)
 		}
 		n++
 		bytes += sh.size
 	}
 	if n > 0 {
-		if err := syncDir(s.opts.Dir); err != nil {
+		if err := syncDir(s.fs, s.opts.Dir); err != nil {
 			return n, bytes, err
 		}
 	}
@@ -245,17 +282,17 @@ func (s *PackfileStorage) retireLocked() (int, int64, error) {
 }
 
 // markerNeededLocked reports whether sh holds a reset marker that still
-// shadows frames in a lower surviving shard.
+// shadows a data frame in another surviving shard. all is sorted by pack ID.
 func (s *PackfileStorage) markerNeededLocked(sh *shard, all []*shard, cand map[uint16]*shard) bool {
-	for x := range sh.resets {
+	for x, p := range sh.resets {
 		for _, lower := range all {
-			if lower.id >= sh.id {
+			if lower.id > p.shard {
 				break
 			}
-			if _, dying := cand[lower.id]; dying {
+			if _, dying := cand[lower.id]; dying || lower == sh {
 				continue
 			}
-			if _, ok := lower.colls[x]; ok {
+			if first, ok := lower.colls[x]; ok && (lower.id < p.shard || first < p.off) {
 				return true
 			}
 		}

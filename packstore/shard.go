@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sync"
 
@@ -45,21 +44,40 @@ type shard struct {
 	path string
 
 	mu     sync.RWMutex // guards f, mm and gone against unmap/close
-	f      *os.File
+	f      vfile
 	mm     mmap.MMap
 	gone   bool
 	synced bool // writer-only: no unsynced appends
 
+	// crc is false in a shard with FeatureNoCRC (its frames carry no CRC);
+	// verify says whether reads check frame CRCs (crc and checksum mode
+	// "full"). Both are fixed when the shard is opened.
+	crc, verify bool
+
 	// Writer-only fields, guarded by PackfileStorage.mu.
-	size   int64           // bytes of complete frames (file size)
-	live   int             // index slots (all collections) pointing here
-	colls  map[ID]struct{} // collections with data frames in this shard
-	resets map[ID]struct{} // collections with reset markers in this shard
+	size   int64         // bytes of complete frames (file size)
+	live   int           // index slots (all collections) pointing here
+	colls  map[ID]uint32 // collection -> offset of its first data frame here
+	resets map[ID]loc    // collection -> largest position P of its reset markers here
 }
 
-func newShardState(id uint16, path string, f *os.File, size int64) *shard {
-	return &shard{id: id, path: path, f: f, size: size, synced: true,
-		colls: make(map[ID]struct{}), resets: make(map[ID]struct{})}
+func newShardState(id uint16, path string, f vfile, size int64, crc, verify bool) *shard {
+	return &shard{id: id, path: path, f: f, size: size, synced: true, crc: crc, verify: verify && crc,
+		colls: make(map[ID]uint32), resets: make(map[ID]loc)}
+}
+
+// noteData records a data frame of coll at off (retirement metadata).
+func (s *shard) noteData(coll ID, off uint32) {
+	if o, ok := s.colls[coll]; !ok || off < o {
+		s.colls[coll] = off
+	}
+}
+
+// noteReset records a reset marker for coll with position p.
+func (s *shard) noteReset(coll ID, p loc) {
+	if o, ok := s.resets[coll]; !ok || o.less(p) {
+		s.resets[coll] = p
+	}
 }
 
 // corruptf returns an ErrCorrupt error naming this shard and an offset.
@@ -73,7 +91,7 @@ func (s *shard) remap(size int64) error {
 	var m mmap.MMap
 	if size > 0 {
 		var err error
-		m, err = mmap.MapRegion(s.f, int(size), mmap.RDONLY, 0, 0)
+		m, err = s.f.Map(int(size))
 		if err != nil {
 			return fmt.Errorf("packstore: map %s: %w", s.path, err)
 		}
@@ -134,7 +152,7 @@ func (s *shard) withFrame(off int64, fn func(fv frameView) error) error {
 			return s.readErr(off, err)
 		}
 	}
-	fv, err := decodeFrame(b)
+	fv, err := decodeFrameCRC(b, s.verify)
 	if err != nil {
 		return s.corruptf(off, "%v", err)
 	}
@@ -169,11 +187,12 @@ func (s *shard) frameHead(off int64) (ID, int, error) {
 	return ID(hdr[frameIDOff : frameIDOff+idLen]), size, nil
 }
 
-// rawFrame returns a copy of the validated frame bytes at off (for repack).
-func (s *shard) rawFrame(off int64, dst []byte) ([]byte, error) {
+// rawFrame appends a copy of the validated frame at off to dst (for
+// repack), with a CRC when withCRC. Re-encoding a validated frame with a CRC
+// reproduces its bytes exactly.
+func (s *shard) rawFrame(off int64, dst []byte, withCRC bool) ([]byte, error) {
 	err := s.withFrame(off, func(fv frameView) error {
-		// Re-encoding a validated frame reproduces its bytes exactly.
-		dst = appendFrame(dst, fv.Flags, fv.RawLen, fv.Coll, fv.ID, fv.Payload)
+		dst = appendFrameCRC(dst, fv.Flags, fv.RawLen, fv.Coll, fv.ID, fv.Payload, withCRC)
 		return nil
 	})
 	return dst, err

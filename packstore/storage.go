@@ -27,8 +27,45 @@ type Options struct {
 	// smaller. DefaultOptions sets it; the zero Options leaves it off.
 	Compress bool
 
+	// Checksum selects how frame CRCs are used (seed "Benchmarks":
+	// none / writeonly / full). The zero value is ChecksumFull.
+	Checksum ChecksumMode
+
 	// maxShards lowers the shard limit for tests; 0 means MaxShards.
 	maxShards int
+	// fs replaces the operating system's filesystem in tests; nil means osFS.
+	fs vfs
+}
+
+// ChecksumMode selects how frame CRC-32Cs are written and verified.
+type ChecksumMode uint8
+
+const (
+	// ChecksumFull writes a CRC in every frame and verifies it on every
+	// read (Get, GetMany, View, repack copies) and on every scan. Default.
+	ChecksumFull ChecksumMode = iota
+	// ChecksumWriteOnly writes CRCs but does not verify them on reads;
+	// scans at open (recovery) still verify them.
+	ChecksumWriteOnly
+	// ChecksumNone writes a zero CRC field and verifies nothing. Shards it
+	// creates carry FeatureNoCRC, so recovery relies on the structural
+	// checks only (a torn tail is still found when its length, flags or
+	// raw_len are invalid, but a torn payload is not). Index checkpoint and
+	// delta files keep their CRCs in every mode.
+	ChecksumNone
+)
+
+// String returns the seed's name of the mode: "full", "writeonly", "none".
+func (m ChecksumMode) String() string {
+	switch m {
+	case ChecksumFull:
+		return "full"
+	case ChecksumWriteOnly:
+		return "writeonly"
+	case ChecksumNone:
+		return "none"
+	}
+	return fmt.Sprintf("ChecksumMode(%d)", uint8(m))
 }
 
 // DefaultOptions returns the options for a store in dir: the largest shards
@@ -94,12 +131,24 @@ type PackfileStorage struct {
 	shards     [MaxShards]atomic.Pointer[shard] // by pack ID; nil = absent
 	colls      sync.Map                         // ID -> *collection
 	collisions atomic.Uint64                    // index tag collisions seen
+	fs         vfs
+
+	// repackProgress is the index of the collection plan a running repack
+	// is copying, -1 when none (exported as a Prometheus gauge).
+	repackProgress atomic.Int64
+	// testHookAfterMarkers, when set, runs after a repack appended its
+	// reset markers and before it syncs them (crash tests).
+	testHookAfterMarkers func()
 
 	// mu serializes writers. It guards active, the writer-only fields of
 	// every shard and collection, stores into published index tables, and
 	// additions/removals in shards and colls.
 	mu     sync.Mutex
 	active *shard // the shard appends go to (highest pack ID)
+	// broken is the first write-path error after which the on-disk state is
+	// unknown (a failed fsync, or a failed write that could not be trimmed
+	// off the file); every later write returns it. Reads continue.
+	broken error
 }
 
 // Open opens (creating if needed) the store in opts.Dir. It rebuilds every
@@ -123,12 +172,19 @@ func Open(opts Options) (*PackfileStorage, error) {
 	if _, _, err := codecs(); err != nil {
 		return nil, fmt.Errorf("packstore: zstd: %w", err)
 	}
-	s := &PackfileStorage{opts: opts, maxShards: opts.maxShards}
+	if opts.Checksum > ChecksumNone {
+		return nil, fmt.Errorf("packstore: unknown checksum mode %d", opts.Checksum)
+	}
+	if opts.fs == nil {
+		opts.fs = osFS{}
+	}
+	s := &PackfileStorage{opts: opts, fs: opts.fs, maxShards: opts.maxShards}
+	s.repackProgress.Store(-1)
 	if s.maxShards <= 0 || s.maxShards > MaxShards {
 		s.maxShards = MaxShards
 	}
 	s.maxData = int(opts.MaxShardBytes) - HeaderSize - FrameOverhead
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+	if err := s.fs.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("packstore: %w", err)
 	}
 	s.mu.Lock()
@@ -143,7 +199,7 @@ func Open(opts Options) (*PackfileStorage, error) {
 // rebuildLocked opens every shard file in pack-ID order and replays its
 // frames into the indexes.
 func (s *PackfileStorage) rebuildLocked() error {
-	ents, err := os.ReadDir(s.opts.Dir)
+	ents, err := s.fs.ReadDir(s.opts.Dir)
 	if err != nil {
 		return fmt.Errorf("packstore: %w", err)
 	}
@@ -152,7 +208,7 @@ func (s *PackfileStorage) rebuildLocked() error {
 		name := e.Name()
 		if strings.HasPrefix(name, "shard-") && strings.HasSuffix(name, ".mtdb.tmp") {
 			// An interrupted shard creation; the file was never published.
-			if err := os.Remove(filepath.Join(s.opts.Dir, name)); err != nil {
+			if err := s.fs.Remove(filepath.Join(s.opts.Dir, name)); err != nil {
 				return fmt.Errorf("packstore: %w", err)
 			}
 			continue
@@ -182,22 +238,26 @@ func (s *PackfileStorage) rebuildLocked() error {
 		return nil
 	}
 	s.active = s.shards[ids[len(ids)-1]].Load()
+	if s.active.crc != s.writeCRC() {
+		// The checksum mode changed: a shard's frames all follow its header.
+		return s.rollLocked()
+	}
 	return nil
 }
 
 // openShard opens and maps an existing shard file after validating its header.
 func (s *PackfileStorage) openShard(id uint16) (*shard, error) {
 	path := filepath.Join(s.opts.Dir, shardFileName(id))
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := s.fs.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("packstore: %w", err)
 	}
-	fi, err := f.Stat()
+	size, err := f.Size()
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("packstore: %w", err)
 	}
-	sh := newShardState(id, path, f, fi.Size())
+	sh := newShardState(id, path, f, size, true, s.opts.Checksum == ChecksumFull)
 	hdr := make([]byte, HeaderSize)
 	n, _ := f.ReadAt(hdr, 0)
 	h, err := decodeHeader(hdr[:n])
@@ -208,6 +268,8 @@ func (s *PackfileStorage) openShard(id uint16) (*shard, error) {
 		f.Close()
 		return nil, sh.corruptf(0, "%v", err)
 	}
+	sh.crc = h.Features&FeatureNoCRC == 0
+	sh.verify = sh.verify && sh.crc
 	if err := sh.remap(sh.size); err != nil {
 		f.Close()
 		return nil, err
@@ -220,40 +282,34 @@ func (s *PackfileStorage) openShard(id uint16) (*shard, error) {
 func (s *PackfileStorage) createShard(id uint16) (*shard, error) {
 	path := filepath.Join(s.opts.Dir, shardFileName(id))
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := s.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("packstore: %w", err)
 	}
 	fail := func(err error) (*shard, error) {
 		f.Close()
-		os.Remove(tmp)
+		s.fs.Remove(tmp)
 		return nil, fmt.Errorf("packstore: create %s: %w", path, err)
 	}
-	if _, err := f.WriteAt(encodeHeader(shardHeader{PackID: id, Created: time.Now().UnixNano()}), 0); err != nil {
+	crc := s.opts.Checksum != ChecksumNone
+	h := shardHeader{PackID: id, Created: time.Now().UnixNano()}
+	if !crc {
+		h.Features |= FeatureNoCRC
+	}
+	if _, err := f.WriteAt(encodeHeader(h), 0); err != nil {
 		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
 		return fail(err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := s.fs.Rename(tmp, path); err != nil {
 		return fail(err)
 	}
-	if err := syncDir(s.opts.Dir); err != nil {
+	if err := syncDir(s.fs, s.opts.Dir); err != nil {
+		f.Close()
 		return nil, err
 	}
-	return newShardState(id, path, f, HeaderSize), nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("packstore: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("packstore: fsync %s: %w", dir, err)
-	}
-	return nil
+	return newShardState(id, path, f, HeaderSize, crc, s.opts.Checksum == ChecksumFull), nil
 }
 
 // scanShardLocked replays the frames of a mapped shard into the indexes.
@@ -262,9 +318,9 @@ func (s *PackfileStorage) scanShardLocked(sh *shard, last bool) error {
 	b := sh.mm
 	off := int64(HeaderSize)
 	for off < int64(len(b)) {
-		fv, err := decodeFrame(b[off:])
+		fv, err := decodeFrameCRC(b[off:], sh.crc)
 		if err != nil {
-			if last && tornTail(b, off) {
+			if last && tornTail(b, off, sh.crc) {
 				return s.truncateTail(sh, off)
 			}
 			return sh.corruptf(off, "%v", err)
@@ -280,9 +336,9 @@ func (s *PackfileStorage) scanShardLocked(sh *shard, last bool) error {
 // tornTail reports whether the bad frame at off can be a torn final write:
 // no valid frame starts anywhere after it. Otherwise the damage is in the
 // middle of the data and truncating would lose good frames.
-func tornTail(b []byte, off int64) bool {
+func tornTail(b []byte, off int64, crc bool) bool {
 	for p := off + 1; p+FrameOverhead <= int64(len(b)); p++ {
-		if _, err := decodeFrame(b[p:]); err == nil {
+		if _, err := decodeFrameCRC(b[p:], crc); err == nil {
 			return false
 		}
 	}
@@ -302,14 +358,64 @@ func (s *PackfileStorage) truncateTail(sh *shard, off int64) error {
 
 // applyFrameLocked replays one frame of the scan.
 func (s *PackfileStorage) applyFrameLocked(sh *shard, fv frameView, off int64) error {
+	here := loc{shard: sh.id, off: uint32(off)}
 	if fv.Flags&FlagReset != 0 {
-		sh.resets[fv.Coll] = struct{}{}
-		s.dropCollectionLocked(fv.Coll)
+		p := fv.ResetPos
+		if !fv.HasPos {
+			p = here // version 0x04 marker
+		}
+		sh.noteReset(fv.Coll, p)
+		return s.dropBeforeLocked(fv.Coll, p)
+	}
+	sh.noteData(fv.Coll, here.off)
+	c := s.collectionOrCreateLocked(fv.Coll)
+	return s.indexPutLocked(c, fv.ID, here, fv.Size)
+}
+
+// dropBeforeLocked applies a reset marker: it forgets every index entry of
+// coll located before p, publishing a rebuilt table for the entries at or
+// after p (a repack's copy), or dropping the collection if none remain.
+func (s *PackfileStorage) dropBeforeLocked(coll ID, p loc) error {
+	c := s.collectionLoad(coll)
+	if c == nil {
 		return nil
 	}
-	sh.colls[fv.Coll] = struct{}{}
-	c := s.collectionOrCreateLocked(fv.Coll)
-	return s.indexPutLocked(c, fv.ID, loc{shard: sh.id, off: uint32(off)}, fv.Size)
+	t := c.table.Load()
+	kept := 0
+	t.each(func(l loc) {
+		if !l.less(p) {
+			kept++
+		}
+	})
+	if kept == 0 {
+		s.dropCollectionLocked(coll)
+		return nil
+	}
+	nt := newTable(tableBitsFor(kept))
+	var err error
+	var liveBytes int64
+	t.each(func(l loc) {
+		if err != nil {
+			return
+		}
+		if l.less(p) {
+			s.shards[l.shard].Load().live--
+			return
+		}
+		id, size, rerr := s.readID(l)
+		if rerr != nil {
+			err = rerr
+			return
+		}
+		nt.insertUnique(makeSlot(id, l), id)
+		liveBytes += int64(size)
+	})
+	if err != nil {
+		return err
+	}
+	c.live, c.liveBytes = kept, liveBytes
+	c.table.Store(nt)
+	return nil
 }
 
 func (s *PackfileStorage) collectionLoad(coll ID) *collection {
@@ -394,7 +500,15 @@ type outFrame struct {
 	coll   ID
 	id     ID
 	marker bool
+	pos    loc // a marker's position P
 	b      []byte
+}
+
+// endLocked returns the position the next frame of the stream would take
+// if no roll happens: the end of the active shard. As a reset position it is
+// equivalent to the next frame's real position, since no frame lies between.
+func (s *PackfileStorage) endLocked() loc {
+	return loc{shard: s.active.id, off: uint32(s.active.size)}
 }
 
 // checkFitLocked reports ErrShardLimit if appending frames of the given
@@ -430,7 +544,13 @@ func (s *PackfileStorage) appendLocked(frames []outFrame) ([]loc, error) {
 		}
 		a := s.active
 		if _, err := a.f.WriteAt(buf, a.size); err != nil {
-			return fmt.Errorf("packstore: write %s: %w", a.path, err)
+			err = fmt.Errorf("packstore: write %s offset %d: %w", a.path, a.size, err)
+			// Trim whatever part of the write landed, so that the next
+			// append does not leave stray frames behind it.
+			if terr := a.f.Truncate(a.size); terr != nil {
+				s.broken = err
+			}
+			return err
 		}
 		a.size += int64(len(buf))
 		a.synced = false
@@ -449,9 +569,9 @@ func (s *PackfileStorage) appendLocked(frames []outFrame) ([]loc, error) {
 		a := s.active
 		locs[i] = loc{shard: a.id, off: uint32(a.size + int64(len(buf)))}
 		if fr.marker {
-			a.resets[fr.coll] = struct{}{}
+			a.noteReset(fr.coll, fr.pos)
 		} else {
-			a.colls[fr.coll] = struct{}{}
+			a.noteData(fr.coll, locs[i].off)
 		}
 		buf = append(buf, fr.b...)
 		if len(buf) >= 1<<20 {
@@ -470,7 +590,7 @@ func (s *PackfileStorage) rollLocked() error {
 	if next >= s.maxShards {
 		return fmt.Errorf("%w: writing would need pack id %d (limit %d shards)", ErrShardLimit, next, s.maxShards)
 	}
-	if err := a.syncFile(); err != nil {
+	if err := s.syncActiveLocked(); err != nil {
 		return err
 	}
 	if err := a.remap(a.size); err != nil {
@@ -496,6 +616,28 @@ func (sh *shard) syncFile() error {
 	return nil
 }
 
+// syncActiveLocked fsyncs the active shard (sealed shards were fsynced when
+// sealed). After a failed fsync the page cache state is unknown, so the
+// store refuses further writes (s.broken).
+func (s *PackfileStorage) syncActiveLocked() error {
+	if err := s.active.syncFile(); err != nil {
+		s.broken = err
+		return err
+	}
+	return nil
+}
+
+// writableLocked returns the error a write must fail with, if any.
+func (s *PackfileStorage) writableLocked() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if s.broken != nil {
+		return fmt.Errorf("packstore: store needs reopening after an earlier write failure: %w", s.broken)
+	}
+	return nil
+}
+
 // encodeRecord appends the frame of one record to dst, compressing the
 // payload when enabled and smaller.
 func (s *PackfileStorage) encodeRecord(dst []byte, coll, id ID, data []byte) ([]byte, error) {
@@ -505,10 +647,10 @@ func (s *PackfileStorage) encodeRecord(dst []byte, coll, id ID, data []byte) ([]
 	if s.opts.Compress && len(data) >= compressMin {
 		enc, _, _ := codecs()
 		if c := enc.EncodeAll(data, nil); len(c) < len(data) {
-			return appendFrame(dst, FlagZstd, len(data), coll, id, c), nil
+			return appendFrameCRC(dst, FlagZstd, len(data), coll, id, c, s.writeCRC()), nil
 		}
 	}
-	return appendFrame(dst, 0, len(data), coll, id, data), nil
+	return appendFrameCRC(dst, 0, len(data), coll, id, data, s.writeCRC()), nil
 }
 
 // Put appends one record; an existing record with the same ID is superseded.
@@ -539,8 +681,8 @@ func (s *PackfileStorage) PutMany(coll ID, recs []Record) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed.Load() {
-		return ErrClosed
+	if err := s.writableLocked(); err != nil {
+		return err
 	}
 	if err := s.checkFitLocked(false, frameSizes(frames)); err != nil {
 		return err
@@ -558,6 +700,14 @@ func (s *PackfileStorage) PutMany(coll ID, recs []Record) error {
 	return nil
 }
 
+// markerFrameLocked returns a reset marker frame for coll with position p.
+func (s *PackfileStorage) markerFrameLocked(coll ID, p loc) outFrame {
+	return outFrame{coll: coll, marker: true, pos: p, b: appendMarker(nil, coll, p, s.writeCRC())}
+}
+
+// writeCRC reports whether frames written by this store carry CRCs.
+func (s *PackfileStorage) writeCRC() bool { return s.opts.Checksum != ChecksumNone }
+
 func frameSizes(frames []outFrame) func(func(int) bool) {
 	return func(yield func(int) bool) {
 		for _, f := range frames {
@@ -568,20 +718,21 @@ func frameSizes(frames []outFrame) func(func(int) bool) {
 	}
 }
 
-// DeleteCollection appends a collection reset marker and forgets the
+// DeleteCollection appends a collection reset marker whose position is its
+// own (every earlier frame of the collection is dead) and forgets the
 // collection's index. The space is reclaimed by a later Repack (which
 // retires shards only after the marker is durable). Deleting an unknown
 // collection is a no-op.
 func (s *PackfileStorage) DeleteCollection(coll ID) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed.Load() {
-		return ErrClosed
+	if err := s.writableLocked(); err != nil {
+		return err
 	}
 	if s.collectionLoad(coll) == nil {
 		return nil
 	}
-	fr := []outFrame{{coll: coll, marker: true, b: appendFrame(nil, FlagReset, 0, coll, ID{}, nil)}}
+	fr := []outFrame{s.markerFrameLocked(coll, s.endLocked())}
 	if err := s.checkFitLocked(false, frameSizes(fr)); err != nil {
 		return err
 	}
@@ -598,10 +749,10 @@ func (s *PackfileStorage) DeleteCollection(coll ID) error {
 func (s *PackfileStorage) Sync() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed.Load() {
-		return ErrClosed
+	if err := s.writableLocked(); err != nil {
+		return err
 	}
-	return s.active.syncFile()
+	return s.syncActiveLocked()
 }
 
 // RefreshCollection is a no-op: this engine owns its directory exclusively
@@ -633,7 +784,10 @@ func (s *PackfileStorage) Close() error {
 	if s.closed.Swap(true) {
 		return ErrClosed
 	}
-	err := s.active.syncFile()
+	err := s.broken
+	if err == nil {
+		err = s.active.syncFile()
+	}
 	if cerr := s.closeShardsLocked(); err == nil {
 		err = cerr
 	}
