@@ -1,16 +1,23 @@
 // Package resolver computes room state from stored snapshots: the state before an
-// event is the resolution of the states after its prev_events (spec, "Room Versions",
-// state resolution of each version), and each event is authorised against it.
+// event is the resolution of the states after its prev_events, and each event is
+// authorised against it (spec, "Room Versions": state resolution v1, v2 and v2.1).
 //
-// This is the walking-skeleton resolver. The conflicted keys come from the HAMT N-way
-// diff of the snapshots (so only conflicted events are loaded to find them), the split
-// follows the spec of the room version (v1: a key is conflicted when the states give it
-// two or more different events; v2 and v2.1: when it is not the same in every state,
-// which includes being absent from some), and the ordering and authorisation steps are
-// gomatrixserverlib's (ResolveStateConflicts for v1, ResolveStateConflictsV2 for v2,
-// ResolveConflictsNew for v2.1). Its known departures from the spec are listed in
-// ../notes and are the subject of a later issue; the real rooms in testrooms/ replay
-// without a mismatch.
+// State resolution v2 and v2.1 (room versions 2-12) are implemented here, after the
+// spec; gomatrixserverlib supplies PDU parsing, power-level parsing and the
+// authorization rules. Resolution over stored snapshots costs what the conflict
+// costs: the conflicted keys come from the HAMT N-way diff, which never opens a
+// subtree that all snapshots share; only conflicted events, their auth chains and
+// the unconflicted entries the authorization rules ask for are loaded. Room version 1
+// uses gomatrixserverlib's v1 algorithm with the spec's v1 split.
+//
+// The auth difference (the union of the states' full auth chains minus their
+// intersection) is computed without walking the whole state: a state's full auth
+// chain is that of the unconflicted map plus that of its own conflicted events, so
+// only events in the chains of conflicted events are candidates, and a candidate
+// missing from some state's conflicted chains is in the difference unless an
+// unconflicted event descends from it. That last test walks auth_events edges
+// forward from the candidate through the room's auth index (built once per Resolver
+// from the metadata records) until it meets an event of the unconflicted map.
 package resolver
 
 import (
@@ -27,9 +34,17 @@ import (
 )
 
 // ErrResolution is returned (wrapped, naming the room and events) when state
-// resolution cannot run: a snapshot names an event that cannot be loaded, or
-// gomatrixserverlib panicked or returned nothing.
+// resolution cannot run: a snapshot names an event that cannot be loaded, auth
+// events form a cycle, or gomatrixserverlib panicked.
 var ErrResolution = errors.New("resolver: state resolution failed")
+
+// Stats counts what resolutions cost.
+type Stats struct {
+	Resolutions    int // calls with two or more distinct snapshots
+	ConflictedKeys int // conflicted keys over all resolutions
+	AuthDifference int // events in auth differences over all resolutions
+	FullConflicted int // events in full conflicted sets over all resolutions
+}
 
 // Resolver resolves and authorises events of one room. It caches parsed PDUs and
 // metadata for its lifetime. Not safe for concurrent use.
@@ -39,12 +54,11 @@ type Resolver struct {
 	algo     gomatrixserverlib.StateResAlgorithm
 	pdus     map[string]gomatrixserverlib.PDU
 	metas    map[string]roomstate.EventMeta
-	rejected map[string]bool
+	rejected map[string]bool // rejection status known so far (replay sets it)
+	children map[string][]string
+	create   gomatrixserverlib.PDU
 
-	// Resolutions counts calls that had two or more distinct snapshots to resolve.
-	Resolutions int
-	// ConflictedKeys counts conflicted keys seen over all resolutions.
-	ConflictedKeys int
+	Stats
 }
 
 // New returns a resolver for room. It fails for a room version gomatrixserverlib does
@@ -66,6 +80,20 @@ func New(room *roomstate.Room) (*Resolver, error) {
 
 // Reader returns the resolver's HAMT reader (its decoded nodes are shared).
 func (r *Resolver) Reader() *hamtstore.Reader { return r.rd }
+
+// Event implements EventSource over the room's stored PDUs.
+func (r *Resolver) Event(eventID string) (gomatrixserverlib.PDU, error) { return r.pdu(eventID) }
+
+// Rejected implements EventSource: the event's rejection as replay recorded it.
+func (r *Resolver) Rejected(eventID string) bool {
+	if rej, ok := r.rejected[eventID]; ok {
+		return rej
+	}
+	st, ok, err := r.room.EventState(eventID)
+	rej := err == nil && ok && st.Rejected
+	r.rejected[eventID] = rej
+	return rej
+}
 
 func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
 	if p, ok := r.pdus[eventID]; ok {
@@ -100,15 +128,11 @@ func (r *Resolver) eventIDOf(v hamtstore.Value) (string, error) {
 	return m.EventID, nil
 }
 
-// isRejected reports whether a replayed event was rejected.
-func (r *Resolver) isRejected(eventID string) bool { return r.rejected[eventID] }
-
-// authChain returns the auth chain of the given events (their auth_events,
-// transitively), read from metadata records, not PDUs.
-func (r *Resolver) authChain(eventIDs []string) ([]string, error) {
+// authChain returns the union of the auth chains of the given events, read from
+// metadata records, not PDUs.
+func (r *Resolver) authChain(eventIDs []string) (map[string]bool, error) {
 	seen := map[string]bool{}
 	stack := append([]string(nil), eventIDs...)
-	var out []string
 	for len(stack) > 0 {
 		id := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
@@ -119,13 +143,33 @@ func (r *Resolver) authChain(eventIDs []string) ([]string, error) {
 		for _, a := range m.AuthEvents {
 			if !seen[a] {
 				seen[a] = true
-				out = append(out, a)
 				stack = append(stack, a)
 			}
 		}
 	}
-	sort.Strings(out)
-	return out, nil
+	return seen, nil
+}
+
+// authChildren returns the events that cite eventID in their auth_events, from an
+// index of the whole room built on first use.
+func (r *Resolver) authChildren(eventID string) ([]string, error) {
+	if r.children == nil {
+		ids, err := r.room.EventIDs()
+		if err != nil {
+			return nil, err
+		}
+		r.children = make(map[string][]string, len(ids))
+		for _, id := range ids {
+			m, err := r.meta(id)
+			if err != nil {
+				return nil, err
+			}
+			for _, a := range m.AuthEvents {
+				r.children[a] = append(r.children[a], id)
+			}
+		}
+	}
+	return r.children[eventID], nil
 }
 
 // authTypes are the state types the authorization rules read.
@@ -135,6 +179,14 @@ var authTypes = map[string]bool{
 	spec.MRoomJoinRules:        true,
 	spec.MRoomMember:           true,
 	spec.MRoomThirdPartyInvite: true,
+}
+
+// conflict is one conflicted key with the event each snapshot gives it ("" where a
+// snapshot lacks it).
+type conflict struct {
+	key    []byte
+	k      Key
+	events []string // per root
 }
 
 // Resolve returns the snapshot that resolves the given snapshots for this room's
@@ -149,32 +201,20 @@ func (r *Resolver) Resolve(roots []hamtstore.NodeID) (hamtstore.NodeID, error) {
 		return uniq[0], nil
 	}
 	r.Resolutions++
-
-	// Conflicted keys and, per key, the distinct events the states give it.
-	type conflict struct {
-		key    []byte
-		events []string // distinct, sorted
-		absent bool     // some state lacks the key
-	}
 	var conflicts []conflict
 	err := r.rd.DiffN(uniq, func(key []byte, vals []*hamtstore.Value) error {
-		c := conflict{key: append([]byte(nil), key...)}
-		seen := map[hamtstore.Value]bool{}
-		for _, v := range vals {
-			if v == nil {
-				c.absent = true
-				continue
-			}
-			if !seen[*v] {
-				seen[*v] = true
-				id, err := r.eventIDOf(*v)
-				if err != nil {
+		t, sk, err := roomstate.SplitStateKey(key)
+		if err != nil {
+			return err
+		}
+		c := conflict{key: append([]byte(nil), key...), k: Key{t, sk}, events: make([]string, len(vals))}
+		for i, v := range vals {
+			if v != nil {
+				if c.events[i], err = r.eventIDOf(*v); err != nil {
 					return err
 				}
-				c.events = append(c.events, id)
 			}
 		}
-		sort.Strings(c.events)
 		conflicts = append(conflicts, c)
 		return nil
 	})
@@ -183,41 +223,14 @@ func (r *Resolver) Resolve(roots []hamtstore.NodeID) (hamtstore.NodeID, error) {
 	}
 	r.ConflictedKeys += len(conflicts)
 
-	conflictedKey := map[string]bool{}
 	var changes []hamtstore.Change
-	var conflicted []gomatrixserverlib.PDU
-	for _, c := range conflicts {
-		if r.algo == gomatrixserverlib.StateResV1 && len(c.events) == 1 {
-			// v1: a key given one event by every state that has it is unconflicted,
-			// and the union keeps it.
-			changes = append(changes, hamtstore.Change{Key: c.key, Value: hamtstore.Value(roomstate.EventRecordID(c.events[0]))})
-			continue
-		}
-		conflictedKey[string(c.key)] = true
-		for _, id := range c.events {
-			p, err := r.pdu(id)
-			if err != nil {
-				return hamtstore.NodeID{}, fmt.Errorf("%w: room %s: %v", ErrResolution, r.room.ID(), err)
-			}
-			conflicted = append(conflicted, p)
-		}
+	if r.algo == gomatrixserverlib.StateResV1 {
+		changes, err = r.resolveV1(uniq[0], conflicts)
+	} else {
+		changes, err = r.resolveV2(uniq, conflicts)
 	}
-
-	if len(conflictedKey) > 0 {
-		resolved, err := r.resolveConflicted(uniq, conflicted, conflictedKey)
-		if err != nil {
-			return hamtstore.NodeID{}, err
-		}
-		for _, c := range conflicts {
-			if !conflictedKey[string(c.key)] {
-				continue
-			}
-			if id, ok := resolved[string(c.key)]; ok {
-				changes = append(changes, hamtstore.Change{Key: c.key, Value: hamtstore.Value(roomstate.EventRecordID(id))})
-			} else {
-				changes = append(changes, hamtstore.Change{Key: c.key, Delete: true})
-			}
-		}
+	if err != nil {
+		return hamtstore.NodeID{}, err
 	}
 	// Start from any input state: its unconflicted entries are those of every state.
 	root, err := hamtstore.Apply(r.room.Nodes(), r.rd, uniq[0], changes)
@@ -227,113 +240,308 @@ func (r *Resolver) Resolve(roots []hamtstore.NodeID) (hamtstore.NodeID, error) {
 	return root, nil
 }
 
-// resolveConflicted runs gomatrixserverlib's algorithm for the room version over the
-// conflicted events and returns the chosen event per conflicted key.
-func (r *Resolver) resolveConflicted(roots []hamtstore.NodeID, conflicted []gomatrixserverlib.PDU,
-	conflictedKey map[string]bool) (out map[string]string, err error) {
-
-	// The unconflicted entries the authorization rules can read, from one state.
-	var unconflicted []gomatrixserverlib.PDU
-	var fullStates [][]gomatrixserverlib.PDU
-	if r.algo == gomatrixserverlib.StateResV2_1 {
-		for _, root := range roots {
-			st, err := r.statePDUs(root, nil, false)
-			if err != nil {
-				return nil, err
+// resolveV2 resolves the conflicted keys by state resolution v2 or v2.1 and returns
+// the changes to apply to base (one of the input snapshots).
+func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) ([]hamtstore.Change, error) {
+	base := roots[0]
+	conflictedKey := make(map[Key]bool, len(conflicts))
+	conflicted := map[string]bool{}
+	perRoot := make([][]string, len(roots))
+	for _, c := range conflicts {
+		conflictedKey[c.k] = true
+		for i, id := range c.events {
+			if id != "" {
+				conflicted[id] = true
+				perRoot[i] = append(perRoot[i], id)
 			}
-			fullStates = append(fullStates, st)
 		}
-	} else if unconflicted, err = r.statePDUs(roots[0], conflictedKey, true); err != nil {
+	}
+	unconflicted := func(k Key) (string, bool, error) {
+		if conflictedKey[k] {
+			return "", false, nil
+		}
+		v, ok, err := r.rd.Get(base, roomstate.StateKey(k.Type, k.StateKey))
+		if err != nil || !ok {
+			return "", false, err
+		}
+		id, err := r.eventIDOf(v)
+		return id, err == nil, err
+	}
+
+	diff, err := r.authDifference(perRoot, unconflicted)
+	if err != nil {
+		return nil, fmt.Errorf("%w: room %s: auth difference: %v", ErrResolution, r.room.ID(), err)
+	}
+	full := map[string]bool{}
+	for id := range conflicted {
+		full[id] = true
+	}
+	for _, id := range diff {
+		full[id] = true
+	}
+	st := &stateRes{src: r, pdus: map[string]gomatrixserverlib.PDU{}}
+	if r.algo == gomatrixserverlib.StateResV2_1 {
+		sub, err := conflictedSubgraph(st, conflicted)
+		if err != nil {
+			return nil, fmt.Errorf("room %s: conflicted subgraph: %w", r.room.ID(), err)
+		}
+		for id := range sub {
+			full[id] = true
+		}
+	}
+	r.AuthDifference += len(diff)
+	r.FullConflicted += len(full)
+
+	create, err := r.createEvent(base)
+	if err != nil {
 		return nil, err
 	}
-
-	ids := make([]string, len(conflicted))
-	for i, p := range conflicted {
-		ids[i] = p.EventID()
+	overlay, err := resolveV2(v2Input{algo: r.algo, full: sortedIDs(full), unconflicted: unconflicted, create: create}, r)
+	if err != nil {
+		return nil, fmt.Errorf("room %s: %w", r.room.ID(), err)
 	}
-	chainIDs, err := r.authChain(ids)
+
+	var changes []hamtstore.Change
+	for _, c := range conflicts {
+		if id, ok := overlay[c.k]; ok {
+			changes = append(changes, hamtstore.Change{Key: c.key, Value: hamtstore.Value(roomstate.EventRecordID(id))})
+		} else {
+			changes = append(changes, hamtstore.Change{Key: c.key, Delete: true})
+		}
+	}
+	// Keys no input state has, brought in by auth-difference events (step 5 keeps
+	// the unconflicted entries, so only keys absent from base are added).
+	var extra []Key
+	for k := range overlay {
+		if !conflictedKey[k] {
+			extra = append(extra, k)
+		}
+	}
+	sort.Slice(extra, func(i, j int) bool {
+		if extra[i].Type != extra[j].Type {
+			return extra[i].Type < extra[j].Type
+		}
+		return extra[i].StateKey < extra[j].StateKey
+	})
+	for _, k := range extra {
+		key := roomstate.StateKey(k.Type, k.StateKey)
+		if _, ok, err := r.rd.Get(base, key); err != nil {
+			return nil, err
+		} else if !ok {
+			changes = append(changes, hamtstore.Change{Key: key, Value: hamtstore.Value(roomstate.EventRecordID(overlay[k]))})
+		}
+	}
+	return changes, nil
+}
+
+// authDifference returns the events in some but not all of the states' full auth
+// chains. perRoot holds each state's conflicted events; the rest of each state is the
+// unconflicted map, whose auth chain every state shares.
+func (r *Resolver) authDifference(perRoot [][]string, unconflicted func(Key) (string, bool, error)) ([]string, error) {
+	chains := make([]map[string]bool, len(perRoot))
+	union := map[string]bool{}
+	for i, ids := range perRoot {
+		c, err := r.authChain(ids)
+		if err != nil {
+			return nil, err
+		}
+		chains[i] = c
+		for id := range c {
+			union[id] = true
+		}
+	}
+	inUnconflictedChain := map[string]bool{} // memo for candidates
+	var diff []string
+	for _, x := range sortedIDs(union) {
+		missing := false
+		for _, c := range chains {
+			if !c[x] {
+				missing = true
+				break
+			}
+		}
+		if !missing {
+			continue
+		}
+		in, err := r.inUnconflictedChain(x, unconflicted, inUnconflictedChain)
+		if err != nil {
+			return nil, err
+		}
+		if !in {
+			diff = append(diff, x)
+		}
+	}
+	return diff, nil
+}
+
+// inUnconflictedChain reports whether some event of the unconflicted map has x in its
+// auth chain, walking auth_events edges forward from x.
+func (r *Resolver) inUnconflictedChain(x string, unconflicted func(Key) (string, bool, error), memo map[string]bool) (bool, error) {
+	if v, ok := memo[x]; ok {
+		return v, nil
+	}
+	seen := map[string]bool{x: true}
+	queue := []string{x}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		kids, err := r.authChildren(cur)
+		if err != nil {
+			return false, err
+		}
+		for _, k := range kids {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			m, err := r.meta(k)
+			if err != nil {
+				return false, err
+			}
+			if m.IsState {
+				id, ok, err := unconflicted(Key{m.Type, m.StateKey})
+				if err != nil {
+					return false, err
+				}
+				if ok && id == k {
+					memo[x] = true
+					return true, nil
+				}
+			}
+			queue = append(queue, k)
+		}
+	}
+	memo[x] = false
+	return false, nil
+}
+
+// createEvent returns the room's m.room.create, from a snapshot or else the arrival
+// log's first event.
+func (r *Resolver) createEvent(root hamtstore.NodeID) (gomatrixserverlib.PDU, error) {
+	if r.create != nil {
+		return r.create, nil
+	}
+	id, ok, err := r.room.Lookup(r.rd, root, spec.MRoomCreate, "")
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		ids, err := r.room.EventIDs()
+		if err != nil {
+			return nil, err
+		}
+		if len(ids) == 0 {
+			return nil, fmt.Errorf("%w: room %s has no events", ErrResolution, r.room.ID())
+		}
+		id = ids[0]
+	}
+	p, err := r.pdu(id)
+	if err != nil {
+		return nil, err
+	}
+	if p.Type() != spec.MRoomCreate {
+		return nil, fmt.Errorf("%w: room %s: no m.room.create found", ErrResolution, r.room.ID())
+	}
+	r.create = p
+	return p, nil
+}
+
+// resolveV1 resolves by gomatrixserverlib's v1 algorithm: a key the states give one
+// event (present in some, absent in others) keeps it; keys with two or more events
+// are resolved against the unconflicted auth state and the conflicted events' auth
+// chains.
+func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) ([]hamtstore.Change, error) {
+	var changes []hamtstore.Change
+	var conflicted []gomatrixserverlib.PDU
+	var conflictedIDs []string
+	conflictedKey := map[string]bool{}
+	for _, c := range conflicts {
+		distinct := map[string]bool{}
+		for _, id := range c.events {
+			if id != "" {
+				distinct[id] = true
+			}
+		}
+		ids := sortedIDs(distinct)
+		if len(ids) == 1 {
+			changes = append(changes, hamtstore.Change{Key: c.key, Value: hamtstore.Value(roomstate.EventRecordID(ids[0]))})
+			continue
+		}
+		conflictedKey[string(c.key)] = true
+		for _, id := range ids {
+			p, err := r.pdu(id)
+			if err != nil {
+				return nil, fmt.Errorf("%w: room %s: %v", ErrResolution, r.room.ID(), err)
+			}
+			conflicted = append(conflicted, p)
+			conflictedIDs = append(conflictedIDs, id)
+		}
+	}
+	if len(conflicted) == 0 {
+		return changes, nil
+	}
+	chain, err := r.authChain(conflictedIDs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: room %s: auth chain: %v", ErrResolution, r.room.ID(), err)
 	}
-	chain := make([]gomatrixserverlib.PDU, 0, len(chainIDs))
-	for _, id := range chainIDs {
+	var auth []gomatrixserverlib.PDU
+	for _, id := range sortedIDs(chain) {
 		p, err := r.pdu(id)
 		if err != nil {
 			return nil, fmt.Errorf("%w: room %s: auth chain: %v", ErrResolution, r.room.ID(), err)
 		}
-		chain = append(chain, p)
+		auth = append(auth, p)
 	}
-
-	defer func() {
-		if rec := recover(); rec != nil {
-			out, err = nil, fmt.Errorf("%w: room %s: gomatrixserverlib panicked resolving %d conflicted events: %v",
-				ErrResolution, r.room.ID(), len(conflicted), rec)
-		}
-	}()
-	var result []gomatrixserverlib.PDU
-	switch r.algo {
-	case gomatrixserverlib.StateResV1:
-		result = gomatrixserverlib.ResolveStateConflicts(conflicted, append(chain, unconflicted...), roomstate.UserIDForSender)
-	case gomatrixserverlib.StateResV2:
-		result = gomatrixserverlib.ResolveStateConflictsV2(conflicted, unconflicted, chain, roomstate.UserIDForSender, r.isRejected)
-		if result == nil {
-			return nil, fmt.Errorf("%w: room %s: no m.room.create among %d auth events", ErrResolution, r.room.ID(), len(chain))
-		}
-	case gomatrixserverlib.StateResV2_1:
-		result, err = gomatrixserverlib.ResolveConflictsNew(r.room.Version(), fullStates, chain, roomstate.UserIDForSender, r.isRejected)
-		if err != nil {
-			return nil, fmt.Errorf("%w: room %s: %v", ErrResolution, r.room.ID(), err)
-		}
-	default:
-		return nil, fmt.Errorf("%w: room %s: unsupported algorithm %v", ErrResolution, r.room.ID(), r.algo)
-	}
-	out = map[string]string{}
-	for _, p := range result {
-		if p.StateKey() == nil {
-			continue
-		}
-		k := string(roomstate.StateKey(p.Type(), *p.StateKey()))
-		if conflictedKey[k] {
-			out[k] = p.EventID()
-		}
-	}
-	return out, nil
-}
-
-// statePDUs loads the events of a snapshot, leaving out the keys in skip and, when
-// authOnly is set, every type the authorization rules never read.
-func (r *Resolver) statePDUs(root hamtstore.NodeID, skip map[string]bool, authOnly bool) ([]gomatrixserverlib.PDU, error) {
-	var ids []string
-	err := r.rd.Iterate(root, func(k []byte, v hamtstore.Value) error {
-		if skip[string(k)] {
-			return nil
-		}
-		if authOnly {
-			t, _, err := roomstate.SplitStateKey(k)
-			if err != nil {
-				return err
-			}
-			if !authTypes[t] {
-				return nil
-			}
+	// The unconflicted auth state, read from one snapshot.
+	err = r.rd.Iterate(base, func(k []byte, v hamtstore.Value) error {
+		t, _, err := roomstate.SplitStateKey(k)
+		if err != nil || conflictedKey[string(k)] || !authTypes[t] {
+			return err
 		}
 		id, err := r.eventIDOf(v)
 		if err != nil {
 			return err
 		}
-		ids = append(ids, id)
+		p, err := r.pdu(id)
+		if err != nil {
+			return err
+		}
+		auth = append(auth, p)
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: room %s: read state: %v", ErrResolution, r.room.ID(), err)
 	}
-	out := make([]gomatrixserverlib.PDU, 0, len(ids))
-	for _, id := range ids {
-		p, err := r.pdu(id)
-		if err != nil {
-			return nil, fmt.Errorf("%w: room %s: %v", ErrResolution, r.room.ID(), err)
+	resolved, err := resolveV1(conflicted, auth)
+	if err != nil {
+		return nil, fmt.Errorf("room %s: %w", r.room.ID(), err)
+	}
+	for _, c := range conflicts {
+		if !conflictedKey[string(c.key)] {
+			continue
 		}
-		out = append(out, p)
+		if id, ok := resolved[c.k]; ok {
+			changes = append(changes, hamtstore.Change{Key: c.key, Value: hamtstore.Value(roomstate.EventRecordID(id))})
+		} else {
+			changes = append(changes, hamtstore.Change{Key: c.key, Delete: true})
+		}
+	}
+	return changes, nil
+}
+
+// resolveV1 runs gomatrixserverlib's state resolution v1 over conflicted events, with
+// auth giving the auth state (later entries win per key). Panics become errors.
+func resolveV1(conflicted, auth []gomatrixserverlib.PDU) (out StateMap, err error) {
+	defer func() {
+		if rec := recover(); rec != nil {
+			out, err = nil, fmt.Errorf("%w: gomatrixserverlib panicked in v1 resolution of %d events: %v", ErrResolution, len(conflicted), rec)
+		}
+	}()
+	out = StateMap{}
+	for _, p := range gomatrixserverlib.ResolveStateConflicts(conflicted, auth, roomstate.UserIDForSender) {
+		if p.StateKey() != nil {
+			out[keyOf(p)] = p.EventID()
+		}
 	}
 	return out, nil
 }

@@ -1,0 +1,518 @@
+package resolver
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/matrix-org/gomatrixserverlib"
+	"github.com/matrix-org/gomatrixserverlib/spec"
+
+	"github.com/mtxdb/mtxdb/roomstate"
+)
+
+// Key is a state key: (event_type, state_key).
+type Key struct{ Type, StateKey string }
+
+func keyOf(p gomatrixserverlib.PDU) Key { return Key{p.Type(), *p.StateKey()} }
+
+// EventSource gives the resolution algorithm the events it needs by ID: the
+// conflicted events, their auth chains and the unconflicted events the auth rules
+// read. Rejected reports whether an event was rejected when it was received (rejected
+// auth events are skipped by the iterative auth checks).
+type EventSource interface {
+	Event(eventID string) (gomatrixserverlib.PDU, error)
+	Rejected(eventID string) bool
+}
+
+// v2Input is what the state resolution v2 / v2.1 algorithm (spec, room versions 2
+// and 12, "State resolution") needs besides the events themselves.
+type v2Input struct {
+	algo gomatrixserverlib.StateResAlgorithm
+	// full is the full conflicted set: conflicted state set, auth difference and,
+	// for v2.1, the conflicted state subgraph (event IDs, no duplicates).
+	full []string
+	// unconflicted looks a key up in the unconflicted state map.
+	unconflicted func(Key) (string, bool, error)
+	// create is the room's m.room.create (v2.1 starts from the empty map, and v12
+	// gives its creators infinite power).
+	create gomatrixserverlib.PDU
+}
+
+// errNoEvent wraps failures to load an event the algorithm needs.
+var errNoEvent = errors.New("resolver: event needed by state resolution not available")
+
+// resolveV2 runs steps 1-4 of state resolution v2 (v2.1 when in.algo says so) and
+// returns the partial state built on top of the starting map: the events the
+// iterative auth checks accepted, by key. The caller applies step 5 (the unconflicted
+// state map wins on its keys).
+func resolveV2(in v2Input, src EventSource) (map[Key]string, error) {
+	pdus := make(map[string]gomatrixserverlib.PDU, len(in.full))
+	full := make(map[string]bool, len(in.full))
+	for _, id := range in.full {
+		p, err := src.Event(id)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", errNoEvent, id, err)
+		}
+		if p.StateKey() == nil {
+			return nil, fmt.Errorf("%w: %s is not a state event", errNoEvent, id)
+		}
+		pdus[id] = p
+		full[id] = true
+	}
+	st := &stateRes{src: src, in: in, overlay: map[Key]string{}, pdus: pdus, plCache: map[string]*gomatrixserverlib.PowerLevelContent{}}
+	if in.create != nil {
+		st.creators = gomatrixserverlib.CreatorsFromCreateEvent(in.create)
+		verImpl, err := gomatrixserverlib.GetRoomVersion(in.create.Version())
+		if err == nil {
+			st.privilegedCreators = verImpl.PrivilegedCreators()
+		}
+	}
+
+	// Step 1: the power events of the full conflicted set, with the events of their
+	// auth chains that are also in the full conflicted set.
+	inX := map[string]bool{}
+	for _, id := range in.full {
+		if !isPowerEvent(pdus[id]) || inX[id] {
+			continue
+		}
+		inX[id] = true
+		chain, err := st.authChain(id)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range chain {
+			if full[a] {
+				inX[a] = true
+			}
+		}
+	}
+	x := make([]string, 0, len(inX))
+	for id := range inX {
+		x = append(x, id)
+	}
+	ordered, err := st.reverseTopologicalPowerOrder(x)
+	if err != nil {
+		return nil, err
+	}
+	// Step 2: iterative auth checks from the unconflicted state map (v2) or from the
+	// empty map (v2.1).
+	if err := st.iterativeAuthChecks(ordered); err != nil {
+		return nil, err
+	}
+	// Step 3: the rest, in mainline order of the power levels event just resolved.
+	var rest []string
+	for _, id := range in.full {
+		if !inX[id] {
+			rest = append(rest, id)
+		}
+	}
+	ordered, err = st.mainlineOrder(rest)
+	if err != nil {
+		return nil, err
+	}
+	// Step 4.
+	if err := st.iterativeAuthChecks(ordered); err != nil {
+		return nil, err
+	}
+	return st.overlay, nil
+}
+
+type stateRes struct {
+	src     EventSource
+	in      v2Input
+	overlay map[Key]string // partial state on top of the starting map
+	pdus    map[string]gomatrixserverlib.PDU
+	plCache map[string]*gomatrixserverlib.PowerLevelContent
+
+	creators           []string
+	privilegedCreators bool
+}
+
+func (st *stateRes) event(id string) (gomatrixserverlib.PDU, error) {
+	if p, ok := st.pdus[id]; ok {
+		return p, nil
+	}
+	p, err := st.src.Event(id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", errNoEvent, id, err)
+	}
+	st.pdus[id] = p
+	return p, nil
+}
+
+// lookup reads the partial state: the overlay, then (v2 only) the unconflicted map.
+func (st *stateRes) lookup(k Key) (string, bool, error) {
+	if id, ok := st.overlay[k]; ok {
+		return id, true, nil
+	}
+	if st.in.algo == gomatrixserverlib.StateResV2_1 || st.in.unconflicted == nil {
+		return "", false, nil
+	}
+	return st.in.unconflicted(k)
+}
+
+// authChain returns the auth chain of an event (closure over auth_events, not
+// including the event).
+func (st *stateRes) authChain(id string) ([]string, error) {
+	seen := map[string]bool{}
+	stack := []string{id}
+	var out []string
+	for len(stack) > 0 {
+		cur := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		p, err := st.event(cur)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range p.AuthEventIDs() {
+			if !seen[a] {
+				seen[a] = true
+				out = append(out, a)
+				stack = append(stack, a)
+			}
+		}
+	}
+	return out, nil
+}
+
+// isPowerEvent: m.room.power_levels, m.room.join_rules, or an m.room.member whose
+// membership is leave or ban and whose sender is not its state_key (spec, v2
+// "Power events"). The create event is treated as one too (it can only be in the
+// full conflicted set through an auth difference, and it has no auth events).
+func isPowerEvent(p gomatrixserverlib.PDU) bool {
+	switch p.Type() {
+	case spec.MRoomPowerLevels, spec.MRoomJoinRules, spec.MRoomCreate:
+		return p.StateKeyEquals("")
+	case spec.MRoomMember:
+		m, err := p.Membership()
+		if err != nil {
+			return false
+		}
+		return (m == spec.Leave || m == spec.Ban) && string(p.SenderID()) != *p.StateKey()
+	}
+	return false
+}
+
+// senderPowerLevel is the power level of an event's sender as given by its auth
+// events (spec, "reverse topological power ordering"): the m.room.power_levels
+// among them, or the room creator's default of 100 when there is none; in room
+// versions with privileged creators (v12) the creators rank above everyone.
+func (st *stateRes) senderPowerLevel(p gomatrixserverlib.PDU) (int64, error) {
+	sender := string(p.SenderID())
+	if st.privilegedCreators {
+		for _, c := range st.creators {
+			if c == sender {
+				return gomatrixserverlib.CreatorPowerLevel, nil
+			}
+		}
+	}
+	var plEvent, createEvent gomatrixserverlib.PDU
+	for _, a := range p.AuthEventIDs() {
+		ae, err := st.event(a)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case ae.Type() == spec.MRoomPowerLevels && ae.StateKeyEquals(""):
+			plEvent = ae
+		case ae.Type() == spec.MRoomCreate && ae.StateKeyEquals(""):
+			createEvent = ae
+		}
+	}
+	if plEvent == nil {
+		if createEvent != nil && string(createEvent.SenderID()) == sender {
+			return 100, nil
+		}
+		if createEvent == nil && st.in.create != nil && string(st.in.create.SenderID()) == sender {
+			return 100, nil
+		}
+		return 0, nil
+	}
+	pl, err := st.powerLevels(plEvent)
+	if err != nil {
+		return 0, nil // unparseable levels: treat the sender as powerless
+	}
+	return pl.UserLevel(p.SenderID()), nil
+}
+
+func (st *stateRes) powerLevels(plEvent gomatrixserverlib.PDU) (*gomatrixserverlib.PowerLevelContent, error) {
+	if pl, ok := st.plCache[plEvent.EventID()]; ok {
+		return pl, nil
+	}
+	var pl gomatrixserverlib.PowerLevelContent
+	verImpl, err := gomatrixserverlib.GetRoomVersion(plEvent.Version())
+	if err != nil {
+		return nil, err
+	}
+	if err := verImpl.ParsePowerLevels(plEvent.Content(), &pl); err != nil {
+		return nil, err
+	}
+	st.plCache[plEvent.EventID()] = &pl
+	return &pl, nil
+}
+
+// orderItem is an event with its sort key.
+type orderItem struct {
+	id    string
+	major int64 // power level (negated) or mainline position
+	ts    int64
+}
+
+func lessItem(a, b orderItem) bool {
+	if a.major != b.major {
+		return a.major < b.major
+	}
+	if a.ts != b.ts {
+		return a.ts < b.ts
+	}
+	return a.id < b.id
+}
+
+type itemHeap []orderItem
+
+func (h itemHeap) Len() int           { return len(h) }
+func (h itemHeap) Less(i, j int) bool { return lessItem(h[i], h[j]) }
+func (h itemHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *itemHeap) Push(x any)        { *h = append(*h, x.(orderItem)) }
+func (h *itemHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// reverseTopologicalPowerOrder sorts events so each comes after those of its auth
+// events that are in the list, breaking ties by higher sender power level, then
+// earlier origin_server_ts, then smaller event ID (Kahn's algorithm taking the
+// smallest ready event each time: the lexicographically smallest such ordering).
+func (st *stateRes) reverseTopologicalPowerOrder(ids []string) ([]string, error) {
+	in := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		in[id] = true
+	}
+	pending := make(map[string]int, len(ids))       // auth events in the set not yet output
+	children := make(map[string][]string, len(ids)) // auth event -> events in the set that cite it
+	items := make(map[string]orderItem, len(ids))
+	for _, id := range ids {
+		p, err := st.event(id)
+		if err != nil {
+			return nil, err
+		}
+		seen := map[string]bool{}
+		for _, a := range p.AuthEventIDs() {
+			if in[a] && !seen[a] {
+				seen[a] = true
+				pending[id]++
+				children[a] = append(children[a], id)
+			}
+		}
+		pl, err := st.senderPowerLevel(p)
+		if err != nil {
+			return nil, err
+		}
+		items[id] = orderItem{id: id, major: -pl, ts: int64(p.OriginServerTS())}
+	}
+	h := &itemHeap{}
+	for _, id := range ids {
+		if pending[id] == 0 {
+			heap.Push(h, items[id])
+		}
+	}
+	out := make([]string, 0, len(ids))
+	for h.Len() > 0 {
+		it := heap.Pop(h).(orderItem)
+		out = append(out, it.id)
+		for _, c := range children[it.id] {
+			if pending[c]--; pending[c] == 0 {
+				heap.Push(h, items[c])
+			}
+		}
+	}
+	if len(out) != len(ids) {
+		return nil, fmt.Errorf("%w: auth_events among %d power events form a cycle", ErrResolution, len(ids))
+	}
+	return out, nil
+}
+
+// plAuthEvent returns the m.room.power_levels among an event's auth events, or nil.
+func (st *stateRes) plAuthEvent(p gomatrixserverlib.PDU) (gomatrixserverlib.PDU, error) {
+	for _, a := range p.AuthEventIDs() {
+		ae, err := st.event(a)
+		if err != nil {
+			return nil, err
+		}
+		if ae.Type() == spec.MRoomPowerLevels && ae.StateKeyEquals("") {
+			return ae, nil
+		}
+	}
+	return nil, nil
+}
+
+// mainlineOrder sorts events by the position of their closest mainline event in the
+// mainline of the power levels event of the partial state (older first), then by
+// origin_server_ts, then by event ID (spec, v2 "Mainline ordering"). Events with no
+// mainline event sort before all others.
+func (st *stateRes) mainlineOrder(ids []string) ([]string, error) {
+	position := map[string]int64{} // mainline event -> position, oldest = 1
+	plID, ok, err := st.lookup(Key{spec.MRoomPowerLevels, ""})
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		var mainline []string
+		onMainline := map[string]bool{}
+		for cur := plID; cur != ""; {
+			if onMainline[cur] {
+				return nil, fmt.Errorf("%w: power levels mainline of %s loops at %s", ErrResolution, plID, cur)
+			}
+			onMainline[cur] = true
+			mainline = append(mainline, cur)
+			p, err := st.event(cur)
+			if err != nil {
+				return nil, err
+			}
+			next, err := st.plAuthEvent(p)
+			if err != nil {
+				return nil, err
+			}
+			cur = ""
+			if next != nil {
+				cur = next.EventID()
+			}
+		}
+		for i, id := range mainline {
+			position[id] = int64(len(mainline) - i)
+		}
+	}
+	items := make([]orderItem, 0, len(ids))
+	memo := map[string]int64{}
+	for _, id := range ids {
+		p, err := st.event(id)
+		if err != nil {
+			return nil, err
+		}
+		// Walk the power levels auth events until one is on the mainline.
+		var pos int64
+		var walked []string
+		for cur := p; cur != nil; {
+			if v, ok := memo[cur.EventID()]; ok {
+				pos = v
+				break
+			}
+			if v, ok := position[cur.EventID()]; ok {
+				pos = v
+				break
+			}
+			walked = append(walked, cur.EventID())
+			if cur, err = st.plAuthEvent(cur); err != nil {
+				return nil, err
+			}
+		}
+		for _, w := range walked {
+			memo[w] = pos
+		}
+		items = append(items, orderItem{id: id, major: pos, ts: int64(p.OriginServerTS())})
+	}
+	sort.Slice(items, func(i, j int) bool { return lessItem(items[i], items[j]) })
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = it.id
+	}
+	return out, nil
+}
+
+// iterativeAuthChecks applies events in order to the partial state: each event's
+// auth events are its non-rejected auth_events, overridden by the partial state's
+// entries for the keys the authorization rules read; an event that passes is put in
+// the partial state (spec, v2 "Iterative auth checks").
+func (st *stateRes) iterativeAuthChecks(ids []string) error {
+	for _, id := range ids {
+		p, err := st.event(id)
+		if err != nil {
+			return err
+		}
+		byKey := map[Key]gomatrixserverlib.PDU{}
+		for _, a := range p.AuthEventIDs() {
+			if st.src.Rejected(a) {
+				continue
+			}
+			ae, err := st.event(a)
+			if err != nil {
+				return err
+			}
+			if ae.StateKey() != nil {
+				byKey[keyOf(ae)] = ae
+			}
+		}
+		for _, t := range gomatrixserverlib.StateNeededForAuth([]gomatrixserverlib.PDU{p}).Tuples() {
+			sid, ok, err := st.lookup(Key{t.EventType, t.StateKey})
+			if err != nil {
+				return err
+			}
+			if ok {
+				se, err := st.event(sid)
+				if err != nil {
+					return err
+				}
+				byKey[Key{t.EventType, t.StateKey}] = se
+			}
+		}
+		if st.privilegedCreators && st.in.create != nil {
+			byKey[Key{spec.MRoomCreate, ""}] = st.in.create
+		}
+		if allowed(p, byKey) == nil {
+			st.overlay[keyOf(p)] = id
+		}
+	}
+	return nil
+}
+
+// allowed runs gomatrixserverlib's authorization rules with the given auth events;
+// a panic inside them counts as not allowed.
+func allowed(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU) (err error) {
+	defer func() {
+		if rec := recover(); rec != nil {
+			err = fmt.Errorf("%w: event %s: gomatrixserverlib panicked: %v", ErrRejected, p.EventID(), rec)
+		}
+	}()
+	list := make([]gomatrixserverlib.PDU, 0, len(byKey))
+	for _, e := range byKey {
+		list = append(list, e)
+	}
+	ae, err := gomatrixserverlib.NewAuthEvents(list)
+	if err != nil {
+		return err
+	}
+	return gomatrixserverlib.Allowed(p, ae, roomstate.UserIDForSender)
+}
+
+// AuthorizeAgainst checks a PDU against a whole state map: the entries the
+// authorization rules read for it (and, in room versions whose create event is
+// implied by the room ID, the create event from its auth_events). It returns nil
+// when the event is allowed, an error wrapping ErrRejected otherwise.
+func AuthorizeAgainst(p gomatrixserverlib.PDU, state StateMap, src EventSource) error {
+	byKey := map[Key]gomatrixserverlib.PDU{}
+	for _, t := range gomatrixserverlib.StateNeededForAuth([]gomatrixserverlib.PDU{p}).Tuples() {
+		if id, ok := state[Key{t.EventType, t.StateKey}]; ok {
+			e, err := src.Event(id)
+			if err != nil {
+				return fmt.Errorf("%w: %s: %v", errNoEvent, id, err)
+			}
+			byKey[Key{t.EventType, t.StateKey}] = e
+		}
+	}
+	ck := Key{spec.MRoomCreate, ""}
+	if _, ok := byKey[ck]; !ok && p.Type() != spec.MRoomCreate {
+		if id, ok := state[ck]; ok {
+			if e, err := src.Event(id); err == nil {
+				byKey[ck] = e
+			}
+		}
+	}
+	if err := allowed(p, byKey); err != nil {
+		return fmt.Errorf("%w: event %s: %v", ErrRejected, p.EventID(), err)
+	}
+	return nil
+}
