@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mtxdb/mtxdb/testrooms/gen"
+)
+
+func genCmd() *cobra.Command {
+	opts := gen.DefaultOptions()
+	var out string
+	var rooms int
+	c := &cobra.Command{
+		Use:   "gen --out DIR [--seed N --events N --servers N --room-version V ...]",
+		Short: "Generate a large, realistic, valid room history (deterministic by seed)",
+		Long: `Gen simulates homeservers sharing a room (own users, own signing keys, own view
+of the DAG, delayed and lost federation traffic) and writes the history in the
+layout of testrooms/real: events.jsonl (arrival order at the origin server),
+expected_state.jsonl, current_state.json and meta.json (counts, forks, rejected
+events, state events by type, the parameters, the server keys). The same options
+give byte-identical output.
+
+With --rooms N it writes N rooms (seeds seed..seed+N-1) under DIR/roomNNN and
+DIR/interleaved.jsonl: all their events as the origin server received them.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return fmt.Errorf("--out is required")
+			}
+			start := time.Now()
+			if rooms > 1 {
+				bar := newProgress(os.Stderr, int64(rooms*opts.Events), "generating", false)
+				metas, err := gen.GenerateMulti(opts, rooms, out, func(n int) { bar.add(n) })
+				bar.finish()
+				if err != nil {
+					return err
+				}
+				events := 0
+				for _, m := range metas {
+					events += m.Counts.Events
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%d rooms, %d events in %s (%s)\n", len(metas), events, out, time.Since(start).Round(time.Millisecond))
+				return nil
+			}
+			bar := newProgress(os.Stderr, int64(opts.Events), "generating", false)
+			last := 0
+			meta, err := gen.Generate(opts, out, func(done int) { bar.add(done - last); last = done })
+			bar.finish()
+			if err != nil {
+				return err
+			}
+			c := meta.Counts
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: room %s v%s: %d events (%d state, %d rejected, %d soft-failed), %d with >1 prev_events (max %d), %d joined members, %d resolutions, in %s\n",
+				filepath.Clean(out), meta.RoomID, meta.RoomVersion, c.Events, c.StateEvents, c.Rejected, c.SoftFailed,
+				c.EventsWithGT1Prev, c.MaxPrevEvents, c.JoinedMembers, meta.Resolution.Resolutions, time.Since(start).Round(time.Millisecond))
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&out, "out", "", "output directory")
+	f.IntVar(&rooms, "rooms", 1, "number of rooms (multi-room mode when > 1)")
+	f.Uint64Var(&opts.Seed, "seed", opts.Seed, "seed")
+	f.IntVar(&opts.Events, "events", opts.Events, "events per room")
+	f.IntVar(&opts.Servers, "servers", opts.Servers, "simulated homeservers")
+	f.StringVar(&opts.RoomVersion, "room-version", opts.RoomVersion, "room version: 10, 11 or 12")
+	f.IntVar(&opts.Members, "members", 0, "joined members to grow towards (default events/5, at most 100000)")
+	f.IntVar(&opts.MaxPrevEvents, "max-prev-events", opts.MaxPrevEvents, "cap on prev_events of created events")
+	f.IntVar(&opts.MaxDelay, "max-delay", opts.MaxDelay, "largest federation delay, in ticks (one event per tick)")
+	f.Float64Var(&opts.Loss, "loss", opts.Loss, "probability a send to one server is lost")
+	f.Float64Var(&opts.BadRate, "bad-rate", opts.BadRate, "share of events from users lacking the permission (rejected)")
+	f.IntVar(&opts.StateBudget, "state-budget", 0, "max state entries in expected_state.jsonl (default 2M; beyond it every k-th event)")
+	f.BoolVar(&opts.Backfill, "backfill", false, "also write backfill_order.jsonl (reverse-chronological batches)")
+	f.IntVar(&opts.BackfillBatch, "backfill-batch", opts.BackfillBatch, "events per backfill batch")
+	m := &opts.Mix
+	for _, w := range []struct {
+		name string
+		p    *float64
+	}{
+		{"message", &m.Message}, {"join", &m.Join}, {"leave", &m.Leave}, {"profile", &m.Profile},
+		{"invite", &m.Invite}, {"kick", &m.Kick}, {"ban", &m.Ban}, {"unban", &m.Unban},
+		{"power", &m.Power}, {"join-rules", &m.JoinRules}, {"history-visibility", &m.HistoryVis},
+		{"topic", &m.Topic}, {"name", &m.Name}, {"redaction", &m.Redaction}, {"power-conflict", &m.PowerConflict},
+	} {
+		f.Float64Var(w.p, "mix-"+w.name, *w.p, "relative weight of "+w.name+" events")
+	}
+	return c
+}

@@ -1,0 +1,197 @@
+package gen
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/matrix-org/gomatrixserverlib"
+	"github.com/matrix-org/gomatrixserverlib/spec"
+
+	"github.com/mtxdb/mtxdb/roomstate"
+)
+
+// draft is an event a server is about to create.
+type draft struct {
+	sender   int // user index
+	typ      string
+	stateKey *string
+	content  any
+	redacts  string
+	// cosign, for invites of a user on another server, is the invitee's server,
+	// which also signs the event (spec: the invited server signs invites).
+	cosign *server
+}
+
+func strp(s string) *string { return &s }
+
+// stateKey returns the state map key of an event type and state key.
+func stateKey(typ, sk string) string { return typ + "\x00" + sk }
+
+// create builds, authorises and records an event from server s on top of prevs
+// whose resolved state is before. It returns the new event's index.
+func (r *room) create(s *server, prevs []int32, before pmap, d draft) (int32, error) {
+	u := r.users[d.sender]
+	content, err := json.Marshal(d.content)
+	if err != nil {
+		return 0, err
+	}
+	proto := gomatrixserverlib.ProtoEvent{
+		SenderID: u.id,
+		RoomID:   r.roomID,
+		Type:     d.typ,
+		StateKey: d.stateKey,
+		Content:  content,
+		Redacts:  d.redacts,
+	}
+	isCreate := d.typ == spec.MRoomCreate
+	prevIDs := make([]string, len(prevs))
+	var depth int64
+	for i, p := range prevs {
+		prevIDs[i] = r.events[p].id
+		depth = max(depth, r.events[p].depth)
+	}
+	proto.Depth = depth + 1
+	proto.PrevEvents = prevIDs
+
+	// Auth events: the spec's selection, from the state before the event.
+	authIDs := []string{}
+	if !isCreate {
+		needed, err := gomatrixserverlib.StateNeededForProtoEvent(&proto)
+		if err != nil {
+			return 0, fmt.Errorf("gen: auth events for %s: %w", d.typ, err)
+		}
+		for _, t := range needed.Tuples() {
+			idx, ok := before.get(stateKey(t.EventType, t.StateKey))
+			if !ok {
+				continue
+			}
+			if t.EventType == spec.MRoomCreate && r.ver.DomainlessRoomIDs() {
+				continue // v12: the room ID names the create event
+			}
+			authIDs = append(authIDs, r.events[idx].id)
+		}
+	}
+	proto.AuthEvents = authIDs
+	if isCreate && r.ver.DomainlessRoomIDs() {
+		proto.RoomID = ""
+	}
+	pdu, err := r.ver.NewEventBuilderFromProtoEvent(&proto).Build(time.UnixMilli(r.ts), spec.ServerName(s.name), keyID, s.key)
+	if err != nil {
+		return 0, fmt.Errorf("gen: build %s: %w", d.typ, err)
+	}
+	if d.cosign != nil && d.cosign != s {
+		pdu = pdu.Sign(d.cosign.name, keyID, d.cosign.key)
+	}
+	if isCreate {
+		r.roomID = pdu.RoomID().String()
+	}
+
+	e := &event{pdu: pdu, id: pdu.EventID(), server: s.idx, depth: proto.Depth, prev: prevs, tick: r.tick}
+	for _, a := range pdu.AuthEventIDs() {
+		e.auth = append(e.auth, r.byID[a])
+	}
+	if sk := pdu.StateKey(); sk != nil {
+		e.key = stateKey(d.typ, *sk)
+		if d.typ == spec.MRoomMember {
+			e.member, _ = pdu.Membership()
+		}
+	}
+	idx := int32(len(r.events))
+	if _, dup := r.byID[e.id]; dup {
+		return 0, fmt.Errorf("gen: duplicate event ID %s", e.id)
+	}
+	r.byID[e.id] = idx
+	r.events = append(r.events, e)
+	r.grow()
+
+	e.after = before
+	if err := r.authorise(e, before); err != nil {
+		e.rejected = true
+	} else if e.key != "" {
+		e.after = before.set(e.key, idx)
+		if e.member != "" {
+			r.noteMembership(d.stateKey, e.member)
+		}
+	}
+	r.accept(s, idx)
+	return idx, nil
+}
+
+// noteMembership keeps the per-user membership hints and the joined count.
+func (r *room) noteMembership(stateKey *string, m string) {
+	ui, ok := r.userIndex(*stateKey)
+	if !ok {
+		return
+	}
+	u := &r.users[ui]
+	if u.mem == spec.Join {
+		r.joined--
+	}
+	if m == spec.Join {
+		r.joined++
+	}
+	u.mem = m
+}
+
+// errRejected marks an authorisation failure.
+var errRejected = errors.New("gen: rejected")
+
+// authorise checks an event the way resolver.Authorize does: against its auth
+// events, then against the state before it.
+func (r *room) authorise(e *event, before pmap) (err error) {
+	defer func() {
+		if rec := recover(); rec != nil {
+			err = fmt.Errorf("%w: gomatrixserverlib panicked: %v", errRejected, rec)
+		}
+	}()
+	authPDUs := make([]gomatrixserverlib.PDU, 0, len(e.auth))
+	for _, a := range e.auth {
+		if r.events[a].rejected {
+			return fmt.Errorf("%w: auth event %s rejected", errRejected, r.events[a].id)
+		}
+		authPDUs = append(authPDUs, r.events[a].pdu)
+	}
+	if err := allowed(e.pdu, authPDUs); err != nil {
+		return err
+	}
+	return allowed(e.pdu, r.authState(e.pdu, before))
+}
+
+// authState is the part of a state the authorisation rules read for pdu.
+func (r *room) authState(pdu gomatrixserverlib.PDU, st pmap) []gomatrixserverlib.PDU {
+	var out []gomatrixserverlib.PDU
+	for _, t := range gomatrixserverlib.StateNeededForAuth([]gomatrixserverlib.PDU{pdu}).Tuples() {
+		if idx, ok := st.get(stateKey(t.EventType, t.StateKey)); ok {
+			out = append(out, r.events[idx].pdu)
+		}
+	}
+	return out
+}
+
+func allowed(pdu gomatrixserverlib.PDU, authPDUs []gomatrixserverlib.PDU) error {
+	ae, err := gomatrixserverlib.NewAuthEvents(authPDUs)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errRejected, err)
+	}
+	if err := gomatrixserverlib.Allowed(pdu, ae, roomstate.UserIDForSender); err != nil {
+		return fmt.Errorf("%w: %v", errRejected, err)
+	}
+	return nil
+}
+
+// softFails reports whether an accepted event fails against the origin's current
+// state (the resolution of the states after its forward extremities).
+func (r *room) softFails(e *event) (failed bool) {
+	defer func() {
+		if rec := recover(); rec != nil {
+			failed = true
+		}
+	}()
+	if len(r.servers[0].extrem) == 0 {
+		return false
+	}
+	cur := r.resolve(r.prevEvents(r.servers[0]))
+	return allowed(e.pdu, r.authState(e.pdu, cur)) != nil
+}

@@ -1,0 +1,153 @@
+// Package gen generates large, realistic, valid Matrix room histories on demand,
+// deterministically by seed, in the layout of testrooms/real (events.jsonl,
+// expected_state.jsonl, meta.json, current_state.json).
+//
+// # The simulation
+//
+// Several simulated homeservers, each with its own users and ed25519 signing key
+// (derived from the seed), share one room. On each tick of a simulated clock one
+// server creates an event: its prev_events are its forward extremities (at most
+// MaxPrevEvents, highest depth first), the state before it is the resolution of the
+// states after those prev_events, its auth_events are chosen from that state by
+// the spec's auth-events selection, and gomatrixserverlib builds, hashes and signs
+// it. The event is then sent to every other resident server with a random delay
+// (in ticks), or lost; a server that receives an event whose prev or auth events it
+// lacks fetches them first (as /get_missing_events does), so loss and delay make
+// forks, and each server's next event merges its extremities.
+//
+// State is a function of the DAG, not of the server: every server that computes
+// the state before an event resolves the same states after the same prev_events,
+// so the generator computes it once per event, when the event is created, and
+// authorises the event once (against its auth events, then against the state before
+// it, as the resolver package's replay does). An event that fails is rejected: its
+// state after is its state before, and no server uses it as a prev_event. Rejected
+// events come from a configurable share of senders who lack the permission for what
+// they do (a misbehaving server that does not check); conflicting power-level
+// changes come from pairs of admins on different servers acting in the same tick.
+//
+// events.jsonl is the arrival order at the origin server (server1.test, the room's
+// creator): its own events when created, others' when delivered, with fetched
+// missing ancestors first. expected_state.jsonl is the state after each event (all
+// events, or a deterministic sample when the total would exceed StateBudget
+// entries: see meta.json "expected_state").
+//
+// # State resolution
+//
+// The generator calls gomatrixserverlib the way resolver.Resolve does: conflicted
+// keys follow the spec (a key absent from some states is conflicted); room versions
+// 10 and 11 use ResolveStateConflictsV2 with the auth chain of the conflicted
+// events; room version 12 uses ResolveConflictsNew (v2.1). See resolve.go for what
+// is passed and how it is kept small on large rooms.
+package gen
+
+import (
+	"fmt"
+)
+
+// Mix is the relative weight of each kind of event a server creates. Weights are
+// relative; a kind whose preconditions fail (no one to kick) falls back to a message.
+type Mix struct {
+	Message       float64 `json:"message"`
+	Join          float64 `json:"join"`
+	Leave         float64 `json:"leave"`
+	Profile       float64 `json:"profile"`
+	Invite        float64 `json:"invite"`
+	Kick          float64 `json:"kick"`
+	Ban           float64 `json:"ban"`
+	Unban         float64 `json:"unban"`
+	Power         float64 `json:"power"`
+	JoinRules     float64 `json:"join_rules"`
+	HistoryVis    float64 `json:"history_visibility"`
+	Topic         float64 `json:"topic"`
+	Name          float64 `json:"name"`
+	Redaction     float64 `json:"redaction"`
+	PowerConflict float64 `json:"power_conflict"`
+}
+
+// DefaultMix is a busy public room: messages dominate the timeline, memberships
+// dominate the state.
+func DefaultMix() Mix {
+	return Mix{
+		Message: 50, Join: 18, Leave: 4, Profile: 6, Invite: 2, Kick: 1, Ban: 0.7, Unban: 0.3,
+		Power: 0.8, JoinRules: 0.2, HistoryVis: 0.2, Topic: 0.8, Name: 0.3, Redaction: 2,
+		PowerConflict: 0.3,
+	}
+}
+
+// Options configure one generated room.
+type Options struct {
+	Seed        uint64 `json:"seed"`
+	Events      int    `json:"events"`
+	Servers     int    `json:"servers"`
+	RoomVersion string `json:"room_version"`
+	// Members is the number of joined members the room grows towards (0: Events/5,
+	// at least 10, at most 100000).
+	Members int `json:"members"`
+	// MaxPrevEvents caps prev_events on created events (Synapse: 10).
+	MaxPrevEvents int `json:"max_prev_events"`
+	// MaxDelay is the largest delivery delay in ticks (one tick, one created event).
+	MaxDelay int `json:"max_delay_ticks"`
+	// Loss is the probability that a send to one server is lost (the event arrives
+	// later, fetched as a missing prev_event, or at the end).
+	Loss float64 `json:"loss"`
+	// BadRate is the share of events sent by users who lack the permission for them.
+	BadRate float64 `json:"bad_rate"`
+	Mix     Mix     `json:"mix"`
+	// StateBudget caps the total entries written to expected_state.jsonl; beyond it
+	// every k-th event's state is written (0: 2 million, about 40 MB).
+	StateBudget int `json:"state_budget"`
+	// Backfill also writes backfill_order.jsonl: event IDs in the order a server
+	// backfilling from the forward extremities receives them (reverse-chronological
+	// batches of BackfillBatch).
+	Backfill      bool `json:"backfill"`
+	BackfillBatch int  `json:"backfill_batch"`
+	// ExactBelow: resolutions whose input states have at most this many entries pass
+	// gomatrixserverlib exactly what resolver.Resolve passes (full states); larger
+	// ones pass the reduced, equivalent set described in resolve.go (0: 5000).
+	ExactBelow int `json:"exact_below"`
+}
+
+// DefaultOptions returns the defaults of `mtxdb gen`.
+func DefaultOptions() Options {
+	return Options{
+		Seed: 1, Events: 10000, Servers: 5, RoomVersion: "12",
+		MaxPrevEvents: 10, MaxDelay: 8, Loss: 0.05, BadRate: 0.01, Mix: DefaultMix(),
+		BackfillBatch: 100,
+	}
+}
+
+func (o *Options) normalise() error {
+	switch o.RoomVersion {
+	case "10", "11", "12":
+	default:
+		return fmt.Errorf("gen: room version %q: only 10, 11 and 12 are generated", o.RoomVersion)
+	}
+	if o.Events < 10 {
+		return fmt.Errorf("gen: %d events: at least 10", o.Events)
+	}
+	if o.Servers < 1 {
+		return fmt.Errorf("gen: %d servers: at least 1", o.Servers)
+	}
+	if o.Members <= 0 {
+		o.Members = min(max(o.Events/5, 10), 100000)
+	}
+	if o.MaxPrevEvents <= 0 {
+		o.MaxPrevEvents = 10
+	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = 1
+	}
+	if o.StateBudget <= 0 {
+		o.StateBudget = 2_000_000
+	}
+	if o.BackfillBatch <= 0 {
+		o.BackfillBatch = 100
+	}
+	if o.ExactBelow <= 0 {
+		o.ExactBelow = 5000
+	}
+	if o.Mix == (Mix{}) {
+		o.Mix = DefaultMix()
+	}
+	return nil
+}

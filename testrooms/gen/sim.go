@@ -1,0 +1,284 @@
+package gen
+
+import (
+	"container/heap"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/matrix-org/gomatrixserverlib"
+)
+
+// keyID is the signing key ID of every simulated server.
+const keyID gomatrixserverlib.KeyID = "ed25519:gen"
+
+// startTS is the simulated clock's origin_server_ts at tick 0 (2023-11-14).
+const startTS = int64(1_700_000_000_000)
+
+// event is one generated PDU and what the generator knows about it.
+type event struct {
+	pdu      gomatrixserverlib.PDU
+	id       string
+	server   int
+	depth    int64
+	prev     []int32
+	auth     []int32 // as AuthEventIDs() reports them (v12: the create event first)
+	key      string  // state key "type\x00state_key", "" for non-state events
+	member   string  // membership of an m.room.member event
+	rejected bool
+	after    pmap
+	tick     int64
+}
+
+type server struct {
+	idx    int
+	name   string
+	key    ed25519.PrivateKey
+	joined bool
+	users  []int   // indices into room.users
+	known  []bool  // by event index
+	refd   []bool  // by event index: an accepted known event lists it in prev_events
+	extrem []int32 // forward extremities
+}
+
+type user struct {
+	id     string
+	server int
+	name   string
+	mem    string // membership after the latest accepted member event (a hint only)
+}
+
+// delivery is one event in flight to one server.
+type delivery struct {
+	at     int64
+	seq    int64
+	server int
+	event  int32
+}
+
+type deliveries []delivery
+
+func (d deliveries) Len() int { return len(d) }
+func (d deliveries) Less(i, j int) bool {
+	if d[i].at != d[j].at {
+		return d[i].at < d[j].at
+	}
+	return d[i].seq < d[j].seq
+}
+func (d deliveries) Swap(i, j int) { d[i], d[j] = d[j], d[i] }
+func (d *deliveries) Push(x any)   { *d = append(*d, x.(delivery)) }
+func (d *deliveries) Pop() any {
+	old := *d
+	x := old[len(old)-1]
+	*d = old[:len(old)-1]
+	return x
+}
+
+// room is one simulated room. Not safe for concurrent use.
+type room struct {
+	opts    Options
+	rng     *rand.Rand
+	ver     gomatrixserverlib.IRoomVersion
+	roomID  string
+	servers []*server
+	users   []user
+	events  []*event
+	byID    map[string]int32
+	tick    int64
+	ts      int64
+	queue   deliveries
+	seq     int64
+	arrival []int32 // the origin server's arrival order
+	arrTS   []int64 // the simulated time of each arrival
+	creator int     // user index of the room creator
+	joined  int     // joined members (by the user hints)
+
+	plCache map[int32]*gomatrixserverlib.PowerLevelContent
+	stats   stats
+	res     resolveStats
+}
+
+type stats struct {
+	softFailed  int
+	badAttempts int
+	conflicts   int // power-level conflict pairs created
+}
+
+// serverName is the name of server i (server1.test is the origin).
+func serverName(i int) string { return fmt.Sprintf("server%d.test", i+1) }
+
+// deriveKey derives server i's signing key from the seed.
+func deriveKey(seed uint64, i int) ed25519.PrivateKey {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], seed)
+	binary.BigEndian.PutUint64(b[8:], uint64(i))
+	s := sha256.Sum256(append([]byte("mtxdb gen signing key\x00"), b[:]...))
+	return ed25519.NewKeyFromSeed(s[:])
+}
+
+func newRoom(opts Options) (*room, error) {
+	ver, err := gomatrixserverlib.GetRoomVersion(gomatrixserverlib.RoomVersion(opts.RoomVersion))
+	if err != nil {
+		return nil, fmt.Errorf("gen: %w", err)
+	}
+	r := &room{
+		opts:    opts,
+		rng:     rand.New(rand.NewPCG(opts.Seed, 0x6d747864622d6765)),
+		ver:     ver,
+		byID:    map[string]int32{},
+		ts:      startTS + int64(opts.Seed%1_000_000)*1000, // distinct v12 room IDs per seed
+		plCache: map[int32]*gomatrixserverlib.PowerLevelContent{},
+	}
+	perServer := (opts.Members*5/4 + opts.Servers - 1) / opts.Servers
+	perServer = max(perServer, 4)
+	for i := range opts.Servers {
+		s := &server{idx: i, name: serverName(i), key: deriveKey(opts.Seed, i)}
+		for j := range perServer {
+			s.users = append(s.users, len(r.users))
+			r.users = append(r.users, user{
+				id:     fmt.Sprintf("@user%d:%s", j+1, s.name),
+				server: i,
+				name:   fmt.Sprintf("User %d of %s", j+1, s.name),
+			})
+		}
+		r.servers = append(r.servers, s)
+	}
+	return r, nil
+}
+
+// run generates the room: the creation events, then one event per tick, then
+// delivers everything still in flight.
+func (r *room) run(progress func(done int)) error {
+	if err := r.createRoom(); err != nil {
+		return err
+	}
+	for len(r.events) < r.opts.Events {
+		r.tick++
+		r.ts += 1000 + r.rng.Int64N(4000)
+		r.deliverDue()
+		if err := r.step(); err != nil {
+			return err
+		}
+		if progress != nil {
+			progress(len(r.events))
+		}
+	}
+	// Drain the network, then let the origin fetch whatever was lost for good.
+	for r.queue.Len() > 0 {
+		d := heap.Pop(&r.queue).(delivery)
+		r.receive(r.servers[d.server], d.event)
+	}
+	for i := range r.events {
+		r.receive(r.servers[0], int32(i))
+	}
+	return nil
+}
+
+func (r *room) deliverDue() {
+	for r.queue.Len() > 0 && r.queue[0].at <= r.tick {
+		d := heap.Pop(&r.queue).(delivery)
+		r.receive(r.servers[d.server], d.event)
+	}
+}
+
+// broadcast sends an event from its server to every other resident server.
+func (r *room) broadcast(idx int32) {
+	from := r.events[idx].server
+	for _, s := range r.servers {
+		if s.idx == from || !s.joined {
+			continue
+		}
+		if r.rng.Float64() < r.opts.Loss {
+			continue
+		}
+		r.seq++
+		heap.Push(&r.queue, delivery{at: r.tick + 1 + r.rng.Int64N(int64(r.opts.MaxDelay)), seq: r.seq, server: s.idx, event: idx})
+	}
+}
+
+// receive makes an event known to a server, fetching its missing prev and auth
+// events first, and updates the server's forward extremities.
+func (r *room) receive(s *server, idx int32) {
+	if s.known[idx] {
+		return
+	}
+	e := r.events[idx]
+	for _, p := range e.prev {
+		r.receive(s, p)
+	}
+	for _, a := range e.auth {
+		r.receive(s, a)
+	}
+	r.accept(s, idx)
+}
+
+// accept records a known event at a server (its ancestors are known).
+func (r *room) accept(s *server, idx int32) {
+	s.known[idx] = true
+	if s.idx == 0 {
+		r.arrival = append(r.arrival, idx)
+		r.arrTS = append(r.arrTS, r.ts)
+	}
+	e := r.events[idx]
+	if e.rejected {
+		return
+	}
+	if s.idx == 0 && e.server != 0 && r.softFails(e) {
+		// Soft-failed at the origin: stored with its state, but the origin does not
+		// build on it (spec, "Soft failure").
+		r.stats.softFailed++
+		return
+	}
+	for _, p := range e.prev {
+		s.refd[p] = true
+		if i := slices.Index(s.extrem, p); i >= 0 {
+			s.extrem = slices.Delete(s.extrem, i, i+1)
+		}
+	}
+	if !s.refd[idx] {
+		s.extrem = append(s.extrem, idx)
+	}
+}
+
+// grow extends every server's per-event slices for a new event.
+func (r *room) grow() {
+	for _, s := range r.servers {
+		s.known = append(s.known, false)
+		s.refd = append(s.refd, false)
+	}
+}
+
+// join makes a server resident: it takes a resident server's view of the room (the
+// events and extremities a send_join response gives it).
+func (r *room) join(s *server) {
+	if s.joined {
+		return
+	}
+	res := r.servers[0]
+	copy(s.known, res.known)
+	copy(s.refd, res.refd)
+	s.extrem = slices.Clone(res.extrem)
+	s.joined = true
+}
+
+// prevEvents picks a server's prev_events: its extremities, highest depth first,
+// at most MaxPrevEvents.
+func (r *room) prevEvents(s *server) []int32 {
+	ext := slices.Clone(s.extrem)
+	slices.SortFunc(ext, func(a, b int32) int {
+		if da, db := r.events[a].depth, r.events[b].depth; da != db {
+			if da > db {
+				return -1
+			}
+			return 1
+		}
+		return int(b - a)
+	})
+	if len(ext) > r.opts.MaxPrevEvents {
+		ext = ext[:r.opts.MaxPrevEvents]
+	}
+	return ext
+}

@@ -1,0 +1,327 @@
+package gen
+
+import (
+	"bufio"
+	"container/heap"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/matrix-org/gomatrixserverlib"
+	"github.com/matrix-org/gomatrixserverlib/spec"
+	"github.com/tidwall/sjson"
+)
+
+// Meta is meta.json of a generated room.
+type Meta struct {
+	Room        string `json:"room"`
+	RoomID      string `json:"room_id"`
+	RoomVersion string `json:"room_version"`
+	Generator   struct {
+		Name     string  `json:"name"`
+		Options  Options `json:"options"`
+		Resolver string  `json:"resolver"`
+		Origin   string  `json:"origin_server"`
+	} `json:"generator"`
+	Counts             Counts            `json:"counts"`
+	Resolution         ResolutionCounts  `json:"resolution"`
+	ForwardExtremities []string          `json:"forward_extremities"`
+	OriginExtremities  []string          `json:"origin_forward_extremities"`
+	ExpectedState      ExpectedSampling  `json:"expected_state"`
+	ServerKeys         map[string]string `json:"server_keys"` // server -> unpadded base64 ed25519 public key
+	KeyID              string            `json:"key_id"`
+	Notes              []string          `json:"notes"`
+}
+
+// Counts are the room's shape, as the real rooms' meta.json counts them, plus the
+// generator's own.
+type Counts struct {
+	Events                int            `json:"events"`
+	StateEvents           int            `json:"state_events"`
+	Rejected              int            `json:"rejected"`
+	SoftFailed            int            `json:"soft_failed"`
+	EventsWithGT1Prev     int            `json:"events_with_gt1_prev_events"`
+	MaxPrevEvents         int            `json:"max_prev_events"`
+	MaxDepth              int64          `json:"max_depth"`
+	DistinctSenders       int            `json:"distinct_senders"`
+	DistinctSenderServers int            `json:"distinct_sender_servers"`
+	ForwardExtremities    int            `json:"forward_extremities"`
+	RedactionEvents       int            `json:"redaction_events"`
+	CurrentStateEntries   int            `json:"current_state_entries"`
+	JoinedMembers         int            `json:"joined_members"`
+	StateEventsByType     map[string]int `json:"state_events_by_type"`
+	EventsByType          map[string]int `json:"events_by_type"`
+	UnauthorisedAttempts  int            `json:"unauthorised_attempts"`
+	PowerConflictPairs    int            `json:"power_conflict_pairs"`
+}
+
+// ResolutionCounts describe the state resolutions the generator ran.
+type ResolutionCounts struct {
+	Resolutions       int `json:"resolutions"`
+	ConflictedKeys    int `json:"conflicted_keys"`
+	MaxConflictedKeys int `json:"max_conflicted_keys"`
+	MaxInputStates    int `json:"max_input_states"`
+	Reduced           int `json:"reduced_unconflicted_resolutions"`
+	Panics            int `json:"resolver_panics"`
+}
+
+// ExpectedSampling says which events expected_state.jsonl covers.
+type ExpectedSampling struct {
+	Lines   int `json:"lines"`
+	Every   int `json:"every"` // 1: every event; k: every k-th in file order, and the last
+	Entries int `json:"entries"`
+}
+
+func (r *room) resolverName() string {
+	n := "gomatrixserverlib ResolveStateConflictsV2 (state res v2) at the pinned version; spec conflicted set (keys absent from some states are conflicted); auth events = auth chain of the conflicted events; unconflicted = auth-type entries of the first state (reduced above exact_below entries, same result)"
+	if r.ver.StateResAlgorithm() == gomatrixserverlib.StateResV2_1 {
+		n += "; v2 used for this v12 room because gomatrixserverlib's v2.1 (ResolveConflictsNew) panics on conflicted v12 power events (see testrooms/gen/resolve.go)"
+	}
+	return n
+}
+
+// line is the events.jsonl line of an event: its PDU JSON with the convenience
+// top-level event_id, keys sorted.
+func (r *room) line(e *event) ([]byte, error) {
+	b, err := sjson.SetBytes(e.pdu.JSON(), "event_id", e.id)
+	if err != nil {
+		return nil, err
+	}
+	return gomatrixserverlib.CanonicalJSON(b)
+}
+
+// tips are the forward extremities as resolver.Replay defines them: accepted
+// events that no accepted event lists in its prev_events, sorted by ID.
+func (r *room) tips() []int32 {
+	refd := make([]bool, len(r.events))
+	for _, e := range r.events {
+		if !e.rejected {
+			for _, p := range e.prev {
+				refd[p] = true
+			}
+		}
+	}
+	var out []int32
+	for i, e := range r.events {
+		if !e.rejected && !refd[i] {
+			out = append(out, int32(i))
+		}
+	}
+	slices.SortFunc(out, func(a, b int32) int { return strings.Compare(r.events[a].id, r.events[b].id) })
+	return out
+}
+
+func (r *room) ids(idx []int32) []string {
+	out := make([]string, len(idx))
+	for i, x := range idx {
+		out[i] = r.events[x].id
+	}
+	return out
+}
+
+func (r *room) stateJSON(st pmap) map[string]string {
+	m := make(map[string]string, st.size)
+	st.each(func(k string, v int32) { m[k] = r.events[v].id })
+	return m
+}
+
+// write writes the room directory.
+func (r *room) write(dir, name string) (*Meta, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	meta := &Meta{Room: name, RoomID: r.roomID, RoomVersion: r.opts.RoomVersion, KeyID: string(keyID)}
+	meta.Generator.Name = "mtxdb gen"
+	meta.Generator.Options = r.opts
+	meta.Generator.Resolver = r.resolverName()
+	meta.Generator.Origin = r.servers[0].name
+	c := &meta.Counts
+	c.StateEventsByType, c.EventsByType = map[string]int{}, map[string]int{}
+	senders, senderServers := map[string]bool{}, map[string]bool{}
+
+	if err := writeLines(filepath.Join(dir, "events.jsonl"), len(r.arrival), func(i int) ([]byte, error) {
+		e := r.events[r.arrival[i]]
+		c.Events++
+		c.EventsByType[e.pdu.Type()]++
+		if e.key != "" {
+			c.StateEvents++
+			c.StateEventsByType[e.pdu.Type()]++
+		}
+		if e.rejected {
+			c.Rejected++
+		}
+		if len(e.prev) > 1 {
+			c.EventsWithGT1Prev++
+		}
+		c.MaxPrevEvents = max(c.MaxPrevEvents, len(e.prev))
+		c.MaxDepth = max(c.MaxDepth, e.depth)
+		if e.pdu.Type() == spec.MRoomRedaction {
+			c.RedactionEvents++
+		}
+		sender := string(e.pdu.SenderID())
+		senders[sender] = true
+		senderServers[sender[strings.IndexByte(sender, ':')+1:]] = true
+		return r.line(e)
+	}); err != nil {
+		return nil, err
+	}
+	c.DistinctSenders, c.DistinctSenderServers = len(senders), len(senderServers)
+	c.SoftFailed, c.UnauthorisedAttempts, c.PowerConflictPairs = r.stats.softFailed, r.stats.badAttempts, r.stats.conflicts
+
+	// expected_state.jsonl: every event, or every k-th within the budget.
+	total := 0
+	for _, x := range r.arrival {
+		total += r.events[x].after.size
+	}
+	every := max(1, (total+r.opts.StateBudget-1)/r.opts.StateBudget)
+	var sampled []int32
+	for i, x := range r.arrival {
+		if i%every == 0 || i == len(r.arrival)-1 {
+			sampled = append(sampled, x)
+		}
+	}
+	meta.ExpectedState = ExpectedSampling{Lines: len(sampled), Every: every}
+	if err := writeLines(filepath.Join(dir, "expected_state.jsonl"), len(sampled), func(i int) ([]byte, error) {
+		e := r.events[sampled[i]]
+		meta.ExpectedState.Entries += e.after.size
+		return json.Marshal(struct {
+			EventID string            `json:"event_id"`
+			State   map[string]string `json:"state"`
+		}{e.id, r.stateJSON(e.after)})
+	}); err != nil {
+		return nil, err
+	}
+
+	tips := r.tips()
+	meta.ForwardExtremities = r.ids(tips)
+	origin := slices.Clone(r.servers[0].extrem)
+	meta.OriginExtremities = r.ids(origin)
+	slices.Sort(meta.OriginExtremities)
+	c.ForwardExtremities = len(tips)
+	current := r.resolve(tips)
+	c.CurrentStateEntries = current.size
+	current.each(func(k string, v int32) {
+		if keyType(k) == spec.MRoomMember && r.events[v].member == spec.Join {
+			c.JoinedMembers++
+		}
+	})
+	cur, err := json.Marshal(r.stateJSON(current))
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "current_state.json"), append(cur, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+
+	meta.Resolution = ResolutionCounts{Resolutions: r.res.resolutions, ConflictedKeys: r.res.conflictedKeys,
+		MaxConflictedKeys: r.res.maxConflicted, MaxInputStates: r.res.maxInputStates, Reduced: r.res.reduced, Panics: r.res.panics}
+	meta.ServerKeys = map[string]string{}
+	for _, s := range r.servers {
+		meta.ServerKeys[s.name] = base64.RawStdEncoding.EncodeToString([]byte(s.key.Public().(ed25519.PublicKey)))
+	}
+	meta.Notes = []string{
+		"Generated by mtxdb gen (testrooms/gen): deterministic for the options above; signatures are real (ed25519 keys derived from the seed, public keys in server_keys).",
+		"events.jsonl: arrival order at the origin server; the top-level event_id of each line is the reference hash, for convenience: strip it before hashing.",
+		"expected_state.jsonl: state after each event (rejected events: the state before them), keys \"<type>\\u0000<state_key>\"; see expected_state.every.",
+		"forward_extremities: accepted events no accepted event points at (as resolver.Replay computes them); origin_forward_extremities: the origin's own, without soft-failed events.",
+		"current_state.json: the resolution of the states after forward_extremities.",
+	}
+	if r.opts.Backfill {
+		if err := r.writeBackfill(filepath.Join(dir, "backfill_order.jsonl"), tips); err != nil {
+			return nil, err
+		}
+		meta.Notes = append(meta.Notes, "backfill_order.jsonl: the order a server backfilling from the forward extremities receives the events, in reverse-chronological batches (by depth) of options.backfill_batch.")
+	}
+	mb, err := json.MarshalIndent(meta, "", " ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "meta.json"), append(mb, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	return meta, nil
+}
+
+// writeLines writes n lines produced by f.
+func writeLines(path string, n int, f func(i int) ([]byte, error)) error {
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(out, 1<<20)
+	for i := range n {
+		b, err := f(i)
+		if err != nil {
+			out.Close()
+			return fmt.Errorf("gen: %s line %d: %w", path, i+1, err)
+		}
+		w.Write(b)
+		w.WriteByte('\n')
+	}
+	if err := w.Flush(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// depthHeap orders events by depth, deepest first, then by index, latest first.
+type depthHeap struct {
+	r *room
+	x []int32
+}
+
+func (h *depthHeap) Len() int { return len(h.x) }
+func (h *depthHeap) Less(i, j int) bool {
+	a, b := h.r.events[h.x[i]], h.r.events[h.x[j]]
+	if a.depth != b.depth {
+		return a.depth > b.depth
+	}
+	return h.x[i] > h.x[j]
+}
+func (h *depthHeap) Swap(i, j int) { h.x[i], h.x[j] = h.x[j], h.x[i] }
+func (h *depthHeap) Push(v any)    { h.x = append(h.x, v.(int32)) }
+func (h *depthHeap) Pop() any {
+	v := h.x[len(h.x)-1]
+	h.x = h.x[:len(h.x)-1]
+	return v
+}
+
+// writeBackfill writes the backfill order: from the forward extremities back along
+// prev_events, deepest first, in batches (one /backfill response each).
+func (r *room) writeBackfill(path string, tips []int32) error {
+	seen := make([]bool, len(r.events))
+	h := &depthHeap{r: r}
+	for _, t := range tips {
+		seen[t] = true
+		heap.Push(h, t)
+	}
+	var order []int32
+	for h.Len() > 0 {
+		x := heap.Pop(h).(int32)
+		order = append(order, x)
+		for _, p := range r.events[x].prev {
+			if !seen[p] {
+				seen[p] = true
+				heap.Push(h, p)
+			}
+		}
+	}
+	// Events no tip reaches (rejected dead ends) come last, newest first.
+	for i := len(r.events) - 1; i >= 0; i-- {
+		if !seen[i] {
+			order = append(order, int32(i))
+		}
+	}
+	return writeLines(path, len(order), func(i int) ([]byte, error) {
+		return json.Marshal(struct {
+			EventID string `json:"event_id"`
+			Batch   int    `json:"batch"`
+		}{r.events[order[i]].id, i / r.opts.BackfillBatch})
+	})
+}
