@@ -138,15 +138,90 @@
 // verifies the frame CRC and that the frame's collection and record ID are
 // the requested ones, and returns an owned copy.
 //
+// # Index checkpoint (index.ckpt)
+//
+// The whole in-memory index, written by Close, by Sync when the delta has
+// grown past its limit, after a repack retired shards, and by Open after it
+// had to scan. Written as index.ckpt.tmp, fsynced, renamed, directory
+// fsynced (Open deletes leftover .tmp files). Layout:
+//
+//	offset  size  field
+//	     0     4  magic "MTCK"
+//	     4     1  version 0x01 (first version)
+//	     5     3  zero
+//	     8     8  generation (u64); the delta must carry the same
+//	    16     8  covered position C: pack u16 | zero u16 | offset u32;
+//	              every frame before C is reflected, C is the end of the
+//	              last listed shard
+//	    24     4  shard count S (<= 4096)
+//	    28     4  meta entry count E
+//	    32     4  collection count N
+//	    36     8  zero
+//	    44     4  CRC-32C of bytes [0, 44)
+//	    48  8*S   shards, ascending: pack u16 | zero u16 | covered size u32
+//	         28*E meta: kind u8 (1 data frames of coll, first at off;
+//	              2 reset marker for coll with position P) | zero u8 |
+//	              shard u16 | coll 16 | position (pack u16 | zero u16 | u32)
+//	              N collections: coll 16 | table bits u8 | zero 3 |
+//	              used slots u32 | live frame bytes u64 | 2^bits slots u64
+//	   end-4     4  CRC-32C of bytes [48, end-4)
+//
+// Decoding checks counts against the file size before allocating, both
+// CRCs, zero fields, load <= 75%, that the used slots equal the count and
+// that every slot points inside a listed shard's covered bytes. Example
+// (empty store, generation 1, C = pack 0 offset 4096, one shard):
+//
+//	4d54434b 01 000000 0100000000000000 0000 0000 00100000
+//	01000000 00000000 00000000 0000000000000000 2c2fdcd0
+//	0000 0000 00100000 00cf8afc
+//
+// (TestDeltaEntryHex pins these bytes.)
+//
+// # Index delta (index.delta)
+//
+// Between checkpoints, Sync appends one fixed-width entry per frame written
+// since the last Sync (after fsyncing the shards), then fsyncs the delta.
+//
+//	header (24 bytes): magic "MTDL" | version 0x01 | zero 3 |
+//	                   generation u64 | zero u32 | CRC-32C of [0, 20)
+//	entry (48 bytes):
+//	offset  size  field
+//	     0     1  kind: 1 data frame, 2 reset marker
+//	     1     1  zero
+//	     2     2  pack ID of the frame
+//	     4     4  offset of the frame
+//	     8     4  frame size (len + 8)
+//	    12    16  collection ID
+//	    28    16  record ID (kind 1) or P: pack u16 | zero u16 | u32 | zero 8
+//	    44     4  CRC-32C of bytes [0, 44) of the entry
+//
+// Example: data frame of record 22..22 in collection 11..11 at pack 0
+// offset 4096, 47 bytes (TestDeltaEntryHex):
+//
+//	01 00 0000 00100000 2f000000 11111111111111111111111111111111
+//	22222222222222222222222222222222 3e10260c
+//
 // # Open and recovery
 //
-// Open rebuilds every index by scanning all shards in pack-ID order (a later
-// version will load a checkpoint plus delta instead; the seam is
-// rebuildLocked). In the last shard, a bad frame is a torn tail when no
+// Open validates every shard header, loads the checkpoint, replays the
+// delta entries that continue it contiguously and match the frame on disk
+// (same size, collection, kind and record ID), and then scans only the
+// shard bytes past that point. A checkpoint that is missing, short,
+// damaged, or that lists a shard which is missing or shorter on disk,
+// falls back to a full scan of every shard; a delta with another
+// generation is ignored; replay stops at the first bad delta entry (a torn
+// tail) and the scan covers the rest. OpenReport says which path ran. None
+// of these panics or loses a frame: the shards are the truth, the index
+// files only save scanning.
+//
+// In the last shard, a bad frame found by the scan is a torn tail when no
 // valid frame starts anywhere after it (a frame running past end of file,
 // a final frame with a bad CRC, a zero-filled tail): the file is truncated
 // at the last good frame and fsynced. Any other bad frame or header is an
 // ErrCorrupt error naming the shard file and offset; nothing is truncated.
+// Frames covered by the checkpoint are not re-read at open: damage there is
+// found by the read that needs the frame (ErrCorrupt naming shard and
+// offset; every other record stays readable) and by Check.
 //
 // # Retirement
 //
@@ -158,7 +233,4 @@
 // after the repack output and the active shard are fsynced; shards are
 // unmapped (after in-flight reads) before deletion and the directory is
 // fsynced after.
-//
-// Not built yet: index checkpoint and delta files, a node cache, zero-copy
-// leased reads, fault-injection filesystem.
 package packstore

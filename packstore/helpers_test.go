@@ -11,6 +11,24 @@ import (
 	"time"
 )
 
+var longFlag = flag.Bool("packstore.long", false, "run the long versions of exhaustive tests (env PACKSTORE_LONG=1 also works)")
+
+// long reports whether exhaustive tests should cover every case rather
+// than a sample (make crash / make fuzz set it).
+func long() bool { return *longFlag || os.Getenv("PACKSTORE_LONG") != "" }
+
+// sampled returns the offsets 0..n-1 to test: all of them in long mode,
+// otherwise every offset below dense plus every stride-th one and the last.
+func sampled(n, dense, stride int) []int {
+	var out []int
+	for o := 0; o < n; o++ {
+		if long() || o < dense || o%stride == 0 || o == n-1 {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 var seedFlag = flag.Uint64("packstore.seed", 0, "seed for randomized packstore tests (0: time-based; env PACKSTORE_SEED also works)")
 
 // testSeed returns the seed for a randomized test and logs it so that a

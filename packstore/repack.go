@@ -139,7 +139,12 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	}
 	s.repackProgress.Store(-1)
 	st.ShardsRetired, st.BytesRetired, err = s.retireLocked()
-	return st, err
+	if err != nil {
+		return st, err
+	}
+	// The old checkpoint may list retired shards: replace it now, so that
+	// only a crash in this window costs a full scan at the next open.
+	return st, s.flushDeltaLocked()
 }
 
 // planJobsLocked validates a plan and resolves each record's location.
@@ -274,6 +279,7 @@ func (s *PackfileStorage) retireLocked() (int, int64, error) {
 		bytes += sh.size
 	}
 	if n > 0 {
+		s.ckptStale = true
 		if err := syncDir(s.fs, s.opts.Dir); err != nil {
 			return n, bytes, err
 		}

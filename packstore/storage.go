@@ -149,6 +149,16 @@ type PackfileStorage struct {
 	// unknown (a failed fsync, or a failed write that could not be trimmed
 	// off the file); every later write returns it. Reads continue.
 	broken error
+
+	// Index persistence, guarded by mu (see persist.go).
+	gen        uint64 // generation of the current checkpoint and delta
+	delta      vfile  // open delta file; nil: the next flush writes a checkpoint
+	deltaSize  int64  // bytes of delta file written
+	deltaN     int    // entries in the delta file
+	deltaLimit int    // entries after which a checkpoint replaces the delta
+	pending    []byte // encoded delta entries of frames not yet in the delta
+	ckptStale  bool   // shards were retired: the next flush writes a checkpoint
+	report     OpenReport
 }
 
 // Open opens (creating if needed) the store in opts.Dir. It rebuilds every
@@ -178,7 +188,7 @@ func Open(opts Options) (*PackfileStorage, error) {
 	if opts.fs == nil {
 		opts.fs = osFS{}
 	}
-	s := &PackfileStorage{opts: opts, fs: opts.fs, maxShards: opts.maxShards}
+	s := &PackfileStorage{opts: opts, fs: opts.fs, maxShards: opts.maxShards, deltaLimit: defaultDeltaLimit}
 	s.repackProgress.Store(-1)
 	if s.maxShards <= 0 || s.maxShards > MaxShards {
 		s.maxShards = MaxShards
@@ -196,8 +206,11 @@ func Open(opts Options) (*PackfileStorage, error) {
 	return s, nil
 }
 
-// rebuildLocked opens every shard file in pack-ID order and replays its
-// frames into the indexes.
+// rebuildLocked opens every shard file in pack-ID order, loads the index
+// checkpoint and replays the delta (persist.go), then scans only the shard
+// bytes past what they cover. A checkpoint or delta that cannot be used
+// falls back to scanning every shard. If anything had to be scanned, a new
+// checkpoint is written.
 func (s *PackfileStorage) rebuildLocked() error {
 	ents, err := s.fs.ReadDir(s.opts.Dir)
 	if err != nil {
@@ -206,8 +219,8 @@ func (s *PackfileStorage) rebuildLocked() error {
 	var ids []uint16
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasPrefix(name, "shard-") && strings.HasSuffix(name, ".mtdb.tmp") {
-			// An interrupted shard creation; the file was never published.
+		if strings.HasSuffix(name, ".tmp") && (strings.HasPrefix(name, "shard-") || strings.HasPrefix(name, "index.")) {
+			// An interrupted shard creation or checkpoint; never published.
 			if err := s.fs.Remove(filepath.Join(s.opts.Dir, name)); err != nil {
 				return fmt.Errorf("packstore: %w", err)
 			}
@@ -218,15 +231,12 @@ func (s *PackfileStorage) rebuildLocked() error {
 		}
 	}
 	slices.Sort(ids)
-	for i, id := range ids {
+	for _, id := range ids {
 		sh, err := s.openShard(id)
 		if err != nil {
 			return err
 		}
 		s.shards[id].Store(sh)
-		if err := s.scanShardLocked(sh, i == len(ids)-1); err != nil {
-			return err
-		}
 	}
 	if len(ids) == 0 {
 		sh, err := s.createShard(0)
@@ -235,13 +245,44 @@ func (s *PackfileStorage) rebuildLocked() error {
 		}
 		s.shards[0].Store(sh)
 		s.active = sh
-		return nil
+		s.report.Source = "scan"
+		return s.writeCheckpointLocked()
+	}
+	covered, ok := s.loadIndexLocked(ids)
+	if !ok {
+		s.resetIndexLocked()
+		s.report.Source = "scan"
+		covered = loc{shard: ids[0], off: HeaderSize}
+	}
+	for i, id := range ids {
+		if id < covered.shard {
+			continue
+		}
+		from := int64(HeaderSize)
+		if id == covered.shard {
+			from = int64(covered.off)
+		}
+		if err := s.scanShardLocked(s.shards[id].Load(), from, i == len(ids)-1); err != nil {
+			return err
+		}
 	}
 	s.active = s.shards[ids[len(ids)-1]].Load()
 	if s.active.crc != s.writeCRC() {
 		// The checksum mode changed: a shard's frames all follow its header.
-		return s.rollLocked()
+		if err := s.rollLocked(); err != nil {
+			return err
+		}
 	}
+	if s.report.Source == "scan" || len(s.pending) > 0 || s.report.DeltaErr != nil {
+		// Frames written by an earlier process may not be fsynced yet.
+		s.active.synced = false
+		return s.writeCheckpointLocked()
+	}
+	f, err := s.fs.OpenFile(s.indexPath(deltaFile), os.O_RDWR, 0)
+	if err != nil {
+		return s.writeCheckpointLocked()
+	}
+	s.delta, s.deltaSize = f, int64(deltaHeaderLen+s.deltaN*deltaEntryLen)
 	return nil
 }
 
@@ -277,46 +318,29 @@ func (s *PackfileStorage) openShard(id uint16) (*shard, error) {
 	return sh, nil
 }
 
-// createShard creates a new shard file through a temporary name, so that a
-// published shard file always has a complete header, and fsyncs the directory.
+// createShard creates a new shard file through a temporary name (see
+// publishFile), so that a published shard file always has a complete,
+// fsynced header.
 func (s *PackfileStorage) createShard(id uint16) (*shard, error) {
 	path := filepath.Join(s.opts.Dir, shardFileName(id))
-	tmp := path + ".tmp"
-	f, err := s.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("packstore: %w", err)
-	}
-	fail := func(err error) (*shard, error) {
-		f.Close()
-		s.fs.Remove(tmp)
-		return nil, fmt.Errorf("packstore: create %s: %w", path, err)
-	}
 	crc := s.opts.Checksum != ChecksumNone
 	h := shardHeader{PackID: id, Created: time.Now().UnixNano()}
 	if !crc {
 		h.Features |= FeatureNoCRC
 	}
-	if _, err := f.WriteAt(encodeHeader(h), 0); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := s.fs.Rename(tmp, path); err != nil {
-		return fail(err)
-	}
-	if err := syncDir(s.fs, s.opts.Dir); err != nil {
-		f.Close()
+	f, err := s.publishFile(path, encodeHeader(h))
+	if err != nil {
 		return nil, err
 	}
 	return newShardState(id, path, f, HeaderSize, crc, s.opts.Checksum == ChecksumFull), nil
 }
 
-// scanShardLocked replays the frames of a mapped shard into the indexes.
-// In the last shard a torn tail is truncated (see tornTail).
-func (s *PackfileStorage) scanShardLocked(sh *shard, last bool) error {
+// scanShardLocked replays the frames of a mapped shard from offset from on
+// into the indexes and queues them for the delta. In the last shard a torn
+// tail is truncated (see tornTail).
+func (s *PackfileStorage) scanShardLocked(sh *shard, from int64, last bool) error {
 	b := sh.mm
-	off := int64(HeaderSize)
+	off := from
 	for off < int64(len(b)) {
 		fv, err := decodeFrameCRC(b[off:], sh.crc)
 		if err != nil {
@@ -325,9 +349,13 @@ func (s *PackfileStorage) scanShardLocked(sh *shard, last bool) error {
 			}
 			return sh.corruptf(off, "%v", err)
 		}
-		if err := s.applyFrameLocked(sh, fv, off); err != nil {
+		m := metaOf(fv, loc{shard: sh.id, off: uint32(off)})
+		if err := s.applyMetaLocked(m); err != nil {
 			return err
 		}
+		s.pending = appendDeltaEntry(s.pending, m)
+		s.report.ScannedFrames++
+		s.report.ScannedBytes += int64(fv.Size)
 		off += int64(fv.Size)
 	}
 	return nil
@@ -346,6 +374,7 @@ func tornTail(b []byte, off int64, crc bool) bool {
 }
 
 func (s *PackfileStorage) truncateTail(sh *shard, off int64) error {
+	s.report.TruncatedBytes += sh.size - off
 	if err := sh.f.Truncate(off); err != nil {
 		return fmt.Errorf("packstore: truncate torn tail of %s at %d: %w", sh.path, off, err)
 	}
@@ -356,20 +385,28 @@ func (s *PackfileStorage) truncateTail(sh *shard, off int64) error {
 	return sh.remap(off)
 }
 
-// applyFrameLocked replays one frame of the scan.
-func (s *PackfileStorage) applyFrameLocked(sh *shard, fv frameView, off int64) error {
-	here := loc{shard: sh.id, off: uint32(off)}
+// metaOf returns what the index needs of a decoded frame at a location.
+func metaOf(fv frameView, at loc) frameMeta {
+	m := frameMeta{at: at, size: fv.Size, coll: fv.Coll, id: fv.ID}
 	if fv.Flags&FlagReset != 0 {
-		p := fv.ResetPos
+		m.reset, m.pos = true, fv.ResetPos
 		if !fv.HasPos {
-			p = here // version 0x04 marker
+			m.pos = at // version 0x04 marker
 		}
-		sh.noteReset(fv.Coll, p)
-		return s.dropBeforeLocked(fv.Coll, p)
 	}
-	sh.noteData(fv.Coll, here.off)
-	c := s.collectionOrCreateLocked(fv.Coll)
-	return s.indexPutLocked(c, fv.ID, here, fv.Size)
+	return m
+}
+
+// applyMetaLocked replays one frame (from a scan or a delta entry).
+func (s *PackfileStorage) applyMetaLocked(m frameMeta) error {
+	sh := s.shards[m.at.shard].Load()
+	if m.reset {
+		sh.noteReset(m.coll, m.pos)
+		return s.dropBeforeLocked(m.coll, m.pos)
+	}
+	sh.noteData(m.coll, m.at.off)
+	c := s.collectionOrCreateLocked(m.coll)
+	return s.indexPutLocked(c, m.id, m.at, m.size)
 }
 
 // dropBeforeLocked applies a reset marker: it forgets every index entry of
@@ -538,7 +575,8 @@ func (s *PackfileStorage) checkFitLocked(roll bool, sizes func(yield func(int) b
 func (s *PackfileStorage) appendLocked(frames []outFrame) ([]loc, error) {
 	locs := make([]loc, len(frames))
 	var buf []byte
-	flush := func() error {
+	done := 0 // frames[:done] are written and queued for the delta
+	flush := func(upto int) error {
 		if len(buf) == 0 {
 			return nil
 		}
@@ -555,11 +593,15 @@ func (s *PackfileStorage) appendLocked(frames []outFrame) ([]loc, error) {
 		a.size += int64(len(buf))
 		a.synced = false
 		buf = buf[:0]
+		for ; done < upto; done++ {
+			fr := frames[done]
+			s.pending = appendDeltaEntry(s.pending, frameMeta{at: locs[done], size: len(fr.b), reset: fr.marker, coll: fr.coll, id: fr.id, pos: fr.pos})
+		}
 		return nil
 	}
 	for i, fr := range frames {
 		if s.active.size+int64(len(buf)+len(fr.b)) > s.opts.MaxShardBytes {
-			if err := flush(); err != nil {
+			if err := flush(i); err != nil {
 				return nil, err
 			}
 			if err := s.rollLocked(); err != nil {
@@ -575,12 +617,12 @@ func (s *PackfileStorage) appendLocked(frames []outFrame) ([]loc, error) {
 		}
 		buf = append(buf, fr.b...)
 		if len(buf) >= 1<<20 {
-			if err := flush(); err != nil {
+			if err := flush(i + 1); err != nil {
 				return nil, err
 			}
 		}
 	}
-	return locs, flush()
+	return locs, flush(len(frames))
 }
 
 // rollLocked seals the active shard (fsync, map in full) and starts the next.
@@ -752,7 +794,10 @@ func (s *PackfileStorage) Sync() error {
 	if err := s.writableLocked(); err != nil {
 		return err
 	}
-	return s.syncActiveLocked()
+	if err := s.syncActiveLocked(); err != nil {
+		return err
+	}
+	return s.flushDeltaLocked()
 }
 
 // RefreshCollection is a no-op: this engine owns its directory exclusively
@@ -785,8 +830,14 @@ func (s *PackfileStorage) Close() error {
 		return ErrClosed
 	}
 	err := s.broken
-	if err == nil {
-		err = s.active.syncFile()
+	if err == nil && (len(s.pending) > 0 || s.deltaN > 0 || s.ckptStale || s.delta == nil) {
+		err = s.writeCheckpointLocked()
+	}
+	if s.delta != nil {
+		if cerr := s.delta.Close(); err == nil {
+			err = cerr
+		}
+		s.delta = nil
 	}
 	if cerr := s.closeShardsLocked(); err == nil {
 		err = cerr

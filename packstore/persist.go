@@ -1,0 +1,359 @@
+package packstore
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// defaultDeltaLimit is the number of delta entries after which Sync writes a
+// new checkpoint instead of appending to the delta (48 bytes each: 12 MiB).
+const defaultDeltaLimit = 1 << 18
+
+// OpenReport says how Open rebuilt the indexes (seed "Packfile format":
+// the persisted index checkpoint and delta).
+type OpenReport struct {
+	// Source is "checkpoint+delta", "checkpoint" or "scan" (full scan of
+	// every shard: no checkpoint, or one that could not be used).
+	Source string
+	// CheckpointErr says why an existing checkpoint was not used (it wraps
+	// ErrCorrupt when the file was damaged); nil otherwise.
+	CheckpointErr error
+	// DeltaErr says why the delta was not used, or where its replay stopped.
+	DeltaErr error
+	// DeltaEntries is the number of delta entries replayed.
+	DeltaEntries int
+	// ScannedFrames and ScannedBytes count the shard frames read past what
+	// the checkpoint and delta covered.
+	ScannedFrames int
+	ScannedBytes  int64
+	// TruncatedBytes is the size of a torn tail cut off the last shard.
+	TruncatedBytes int64
+}
+
+// OpenReport returns how Open rebuilt the indexes.
+func (s *PackfileStorage) OpenReport() OpenReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.report
+}
+
+func (s *PackfileStorage) indexPath(name string) string { return filepath.Join(s.opts.Dir, name) }
+
+// readWhole reads a whole file through the vfs; missing files return
+// fs.ErrNotExist.
+func (s *PackfileStorage) readWhole(name string) ([]byte, error) {
+	f, err := s.fs.OpenFile(s.indexPath(name), os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	n, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	if n > 1<<40 {
+		return nil, fmt.Errorf("%s: %d bytes is not plausible", name, n)
+	}
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, 0); err != nil && n > 0 {
+		return nil, err
+	}
+	return b, nil
+}
+
+// indexCorruptf returns an ErrCorrupt error naming an index file and offset.
+func (s *PackfileStorage) indexCorruptf(name string, off int64, format string, args ...any) error {
+	return fmt.Errorf("%w: %s offset %d: %s", ErrCorrupt, name, off, fmt.Sprintf(format, args...))
+}
+
+// loadIndexLocked loads the checkpoint and replays the delta into the
+// (empty) indexes of the already opened shards ids. It returns the position
+// up to which the shard bytes are reflected; ok=false means the caller must
+// reset the indexes and scan every shard.
+func (s *PackfileStorage) loadIndexLocked(ids []uint16) (covered loc, ok bool) {
+	b, err := s.readWhole(checkpointFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return loc{}, false
+	}
+	if err != nil {
+		s.report.CheckpointErr = err
+		return loc{}, false
+	}
+	cp, err := decodeCheckpoint(b)
+	if err != nil {
+		s.report.CheckpointErr = s.indexCorruptf(checkpointFile, 0, "%v", err)
+		return loc{}, false
+	}
+	// extent: the bytes of each shard the index reflects.
+	extent := make(map[uint16]int64, len(cp.shards))
+	for _, sh := range cp.shards {
+		extent[sh.id] = int64(sh.size)
+	}
+	if extent[cp.covered.shard] != int64(cp.covered.off) {
+		s.report.CheckpointErr = s.indexCorruptf(checkpointFile, 16, "covered position %v is not the end of a listed shard", cp.covered)
+		return loc{}, false
+	}
+	for id, n := range extent {
+		if sh := s.shards[id].Load(); sh == nil || sh.size < n {
+			s.report.CheckpointErr = fmt.Errorf("packstore: %s lists shard %d (%d bytes) that is missing or shorter on disk", checkpointFile, id, n)
+			return loc{}, false
+		}
+	}
+	for _, cc := range cp.colls {
+		c := &collection{live: cc.count, liveBytes: cc.liveBytes}
+		t := &lossyTable{slots: make([]atomic.Uint64, len(cc.slots)), bits: cc.bits, count: cc.count}
+		for i, v := range cc.slots {
+			if v != 0 {
+				t.slots[i].Store(v)
+				s.shards[slotLoc(v).shard].Load().live++
+			}
+		}
+		c.table.Store(t)
+		s.colls.Store(cc.coll, c)
+	}
+	for _, m := range cp.meta {
+		sh := s.shards[m.shard].Load()
+		if m.kind == metaData {
+			sh.noteData(m.coll, m.at.off)
+		} else {
+			sh.noteReset(m.coll, m.at)
+		}
+	}
+	s.gen = cp.gen
+	s.report.Source = "checkpoint"
+	covered = cp.covered
+	covered, s.deltaN = s.replayDeltaLocked(cp.gen, covered, extent)
+	if s.deltaN > 0 {
+		s.report.Source = "checkpoint+delta"
+	}
+	// Every shard below the covered position must be exactly what the
+	// checkpoint and delta describe, or hold no frames at all.
+	for _, id := range ids {
+		if id >= covered.shard {
+			break
+		}
+		n, known := extent[id]
+		if size := s.shards[id].Load().size; !(known && size == n || !known && size == HeaderSize) {
+			s.report.CheckpointErr = fmt.Errorf("packstore: shard %d has %d bytes, the index covers %d", id, size, n)
+			return loc{}, false
+		}
+	}
+	return covered, true
+}
+
+// replayDeltaLocked applies the delta entries that continue the checkpoint
+// contiguously and match the frames on disk; it stops at the first entry
+// that does not (a torn or damaged tail) and returns the new covered
+// position and the number of entries applied.
+func (s *PackfileStorage) replayDeltaLocked(gen uint64, covered loc, extent map[uint16]int64) (loc, int) {
+	b, err := s.readWhole(deltaFile)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			s.report.DeltaErr = err
+		}
+		return covered, 0
+	}
+	g, err := decodeDeltaHeader(b)
+	if err != nil {
+		s.report.DeltaErr = s.indexCorruptf(deltaFile, 0, "%v", err)
+		return covered, 0
+	}
+	if g != gen {
+		s.report.DeltaErr = fmt.Errorf("packstore: %s generation %d, checkpoint %d: ignored", deltaFile, g, gen)
+		return covered, 0
+	}
+	n := 0
+	for off := int64(deltaHeaderLen); off < int64(len(b)); off += deltaEntryLen {
+		m, err := decodeDeltaEntry(b[off:])
+		if err == nil {
+			err = s.deltaEntryFitsLocked(m, covered)
+		}
+		if err != nil {
+			s.report.DeltaErr = s.indexCorruptf(deltaFile, off, "%v", err)
+			break
+		}
+		if err := s.applyMetaLocked(m); err != nil {
+			s.report.DeltaErr = err
+			break
+		}
+		covered = loc{shard: m.at.shard, off: m.at.off + uint32(m.size)}
+		extent[m.at.shard] = int64(covered.off)
+		n++
+	}
+	s.report.DeltaEntries = n
+	return covered, n
+}
+
+// deltaEntryFitsLocked checks that a delta entry continues the covered
+// position (the next frame, or the first frame of a later shard once the
+// current one is complete) and that the frame on disk is the one it names.
+func (s *PackfileStorage) deltaEntryFitsLocked(m frameMeta, covered loc) error {
+	if m.at != covered {
+		cur := s.shards[covered.shard].Load()
+		if m.at.shard <= covered.shard || m.at.off != HeaderSize || cur == nil || cur.size != int64(covered.off) {
+			return fmt.Errorf("entry at %d/%d does not continue %d/%d", m.at.shard, m.at.off, covered.shard, covered.off)
+		}
+		for id := covered.shard + 1; id < m.at.shard; id++ {
+			if sh := s.shards[id].Load(); sh != nil && sh.size != HeaderSize {
+				return fmt.Errorf("entry at %d/%d skips frames of shard %d", m.at.shard, m.at.off, id)
+			}
+		}
+	}
+	sh := s.shards[m.at.shard].Load()
+	if sh == nil || int64(m.at.off)+int64(m.size) > sh.size {
+		return fmt.Errorf("entry at %d/%d size %d lies outside the shard files", m.at.shard, m.at.off, m.size)
+	}
+	fv, err := decodeFrameCRC(sh.mm[m.at.off:], false)
+	if err != nil || fv.Size != m.size || fv.Coll != m.coll || (fv.Flags&FlagReset != 0) != m.reset || !m.reset && fv.ID != m.id {
+		return fmt.Errorf("entry at %d/%d does not match the frame there (%v)", m.at.shard, m.at.off, err)
+	}
+	return nil
+}
+
+// resetIndexLocked forgets everything loadIndexLocked may have applied.
+func (s *PackfileStorage) resetIndexLocked() {
+	s.colls.Clear()
+	for i := range s.shards {
+		if sh := s.shards[i].Load(); sh != nil {
+			sh.live = 0
+			clear(sh.colls)
+			clear(sh.resets)
+		}
+	}
+	s.deltaN = 0
+	s.report.DeltaEntries = 0
+}
+
+// flushDeltaLocked appends the pending delta entries to the delta file and
+// fsyncs it, or writes a new checkpoint when there is no usable delta file
+// or the delta has grown past its limit. Callers have fsynced the shards.
+func (s *PackfileStorage) flushDeltaLocked() error {
+	if len(s.pending) == 0 && s.delta != nil && !s.ckptStale {
+		return nil
+	}
+	n := len(s.pending) / deltaEntryLen
+	if s.delta == nil || s.ckptStale || s.deltaN+n > s.deltaLimit {
+		return s.writeCheckpointLocked()
+	}
+	fail := func(err error) error {
+		s.delta.Close()
+		s.delta = nil // the next flush writes a checkpoint instead
+		return fmt.Errorf("packstore: %s: %w", deltaFile, err)
+	}
+	if _, err := s.delta.WriteAt(s.pending, s.deltaSize); err != nil {
+		return fail(err)
+	}
+	if err := s.delta.Sync(); err != nil {
+		return fail(err)
+	}
+	s.deltaSize += int64(len(s.pending))
+	s.deltaN += n
+	s.pending = s.pending[:0]
+	return nil
+}
+
+// writeCheckpointLocked fsyncs the active shard and writes the whole index
+// as a new checkpoint (temporary file, fsync, rename, directory fsync) with
+// an empty delta of the same generation.
+func (s *PackfileStorage) writeCheckpointLocked() error {
+	if err := s.syncActiveLocked(); err != nil {
+		return err
+	}
+	gen := max(s.gen+1, uint64(time.Now().UnixNano()))
+	cp := &checkpoint{gen: gen, covered: s.endLocked()}
+	for i := range s.shards {
+		sh := s.shards[i].Load()
+		if sh == nil {
+			continue
+		}
+		cp.shards = append(cp.shards, ckptShard{id: sh.id, size: uint32(sh.size)})
+		for _, coll := range sortedKeys(sh.colls) {
+			cp.meta = append(cp.meta, ckptMeta{kind: metaData, shard: sh.id, coll: coll, at: loc{sh.id, sh.colls[coll]}})
+		}
+		for _, coll := range sortedKeys(sh.resets) {
+			cp.meta = append(cp.meta, ckptMeta{kind: metaReset, shard: sh.id, coll: coll, at: sh.resets[coll]})
+		}
+	}
+	for _, coll := range s.Collections() {
+		c := s.collectionLoad(coll)
+		t := c.table.Load()
+		cc := ckptColl{coll: coll, bits: t.bits, count: t.count, liveBytes: c.liveBytes, slots: make([]uint64, len(t.slots))}
+		for i := range t.slots {
+			cc.slots[i] = t.slots[i].Load()
+		}
+		cp.colls = append(cp.colls, cc)
+	}
+	if err := s.writeFileAtomic(checkpointFile, encodeCheckpoint(cp), false); err != nil {
+		return err
+	}
+	if s.delta != nil {
+		s.delta.Close()
+		s.delta = nil
+	}
+	if err := s.writeFileAtomic(deltaFile, encodeDeltaHeader(gen), true); err != nil {
+		return err
+	}
+	s.gen, s.deltaSize, s.deltaN = gen, deltaHeaderLen, 0
+	s.pending = s.pending[:0]
+	s.ckptStale = false
+	return nil
+}
+
+// writeFileAtomic publishes an index file (see publishFile). With keep, the
+// file stays open as s.delta.
+func (s *PackfileStorage) writeFileAtomic(name string, b []byte, keep bool) error {
+	f, err := s.publishFile(s.indexPath(name), b)
+	if err != nil {
+		return err
+	}
+	if keep {
+		s.delta = f
+		return nil
+	}
+	return f.Close()
+}
+
+// publishFile creates path with content b so that a crash never leaves a
+// partial file under that name: it writes path.tmp, fsyncs it, renames it
+// and fsyncs the directory. It returns the open file.
+func (s *PackfileStorage) publishFile(path string, b []byte) (vfile, error) {
+	tmp := path + ".tmp"
+	f, err := s.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("packstore: %w", err)
+	}
+	fail := func(err error) (vfile, error) {
+		f.Close()
+		s.fs.Remove(tmp)
+		return nil, fmt.Errorf("packstore: write %s: %w", path, err)
+	}
+	if _, err := f.WriteAt(b, 0); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := s.fs.Rename(tmp, path); err != nil {
+		return fail(err)
+	}
+	if err := syncDir(s.fs, s.opts.Dir); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func sortedKeys[V any](m map[ID]V) []ID {
+	out := make([]ID, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, ID.Compare)
+	return out
+}

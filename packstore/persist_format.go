@@ -1,0 +1,326 @@
+package packstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Index checkpoint and delta file formats (see doc.go, "Index checkpoint"
+// and "Index delta"). The constants below are part of the on-disk format.
+const (
+	checkpointFile = "index.ckpt"
+	deltaFile      = "index.delta"
+
+	// checkpointVersion: 0x01 first version.
+	checkpointVersion = 0x01
+	// deltaVersion: 0x01 first version.
+	deltaVersion = 0x01
+
+	ckptHeaderLen    = 48 // fixed header, CRC at ckptHeaderCRCOff
+	ckptHeaderCRCOff = ckptHeaderLen - crcLen
+	ckptShardLen     = 8  // pack u16 | zero u16 | size u32
+	ckptMetaLen      = 28 // kind u8 | zero u8 | shard u16 | coll 16 | pack u16 | zero u16 | off u32
+	ckptCollHeadLen  = 32 // coll 16 | bits u8 | zero 3 | count u32 | liveBytes u64
+	ckptMaxBits      = 30 // largest table accepted: 2^30 slots
+
+	deltaHeaderLen    = 24 // magic | version | zero 3 | generation u64 | zero u32 | CRC
+	deltaHeaderCRCOff = deltaHeaderLen - crcLen
+	deltaEntryLen     = 48 // kind u8 | zero u8 | pack u16 | off u32 | size u32 | coll 16 | id-or-P 16 | CRC
+	deltaEntryCRCOff  = deltaEntryLen - crcLen
+
+	metaData  = 1 // shard holds data frames of coll, first at off
+	metaReset = 2 // shard holds a reset marker for coll with position (pack, off)
+
+	entryData  = 1 // a data frame
+	entryReset = 2 // a reset marker; the id field holds its position P
+)
+
+var (
+	checkpointMagic = [4]byte{'M', 'T', 'C', 'K'}
+	deltaMagic      = [4]byte{'M', 'T', 'D', 'L'}
+)
+
+// frameMeta is what the index needs to know about one frame: the decoded
+// frame during a scan, or one delta entry.
+type frameMeta struct {
+	at    loc
+	size  int
+	reset bool
+	coll  ID
+	id    ID  // data frame
+	pos   loc // reset marker's P
+}
+
+// ckptShard is one shard known to a checkpoint with the bytes it covers.
+type ckptShard struct {
+	id   uint16
+	size uint32
+}
+
+// ckptMeta is one entry of a shard's retirement metadata.
+type ckptMeta struct {
+	kind  byte
+	shard uint16
+	coll  ID
+	at    loc // metaData: (shard, first offset); metaReset: P
+}
+
+// ckptColl is one collection's index generation.
+type ckptColl struct {
+	coll      ID
+	bits      uint
+	count     int
+	liveBytes int64
+	slots     []uint64
+}
+
+// checkpoint is a decoded index checkpoint.
+type checkpoint struct {
+	gen     uint64
+	covered loc // every frame before this position is reflected
+	shards  []ckptShard
+	meta    []ckptMeta
+	colls   []ckptColl
+}
+
+func putLoc(b []byte, l loc) {
+	binary.LittleEndian.PutUint16(b, l.shard)
+	binary.LittleEndian.PutUint16(b[2:], 0)
+	binary.LittleEndian.PutUint32(b[4:], l.off)
+}
+
+// getLoc decodes the 8-byte position putLoc writes.
+func getLoc(b []byte) (loc, error) {
+	l := loc{shard: binary.LittleEndian.Uint16(b), off: binary.LittleEndian.Uint32(b[4:])}
+	if binary.LittleEndian.Uint16(b[2:]) != 0 || l.shard >= MaxShards || l.off > MaxShardBytesLimit {
+		return l, fmt.Errorf("invalid position %x", b[:8])
+	}
+	return l, nil
+}
+
+// encodeCheckpoint returns the bytes of a checkpoint file.
+func encodeCheckpoint(c *checkpoint) []byte {
+	n := ckptHeaderLen + len(c.shards)*ckptShardLen + len(c.meta)*ckptMetaLen + crcLen
+	for _, cc := range c.colls {
+		n += ckptCollHeadLen + 8*len(cc.slots)
+	}
+	b := make([]byte, ckptHeaderLen, n)
+	copy(b, checkpointMagic[:])
+	b[4] = checkpointVersion
+	binary.LittleEndian.PutUint64(b[8:], c.gen)
+	putLoc(b[16:], c.covered)
+	binary.LittleEndian.PutUint32(b[24:], uint32(len(c.shards)))
+	binary.LittleEndian.PutUint32(b[28:], uint32(len(c.meta)))
+	binary.LittleEndian.PutUint32(b[32:], uint32(len(c.colls)))
+	binary.LittleEndian.PutUint32(b[ckptHeaderCRCOff:], checksum(b[:ckptHeaderCRCOff]))
+	for _, sh := range c.shards {
+		b = binary.LittleEndian.AppendUint16(b, sh.id)
+		b = binary.LittleEndian.AppendUint16(b, 0)
+		b = binary.LittleEndian.AppendUint32(b, sh.size)
+	}
+	for _, m := range c.meta {
+		b = append(b, m.kind, 0)
+		b = binary.LittleEndian.AppendUint16(b, m.shard)
+		b = append(b, m.coll[:]...)
+		var p [8]byte
+		putLoc(p[:], m.at)
+		b = append(b, p[:]...)
+	}
+	for _, cc := range c.colls {
+		b = append(b, cc.coll[:]...)
+		b = append(b, byte(cc.bits), 0, 0, 0)
+		b = binary.LittleEndian.AppendUint32(b, uint32(cc.count))
+		b = binary.LittleEndian.AppendUint64(b, uint64(cc.liveBytes))
+		for _, s := range cc.slots {
+			b = binary.LittleEndian.AppendUint64(b, s)
+		}
+	}
+	return binary.LittleEndian.AppendUint32(b, checksum(b[ckptHeaderLen:]))
+}
+
+// decodeCheckpoint validates and decodes a checkpoint file. It checks every
+// count against the file size before allocating, both CRCs, and the
+// structural invariants of each table (slot count = count, load <= 75%,
+// slot shards known to the shard table and offsets inside their covered
+// bytes). Errors are bare reasons; callers wrap them with ErrCorrupt and
+// the file name.
+func decodeCheckpoint(b []byte) (*checkpoint, error) {
+	if len(b) < ckptHeaderLen+crcLen {
+		return nil, fmt.Errorf("short checkpoint: %d bytes", len(b))
+	}
+	if [4]byte(b[:4]) != checkpointMagic {
+		return nil, fmt.Errorf("bad checkpoint magic %q", b[:4])
+	}
+	if b[4] != checkpointVersion {
+		return nil, fmt.Errorf("unsupported checkpoint version 0x%02x", b[4])
+	}
+	if want, got := binary.LittleEndian.Uint32(b[ckptHeaderCRCOff:]), checksum(b[:ckptHeaderCRCOff]); want != got {
+		return nil, fmt.Errorf("checkpoint header crc mismatch: stored %08x, computed %08x", want, got)
+	}
+	if b[5]|b[6]|b[7] != 0 || binary.LittleEndian.Uint32(b[36:]) != 0 || binary.LittleEndian.Uint32(b[40:]) != 0 {
+		return nil, errors.New("nonzero reserved checkpoint header bytes")
+	}
+	c := &checkpoint{gen: binary.LittleEndian.Uint64(b[8:])}
+	var err error
+	if c.covered, err = getLoc(b[16:]); err != nil {
+		return nil, err
+	}
+	nShards := uint64(binary.LittleEndian.Uint32(b[24:]))
+	nMeta := uint64(binary.LittleEndian.Uint32(b[28:]))
+	nColls := uint64(binary.LittleEndian.Uint32(b[32:]))
+	body := b[ckptHeaderLen : len(b)-crcLen]
+	if want, got := binary.LittleEndian.Uint32(b[len(b)-crcLen:]), checksum(body); want != got {
+		return nil, fmt.Errorf("checkpoint body crc mismatch: stored %08x, computed %08x", want, got)
+	}
+	fixed := nShards*ckptShardLen + nMeta*ckptMetaLen + nColls*ckptCollHeadLen
+	if nShards > MaxShards || fixed > uint64(len(body)) {
+		return nil, fmt.Errorf("checkpoint counts (%d shards, %d meta, %d collections) exceed its %d body bytes", nShards, nMeta, nColls, len(body))
+	}
+	sizes := make(map[uint16]uint32, nShards)
+	c.shards = make([]ckptShard, nShards)
+	for i := range c.shards {
+		e := body[i*ckptShardLen:]
+		sh := ckptShard{id: binary.LittleEndian.Uint16(e), size: binary.LittleEndian.Uint32(e[4:])}
+		if binary.LittleEndian.Uint16(e[2:]) != 0 || sh.id >= MaxShards || sh.size < HeaderSize || sh.size > MaxShardBytesLimit || (i > 0 && sh.id <= c.shards[i-1].id) {
+			return nil, fmt.Errorf("checkpoint shard entry %d invalid", i)
+		}
+		c.shards[i] = sh
+		sizes[sh.id] = sh.size
+	}
+	body = body[nShards*ckptShardLen:]
+	c.meta = make([]ckptMeta, nMeta)
+	for i := range c.meta {
+		e := body[i*ckptMetaLen:]
+		m := ckptMeta{kind: e[0], shard: binary.LittleEndian.Uint16(e[2:]), coll: ID(e[4:20])}
+		if m.at, err = getLoc(e[20:]); err != nil {
+			return nil, fmt.Errorf("checkpoint meta entry %d: %v", i, err)
+		}
+		if _, ok := sizes[m.shard]; !ok || e[1] != 0 || (m.kind != metaData && m.kind != metaReset) || (m.kind == metaData && m.at.shard != m.shard) {
+			return nil, fmt.Errorf("checkpoint meta entry %d invalid", i)
+		}
+		c.meta[i] = m
+	}
+	body = body[nMeta*ckptMetaLen:]
+	c.colls = make([]ckptColl, 0, min(nColls, 1<<16))
+	for i := range nColls {
+		if len(body) < ckptCollHeadLen {
+			return nil, fmt.Errorf("checkpoint collection %d: truncated", i)
+		}
+		cc := ckptColl{coll: ID(body[:16]), bits: uint(body[16]),
+			count: int(binary.LittleEndian.Uint32(body[20:])), liveBytes: int64(binary.LittleEndian.Uint64(body[24:]))}
+		if cc.bits < minTableBits || cc.bits > ckptMaxBits || body[17]|body[18]|body[19] != 0 {
+			return nil, fmt.Errorf("checkpoint collection %d: table bits %d invalid", i, cc.bits)
+		}
+		body = body[ckptCollHeadLen:]
+		n := uint64(1) << cc.bits
+		if n*8 > uint64(len(body)) {
+			return nil, fmt.Errorf("checkpoint collection %d: %d slots exceed the remaining %d bytes", i, n, len(body))
+		}
+		if cc.count == 0 || cc.count*4 > int(n)*3 || cc.liveBytes < int64(cc.count)*FrameOverhead {
+			return nil, fmt.Errorf("checkpoint collection %d: count %d, live bytes %d for %d slots", i, cc.count, cc.liveBytes, n)
+		}
+		cc.slots = make([]uint64, n)
+		used := 0
+		for j := range cc.slots {
+			s := binary.LittleEndian.Uint64(body[8*j:])
+			cc.slots[j] = s
+			if s == 0 {
+				continue
+			}
+			used++
+			l := slotLoc(s)
+			if size, ok := sizes[l.shard]; !ok || l.off < HeaderSize || int64(l.off)+FrameOverhead > int64(size) {
+				return nil, fmt.Errorf("checkpoint collection %d: slot %d points at %d/%d outside the covered shards", i, j, l.shard, l.off)
+			}
+		}
+		if used != cc.count {
+			return nil, fmt.Errorf("checkpoint collection %d: %d used slots, count %d", i, used, cc.count)
+		}
+		body = body[n*8:]
+		c.colls = append(c.colls, cc)
+	}
+	if len(body) != 0 {
+		return nil, fmt.Errorf("checkpoint has %d trailing bytes", len(body))
+	}
+	return c, nil
+}
+
+// encodeDeltaHeader returns the header of a delta file for a generation.
+func encodeDeltaHeader(gen uint64) []byte {
+	b := make([]byte, deltaHeaderLen)
+	copy(b, deltaMagic[:])
+	b[4] = deltaVersion
+	binary.LittleEndian.PutUint64(b[8:], gen)
+	binary.LittleEndian.PutUint32(b[deltaHeaderCRCOff:], checksum(b[:deltaHeaderCRCOff]))
+	return b
+}
+
+// decodeDeltaHeader validates a delta header and returns its generation.
+func decodeDeltaHeader(b []byte) (uint64, error) {
+	if len(b) < deltaHeaderLen {
+		return 0, fmt.Errorf("short delta header: %d bytes", len(b))
+	}
+	if [4]byte(b[:4]) != deltaMagic {
+		return 0, fmt.Errorf("bad delta magic %q", b[:4])
+	}
+	if b[4] != deltaVersion {
+		return 0, fmt.Errorf("unsupported delta version 0x%02x", b[4])
+	}
+	if want, got := binary.LittleEndian.Uint32(b[deltaHeaderCRCOff:]), checksum(b[:deltaHeaderCRCOff]); want != got {
+		return 0, fmt.Errorf("delta header crc mismatch: stored %08x, computed %08x", want, got)
+	}
+	if b[5]|b[6]|b[7] != 0 || binary.LittleEndian.Uint32(b[16:]) != 0 {
+		return 0, errors.New("nonzero reserved delta header bytes")
+	}
+	return binary.LittleEndian.Uint64(b[8:]), nil
+}
+
+// appendDeltaEntry appends the fixed-width delta entry of one frame.
+func appendDeltaEntry(dst []byte, m frameMeta) []byte {
+	var e [deltaEntryLen]byte
+	e[0] = entryData
+	if m.reset {
+		e[0] = entryReset
+		putLoc(e[28:], m.pos)
+	} else {
+		copy(e[28:], m.id[:])
+	}
+	binary.LittleEndian.PutUint16(e[2:], m.at.shard)
+	binary.LittleEndian.PutUint32(e[4:], m.at.off)
+	binary.LittleEndian.PutUint32(e[8:], uint32(m.size))
+	copy(e[12:], m.coll[:])
+	binary.LittleEndian.PutUint32(e[deltaEntryCRCOff:], checksum(e[:deltaEntryCRCOff]))
+	return append(dst, e[:]...)
+}
+
+// decodeDeltaEntry validates one delta entry (len(b) >= deltaEntryLen).
+func decodeDeltaEntry(b []byte) (frameMeta, error) {
+	var m frameMeta
+	if len(b) < deltaEntryLen {
+		return m, errFrameTruncated
+	}
+	if want, got := binary.LittleEndian.Uint32(b[deltaEntryCRCOff:]), checksum(b[:deltaEntryCRCOff]); want != got {
+		return m, fmt.Errorf("delta entry crc mismatch: stored %08x, computed %08x", want, got)
+	}
+	m.at = loc{shard: binary.LittleEndian.Uint16(b[2:]), off: binary.LittleEndian.Uint32(b[4:])}
+	m.size = int(binary.LittleEndian.Uint32(b[8:]))
+	m.coll = ID(b[12:28])
+	switch b[0] {
+	case entryData:
+		m.id = ID(b[28:44])
+	case entryReset:
+		m.reset = true
+		p, err := getLoc(b[28:])
+		if err != nil || [8]byte(b[36:44]) != [8]byte{} {
+			return m, fmt.Errorf("delta reset entry: invalid position %x", b[28:44])
+		}
+		m.pos = p
+	default:
+		return m, fmt.Errorf("delta entry kind %d", b[0])
+	}
+	if b[1] != 0 || m.at.shard >= MaxShards || m.at.off < HeaderSize || m.size < FrameOverhead || int64(m.at.off)+int64(m.size) > MaxShardBytesLimit {
+		return m, fmt.Errorf("delta entry at %d/%d size %d invalid", m.at.shard, m.at.off, m.size)
+	}
+	return m, nil
+}
