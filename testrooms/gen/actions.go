@@ -82,10 +82,14 @@ func (r *room) joinRule(st pmap) string {
 	if !ok {
 		return ""
 	}
+	if jr, ok := r.jrCache[idx]; ok {
+		return jr
+	}
 	var c struct {
 		JoinRule string `json:"join_rule"`
 	}
 	_ = json.Unmarshal(r.events[idx].pdu.Content(), &c)
+	r.jrCache[idx] = c.JoinRule
 	return c.JoinRule
 }
 

@@ -103,7 +103,7 @@ type Options struct {
 	BackfillBatch int  `json:"backfill_batch"`
 	// ExactBelow: resolutions whose input states have at most this many entries pass
 	// gomatrixserverlib exactly what resolver.Resolve passes (full states); larger
-	// ones pass the reduced, equivalent set described in resolve.go (0: 5000).
+	// ones pass the reduced, equivalent set described in resolve.go (0: 256).
 	ExactBelow int `json:"exact_below"`
 }
 
@@ -144,7 +144,7 @@ func (o *Options) normalise() error {
 		o.BackfillBatch = 100
 	}
 	if o.ExactBelow <= 0 {
-		o.ExactBelow = 5000
+		o.ExactBelow = 256
 	}
 	if o.Mix == (Mix{}) {
 		o.Mix = DefaultMix()

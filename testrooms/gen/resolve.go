@@ -65,8 +65,27 @@ func keyType(k string) string {
 	return k
 }
 
-// resolve returns the state before an event with the given prev_events.
+// resolve returns the state before an event with the given prev_events. Results
+// are memoised by prev set: servers build on the same extremities many times.
 func (r *room) resolve(prevs []int32) pmap {
+	key := make([]byte, 0, 4*len(prevs))
+	sorted := slices.Clone(prevs)
+	slices.Sort(sorted)
+	for _, p := range sorted {
+		key = append(key, byte(p), byte(p>>8), byte(p>>16), byte(p>>24))
+	}
+	if st, ok := r.memo[string(key)]; ok {
+		return st
+	}
+	st := r.resolveUncached(sorted)
+	if len(r.memo) >= 1<<14 {
+		clear(r.memo)
+	}
+	r.memo[string(key)] = st
+	return st
+}
+
+func (r *room) resolveUncached(prevs []int32) pmap {
 	var states []pmap
 	for _, p := range prevs {
 		st := r.events[p].after

@@ -97,6 +97,8 @@ type room struct {
 	joined  int     // joined members (by the user hints)
 
 	plCache map[int32]*gomatrixserverlib.PowerLevelContent
+	jrCache map[int32]string
+	memo    map[string]pmap // resolve results by sorted prev set
 	stats   stats
 	res     resolveStats
 }
@@ -131,6 +133,8 @@ func newRoom(opts Options) (*room, error) {
 		byID:    map[string]int32{},
 		ts:      startTS + int64(opts.Seed%1_000_000)*1000, // distinct v12 room IDs per seed
 		plCache: map[int32]*gomatrixserverlib.PowerLevelContent{},
+		jrCache: map[int32]string{},
+		memo:    map[string]pmap{},
 	}
 	perServer := (opts.Members*5/4 + opts.Servers - 1) / opts.Servers
 	perServer = max(perServer, 4)
