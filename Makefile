@@ -3,7 +3,7 @@
 GO       ?= go
 FUZZTIME ?= 30s
 
-.PHONY: all deps build demo test vet fuzz bench clean
+.PHONY: all deps build demo test vet fuzz bench crash clean
 
 all: build
 
@@ -32,6 +32,15 @@ fuzz: deps
 	    echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+# packstore's real-process crash loop with CRASHPOINTS SIGKILLs (and the
+# exhaustive versions of its corruption tests); prints the kill points and the
+# lost/corrupt record counts.
+CRASHPOINTS ?= 1000
+crash: deps
+	PACKSTORE_CRASH_POINTS=$(CRASHPOINTS) PACKSTORE_LONG=1 $(GO) test -count=1 -timeout 60m \
+	  -run '^(TestCrashProcess|TestRepackCrashAtEveryFrameBoundary|TestCheckpointTruncatedEveryOffset|TestDeltaTruncatedEveryOffset|TestIndexFileBitFlips)$$' \
+	  -v ./packstore/ | grep -E '^(crash summary|--- |ok|FAIL)'
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -1,0 +1,194 @@
+package packstore
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The real-process crash loop: a child process (this test binary re-run
+// with PACKSTORE_CRASH_DIR set) appends records, repacks now and then, and
+// prints "synced N" after every completed Sync; the parent SIGKILLs it at
+// a random moment, reopens the store and checks that every record 0..N
+// reads back byte-exact and that no record reads back corrupt. Records are
+// a pure function of their sequence number, so the parent needs no log.
+// PACKSTORE_CRASH_POINTS sets the number of kills (make crash: 1000).
+
+const crashColls = 4
+
+func crashRecord(seq int) (coll, id ID, data []byte) {
+	r := rand.New(rand.NewPCG(uint64(seq), 77))
+	return idN(1, seq/32%crashColls), idN(2, seq), payload(r, r.IntN(3000), seq%3 == 0)
+}
+
+// TestCrashChild is the child's body; it only runs under the parent.
+func TestCrashChild(t *testing.T) {
+	dir := os.Getenv("PACKSTORE_CRASH_DIR")
+	if dir == "" {
+		t.Skip("child of TestCrashProcess")
+	}
+	next, _ := strconv.Atoi(os.Getenv("PACKSTORE_CRASH_NEXT"))
+	seed, _ := strconv.ParseUint(os.Getenv("PACKSTORE_CRASH_SEED"), 10, 64)
+	r := rand.New(rand.NewPCG(seed, 1))
+	s, err := Open(Options{Dir: dir, MaxShardBytes: 64 << 10, Compress: true})
+	if err != nil {
+		fmt.Println("open error:", err)
+		os.Exit(3)
+	}
+	out := bufio.NewWriter(os.Stdout)
+	for batch := 0; ; batch++ {
+		var recs []Record
+		coll, _, _ := crashRecord(next)
+		for range 1 + r.IntN(20) {
+			c, id, data := crashRecord(next)
+			if c != coll {
+				break // a batch stays in one collection
+			}
+			recs = append(recs, Record{ID: id, Data: data})
+			next++
+		}
+		if err := s.PutMany(coll, recs); err != nil {
+			fmt.Println("put error:", err)
+			os.Exit(3)
+		}
+		if r.IntN(40) == 0 {
+			c := idN(1, r.IntN(crashColls))
+			ids, _ := s.CollectionRecords(c)
+			if _, err := s.Repack(RepackPlan{Collections: []CollectionPlan{{Collection: c, Records: ids}}}); err != nil {
+				fmt.Println("repack error:", err)
+				os.Exit(3)
+			}
+		}
+		if r.IntN(3) == 0 {
+			if err := s.Sync(); err != nil {
+				fmt.Println("sync error:", err)
+				os.Exit(3)
+			}
+			fmt.Fprintf(out, "synced %d\n", next)
+			out.Flush()
+		}
+	}
+}
+
+func TestCrashProcess(t *testing.T) {
+	points := 24
+	if v := os.Getenv("PACKSTORE_CRASH_POINTS"); v != "" {
+		points, _ = strconv.Atoi(v)
+	} else if testing.Short() {
+		points = 6
+	}
+	seed := testSeed(t)
+	r := rand.New(rand.NewPCG(seed, 2))
+	dir := t.TempDir()
+	acked := 0 // records 0..acked-1 were acknowledged by a completed Sync
+	lost, corrupt, kills := 0, 0, 0
+	for kill := range points {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$")
+		cmd.Env = append(os.Environ(), "PACKSTORE_CRASH_DIR="+dir,
+			fmt.Sprintf("PACKSTORE_CRASH_NEXT=%d", acked), fmt.Sprintf("PACKSTORE_CRASH_SEED=%d", seed+uint64(kill)))
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lines := make(chan string, 1024)
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+			close(lines)
+		}()
+		timer := time.After(time.Duration(20+r.IntN(150)) * time.Millisecond)
+		childAcked := acked
+	wait:
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					break wait
+				}
+				if n, ok := strings.CutPrefix(l, "synced "); ok {
+					childAcked, _ = strconv.Atoi(n)
+				} else if strings.Contains(l, "error") {
+					t.Fatalf("child: %s", l)
+				}
+			case <-timer:
+				cmd.Process.Signal(syscall.SIGKILL)
+				timer = nil
+			}
+		}
+		cmd.Wait()
+		kills++
+		acked = childAcked
+		s, err := Open(Options{Dir: dir, MaxShardBytes: 64 << 10, Compress: true})
+		if err != nil {
+			t.Fatalf("kill %d: reopen: %v", kill, err)
+		}
+		for seq := range acked {
+			coll, id, want := crashRecord(seq)
+			got, err := s.Get(coll, id)
+			switch {
+			case IsCorruption(err):
+				corrupt++
+			case err != nil || !bytes.Equal(got, want):
+				lost++
+			}
+		}
+		for c := range crashColls {
+			ids, err := s.CollectionRecords(idN(1, c))
+			if err != nil {
+				corrupt++
+				continue
+			}
+			for _, id := range ids {
+				got, err := s.Get(idN(1, c), id)
+				seq := seqOf(id, acked+5000)
+				if _, _, want := crashRecord(seq); seq < 0 || err != nil || !bytes.Equal(got, want) {
+					if !errors.Is(err, ErrNotFound) {
+						corrupt++
+					}
+				}
+			}
+		}
+		if err := s.Check(); err != nil {
+			t.Errorf("kill %d: Check: %v", kill, err)
+		}
+		s.Close()
+		if lost+corrupt > 0 {
+			break
+		}
+	}
+	t.Logf("crash summary: %d kill points, %d records acknowledged, %d lost, %d corrupt (seed %d)", kills, acked, lost, corrupt, seed)
+	fmt.Printf("crash summary: %d kill points, %d records acknowledged, %d lost, %d corrupt\n", kills, acked, lost, corrupt)
+	if lost+corrupt > 0 {
+		t.Fatalf("%d lost, %d corrupt", lost, corrupt)
+	}
+}
+
+// seqOf finds the sequence number of a record ID below limit, or -1.
+var seqCache = map[ID]int{}
+
+func seqOf(id ID, limit int) int {
+	if n, ok := seqCache[id]; ok {
+		return n
+	}
+	for n := len(seqCache); n < limit; n++ {
+		seqCache[idN(2, n)] = n
+	}
+	if n, ok := seqCache[id]; ok {
+		return n
+	}
+	return -1
+}
