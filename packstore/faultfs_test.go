@@ -1,0 +1,210 @@
+package packstore
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// errCrashed is returned by every faultFS operation after crash().
+var errCrashed = errors.New("faultfs: crashed")
+
+// faultFS wraps the real filesystem (so mmap keeps working) and injects
+// faults: a write hook that can write a prefix and fail (short write,
+// ENOSPC mid-frame), fsync and rename hooks, and a crash that, once the
+// store is closed, cuts every file back to its last fsynced size (or a
+// chosen length between that and its current size). It does not model
+// lost directory entries: renames and creations are treated as durable.
+type faultFS struct {
+	osFS
+	mu      sync.Mutex       // guards every field below
+	synced  map[string]int64 // path -> size at its last fsync
+	renamed map[string]string // old path of a file renamed while open -> new path
+	crashed bool
+	// Hooks; nil means no fault. write returns how many bytes of the
+	// write to perform and the error to return after them.
+	write  func(path string, off int64, n int) (int, error)
+	sync   func(path string) error
+	rename func(oldpath, newpath string) error
+}
+
+func newFaultFS() *faultFS {
+	return &faultFS{synced: make(map[string]int64), renamed: make(map[string]string)}
+}
+
+// name returns the file's current path (it may have been renamed). Callers
+// hold fs.mu.
+func (f *faultFile) name() string {
+	if n, ok := f.fs.renamed[f.path]; ok {
+		return n
+	}
+	return f.path
+}
+
+type faultFile struct {
+	osFile
+	fs   *faultFS
+	path string
+}
+
+func (fs *faultFS) OpenFile(name string, flag int, perm os.FileMode) (vfile, error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.crashed {
+		return nil, errCrashed
+	}
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := fs.synced[name]; !ok || flag&os.O_TRUNC != 0 {
+		fi, _ := f.Stat()
+		fs.synced[name] = fi.Size()
+		if flag&os.O_CREATE != 0 && flag&os.O_TRUNC != 0 {
+			fs.synced[name] = 0
+		}
+	}
+	return &faultFile{osFile: osFile{f}, fs: fs, path: name}, nil
+}
+
+func (fs *faultFS) Rename(oldpath, newpath string) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.crashed {
+		return errCrashed
+	}
+	if fs.rename != nil {
+		if err := fs.rename(oldpath, newpath); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(oldpath, newpath); err != nil {
+		return err
+	}
+	fs.synced[newpath] = fs.synced[oldpath]
+	delete(fs.synced, oldpath)
+	fs.renamed[oldpath] = newpath
+	return nil
+}
+
+func (fs *faultFS) Remove(name string) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.crashed {
+		return errCrashed
+	}
+	delete(fs.synced, name)
+	return os.Remove(name)
+}
+
+func (fs *faultFS) SyncDir(dir string) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.crashed {
+		return errCrashed
+	}
+	return nil
+}
+
+func (f *faultFile) WriteAt(b []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	if f.fs.crashed {
+		f.fs.mu.Unlock()
+		return 0, errCrashed
+	}
+	hook, name := f.fs.write, f.name()
+	f.fs.mu.Unlock()
+	if hook != nil {
+		if n, err := hook(name, off, len(b)); err != nil {
+			f.osFile.WriteAt(b[:n], off)
+			return n, err
+		}
+	}
+	return f.osFile.WriteAt(b, off)
+}
+
+func (f *faultFile) Sync() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.fs.crashed {
+		return errCrashed
+	}
+	if f.fs.sync != nil {
+		if err := f.fs.sync(f.name()); err != nil {
+			return err
+		}
+	}
+	if err := f.osFile.Sync(); err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	f.fs.synced[f.name()] = fi.Size()
+	return nil
+}
+
+func (f *faultFile) Truncate(size int64) error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.fs.crashed {
+		return errCrashed
+	}
+	if f.fs.synced[f.name()] > size {
+		f.fs.synced[f.name()] = size
+	}
+	return f.osFile.Truncate(size)
+}
+
+// crash makes every later operation fail, as if the machine stopped.
+func (fs *faultFS) crash() {
+	fs.mu.Lock()
+	fs.crashed = true
+	fs.mu.Unlock()
+}
+
+// applyCrash, after the store was closed, cuts every file back to the
+// length keep chooses between its fsynced and its current size (nil keeps
+// only fsynced bytes).
+func (fs *faultFS) applyCrash(keep func(path string, synced, size int64) int64) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for path, synced := range fs.synced {
+		fi, err := os.Stat(path)
+		if err != nil {
+			continue
+		}
+		n := synced
+		if keep != nil && fi.Size() > synced {
+			n = keep(path, synced, fi.Size())
+		}
+		if n < fi.Size() {
+			if err := os.Truncate(path, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// failOnce returns a write hook that fails the first write to a shard file
+// at or after armed() with err after writing frac of its bytes.
+func failOnce(err error, frac float64, armed func() bool) func(string, int64, int) (int, error) {
+	var once sync.Once
+	return func(path string, off int64, n int) (int, error) {
+		var fail bool
+		if strings.HasSuffix(path, ".mtdb") && armed() {
+			once.Do(func() { fail = true })
+		}
+		if fail {
+			return int(float64(n) * frac), err
+		}
+		return n, nil
+	}
+}
+
+var errENOSPC = syscall.ENOSPC
+
