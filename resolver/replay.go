@@ -75,6 +75,9 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 
 // ReplayOptions tune Replay.
 type ReplayOptions struct {
+	// Force recomputes every event; by default an event whose state record exists
+	// and whose prev_events were not recomputed keeps its stored state.
+	Force bool
 	// BatchSize is the number of state records written per batch (default 1000).
 	BatchSize int
 	// Progress, if set, is called after each event with (done, total).
@@ -83,10 +86,13 @@ type ReplayOptions struct {
 
 // ReplayResult counts what Replay did.
 type ReplayResult struct {
-	Events             int
+	Events             int // events walked
+	Computed           int // events whose state was computed and written this run
 	Rejected           int
 	Resolutions        int // state resolutions with two or more distinct input states
 	ConflictedKeys     int
+	AuthDifference     int // events in auth differences, summed over resolutions
+	FullConflicted     int // events in full conflicted sets, summed over resolutions
 	ForwardExtremities []string
 	CurrentState       hamtstore.NodeID
 }
@@ -95,8 +101,12 @@ type ReplayResult struct {
 // (a topological order: import accepts an event only after its prev_events), rejects
 // what fails authorization, stores a state record per event, and sets the room's
 // forward extremities (the non-rejected events no non-rejected event points at) and
-// current state (the resolution of the states after them). Replaying again rewrites
-// the same snapshots; the previous state records become garbage for repack.
+// current state (the resolution of the states after them).
+//
+// Replay is incremental: an event that already has a state record keeps it unless
+// one of its prev_events was computed in this run (or opts.Force is set), so running
+// it after an import computes only the new events, and running it twice writes
+// nothing the second time.
 func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 1000
@@ -110,6 +120,7 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 		return ReplayResult{}, err
 	}
 	after := make(map[string]hamtstore.NodeID, len(ids))
+	computed := map[string]bool{}
 	referenced := map[string]bool{}
 	var res ReplayResult
 	var batchIDs []string
@@ -127,6 +138,27 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 		if err != nil {
 			return res, err
 		}
+		if i%readerResetEvery == readerResetEvery-1 {
+			r.rd.Reset() // bound the decoded nodes kept; later reads go to the store
+		}
+		if !opts.Force {
+			kept, err := keepStored(r, m, after, computed, referenced)
+			if err != nil {
+				return res, err
+			}
+			if kept {
+				res.Events++
+				if r.rejected[id] {
+					res.Rejected++
+				}
+				if opts.Progress != nil {
+					opts.Progress(i+1, len(ids))
+				}
+				continue
+			}
+		}
+		computed[id] = true
+		res.Computed++
 		prevRoots := make([]hamtstore.NodeID, 0, len(m.PrevEvents))
 		for _, p := range m.PrevEvents {
 			root, ok := after[p]
@@ -180,6 +212,11 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 		return res, err
 	}
 
+	if res.Computed == 0 && room.Head().Replayed {
+		h := room.Head()
+		res.ForwardExtremities, res.CurrentState = h.ForwardExtremities, h.CurrentState
+		return res, nil // nothing new: the stored head stands
+	}
 	var fwd []string
 	var fwdRoots []hamtstore.NodeID
 	for _, id := range ids {
@@ -204,6 +241,34 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 		return res, err
 	}
 	res.Resolutions, res.ConflictedKeys = r.Resolutions, r.ConflictedKeys
+	res.AuthDifference, res.FullConflicted = r.AuthDifference, r.FullConflicted
 	res.ForwardExtremities, res.CurrentState = fwd, cur
 	return res, nil
+}
+
+// readerResetEvery bounds the HAMT nodes a replay keeps decoded: the reader is reset
+// every so many events (the nodes a later event needs are read again from the store).
+const readerResetEvery = 4096
+
+// keepStored uses an event's stored state record when it has one and none of its
+// prev_events was computed in this run; it records what Replay tracks per event.
+func keepStored(r *Resolver, m roomstate.EventMeta, after map[string]hamtstore.NodeID,
+	computed, referenced map[string]bool) (bool, error) {
+	for _, p := range m.PrevEvents {
+		if computed[p] {
+			return false, nil
+		}
+	}
+	st, ok, err := r.room.EventState(m.EventID)
+	if err != nil || !ok {
+		return false, err
+	}
+	after[m.EventID] = st.After
+	r.rejected[m.EventID] = st.Rejected
+	if !st.Rejected {
+		for _, p := range m.PrevEvents {
+			referenced[p] = true
+		}
+	}
+	return true, nil
 }

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"sort"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
 
@@ -52,8 +53,8 @@ type Resolver struct {
 	room     *roomstate.Room
 	rd       *hamtstore.Reader
 	algo     gomatrixserverlib.StateResAlgorithm
-	pdus     map[string]gomatrixserverlib.PDU
-	metas    map[string]roomstate.EventMeta
+	pdus     *lru.Cache[string, gomatrixserverlib.PDU] // parsed PDUs, bounded
+	metas    map[string]roomstate.EventMeta           // the room's auth index, grows to the room
 	rejected map[string]bool // rejection status known so far (replay sets it)
 	children map[string][]string
 	create   gomatrixserverlib.PDU
@@ -68,15 +69,22 @@ func New(room *roomstate.Room) (*Resolver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: room %s: %q", roomstate.ErrUnknownRoomVersion, room.ID(), room.Version())
 	}
+	pdus, err := lru.New[string, gomatrixserverlib.PDU](pduCacheSize)
+	if err != nil {
+		return nil, err
+	}
 	return &Resolver{
 		room:     room,
 		rd:       room.NewReader(),
 		algo:     verImpl.StateResAlgorithm(),
-		pdus:     map[string]gomatrixserverlib.PDU{},
+		pdus:     pdus,
 		metas:    map[string]roomstate.EventMeta{},
 		rejected: map[string]bool{},
 	}, nil
 }
+
+// pduCacheSize bounds the parsed PDUs a Resolver keeps (a PDU is about 1-2 KB parsed).
+const pduCacheSize = 20_000
 
 // Reader returns the resolver's HAMT reader (its decoded nodes are shared).
 func (r *Resolver) Reader() *hamtstore.Reader { return r.rd }
@@ -96,14 +104,14 @@ func (r *Resolver) Rejected(eventID string) bool {
 }
 
 func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
-	if p, ok := r.pdus[eventID]; ok {
+	if p, ok := r.pdus.Get(eventID); ok {
 		return p, nil
 	}
 	p, err := r.room.Event(eventID)
 	if err != nil {
 		return nil, err
 	}
-	r.pdus[eventID] = p
+	r.pdus.Add(eventID, p)
 	return p, nil
 }
 

@@ -52,6 +52,9 @@ type ImportResult struct {
 	Read     int      // PDUs read from the input
 	Imported int      // PDUs stored
 	Skipped  int      // PDUs already in the store
+	// Variants counts skipped v3+ PDUs whose bytes differ from the stored copy (same
+	// reference hash, so the same event: typically one copy is redacted).
+	Variants int
 	Rooms    []string // rooms touched, sorted
 }
 
@@ -63,6 +66,7 @@ type pendingRoom struct {
 	known   map[string]bool // every event ID in the store or in this batch
 	batch   []packstore.Record
 	batchID []string
+	raw     map[string][]byte // PDU JSON of the unsynced batch, by event ID
 	isNew   bool
 }
 
@@ -101,6 +105,9 @@ type importer struct {
 
 func (imp *importer) run(in io.Reader) error {
 	br := bufio.NewReaderSize(in, 1<<20)
+	if bom, _ := br.Peek(3); bytes.Equal(bom, []byte{0xEF, 0xBB, 0xBF}) {
+		_, _ = br.Discard(3) // a UTF-8 byte order mark is not part of the JSON
+	}
 	first, err := peekNonSpace(br)
 	if err == io.EOF {
 		return nil
@@ -218,6 +225,9 @@ func (imp *importer) one(raw []byte, line int, element bool) error {
 		return fail(eventID, fmt.Errorf("%w: room_id %s parsed as %s", ErrMalformedPDU, h.RoomID, roomID))
 	}
 	if pr.known[eventID] {
+		if err := imp.checkDuplicate(pr, version, pdu, raw); err != nil {
+			return fail(eventID, err)
+		}
 		imp.res.Skipped++
 		return nil
 	}
@@ -256,6 +266,10 @@ func (imp *importer) one(raw []byte, line int, element bool) error {
 		packstore.Record{ID: ev, Data: encodeEvent(eventID, raw)},
 		packstore.Record{ID: metaRecordID(ev), Data: encodeMeta(&m)})
 	pr.batchID = append(pr.batchID, eventID)
+	if pr.raw == nil {
+		pr.raw = map[string][]byte{}
+	}
+	pr.raw[eventID] = raw
 	pr.known[eventID] = true
 	pr.head.Events++
 	pr.head.Replayed = false
@@ -277,6 +291,43 @@ func (imp *importer) one(raw []byte, line int, element bool) error {
 	if imp.pending >= imp.opts.BatchSize {
 		return imp.flush()
 	}
+	return nil
+}
+
+// checkDuplicate compares a PDU with the stored event of the same ID. For v1/v2
+// formats (event IDs chosen by the sender) a different content hash is an error; for
+// v3+ (the ID is the reference hash) the copies are the same event, and a byte
+// difference is only counted.
+func (imp *importer) checkDuplicate(pr *pendingRoom, version gomatrixserverlib.RoomVersion, pdu gomatrixserverlib.PDU, raw []byte) error {
+	stored, ok := pr.raw[pdu.EventID()]
+	if !ok {
+		var err error
+		if stored, err = pr.room.EventJSON(pdu.EventID()); err != nil {
+			return err
+		}
+	}
+	if bytes.Equal(stored, raw) {
+		return nil
+	}
+	verImpl, err := gomatrixserverlib.GetRoomVersion(version)
+	if err != nil {
+		return err
+	}
+	if verImpl.EventFormat() != gomatrixserverlib.EventFormatV1 {
+		imp.res.Variants++
+		return nil
+	}
+	var a, b struct {
+		Hashes struct {
+			SHA256 string `json:"sha256"`
+		} `json:"hashes"`
+	}
+	_ = json.Unmarshal(stored, &a)
+	_ = json.Unmarshal(raw, &b)
+	if a.Hashes.SHA256 != b.Hashes.SHA256 {
+		return fmt.Errorf("%w: content hash %s stored, %s given", ErrConflictingEvent, a.Hashes.SHA256, b.Hashes.SHA256)
+	}
+	imp.res.Variants++
 	return nil
 }
 
@@ -331,7 +382,7 @@ func (imp *importer) flush() error {
 		}
 		pr.head = h
 		pr.room.head = h
-		pr.batch, pr.batchID = nil, nil
+		pr.batch, pr.batchID, pr.raw = nil, nil, nil
 	}
 	imp.pending = 0
 	if err := imp.s.eng.Sync(); err != nil {

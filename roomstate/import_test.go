@@ -146,3 +146,29 @@ func TestImportJSONArray(t *testing.T) {
 	require.ErrorIs(t, err, roomstate.ErrMalformedPDU)
 	require.Contains(t, err.Error(), "arr.json element 9")
 }
+
+// TestImportV1Identity: a v1 PDU must name itself; reusing a stored v1 event ID with
+// a different content hash is refused; a byte-identical duplicate is skipped.
+func TestImportV1Identity(t *testing.T) {
+	lines := roomLines(t, "room003")[:6]
+	eng, st := openStore(t, t.TempDir())
+	defer eng.Close()
+	_, err := st.Import(strings.NewReader(strings.Join(lines[:5], "\n")), "v1", roomstate.ImportOptions{})
+	require.NoError(t, err)
+
+	noID := strings.Replace(lines[5], `"event_id":`, `"x_event_id":`, 1)
+	_, err = st.Import(strings.NewReader(noID), "noid", roomstate.ImportOptions{})
+	require.ErrorIs(t, err, roomstate.ErrMalformedPDU)
+	require.Contains(t, err.Error(), "event_id")
+
+	i := strings.Index(lines[4], `"hashes":{"sha256":"`)
+	require.Positive(t, i)
+	j := i + len(`"hashes":{"sha256":"`)
+	other := lines[4][:j] + "A" + lines[4][j+1:]
+	_, err = st.Import(strings.NewReader(other), "dup", roomstate.ImportOptions{})
+	require.ErrorIs(t, err, roomstate.ErrConflictingEvent)
+
+	res, err := st.Import(strings.NewReader(lines[4]), "same", roomstate.ImportOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Skipped)
+}

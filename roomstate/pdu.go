@@ -29,6 +29,9 @@ var (
 	// ErrNoCreateEvent is returned for a PDU of a room the store does not know, when
 	// the PDU is not that room's m.room.create.
 	ErrNoCreateEvent = errors.New("roomstate: room has no m.room.create yet")
+	// ErrConflictingEvent is returned when a v1/v2-format PDU reuses the event ID of a
+	// stored event with a different content hash.
+	ErrConflictingEvent = errors.New("roomstate: event ID already stored with different content")
 	// ErrUnknownRoom is returned by Store.Room for a room that was never imported.
 	ErrUnknownRoom = errors.New("roomstate: unknown room")
 )
@@ -94,7 +97,15 @@ func ParsePDU(version gomatrixserverlib.RoomVersion, raw []byte) (pdu gomatrixse
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformedPDU, err)
 	}
-	if verImpl.EventFormat() != gomatrixserverlib.EventFormatV1 {
+	if verImpl.EventFormat() == gomatrixserverlib.EventFormatV1 {
+		// v1/v2 events name themselves; gomatrixserverlib would accept a missing one.
+		var h struct {
+			EventID string `json:"event_id"`
+		}
+		if err := json.Unmarshal(raw, &h); err != nil || h.EventID == "" || h.EventID != pdu.EventID() {
+			return nil, fmt.Errorf("%w: room version %s event without a valid event_id", ErrMalformedPDU, version)
+		}
+	} else {
 		var h struct {
 			EventID *string `json:"event_id"`
 		}

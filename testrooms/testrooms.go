@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
@@ -179,6 +180,11 @@ func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (Compar
 		}
 	}
 	for _, es := range exp.After {
+		if _, err := room.Meta(es.EventID); errors.Is(err, packstore.ErrNotFound) {
+			res.Mismatches++
+			report(Mismatch{Room: room.ID(), Event: es.EventID, Key: "-", Ours: "(event not imported)", Recorded: "(state recorded)"})
+			continue
+		}
 		root, err := room.StateAfter(es.EventID)
 		if err != nil {
 			return res, err

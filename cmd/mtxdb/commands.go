@@ -16,16 +16,30 @@ import (
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
-func openStore(dir string) (*packstore.PackfileStorage, *roomstate.Store, error) {
+// openStore opens a store directory; only import and demo may create one.
+func openStore(dir string, create bool) (*packstore.PackfileStorage, *roomstate.Store, error) {
 	if dir == "" {
 		return nil, nil, fmt.Errorf("--store is required")
 	}
+	if !create {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return nil, nil, fmt.Errorf("store %s does not exist (mtxdb import creates it)", dir)
+		}
+	}
 	eng, err := packstore.Open(packstore.DefaultOptions(dir))
 	if err != nil {
+		if packstore.IsCorruption(err) {
+			return nil, nil, corruptError{err}
+		}
 		return nil, nil, err
 	}
 	return eng, roomstate.New(eng), nil
 }
+
+// corruptError marks a store that failed a check: the command exits with status 2.
+type corruptError struct{ error }
+
+func (c corruptError) Unwrap() error { return c.error }
 
 // eventsFile resolves an import argument: a file, or a room directory holding
 // events.jsonl.
@@ -57,19 +71,27 @@ import can be re-run. On bad input it stops with the file, line and event; what 
 before that line is kept and synced.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, st, err := openStore(store)
-			if err != nil {
-				return err
+			if batch <= 0 {
+				return fmt.Errorf("--batch must be positive, not %d", batch)
 			}
-			defer eng.Close()
-			out := cmd.OutOrStdout()
+			var paths []string
 			for _, a := range args {
 				path, err := eventsFile(a)
 				if err != nil {
 					return err
 				}
+				paths = append(paths, path)
+			}
+			eng, st, err := openStore(store, true)
+			if err != nil {
+				return err
+			}
+			defer eng.Close()
+			out := cmd.OutOrStdout()
+			for _, path := range paths {
 				res, err := importFile(st, path, batch, out)
-				fmt.Fprintf(out, "import %s: read=%d imported=%d skipped=%d rooms=%d\n", path, res.Read, res.Imported, res.Skipped, len(res.Rooms))
+				fmt.Fprintf(out, "import %s: read=%d imported=%d skipped=%d variants=%d rooms=%d\n",
+					path, res.Read, res.Imported, res.Skipped, res.Variants, len(res.Rooms))
 				if err != nil {
 					return err
 				}
@@ -90,7 +112,11 @@ func importFile(st *roomstate.Store, path string, batch int, out io.Writer) (roo
 	defer f.Close()
 	var bar *progress
 	if fi, err := f.Stat(); err == nil {
-		bar = newProgress(out, fi.Size(), "import "+filepath.Base(filepath.Dir(path)), true)
+		name := filepath.Base(path)
+		if name == "events.jsonl" {
+			name = filepath.Base(filepath.Dir(path))
+		}
+		bar = newProgress(out, fi.Size(), "import "+name, true)
 	}
 	defer bar.finish()
 	return st.Import(countingReader{f, bar}, path, roomstate.ImportOptions{BatchSize: batch})
@@ -122,16 +148,20 @@ func selectRooms(st *roomstate.Store, roomID string) ([]*roomstate.Room, error) 
 
 func replayCmd() *cobra.Command {
 	var store, room string
+	var force bool
 	c := &cobra.Command{
-		Use:   "replay --store DIR [--room ROOM_ID]",
+		Use:   "replay --store DIR [--room ROOM_ID] [--force]",
 		Short: "Compute the state before and after every event through state resolution",
 		Long: `Replay walks each room's events in arrival order (a topological order), resolves
 the states after each event's prev_events into the state before it, authorises the
 event against its auth events and that state (rejecting it otherwise), and stores both
-snapshots; then sets forward extremities and current state.`,
+snapshots; then sets forward extremities and current state. Replay is incremental:
+events that already have a state record keep it (unless an earlier event was
+recomputed), so it computes only what import added; --force recomputes everything.
+It prints one summary line; use verify --expected to compare with recorded state.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, st, err := openStore(store)
+			eng, st, err := openStore(store, false)
 			if err != nil {
 				return err
 			}
@@ -140,21 +170,22 @@ snapshots; then sets forward extremities and current state.`,
 			if err != nil {
 				return err
 			}
-			tot, err := replayRooms(rooms, cmd.OutOrStdout())
+			tot, err := replayRooms(rooms, force, cmd.OutOrStdout())
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "replay: rooms=%d events=%d rejected=%d resolutions=%d conflicted_keys=%d\n",
-				len(rooms), tot.Events, tot.Rejected, tot.Resolutions, tot.ConflictedKeys)
+			fmt.Fprintf(cmd.OutOrStdout(), "replay: rooms=%d events=%d computed=%d rejected=%d resolutions=%d conflicted_keys=%d auth_difference=%d\n",
+				len(rooms), tot.Events, tot.Computed, tot.Rejected, tot.Resolutions, tot.ConflictedKeys, tot.AuthDifference)
 			return nil
 		},
 	}
 	c.Flags().StringVar(&store, "store", "", "store directory")
 	c.Flags().StringVar(&room, "room", "", "replay only this room ID")
+	c.Flags().BoolVar(&force, "force", false, "recompute every event, not only those without a state record")
 	return c
 }
 
-func replayRooms(rooms []*roomstate.Room, out io.Writer) (resolver.ReplayResult, error) {
+func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer) (resolver.ReplayResult, error) {
 	var tot resolver.ReplayResult
 	total := 0
 	for _, r := range rooms {
@@ -163,11 +194,13 @@ func replayRooms(rooms []*roomstate.Room, out io.Writer) (resolver.ReplayResult,
 	bar := newProgress(out, int64(total), "replay", false)
 	defer bar.finish()
 	for _, r := range rooms {
-		res, err := resolver.Replay(r, resolver.ReplayOptions{Progress: func(done, _ int) { bar.add(1) }})
+		res, err := resolver.Replay(r, resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { bar.add(1) }})
 		if err != nil {
 			return tot, fmt.Errorf("replay room %s: %w", r.ID(), err)
 		}
 		tot.Events += res.Events
+		tot.Computed += res.Computed
+		tot.AuthDifference += res.AuthDifference
 		tot.Rejected += res.Rejected
 		tot.Resolutions += res.Resolutions
 		tot.ConflictedKeys += res.ConflictedKeys
@@ -186,10 +219,12 @@ distinct snapshot (node hashes, canonical CHAMP shape, entries naming state even
 their key). With --expected (a room directory with expected_state.jsonl, or a directory
 of such rooms) it also compares the state after every event and the current state with
 what the origin server recorded, printing each mismatch with room, event, key, ours,
-recorded. Exit status 2 when anything is wrong.`,
+recorded. A recorded room directory needs meta.json naming its room_id. Exit status 2
+when anything is wrong: a mismatch, a room that fails its check, a recorded room the
+store lacks, or a store that fails to open as corrupt; 1 for usage and I/O errors.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, st, err := openStore(store)
+			eng, st, err := openStore(store, false)
 			if err != nil {
 				return err
 			}
@@ -202,13 +237,19 @@ recorded. Exit status 2 when anything is wrong.`,
 			if err != nil {
 				return err
 			}
+			if room != "" { // compare only the selected room
+				exps = map[string][]*testrooms.Expected{room: exps[room]}
+				if len(exps[room]) == 0 {
+					delete(exps, room)
+				}
+			}
 			v, err := verifyRooms(rooms, exps, cmd.OutOrStdout())
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "verify: rooms=%d events=%d snapshots=%d compared_events=%d compared_room_dirs=%d mismatches=%d\n",
-				len(rooms), v.events, v.snapshots, v.compared, v.comparedRooms, v.mismatches)
-			if v.mismatches > 0 {
+			fmt.Fprintf(cmd.OutOrStdout(), "verify: rooms=%d events=%d snapshots=%d compared_events=%d compared_room_dirs=%d mismatches=%d problems=%d\n",
+				len(rooms), v.events, v.snapshots, v.compared, v.comparedRooms, v.mismatches, v.problems)
+			if v.mismatches > 0 || v.problems > 0 {
 				return exitError(2)
 			}
 			return nil
@@ -257,26 +298,43 @@ func sortedExpected(exps map[string][]*testrooms.Expected) []*testrooms.Expected
 }
 
 type verifyTotals struct {
-	events, snapshots, compared, comparedRooms, mismatches int
+	events, snapshots, compared, comparedRooms, mismatches, problems int
 }
 
+// verifyRooms checks every room and compares those with recorded state. A room that
+// fails its check or comparison is printed as a problem and counted; the other rooms
+// are still verified. A recorded room the store does not hold is a problem too.
 func verifyRooms(rooms []*roomstate.Room, exps map[string][]*testrooms.Expected, out io.Writer) (verifyTotals, error) {
 	var v verifyTotals
+	inStore := map[string]bool{}
 	for _, r := range rooms {
+		inStore[r.ID()] = true
 		cr, err := r.Check()
 		if err != nil {
-			return v, fmt.Errorf("verify room %s: %w", r.ID(), err)
+			v.problems++
+			fmt.Fprintf(out, "problem room=%s: %v\n", r.ID(), err)
+			continue
 		}
 		v.events += cr.Events
 		v.snapshots += cr.Snapshots
 		for _, exp := range exps[r.ID()] {
 			res, err := testrooms.Compare(r, exp, func(m testrooms.Mismatch) { fmt.Fprintln(out, m) })
 			if err != nil {
-				return v, fmt.Errorf("verify room %s against %s: %w", r.ID(), exp.Dir, err)
+				v.problems++
+				fmt.Fprintf(out, "problem room=%s against %s: %v\n", r.ID(), exp.Dir, err)
+				continue
 			}
 			v.compared += res.Events
 			v.comparedRooms++
 			v.mismatches += res.Mismatches
+		}
+	}
+	for id, es := range exps {
+		if !inStore[id] {
+			for _, exp := range es {
+				v.problems++
+				fmt.Fprintf(out, "problem room=%s: recorded in %s but not in the store\n", id, exp.Dir)
+			}
 		}
 	}
 	return v, nil
@@ -294,7 +352,7 @@ the indexes and retires shards nothing references any more. Run it with no other
 process using the store.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, st, err := openStore(store)
+			eng, st, err := openStore(store, false)
 			if err != nil {
 				return err
 			}
@@ -339,7 +397,7 @@ func statsCmd() *cobra.Command {
 		Short: "Print shard, byte and room counts",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, st, err := openStore(store)
+			eng, st, err := openStore(store, false)
 			if err != nil {
 				return err
 			}

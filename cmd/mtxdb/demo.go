@@ -40,7 +40,10 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 			if err != nil {
 				return fmt.Errorf("demo: rooms: %w", err)
 			}
-			eng, st, err := openStore(store)
+			if len(exps) == 0 {
+				return fmt.Errorf("demo: no room directories (events.jsonl, expected_state.jsonl, meta.json) under %s", roomsDir)
+			}
+			eng, st, err := openStore(store, true)
 			if err != nil {
 				return err
 			}
@@ -67,7 +70,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 			fmt.Fprintf(out, "demo: imported room_dirs=%d rooms=%d events=%d into %s\n", dirs, len(rooms), imported, store)
 
 			// 2. Replay.
-			rep, err := replayRooms(rooms, out)
+			rep, err := replayRooms(rooms, false, out)
 			if err != nil {
 				return err
 			}
@@ -95,7 +98,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 				return err
 			}
 			eng = nil
-			eng2, st2, err := openStore(store)
+			eng2, st2, err := openStore(store, false)
 			if err != nil {
 				return fmt.Errorf("demo: reopen after repack: %w", err)
 			}
@@ -111,7 +114,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 			}
 			fmt.Fprintf(out, "demo: verified after repack: compared_events=%d mismatches=%d\n", v2.compared, v2.mismatches)
 
-			mismatches := v1.mismatches + v2.mismatches
+			mismatches := v1.mismatches + v2.mismatches + v1.problems + v2.problems
 			fmt.Fprintf(out, "summary room_dirs=%d rooms=%d events=%d rejected=%d compared_events=%d mismatches=%d bytes_before=%d bytes_after=%d records_dropped=%d shards_retired=%d seconds=%.1f\n",
 				dirs, len(rooms2), rep.Events, rep.Rejected, v2.compared, mismatches, before.DiskBytes, after.DiskBytes,
 				rs.RecordsDropped, rs.ShardsRetired, time.Since(start).Seconds())

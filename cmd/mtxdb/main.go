@@ -31,6 +31,10 @@ func main() {
 		if errors.As(err, &ee) {
 			os.Exit(int(ee))
 		}
+		var ce corruptError
+		if errors.As(err, &ce) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }

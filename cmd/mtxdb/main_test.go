@@ -1,0 +1,110 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mtxdb/mtxdb/testrooms"
+)
+
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "mtxdb-cli-")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "mtxdb")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		panic(string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// run runs the CLI and returns its combined output and exit status.
+func run(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+func room(name string) string { return filepath.Join(testrooms.Dir(), "real", name) }
+
+// TestCLIMainJob runs import, replay, verify, repack, verify, stats on one real room
+// and checks the exit statuses the help texts promise.
+func TestCLIMainJob(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	if out, code := run(t, "replay", "--store", store); code != 1 || !strings.Contains(out, "does not exist") {
+		t.Fatalf("replay on a missing store: %d %s", code, out)
+	}
+	if _, err := os.Stat(store); err == nil {
+		t.Fatal("replay created the missing store")
+	}
+	for _, step := range [][]string{
+		{"import", "--store", store, room("room003")},
+		{"replay", "--store", store},
+		{"verify", "--store", store, "--expected", room("room003")},
+		{"repack", "--store", store},
+		{"verify", "--store", store, "--expected", room("room003")},
+		{"stats", "--store", store},
+	} {
+		if out, code := run(t, step...); code != 0 {
+			t.Fatalf("%v: exit %d\n%s", step, code, out)
+		}
+	}
+	out, _ := run(t, "replay", "--store", store)
+	if !strings.Contains(out, "computed=0") {
+		t.Errorf("second replay recomputed: %s", out)
+	}
+	// A recorded room the store lacks is a problem, not a silent pass.
+	out, code := run(t, "verify", "--store", store, "--expected", room("room001"))
+	if code != 2 || !strings.Contains(out, "not in the store") {
+		t.Errorf("verify against a room not in the store: exit %d\n%s", code, out)
+	}
+}
+
+// TestCLIImportErrors: a bad line names file, line and event and exits 1; the good
+// lines before it stay imported.
+func TestCLIImportErrors(t *testing.T) {
+	dir := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(room("room002"), "events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	bad := filepath.Join(dir, "bad.jsonl")
+	content := strings.Join(lines[:3], "\n") + "\n{not json\n" + strings.Join(lines[3:6], "\n") + "\n"
+	if err := os.WriteFile(bad, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dir, "s")
+	out, code := run(t, "import", "--store", store, bad)
+	if code != 1 || !strings.Contains(out, "bad.jsonl line 4") || !strings.Contains(out, "malformed PDU") {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	out, code = run(t, "stats", "--store", store)
+	if code != 0 || !strings.Contains(out, "events=3 ") {
+		t.Fatalf("after a failed import: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "import", "--store", store, "--batch", "0", bad); code != 1 || !strings.Contains(out, "--batch") {
+		t.Fatalf("--batch 0: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "import", "--store", filepath.Join(dir, "t"), filepath.Join(dir, "missing.jsonl")); code != 1 {
+		t.Fatalf("missing input: exit %d\n%s", code, out)
+	} else if _, err := os.Stat(filepath.Join(dir, "t")); err == nil {
+		t.Fatal("import of a missing file created the store")
+	}
+}
