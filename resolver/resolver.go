@@ -54,8 +54,8 @@ type Resolver struct {
 	rd       *hamtstore.Reader
 	algo     gomatrixserverlib.StateResAlgorithm
 	pdus     *lru.Cache[string, gomatrixserverlib.PDU] // parsed PDUs, bounded
-	metas    map[string]roomstate.EventMeta           // the room's auth index, grows to the room
-	rejected map[string]bool // rejection status known so far (replay sets it)
+	metas    map[string]roomstate.EventMeta            // the room's auth index, grows to the room
+	rejected map[string]bool                           // rejection status known so far (replay sets it)
 	children map[string][]string
 	create   gomatrixserverlib.PDU
 

@@ -49,9 +49,9 @@ type ImportOptions struct {
 
 // ImportResult counts what Import did.
 type ImportResult struct {
-	Read     int      // PDUs read from the input
-	Imported int      // PDUs stored
-	Skipped  int      // PDUs already in the store
+	Read     int // PDUs read from the input
+	Imported int // PDUs stored
+	Skipped  int // PDUs already in the store
 	// Variants counts skipped v3+ PDUs whose bytes differ from the stored copy (same
 	// reference hash, so the same event: typically one copy is redacted).
 	Variants int
