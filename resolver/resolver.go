@@ -23,7 +23,6 @@ package resolver
 import (
 	"errors"
 	"fmt"
-	"sort"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/matrix-org/gomatrixserverlib"
@@ -158,28 +157,6 @@ func (r *Resolver) authChain(eventIDs []string) (map[string]bool, error) {
 	return seen, nil
 }
 
-// authChildren returns the events that cite eventID in their auth_events, from an
-// index of the whole room built on first use.
-func (r *Resolver) authChildren(eventID string) ([]string, error) {
-	if r.children == nil {
-		ids, err := r.room.EventIDs()
-		if err != nil {
-			return nil, err
-		}
-		r.children = make(map[string][]string, len(ids))
-		for _, id := range ids {
-			m, err := r.meta(id)
-			if err != nil {
-				return nil, err
-			}
-			for _, a := range m.AuthEvents {
-				r.children[a] = append(r.children[a], id)
-			}
-		}
-	}
-	return r.children[eventID], nil
-}
-
 // authTypes are the state types the authorization rules read.
 var authTypes = map[string]bool{
 	spec.MRoomCreate:           true,
@@ -252,19 +229,18 @@ func (r *Resolver) Resolve(roots []hamtstore.NodeID) (hamtstore.NodeID, error) {
 // the changes to apply to base (one of the input snapshots).
 func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) ([]hamtstore.Change, error) {
 	base := roots[0]
+	in := ConflictInput{Version: r.room.Version(), PerState: make([][]string, len(roots))}
 	conflictedKey := make(map[Key]bool, len(conflicts))
-	conflicted := map[string]bool{}
-	perRoot := make([][]string, len(roots))
 	for _, c := range conflicts {
 		conflictedKey[c.k] = true
+		in.ConflictedKeys = append(in.ConflictedKeys, c.k)
 		for i, id := range c.events {
 			if id != "" {
-				conflicted[id] = true
-				perRoot[i] = append(perRoot[i], id)
+				in.PerState[i] = append(in.PerState[i], id)
 			}
 		}
 	}
-	unconflicted := func(k Key) (string, bool, error) {
+	in.Unconflicted = func(k Key) (string, bool, error) {
 		if conflictedKey[k] {
 			return "", false, nil
 		}
@@ -275,152 +251,62 @@ func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) ([]
 		id, err := r.eventIDOf(v)
 		return id, err == nil, err
 	}
-
-	diff, err := r.authDifference(perRoot, unconflicted)
-	if err != nil {
-		return nil, fmt.Errorf("%w: room %s: auth difference: %v", ErrResolution, r.room.ID(), err)
-	}
-	full := map[string]bool{}
-	for id := range conflicted {
-		full[id] = true
-	}
-	for _, id := range diff {
-		full[id] = true
-	}
-	st := &stateRes{src: r, pdus: map[string]gomatrixserverlib.PDU{}}
-	if r.algo == gomatrixserverlib.StateResV2_1 {
-		sub, err := conflictedSubgraph(st, conflicted)
-		if err != nil {
-			return nil, fmt.Errorf("room %s: conflicted subgraph: %w", r.room.ID(), err)
-		}
-		for id := range sub {
-			full[id] = true
-		}
-	}
-	r.AuthDifference += len(diff)
-	r.FullConflicted += len(full)
-
-	create, err := r.createEvent(base)
-	if err != nil {
+	var err error
+	if in.Create, err = r.createEvent(base); err != nil {
 		return nil, err
 	}
-	overlay, err := resolveV2(v2Input{algo: r.algo, full: sortedIDs(full), unconflicted: unconflicted, create: create}, r)
+	res, err := ResolveConflicts(in, r, r)
 	if err != nil {
 		return nil, fmt.Errorf("room %s: %w", r.room.ID(), err)
 	}
-
-	var changes []hamtstore.Change
-	for _, c := range conflicts {
-		if id, ok := overlay[c.k]; ok {
-			changes = append(changes, hamtstore.Change{Key: c.key, Value: hamtstore.Value(roomstate.EventRecordID(id))})
-		} else {
-			changes = append(changes, hamtstore.Change{Key: c.key, Delete: true})
-		}
+	r.AuthDifference += res.AuthDifference
+	r.FullConflicted += res.FullConflicted
+	changes := make([]hamtstore.Change, 0, len(res.Set)+len(res.Delete))
+	for _, k := range res.Delete {
+		changes = append(changes, hamtstore.Change{Key: roomstate.StateKey(k.Type, k.StateKey), Delete: true})
 	}
-	// Keys no input state has, brought in by auth-difference events (step 5 keeps
-	// the unconflicted entries, so only keys absent from base are added).
-	var extra []Key
-	for k := range overlay {
-		if !conflictedKey[k] {
-			extra = append(extra, k)
-		}
-	}
-	sort.Slice(extra, func(i, j int) bool {
-		if extra[i].Type != extra[j].Type {
-			return extra[i].Type < extra[j].Type
-		}
-		return extra[i].StateKey < extra[j].StateKey
-	})
-	for _, k := range extra {
-		key := roomstate.StateKey(k.Type, k.StateKey)
-		if _, ok, err := r.rd.Get(base, key); err != nil {
-			return nil, err
-		} else if !ok {
-			changes = append(changes, hamtstore.Change{Key: key, Value: hamtstore.Value(roomstate.EventRecordID(overlay[k]))})
-		}
+	for _, k := range sortedKeys(res.Set) {
+		changes = append(changes, hamtstore.Change{Key: roomstate.StateKey(k.Type, k.StateKey),
+			Value: hamtstore.Value(roomstate.EventRecordID(res.Set[k]))})
 	}
 	return changes, nil
 }
 
-// authDifference returns the events in some but not all of the states' full auth
-// chains. perRoot holds each state's conflicted events; the rest of each state is the
-// unconflicted map, whose auth chain every state shares.
-func (r *Resolver) authDifference(perRoot [][]string, unconflicted func(Key) (string, bool, error)) ([]string, error) {
-	chains := make([]map[string]bool, len(perRoot))
-	union := map[string]bool{}
-	for i, ids := range perRoot {
-		c, err := r.authChain(ids)
-		if err != nil {
-			return nil, err
-		}
-		chains[i] = c
-		for id := range c {
-			union[id] = true
-		}
-	}
-	inUnconflictedChain := map[string]bool{} // memo for candidates
-	var diff []string
-	for _, x := range sortedIDs(union) {
-		missing := false
-		for _, c := range chains {
-			if !c[x] {
-				missing = true
-				break
-			}
-		}
-		if !missing {
-			continue
-		}
-		in, err := r.inUnconflictedChain(x, unconflicted, inUnconflictedChain)
-		if err != nil {
-			return nil, err
-		}
-		if !in {
-			diff = append(diff, x)
-		}
-	}
-	return diff, nil
+// AuthEvents implements AuthIndex from the metadata records.
+func (r *Resolver) AuthEvents(eventID string) ([]string, error) {
+	m, err := r.meta(eventID)
+	return m.AuthEvents, err
 }
 
-// inUnconflictedChain reports whether some event of the unconflicted map has x in its
-// auth chain, walking auth_events edges forward from x.
-func (r *Resolver) inUnconflictedChain(x string, unconflicted func(Key) (string, bool, error), memo map[string]bool) (bool, error) {
-	if v, ok := memo[x]; ok {
-		return v, nil
-	}
-	seen := map[string]bool{x: true}
-	queue := []string{x}
-	for len(queue) > 0 {
-		cur := queue[0]
-		queue = queue[1:]
-		kids, err := r.authChildren(cur)
+// AuthChildren implements AuthIndex: the events that cite eventID in their
+// auth_events, from an index of the whole room built on first use.
+func (r *Resolver) AuthChildren(eventID string) ([]string, error) {
+	if r.children == nil {
+		ids, err := r.room.EventIDs()
 		if err != nil {
-			return false, err
+			return nil, err
 		}
-		for _, k := range kids {
-			if seen[k] {
-				continue
-			}
-			seen[k] = true
-			m, err := r.meta(k)
+		r.children = make(map[string][]string, len(ids))
+		for _, id := range ids {
+			m, err := r.meta(id)
 			if err != nil {
-				return false, err
+				return nil, err
 			}
-			if m.IsState {
-				id, ok, err := unconflicted(Key{m.Type, m.StateKey})
-				if err != nil {
-					return false, err
-				}
-				if ok && id == k {
-					memo[x] = true
-					return true, nil
-				}
+			for _, a := range m.AuthEvents {
+				r.children[a] = append(r.children[a], id)
 			}
-			queue = append(queue, k)
 		}
 	}
-	memo[x] = false
-	return false, nil
+	return r.children[eventID], nil
+}
+
+// StateKeyOf implements AuthIndex from the metadata records.
+func (r *Resolver) StateKeyOf(eventID string) (Key, bool, error) {
+	m, err := r.meta(eventID)
+	if err != nil {
+		return Key{}, false, err
+	}
+	return Key{m.Type, m.StateKey}, m.IsState, nil
 }
 
 // createEvent returns the room's m.room.create, from a snapshot or else the arrival

@@ -1,0 +1,234 @@
+package resolver
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/matrix-org/gomatrixserverlib"
+)
+
+// AuthIndex answers the auth-graph questions the auth difference needs without
+// parsing PDUs. Resolver implements it over metadata records; callers that hold a
+// room in memory (the testrooms generator) implement it over their own arrays.
+type AuthIndex interface {
+	// AuthEvents returns the auth_events of an event.
+	AuthEvents(eventID string) ([]string, error)
+	// AuthChildren returns the events that cite eventID in their auth_events.
+	AuthChildren(eventID string) ([]string, error)
+	// StateKeyOf returns an event's (type, state_key) and whether it is a state event.
+	StateKeyOf(eventID string) (Key, bool, error)
+}
+
+// ConflictInput describes one resolution by its conflicted part only.
+type ConflictInput struct {
+	Version gomatrixserverlib.RoomVersion
+	// PerState holds, for each input state, the events it gives the conflicted keys.
+	PerState [][]string
+	// ConflictedKeys are the keys not equal in every state (absent from some
+	// included).
+	ConflictedKeys []Key
+	// Unconflicted looks a key up in the unconflicted state map; it must report
+	// conflicted keys as absent. Every other key of the input states is unconflicted.
+	Unconflicted func(Key) (string, bool, error)
+	// Create is the room's m.room.create.
+	Create gomatrixserverlib.PDU
+}
+
+// Resolution is the outcome of ResolveConflicts: the changes that turn any input
+// state into the resolved state.
+type Resolution struct {
+	Set    map[Key]string // conflicted keys resolved to an event, and keys no state had
+	Delete []Key          // conflicted keys resolved to absent, sorted
+	// AuthDifference and FullConflicted are the sizes of the auth difference and of
+	// the full conflicted set.
+	AuthDifference, FullConflicted int
+}
+
+// ResolveConflicts runs state resolution v2 or v2.1 (room versions 2-12; spec, "Room
+// Versions", and MSC4297 for v2.1) given only the conflicted part of the input states.
+// The auth difference is computed from the conflicted events' auth chains: a state's
+// full auth chain is the unconflicted map's plus that of its own conflicted events, so
+// a candidate missing from some state's conflicted chains belongs to the difference
+// unless an event of the unconflicted map descends from it (walked forward through
+// idx.AuthChildren). Room version 1 is refused: use ResolveMaps.
+func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolution, error) {
+	verImpl, err := gomatrixserverlib.GetRoomVersion(in.Version)
+	if err != nil {
+		return Resolution{}, fmt.Errorf("%w: unknown room version %q", ErrResolution, in.Version)
+	}
+	algo := verImpl.StateResAlgorithm()
+	if algo != gomatrixserverlib.StateResV2 && algo != gomatrixserverlib.StateResV2_1 {
+		return Resolution{}, fmt.Errorf("%w: room version %s uses state resolution v1", ErrResolution, in.Version)
+	}
+	conflicted := map[string]bool{}
+	for _, ids := range in.PerState {
+		for _, id := range ids {
+			conflicted[id] = true
+		}
+	}
+	diff, err := authDifference(in.PerState, in.Unconflicted, idx)
+	if err != nil {
+		return Resolution{}, fmt.Errorf("%w: auth difference: %v", ErrResolution, err)
+	}
+	full := map[string]bool{}
+	for id := range conflicted {
+		full[id] = true
+	}
+	for _, id := range diff {
+		full[id] = true
+	}
+	if algo == gomatrixserverlib.StateResV2_1 {
+		sub, err := conflictedSubgraph(&stateRes{src: src, pdus: map[string]gomatrixserverlib.PDU{}}, conflicted)
+		if err != nil {
+			return Resolution{}, fmt.Errorf("conflicted subgraph: %w", err)
+		}
+		for id := range sub {
+			full[id] = true
+		}
+	}
+	overlay, err := resolveV2(v2Input{algo: algo, full: sortedIDs(full), unconflicted: in.Unconflicted, create: in.Create}, src)
+	if err != nil {
+		return Resolution{}, err
+	}
+	res := Resolution{Set: map[Key]string{}, AuthDifference: len(diff), FullConflicted: len(full)}
+	isConflicted := make(map[Key]bool, len(in.ConflictedKeys))
+	for _, k := range in.ConflictedKeys {
+		isConflicted[k] = true
+		if id, ok := overlay[k]; ok {
+			res.Set[k] = id
+		} else {
+			res.Delete = append(res.Delete, k)
+		}
+	}
+	// Step 5 keeps the unconflicted entries; keys no input state has, brought in by
+	// auth-difference events, are added.
+	for k, id := range overlay {
+		if isConflicted[k] {
+			continue
+		}
+		if _, ok, err := in.Unconflicted(k); err != nil {
+			return Resolution{}, err
+		} else if !ok {
+			res.Set[k] = id
+		}
+	}
+	sort.Slice(res.Delete, func(i, j int) bool { return keyLess(res.Delete[i], res.Delete[j]) })
+	return res, nil
+}
+
+// authDifference returns the events in some but not all of the states' full auth
+// chains, in sorted order.
+func authDifference(perState [][]string, unconflicted func(Key) (string, bool, error), idx AuthIndex) ([]string, error) {
+	chains := make([]map[string]bool, len(perState))
+	union := map[string]bool{}
+	for i, ids := range perState {
+		c, err := chainOf(ids, idx)
+		if err != nil {
+			return nil, err
+		}
+		chains[i] = c
+		for id := range c {
+			union[id] = true
+		}
+	}
+	memo := map[string]bool{}
+	var diff []string
+	for _, x := range sortedIDs(union) {
+		missing := false
+		for _, c := range chains {
+			if !c[x] {
+				missing = true
+				break
+			}
+		}
+		if !missing {
+			continue
+		}
+		in, err := inUnconflictedChain(x, unconflicted, idx, memo)
+		if err != nil {
+			return nil, err
+		}
+		if !in {
+			diff = append(diff, x)
+		}
+	}
+	return diff, nil
+}
+
+// chainOf is the union of the auth chains of events.
+func chainOf(ids []string, idx AuthIndex) (map[string]bool, error) {
+	seen := map[string]bool{}
+	stack := append([]string(nil), ids...)
+	for len(stack) > 0 {
+		id := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		auth, err := idx.AuthEvents(id)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range auth {
+			if !seen[a] {
+				seen[a] = true
+				stack = append(stack, a)
+			}
+		}
+	}
+	return seen, nil
+}
+
+// inUnconflictedChain reports whether some event of the unconflicted map has x in its
+// auth chain, walking auth_events edges forward from x.
+func inUnconflictedChain(x string, unconflicted func(Key) (string, bool, error), idx AuthIndex, memo map[string]bool) (bool, error) {
+	if v, ok := memo[x]; ok {
+		return v, nil
+	}
+	seen := map[string]bool{x: true}
+	queue := []string{x}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		kids, err := idx.AuthChildren(cur)
+		if err != nil {
+			return false, err
+		}
+		for _, k := range kids {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			key, isState, err := idx.StateKeyOf(k)
+			if err != nil {
+				return false, err
+			}
+			if isState {
+				id, ok, err := unconflicted(key)
+				if err != nil {
+					return false, err
+				}
+				if ok && id == k {
+					memo[x] = true
+					return true, nil
+				}
+			}
+			queue = append(queue, k)
+		}
+	}
+	memo[x] = false
+	return false, nil
+}
+
+func keyLess(a, b Key) bool {
+	if a.Type != b.Type {
+		return a.Type < b.Type
+	}
+	return a.StateKey < b.StateKey
+}
+
+func sortedKeys(m map[Key]string) []Key {
+	out := make([]Key, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return keyLess(out[i], out[j]) })
+	return out
+}
