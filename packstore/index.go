@@ -43,6 +43,11 @@ func idTag(id ID) uint64 {
 	return uint64(id[8])<<16 | uint64(id[9])<<8 | uint64(id[10])
 }
 
+// slotFits reports whether l can be stored in a slot: offset+1 must fit in
+// 28 bits, so the largest offset is 2^28-2. Shards are at most
+// MaxShardBytesLimit (2^28-1) bytes, so every frame start fits.
+func slotFits(l loc) bool { return l.shard < MaxShards && uint64(l.off)+1 <= slotOffMask }
+
 func makeSlot(id ID, l loc) uint64 {
 	return idTag(id)<<slotTagShift | uint64(l.shard)<<slotShardShift | (uint64(l.off) + 1)
 }

@@ -31,15 +31,39 @@ func decodePayload(sh *shard, off int64, fv frameView) ([]byte, error) {
 	return out, nil
 }
 
-// readRecord reads the frame at l and, if it holds (coll, id), returns an
-// owned copy of its payload with ok=true. ok=false means a tag collision.
+// readRecord returns an owned copy of the payload of (coll, id) at l, from
+// the cache or the frame. ok=false means a tag collision (another record).
 func (s *PackfileStorage) readRecord(l loc, coll, id ID) (data []byte, ok bool, err error) {
+	err = s.viewRecord(l, coll, id, func(b []byte, owned bool) error {
+		data, ok = b, true
+		if !owned {
+			data = append([]byte{}, b...)
+		}
+		return nil
+	})
+	return data, ok, err
+}
+
+// viewRecord calls fn with the payload of (coll, id) at l, unless the frame
+// there holds another record ID (a tag collision: fn is not called). b is
+// a cached or freshly decoded buffer (owned=true: fn may keep it) or the
+// mapped frame bytes (owned=false: valid only during fn, while the shard's
+// read lock keeps it mapped).
+func (s *PackfileStorage) viewRecord(l loc, coll, id ID, fn func(b []byte, owned bool) error) error {
+	if s.cache != nil {
+		if e, ok := s.cache.get(l); ok && e.coll == coll {
+			if e.id != id {
+				return nil
+			}
+			return fn(e.data, false)
+		}
+	}
 	sh := s.shards[l.shard].Load()
 	if sh == nil {
-		return nil, false, errShardGone
+		return errShardGone
 	}
 	off := int64(l.off)
-	err = sh.withFrame(off, func(fv frameView) error {
+	return sh.withFrame(off, func(fv frameView) error {
 		if fv.Flags&FlagReset != 0 {
 			return sh.corruptf(off, "index points at a reset marker")
 		}
@@ -49,12 +73,56 @@ func (s *PackfileStorage) readRecord(l loc, coll, id ID) (data []byte, ok bool, 
 		if fv.Coll != coll {
 			return sh.corruptf(off, "frame of record %s belongs to collection %s, index of %s", id, fv.Coll, coll)
 		}
-		var derr error
-		data, derr = decodePayload(sh, off, fv)
-		ok = derr == nil
-		return derr
+		if fv.Flags&FlagZstd == 0 {
+			if s.cache != nil {
+				s.cache.put(l, coll, id, fv.Payload)
+			}
+			return fn(fv.Payload, false)
+		}
+		data, err := decodePayload(sh, off, fv)
+		if err != nil {
+			return err
+		}
+		if s.cache != nil {
+			s.cache.put(l, coll, id, data)
+		}
+		return fn(data, true)
 	})
-	return data, ok, err
+}
+
+// find probes coll's current index generation for id and calls visit on
+// each candidate location in probe order until one reports found. It
+// retries with a fresh generation when a concurrent repack retired a shard
+// the loaded generation pointed to. It returns ErrNotFound, ErrClosed or
+// visit's error.
+func (s *PackfileStorage) find(coll, id ID, visit func(l loc) (found bool, err error)) error {
+	var cands [4]loc
+	for attempt := 0; ; attempt++ {
+		if s.closed.Load() {
+			return ErrClosed
+		}
+		c := s.collectionLoad(coll)
+		if c == nil {
+			return ErrNotFound
+		}
+		var err error
+		for _, l := range c.table.Load().candidates(id, cands[:0]) {
+			var found bool
+			if found, err = visit(l); err != nil {
+				break
+			}
+			if found {
+				return nil
+			}
+			s.collisions.Add(1)
+		}
+		if err == nil {
+			return ErrNotFound
+		}
+		if retry, err := s.retryable(err, attempt); !retry {
+			return err
+		}
+	}
 }
 
 // retryable reports whether a read failed because a concurrent repack
@@ -73,39 +141,38 @@ func (s *PackfileStorage) retryable(err error, attempt int) (bool, error) {
 }
 
 // Get returns an owned copy of the record's payload, ErrNotFound if the
-// collection has no such record, an ErrCorrupt error if its frame fails the
-// CRC or names another collection, or ErrClosed. It does not take the writer
-// lock.
+// collection has no such record, an ErrCorrupt error naming shard and
+// offset if its frame fails the checks (CRC in checksum mode "full"), or
+// ErrClosed. It does not take the writer lock.
 func (s *PackfileStorage) Get(coll, id ID) ([]byte, error) {
-	var cands [4]loc
-	for attempt := 0; ; attempt++ {
-		if s.closed.Load() {
-			return nil, ErrClosed
-		}
-		c := s.collectionLoad(coll)
-		if c == nil {
-			return nil, ErrNotFound
-		}
-		var err error
-		for _, l := range c.table.Load().candidates(id, cands[:0]) {
-			var data []byte
-			var ok bool
-			data, ok, err = s.readRecord(l, coll, id)
-			if err != nil {
-				break
-			}
-			if ok {
-				return data, nil
-			}
-			s.collisions.Add(1)
-		}
-		if err == nil {
-			return nil, ErrNotFound
-		}
-		if retry, err := s.retryable(err, attempt); !retry {
-			return nil, err
-		}
+	var data []byte
+	err := s.find(coll, id, func(l loc) (bool, error) {
+		d, ok, err := s.readRecord(l, coll, id)
+		data = d
+		return ok, err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return data, nil
+}
+
+// View calls fn with the record's payload without copying it when the
+// frame is stored raw: b aliases the shard's read-only mapping (or a cache
+// entry) and is valid only until fn returns; fn must not modify or retain
+// it. While fn runs the shard stays mapped even if a repack retires it
+// (retirement waits for the view), so keep fn short: sealing and retiring
+// that shard wait for it. Compressed frames are decoded into a fresh
+// buffer. Errors: as Get, or fn's error.
+func (s *PackfileStorage) View(coll, id ID, fn func(b []byte) error) error {
+	return s.find(coll, id, func(l loc) (bool, error) {
+		found := false
+		err := s.viewRecord(l, coll, id, func(b []byte, _ bool) error {
+			found = true
+			return fn(b)
+		})
+		return found, err
+	})
 }
 
 // GetMany returns the payloads of ids in request order, nil where a record

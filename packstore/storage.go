@@ -27,6 +27,11 @@ type Options struct {
 	// smaller. DefaultOptions sets it; the zero Options leaves it off.
 	Compress bool
 
+	// CacheBytes bounds the node cache of decoded payloads (ristretto v2,
+	// cost = payload bytes + ~96). 0 disables it; DefaultOptions sets
+	// DefaultCacheBytes.
+	CacheBytes int64
+
 	// Checksum selects how frame CRCs are used (seed "Benchmarks":
 	// none / writeonly / full). The zero value is ChecksumFull.
 	Checksum ChecksumMode
@@ -68,10 +73,13 @@ func (m ChecksumMode) String() string {
 	return fmt.Sprintf("ChecksumMode(%d)", uint8(m))
 }
 
-// DefaultOptions returns the options for a store in dir: the largest shards
-// and compression on.
+// DefaultCacheBytes is DefaultOptions' node cache size: 64 MiB.
+const DefaultCacheBytes = 64 << 20
+
+// DefaultOptions returns the options for a store in dir: the largest shards,
+// compression on, a 64 MiB node cache and checksum mode "full".
 func DefaultOptions(dir string) Options {
-	return Options{Dir: dir, MaxShardBytes: MaxShardBytesLimit, Compress: true}
+	return Options{Dir: dir, MaxShardBytes: MaxShardBytesLimit, Compress: true, CacheBytes: DefaultCacheBytes}
 }
 
 // compressMin is the smallest payload the writer tries to compress.
@@ -132,6 +140,7 @@ type PackfileStorage struct {
 	colls      sync.Map                         // ID -> *collection
 	collisions atomic.Uint64                    // index tag collisions seen
 	fs         vfs
+	cache      *nodeCache // nil when Options.CacheBytes is 0
 
 	// repackProgress is the index of the collection plan a running repack
 	// is copying, -1 when none (exported as a Prometheus gauge).
@@ -197,10 +206,22 @@ func Open(opts Options) (*PackfileStorage, error) {
 	if err := s.fs.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("packstore: %w", err)
 	}
+	if opts.CacheBytes > 0 {
+		var err error
+		if s.cache, err = newNodeCache(opts.CacheBytes); err != nil {
+			return nil, fmt.Errorf("packstore: cache: %w", err)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.rebuildLocked(); err != nil {
 		s.closeShardsLocked()
+		if s.delta != nil {
+			s.delta.Close()
+		}
+		if s.cache != nil {
+			s.cache.close()
+		}
 		return nil, err
 	}
 	return s, nil
@@ -841,6 +862,9 @@ func (s *PackfileStorage) Close() error {
 	}
 	if cerr := s.closeShardsLocked(); err == nil {
 		err = cerr
+	}
+	if s.cache != nil {
+		s.cache.close()
 	}
 	return err
 }
