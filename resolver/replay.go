@@ -82,6 +82,8 @@ type ReplayOptions struct {
 	BatchSize int
 	// Progress, if set, is called after each event with (done, total).
 	Progress func(done, total int)
+	// OnResolve, if set, receives the cost of every resolution (Resolver.OnResolve).
+	OnResolve func(ResolutionStats)
 }
 
 // ReplayResult counts what Replay did.
@@ -115,8 +117,14 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 	if err != nil {
 		return ReplayResult{}, err
 	}
+	r.OnResolve = opts.OnResolve
 	ids, err := room.EventIDs()
 	if err != nil {
+		return ReplayResult{}, err
+	}
+	// Build the auth index (metadata of every event, auth children) up front, so its
+	// one pass over the room is not charged to the first resolution.
+	if _, err := r.AuthChildren(""); err != nil {
 		return ReplayResult{}, err
 	}
 	after := make(map[string]hamtstore.NodeID, len(ids))

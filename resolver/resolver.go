@@ -23,6 +23,7 @@ package resolver
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/matrix-org/gomatrixserverlib"
@@ -44,6 +45,20 @@ type Stats struct {
 	ConflictedKeys int // conflicted keys over all resolutions
 	AuthDifference int // events in auth differences over all resolutions
 	FullConflicted int // events in full conflicted sets over all resolutions
+	EventsLoaded   int // PDUs read from the store and parsed (cache misses)
+}
+
+// ResolutionStats describes one resolution of two or more distinct snapshots, for
+// Resolver.OnResolve.
+type ResolutionStats struct {
+	InputStates    int
+	ConflictedKeys int
+	AuthDifference int
+	FullConflicted int
+	EventsLoaded   int // PDUs read from the store during this resolution
+	EventsTouched  int // distinct events whose PDU the resolution used (cached or loaded)
+	NodesRead      int // HAMT nodes read from the store during this resolution
+	Duration       time.Duration
 }
 
 // Resolver resolves and authorises events of one room. It caches parsed PDUs and
@@ -57,6 +72,11 @@ type Resolver struct {
 	rejected map[string]bool                           // rejection status known so far (replay sets it)
 	children map[string][]string
 	create   gomatrixserverlib.PDU
+
+	// OnResolve, if set, is called after each resolution of two or more distinct
+	// snapshots with what it cost.
+	OnResolve func(ResolutionStats)
+	touched   map[string]bool // PDUs used by the current resolution, when OnResolve is set
 
 	Stats
 }
@@ -103,6 +123,9 @@ func (r *Resolver) Rejected(eventID string) bool {
 }
 
 func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
+	if r.touched != nil {
+		r.touched[eventID] = true
+	}
 	if p, ok := r.pdus.Get(eventID); ok {
 		return p, nil
 	}
@@ -110,6 +133,7 @@ func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.EventsLoaded++
 	r.pdus.Add(eventID, p)
 	return p, nil
 }
@@ -186,6 +210,24 @@ func (r *Resolver) Resolve(roots []hamtstore.NodeID) (hamtstore.NodeID, error) {
 		return uniq[0], nil
 	}
 	r.Resolutions++
+	if r.OnResolve != nil {
+		start, before, nodes := time.Now(), r.Stats, r.rd.NodesRead()
+		r.touched = map[string]bool{}
+		defer func() {
+			touched := len(r.touched)
+			r.touched = nil
+			r.OnResolve(ResolutionStats{
+				InputStates:    len(uniq),
+				ConflictedKeys: r.ConflictedKeys - before.ConflictedKeys,
+				AuthDifference: r.AuthDifference - before.AuthDifference,
+				FullConflicted: r.FullConflicted - before.FullConflicted,
+				EventsLoaded:   r.EventsLoaded - before.EventsLoaded,
+				EventsTouched:  touched,
+				NodesRead:      r.rd.NodesRead() - nodes,
+				Duration:       time.Since(start),
+			})
+		}()
+	}
 	var conflicts []conflict
 	err := r.rd.DiffN(uniq, func(key []byte, vals []*hamtstore.Value) error {
 		t, sk, err := roomstate.SplitStateKey(key)
