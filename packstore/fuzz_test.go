@@ -20,6 +20,7 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Add(encodeHeader(shardHeader{PackID: 3, Created: 1}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x80})
 	f.Add([]byte{})
+	addSeeds(f, "frame.bin", "marker.bin")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if fv, err := decodeFrame(b); err == nil {
 			again := appendFrame(nil, fv.Flags, fv.RawLen, fv.Coll, fv.ID, fv.Payload)

@@ -1,0 +1,131 @@
+package packstore
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// BenchmarkPutManySync: batches of 1000 records of 500 bytes (random, so
+// zstd does not shrink them) then Sync; SetBytes counts payload bytes, so
+// MB/s is durable ingest throughput.
+func BenchmarkPutManySync(b *testing.B) {
+	s := openStore(b, Options{Dir: b.TempDir(), MaxShardBytes: 64 << 20, Compress: true})
+	defer s.Close()
+	r := rand.New(rand.NewPCG(1, 1))
+	recs := make([]Record, 1000)
+	for i := range recs {
+		recs[i].Data = payload(r, 500, false)
+	}
+	b.SetBytes(int64(len(recs) * 500))
+	n := 0
+	for b.Loop() {
+		for i := range recs {
+			recs[i].ID = idN(2, n)
+			n++
+		}
+		if err := s.PutMany(idN(1, n%32), recs); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(s.Stats().DiskBytes)/float64(n), "disk-bytes/record")
+}
+
+func benchStore(b *testing.B, n int, cache int64) (*PackfileStorage, ID, []ID) {
+	s := openStore(b, Options{Dir: b.TempDir(), MaxShardBytes: 64 << 20, CacheBytes: cache})
+	r := rand.New(rand.NewPCG(2, 2))
+	c := idN(1, 0)
+	ids := make([]ID, n)
+	recs := make([]Record, 0, 1000)
+	for i := range ids {
+		ids[i] = randID(r)
+		recs = append(recs, Record{ID: ids[i], Data: payload(r, 500, false)})
+		if len(recs) == cap(recs) || i == n-1 {
+			s.PutMany(c, recs)
+			recs = recs[:0]
+		}
+	}
+	s.Sync()
+	return s, c, ids
+}
+
+// BenchmarkGetWarm: Get of records served from the node cache.
+func BenchmarkGetWarm(b *testing.B) {
+	s, c, ids := benchStore(b, 10000, 64<<20)
+	defer s.Close()
+	for _, id := range ids {
+		s.Get(c, id)
+	}
+	s.cache.c.Wait()
+	h0, m0 := s.cache.hits.Load(), s.cache.misses.Load()
+	b.SetBytes(500)
+	i := 0
+	for b.Loop() {
+		if _, err := s.Get(c, ids[i%len(ids)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	h, m := s.cache.hits.Load()-h0, s.cache.misses.Load()-m0
+	b.ReportMetric(float64(h)/float64(max(1, h+m)), "cache-hit-ratio")
+}
+
+// BenchmarkGetCacheMiss: Get with no node cache: index probe, CRC check of
+// the mapped frame (page-cache warm, not cold disk) and a copy.
+func BenchmarkGetCacheMiss(b *testing.B) {
+	s, c, ids := benchStore(b, 100000, 0)
+	defer s.Close()
+	b.SetBytes(500)
+	r := rand.New(rand.NewPCG(3, 3))
+	for b.Loop() {
+		if _, err := s.Get(c, ids[r.IntN(len(ids))]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReopen1M: Open of a store of 1M 100-byte records over 32
+// collections after a clean Close (checkpoint path) and after the index
+// files are removed (full scan path).
+func BenchmarkReopen1M(b *testing.B) {
+	if testing.Short() {
+		b.Skip("writes 1M records")
+	}
+	dir := b.TempDir()
+	opts := Options{Dir: dir, MaxShardBytes: 64 << 20}
+	s := openStore(b, opts)
+	r := rand.New(rand.NewPCG(4, 4))
+	recs := make([]Record, 1000)
+	for k := range 1000 {
+		for i := range recs {
+			recs[i] = Record{ID: randID(r), Data: payload(r, 100, false)}
+		}
+		s.PutMany(idN(1, k%32), recs)
+	}
+	s.Close()
+	for _, mode := range []string{"checkpoint", "scan"} {
+		b.Run(mode, func(b *testing.B) {
+			var last time.Duration
+			for b.Loop() {
+				if mode == "scan" {
+					b.StopTimer()
+					removeIndexFiles(nil, dir)
+					b.StartTimer()
+				}
+				t0 := time.Now()
+				s := openStore(b, opts)
+				last = time.Since(t0)
+				if got := s.Stats().LiveRecords; got != 1000000 {
+					b.Fatalf("%d records", got)
+				}
+				b.StopTimer()
+				s.Close()
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(last.Nanoseconds())/1e6, "ms/open")
+		})
+	}
+}
