@@ -19,8 +19,8 @@ var errCrashed = errors.New("faultfs: crashed")
 // lost directory entries: renames and creations are treated as durable.
 type faultFS struct {
 	osFS
-	mu      sync.Mutex       // guards every field below
-	synced  map[string]int64 // path -> size at its last fsync
+	mu      sync.Mutex        // guards every field below
+	synced  map[string]int64  // path -> size at its last fsync
 	renamed map[string]string // old path of a file renamed while open -> new path
 	crashed bool
 	// Hooks; nil means no fault. write returns how many bytes of the
@@ -207,4 +207,3 @@ func failOnce(err error, frac float64, armed func() bool) func(string, int64, in
 }
 
 var errENOSPC = syscall.ENOSPC
-
