@@ -74,6 +74,7 @@ DIR/interleaved.jsonl: all their events as the origin server received them.`,
 	f.Float64Var(&opts.Loss, "loss", opts.Loss, "probability a send to one server is lost")
 	f.Float64Var(&opts.BadRate, "bad-rate", opts.BadRate, "share of events from users lacking the permission (rejected)")
 	f.IntVar(&opts.StateBudget, "state-budget", 0, "max state entries in expected_state.jsonl (default 2M; beyond it every k-th event)")
+	f.StringVar(&opts.Resolver, "resolver", "mtxdb", "state resolution: mtxdb (resolver.ResolveConflicts, spec v2/v2.1) or gmsl (gomatrixserverlib v2, v10/v11 only)")
 	f.BoolVar(&opts.Backfill, "backfill", false, "also write backfill_order.jsonl (reverse-chronological batches)")
 	f.IntVar(&opts.BackfillBatch, "backfill-batch", opts.BackfillBatch, "events per backfill batch")
 	m := &opts.Mix

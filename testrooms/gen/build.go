@@ -82,15 +82,22 @@ func (r *room) create(s *server, prevs []int32, before pmap, d draft) (int32, er
 		return 0, fmt.Errorf("gen: build %s: %w", d.typ, err)
 	}
 	if d.cosign != nil && d.cosign != s {
-		pdu = pdu.Sign(d.cosign.name, keyID, d.cosign.key)
+		// Sign returns a PDU that has lost its parsed room ID in v12 (RoomID() is
+		// then empty and the create-event check fails); parse the signed JSON again.
+		signed := pdu.Sign(d.cosign.name, keyID, d.cosign.key)
+		if pdu, err = r.ver.NewEventFromTrustedJSON(signed.JSON(), false); err != nil {
+			return 0, fmt.Errorf("gen: re-parse co-signed %s: %w", d.typ, err)
+		}
 	}
 	if isCreate {
 		r.roomID = pdu.RoomID().String()
 	}
 
 	e := &event{pdu: pdu, id: pdu.EventID(), server: s.idx, depth: proto.Depth, prev: prevs, tick: r.tick}
-	for _, a := range pdu.AuthEventIDs() {
+	e.authIDs = pdu.AuthEventIDs()
+	for _, a := range e.authIDs {
 		e.auth = append(e.auth, r.byID[a])
+		r.events[r.byID[a]].kids = append(r.events[r.byID[a]].kids, e.id)
 	}
 	if sk := pdu.StateKey(); sk != nil {
 		e.key = stateKey(d.typ, *sk)

@@ -33,11 +33,9 @@
 //
 // # State resolution
 //
-// The generator calls gomatrixserverlib the way resolver.Resolve does: conflicted
-// keys follow the spec (a key absent from some states is conflicted); room versions
-// 10 and 11 use ResolveStateConflictsV2 with the auth chain of the conflicted
-// events; room version 12 uses ResolveConflictsNew (v2.1). See resolve.go for what
-// is passed and how it is kept small on large rooms.
+// The generator resolves with the resolver package's spec implementation
+// (resolver.ResolveConflicts: v2 for room versions 10 and 11, v2.1 for 12), given the
+// conflicted part of the input states as resolver.Resolve gives it; see resolve.go.
 package gen
 
 import (
@@ -101,11 +99,14 @@ type Options struct {
 	// batches of BackfillBatch).
 	Backfill      bool `json:"backfill"`
 	BackfillBatch int  `json:"backfill_batch"`
-	// ExactBelow: resolutions whose input states have at most this many entries pass
-	// gomatrixserverlib exactly what resolver.Resolve passes (full states); larger
-	// ones pass the reduced, equivalent set described in resolve.go (0: 256).
-	ExactBelow int `json:"exact_below"`
+	// Resolver is "" (or "mtxdb"): resolver.ResolveConflicts, the spec's v2 / v2.1;
+	// "gmsl": gomatrixserverlib's ResolveStateConflictsV2, v10 and v11 only, for
+	// differential experiments (see resolve.go).
+	Resolver string `json:"resolver,omitempty"`
 }
+
+// ResolverGMSL selects gomatrixserverlib's state res v2 (Options.Resolver).
+const ResolverGMSL = "gmsl"
 
 // DefaultOptions returns the defaults of `mtxdb gen`.
 func DefaultOptions() Options {
@@ -143,8 +144,15 @@ func (o *Options) normalise() error {
 	if o.BackfillBatch <= 0 {
 		o.BackfillBatch = 100
 	}
-	if o.ExactBelow <= 0 {
-		o.ExactBelow = 256
+	switch o.Resolver {
+	case "", "mtxdb":
+		o.Resolver = ""
+	case ResolverGMSL:
+		if o.RoomVersion == "12" {
+			return fmt.Errorf("gen: --resolver gmsl: room version 12 needs state res v2.1, which gomatrixserverlib's pinned version cannot run")
+		}
+	default:
+		return fmt.Errorf("gen: resolver %q: mtxdb or gmsl", o.Resolver)
 	}
 	if o.Mix == (Mix{}) {
 		o.Mix = DefaultMix()

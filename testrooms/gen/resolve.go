@@ -1,52 +1,54 @@
 package gen
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
 
+	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
-// What resolve passes to gomatrixserverlib's ResolveStateConflictsV2, for every
-// room version generated (10, 11 and 12):
+// State resolution. By default the generator resolves with the resolver package's
+// implementation of the spec (resolver.ResolveConflicts: state res v2 for room
+// versions 10 and 11, v2.1 for 12), the same code resolver.Replay runs over stored
+// snapshots, given the same conflicted part:
 //
-//   - conflicted: for every key whose value is not the same in every input state
-//     (absent from some included, the spec's rule), the distinct events the states
-//     give it.
-//   - auth events: the auth chain of those events (their auth_events, transitively).
-//   - unconflicted: the auth-type entries (create, power levels, join rules,
-//     members, third-party invites) of the first state, conflicted keys left out.
-//     That is what resolver.Resolve passes for v10 and v11. On a large state (more
-//     than Options.ExactBelow entries) only the entries the algorithm can read are
-//     passed: create, power levels, join rules, the memberships of the senders and
-//     targets of the conflicted and auth-chain events, and the unconflicted events
-//     inside the auth chain. The algorithm reads the unconflicted set only to skip
-//     auth-difference events that are unconflicted, and as the partial state it
-//     authorises conflicted events against (by sender and target), so the result
-//     for the conflicted keys is the same.
+//   - the conflicted keys: every key whose value is not the same in every input
+//     state (absent from some included, the spec's rule), from a pmap diff;
+//   - per input state, the events it gives the conflicted keys;
+//   - the unconflicted map: lookups in the first input state, conflicted keys
+//     reported absent;
+//   - the room's m.room.create.
 //
-// Room version 12 is resolved with state res v2, not v2.1: at the pinned version
-// gomatrixserverlib's v2.1 entry point (ResolveConflictsNew) panics on every
-// resolution with a conflicted key unless the conflicted events are also passed as
-// auth events (its conflicted-subgraph walk inserts authEventMap[id] for them, nil
-// otherwise), and then panics on every conflicted power event in a v12 room
-// ("getPowerLevelFromAuthEvents: missing resolved create event": v2.1 starts from
-// an empty partial state, but its Kahn tie-break needs the resolved create event
-// for v12's privileged creators). meta.json records the resolver used.
+// The events and the auth graph (auth_events, auth children, state keys) come from
+// the generator's arrays (room implements resolver.EventSource and
+// resolver.AuthIndex). The result's changes are applied to the first input state.
 //
-// Only the conflicted keys are read back from the result; the unconflicted ones
-// are those of the first state.
+// Options.Resolver "gmsl" resolves v10 and v11 rooms with gomatrixserverlib's
+// ResolveStateConflictsV2 instead (the conflicted events, the auth-type entries of
+// the first state as unconflicted, the conflicted events' auth chain), for
+// differential experiments; where gomatrixserverlib departs from the spec the
+// replay then mismatches.
+
+// resolverName is meta.json's generator.resolver.
+func (r *room) resolverName() string {
+	if r.opts.Resolver == ResolverGMSL {
+		return "gomatrixserverlib ResolveStateConflictsV2 (state res v2) at the pinned version; unconflicted = auth-type entries of the first state; auth events = auth chain of the conflicted events"
+	}
+	return "mtxdb resolver.ResolveConflicts (spec v2 / v2.1)"
+}
 
 type resolveStats struct {
 	resolutions    int // resolutions with two or more distinct states
 	conflictedKeys int
-	reduced        int // resolutions that passed the reduced unconflicted set
-	panics         int
 	maxConflicted  int
 	maxInputStates int
+	authDifference int
+	fullConflicted int
 }
 
 // authTypes are the state types the authorisation rules read.
@@ -63,6 +65,11 @@ func keyType(k string) string {
 		return k[:i]
 	}
 	return k
+}
+
+func splitKey(k string) resolver.Key {
+	i := strings.IndexByte(k, 0)
+	return resolver.Key{Type: k[:i], StateKey: k[i+1:]}
 }
 
 // resolve returns the state before an event with the given prev_events. Results
@@ -115,43 +122,133 @@ func (r *room) resolveUncached(prevs []int32) pmap {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	if r.opts.Resolver == ResolverGMSL {
+		return r.resolveGMSL(states, keys, keySet)
+	}
 
-	var conflicted []int32
-	perState := make([][]int32, len(states)) // each state's events for the conflicted keys
-	for _, k := range keys {
-		var vals []int32
+	in := resolver.ConflictInput{
+		Version:        r.ver.Version(),
+		PerState:       make([][]string, len(states)),
+		ConflictedKeys: make([]resolver.Key, len(keys)),
+		Create:         r.events[0].pdu,
+	}
+	for j, k := range keys {
+		in.ConflictedKeys[j] = splitKey(k)
 		for i, st := range states {
 			if v, ok := st.get(k); ok {
-				perState[i] = append(perState[i], v)
-				if !slices.Contains(vals, v) {
-					vals = append(vals, v)
-				}
+				in.PerState[i] = append(in.PerState[i], r.events[v].id)
+			}
+		}
+	}
+	base := states[0]
+	in.Unconflicted = func(k resolver.Key) (string, bool, error) {
+		sk := stateKey(k.Type, k.StateKey)
+		if keySet[sk] {
+			return "", false, nil
+		}
+		if v, ok := base.get(sk); ok {
+			return r.events[v].id, true, nil
+		}
+		return "", false, nil
+	}
+	res, err := resolver.ResolveConflicts(in, r, r)
+	if err != nil {
+		if r.err == nil {
+			r.err = fmt.Errorf("gen: resolve %d states (%d conflicted keys): %w", len(states), len(keys), err)
+		}
+		return base
+	}
+	r.res.authDifference += res.AuthDifference
+	r.res.fullConflicted += res.FullConflicted
+	out := base
+	for _, k := range res.Delete {
+		out = out.del(stateKey(k.Type, k.StateKey))
+	}
+	set := make([]string, 0, len(res.Set))
+	for k := range res.Set {
+		set = append(set, stateKey(k.Type, k.StateKey))
+	}
+	slices.Sort(set)
+	for _, k := range set {
+		out = out.set(k, r.byID[res.Set[splitKey(k)]])
+	}
+	return out
+}
+
+// Event implements resolver.EventSource.
+func (r *room) Event(id string) (gomatrixserverlib.PDU, error) {
+	i, ok := r.byID[id]
+	if !ok {
+		return nil, fmt.Errorf("gen: no event %s", id)
+	}
+	return r.events[i].pdu, nil
+}
+
+// Rejected implements resolver.EventSource.
+func (r *room) Rejected(id string) bool {
+	i, ok := r.byID[id]
+	return ok && r.events[i].rejected
+}
+
+// AuthEvents implements resolver.AuthIndex.
+func (r *room) AuthEvents(id string) ([]string, error) {
+	i, ok := r.byID[id]
+	if !ok {
+		return nil, fmt.Errorf("gen: no event %s", id)
+	}
+	return r.events[i].authIDs, nil
+}
+
+// AuthChildren implements resolver.AuthIndex: the events created so far that cite
+// id in their auth_events.
+func (r *room) AuthChildren(id string) ([]string, error) {
+	i, ok := r.byID[id]
+	if !ok {
+		return nil, fmt.Errorf("gen: no event %s", id)
+	}
+	return r.events[i].kids, nil
+}
+
+// StateKeyOf implements resolver.AuthIndex.
+func (r *room) StateKeyOf(id string) (resolver.Key, bool, error) {
+	i, ok := r.byID[id]
+	if !ok {
+		return resolver.Key{}, false, fmt.Errorf("gen: no event %s", id)
+	}
+	e := r.events[i]
+	if e.key == "" {
+		return resolver.Key{}, false, nil
+	}
+	return splitKey(e.key), true, nil
+}
+
+// resolveGMSL resolves by gomatrixserverlib's ResolveStateConflictsV2 (v10, v11).
+func (r *room) resolveGMSL(states []pmap, keys []string, keySet map[string]bool) pmap {
+	var conflicted []int32
+	for _, k := range keys {
+		var vals []int32
+		for _, st := range states {
+			if v, ok := st.get(k); ok && !slices.Contains(vals, v) {
+				vals = append(vals, v)
 			}
 		}
 		slices.SortFunc(vals, func(a, b int32) int { return strings.Compare(r.events[a].id, r.events[b].id) })
 		conflicted = append(conflicted, vals...)
 	}
-	chain := r.authChain(conflicted)
-	exact := states[0].size <= r.opts.ExactBelow
-
 	var u []gomatrixserverlib.PDU
-	if exact {
-		states[0].each(func(k string, v int32) {
-			if !keySet[k] && authTypes[keyType(k)] {
-				u = append(u, r.events[v].pdu)
-			}
-		})
-	} else {
-		r.res.reduced++
-		u = r.reducedUnconflicted(states[0], keySet, conflicted, chain)
+	states[0].each(func(k string, v int32) {
+		if !keySet[k] && authTypes[keyType(k)] {
+			u = append(u, r.events[v].pdu)
+		}
+	})
+	result, err := resolveGMSL(r.pdus(conflicted), u, r.pdus(r.authChain(conflicted)), r.Rejected)
+	if err != nil && r.err == nil {
+		r.err = err
 	}
-	result := r.resolveV2(r.pdus(conflicted), u, r.pdus(chain))
-
 	resolved := map[string]int32{}
 	for _, p := range result {
 		if sk := p.StateKey(); sk != nil {
-			k := stateKey(p.Type(), *sk)
-			if keySet[k] {
+			if k := stateKey(p.Type(), *sk); keySet[k] {
 				resolved[k] = r.byID[p.EventID()]
 			}
 		}
@@ -167,9 +264,13 @@ func (r *room) resolveUncached(prevs []int32) pmap {
 	return out
 }
 
-func (r *room) isRejected(id string) bool {
-	i, ok := r.byID[id]
-	return ok && r.events[i].rejected
+func resolveGMSL(conflicted, unconflicted, chain []gomatrixserverlib.PDU, rejected func(string) bool) (out []gomatrixserverlib.PDU, err error) {
+	defer func() {
+		if rec := recover(); rec != nil {
+			out, err = nil, fmt.Errorf("gen: gomatrixserverlib ResolveStateConflictsV2 panicked: %v", rec)
+		}
+	}()
+	return gomatrixserverlib.ResolveStateConflictsV2(conflicted, unconflicted, chain, roomstate.UserIDForSender, rejected), nil
 }
 
 func (r *room) pdus(idx []int32) []gomatrixserverlib.PDU {
@@ -177,12 +278,6 @@ func (r *room) pdus(idx []int32) []gomatrixserverlib.PDU {
 	for i, x := range idx {
 		out[i] = r.events[x].pdu
 	}
-	return out
-}
-
-func (r *room) allPDUs(st pmap) []gomatrixserverlib.PDU {
-	out := make([]gomatrixserverlib.PDU, 0, st.size)
-	st.each(func(_ string, v int32) { out = append(out, r.events[v].pdu) })
 	return out
 }
 
@@ -204,54 +299,4 @@ func (r *room) authChain(idx []int32) []int32 {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// reducedUnconflicted is the part of the unconflicted auth state that the v2
-// algorithm reads (see the comment at the top of this file).
-func (r *room) reducedUnconflicted(st pmap, conflictedKeys map[string]bool, conflicted, chain []int32) []gomatrixserverlib.PDU {
-	want := map[string]bool{
-		stateKey(spec.MRoomCreate, ""):      true,
-		stateKey(spec.MRoomPowerLevels, ""): true,
-		stateKey(spec.MRoomJoinRules, ""):   true,
-	}
-	for _, set := range [][]int32{conflicted, chain} {
-		for _, x := range set {
-			e := r.events[x]
-			want[stateKey(spec.MRoomMember, string(e.pdu.SenderID()))] = true
-			if e.member != "" {
-				want[e.key] = true
-			}
-			if e.key != "" {
-				if v, ok := st.get(e.key); ok && v == x {
-					want[e.key] = true
-				}
-			}
-		}
-	}
-	keys := make([]string, 0, len(want))
-	for k := range want {
-		if !conflictedKeys[k] {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	var out []gomatrixserverlib.PDU
-	for _, k := range keys {
-		if v, ok := st.get(k); ok {
-			out = append(out, r.events[v].pdu)
-		}
-	}
-	return out
-}
-
-// resolveV2 runs ResolveStateConflictsV2; a panic inside it (none seen) yields no
-// result, which deletes the conflicted keys.
-func (r *room) resolveV2(conflicted, unconflicted, chain []gomatrixserverlib.PDU) (out []gomatrixserverlib.PDU) {
-	defer func() {
-		if rec := recover(); rec != nil {
-			r.res.panics++
-			out = nil
-		}
-	}()
-	return gomatrixserverlib.ResolveStateConflictsV2(conflicted, unconflicted, chain, roomstate.UserIDForSender, r.isRejected)
 }

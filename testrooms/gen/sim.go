@@ -25,9 +25,11 @@ type event struct {
 	server   int
 	depth    int64
 	prev     []int32
-	auth     []int32 // as AuthEventIDs() reports them (v12: the create event first)
-	key      string  // state key "type\x00state_key", "" for non-state events
-	member   string  // membership of an m.room.member event
+	auth     []int32  // as AuthEventIDs() reports them (v12: the create event first)
+	authIDs  []string // the same, as IDs
+	kids     []string // auth children: the events created so far citing this one in auth_events
+	key      string   // state key "type\x00state_key", "" for non-state events
+	member   string   // membership of an m.room.member event
 	rejected bool
 	after    pmap
 	tick     int64
@@ -101,6 +103,7 @@ type room struct {
 	memo    map[string]pmap // resolve results by sorted prev set
 	stats   stats
 	res     resolveStats
+	err     error // the first resolution failure
 }
 
 type stats struct {
@@ -166,6 +169,9 @@ func (r *room) run(progress func(done int)) error {
 		if err := r.step(); err != nil {
 			return err
 		}
+		if r.err != nil {
+			return r.err
+		}
 		if progress != nil {
 			progress(len(r.events))
 		}
@@ -178,7 +184,7 @@ func (r *room) run(progress func(done int)) error {
 	for i := range r.events {
 		r.receive(r.servers[0], int32(i))
 	}
-	return nil
+	return r.err
 }
 
 func (r *room) deliverDue() {

@@ -66,8 +66,8 @@ type ResolutionCounts struct {
 	ConflictedKeys    int `json:"conflicted_keys"`
 	MaxConflictedKeys int `json:"max_conflicted_keys"`
 	MaxInputStates    int `json:"max_input_states"`
-	Reduced           int `json:"reduced_unconflicted_resolutions"`
-	Panics            int `json:"resolver_panics"`
+	AuthDifference    int `json:"auth_difference_events"`
+	FullConflicted    int `json:"full_conflicted_events"`
 }
 
 // ExpectedSampling says which events expected_state.jsonl covers.
@@ -75,14 +75,6 @@ type ExpectedSampling struct {
 	Lines   int `json:"lines"`
 	Every   int `json:"every"` // 1: every event; k: every k-th in file order, and the last
 	Entries int `json:"entries"`
-}
-
-func (r *room) resolverName() string {
-	n := "gomatrixserverlib ResolveStateConflictsV2 (state res v2) at the pinned version; spec conflicted set (keys absent from some states are conflicted); auth events = auth chain of the conflicted events; unconflicted = auth-type entries of the first state (reduced above exact_below entries, same result)"
-	if r.ver.StateResAlgorithm() == gomatrixserverlib.StateResV2_1 {
-		n += "; v2 used for this v12 room because gomatrixserverlib's v2.1 (ResolveConflictsNew) panics on conflicted v12 power events (see testrooms/gen/resolve.go)"
-	}
-	return n
 }
 
 // line is the events.jsonl line of an event: its PDU JSON with the convenience
@@ -204,6 +196,9 @@ func (r *room) write(dir, name string) (*Meta, error) {
 	slices.Sort(meta.OriginExtremities)
 	c.ForwardExtremities = len(tips)
 	current := r.resolve(tips)
+	if r.err != nil {
+		return nil, r.err
+	}
 	c.CurrentStateEntries = current.size
 	current.each(func(k string, v int32) {
 		if keyType(k) == spec.MRoomMember && r.events[v].member == spec.Join {
@@ -219,7 +214,7 @@ func (r *room) write(dir, name string) (*Meta, error) {
 	}
 
 	meta.Resolution = ResolutionCounts{Resolutions: r.res.resolutions, ConflictedKeys: r.res.conflictedKeys,
-		MaxConflictedKeys: r.res.maxConflicted, MaxInputStates: r.res.maxInputStates, Reduced: r.res.reduced, Panics: r.res.panics}
+		MaxConflictedKeys: r.res.maxConflicted, MaxInputStates: r.res.maxInputStates, AuthDifference: r.res.authDifference, FullConflicted: r.res.fullConflicted}
 	meta.ServerKeys = map[string]string{}
 	for _, s := range r.servers {
 		meta.ServerKeys[s.name] = base64.RawStdEncoding.EncodeToString([]byte(s.key.Public().(ed25519.PublicKey)))
