@@ -22,11 +22,26 @@ import (
 // Kind names a plan kind.
 type Kind string
 
-// ReverseTopological orders events newest first along prev_events from the forward
-// extremities (the walk /sync and backfill do), by descending depth, ties by
-// descending arrival; each event's PDU, metadata and state record are followed by the
-// HAMT nodes its snapshots add to those already placed.
-const ReverseTopological Kind = "reverse-topological"
+const (
+	// ReverseTopological orders events newest first along prev_events from the
+	// forward extremities (the walk /sync and backfill do), by descending depth, ties
+	// by descending arrival; each event's PDU, metadata and state record are followed
+	// by the HAMT nodes its snapshots add to those already placed.
+	ReverseTopological Kind = "reverse-topological"
+	// AuthChain places first what the auth walks of state resolution read: starting
+	// from the forward extremities and the current state's events, breadth-first over
+	// auth_events, each reached event's metadata (its auth edges) and PDU; then the
+	// rest in reverse-topological order.
+	AuthChain Kind = "auth-chain"
+	// EdgesFirst places every event's metadata record (prev and auth edges, depth) in
+	// reverse-topological order as one dense region, like a commit-graph sidecar, so
+	// both DAG walks read only that region; then, in the same order, each event's PDU,
+	// state record and new snapshot nodes.
+	EdgesFirst Kind = "edges-first"
+)
+
+// Kinds lists the plan kinds.
+var Kinds = []Kind{ReverseTopological, AuthChain, EdgesFirst}
 
 // ErrNotReplayed is returned for a room whose events have no state records yet.
 var ErrNotReplayed = errors.New("repackplan: room not replayed")
@@ -39,10 +54,15 @@ type Stats struct {
 	Walked  int // events reached from the forward extremities (the rest follow in arrival order)
 }
 
-// Plan builds a plan of the given kind for one room.
+// Plan builds a plan of the given kind for one room. The room must be replayed (its
+// state records and snapshots are live data).
 func Plan(room *roomstate.Room, kind Kind) (packstore.CollectionPlan, Stats, error) {
-	if kind != ReverseTopological {
-		return packstore.CollectionPlan{}, Stats{}, fmt.Errorf("repackplan: unknown plan kind %q (have %q)", kind, ReverseTopological)
+	known := false
+	for _, k := range Kinds {
+		known = known || k == kind
+	}
+	if !known {
+		return packstore.CollectionPlan{}, Stats{}, fmt.Errorf("repackplan: unknown plan kind %q (have %v)", kind, Kinds)
 	}
 	h := room.Head()
 	if !h.Replayed {
@@ -56,57 +76,121 @@ func Plan(room *roomstate.Room, kind Kind) (packstore.CollectionPlan, Stats, err
 	if err := p.addSnapshot(h.CurrentState); err != nil {
 		return p.plan, p.stats, err
 	}
-
 	ids, err := room.EventIDs()
 	if err != nil {
 		return p.plan, p.stats, err
 	}
-	metas := make(map[string]roomstate.EventMeta, len(ids))
+	p.metas = make(map[string]roomstate.EventMeta, len(ids))
 	for _, id := range ids {
 		m, err := room.Meta(id)
 		if err != nil {
 			return p.plan, p.stats, err
 		}
-		metas[id] = m
+		p.metas[id] = m
 	}
-	q := &eventHeap{}
-	queued := map[string]bool{}
-	push := func(id string) {
-		if !queued[id] {
-			queued[id] = true
-			heap.Push(q, metas[id])
-		}
+	order, err := p.reverseTopological(ids)
+	if err != nil {
+		return p.plan, p.stats, err
 	}
-	for _, f := range h.ForwardExtremities {
-		if _, ok := metas[f]; !ok {
-			return p.plan, p.stats, fmt.Errorf("repackplan: room %s: forward extremity %s is not an imported event", room.ID(), f)
-		}
-		push(f)
-	}
-	for q.Len() > 0 {
-		m := heap.Pop(q).(roomstate.EventMeta)
-		if err := p.addEvent(m.EventID); err != nil {
+	switch kind {
+	case AuthChain:
+		if err := p.addAuthWalk(); err != nil {
 			return p.plan, p.stats, err
 		}
-		p.stats.Walked++
-		for _, prev := range m.PrevEvents {
-			push(prev)
+	case EdgesFirst:
+		for _, id := range order {
+			_, meta, _ := roomstate.EventRecords(id)
+			p.add(meta)
 		}
 	}
-	for _, id := range ids {
-		if !queued[id] {
-			if err := p.addEvent(id); err != nil {
-				return p.plan, p.stats, err
-			}
+	for _, id := range order {
+		if err := p.addEvent(id); err != nil {
+			return p.plan, p.stats, err
 		}
 	}
 	p.stats.Records = len(p.plan.Records)
 	return p.plan, p.stats, nil
 }
 
+// reverseTopological returns every event: those reachable from the forward
+// extremities newest first (descending depth, then descending arrival), then the
+// rest in arrival order.
+func (p *planner) reverseTopological(ids []string) ([]string, error) {
+	q := &eventHeap{}
+	queued := map[string]bool{}
+	push := func(id string) {
+		if !queued[id] {
+			queued[id] = true
+			heap.Push(q, p.metas[id])
+		}
+	}
+	for _, f := range p.room.Head().ForwardExtremities {
+		if _, ok := p.metas[f]; !ok {
+			return nil, fmt.Errorf("repackplan: room %s: forward extremity %s is not an imported event", p.room.ID(), f)
+		}
+		push(f)
+	}
+	order := make([]string, 0, len(ids))
+	for q.Len() > 0 {
+		m := heap.Pop(q).(roomstate.EventMeta)
+		order = append(order, m.EventID)
+		p.stats.Walked++
+		for _, prev := range m.PrevEvents {
+			if _, ok := p.metas[prev]; ok {
+				push(prev)
+			}
+		}
+	}
+	for _, id := range ids {
+		if !queued[id] {
+			order = append(order, id)
+		}
+	}
+	return order, nil
+}
+
+// addAuthWalk places, breadth-first over auth_events from the forward extremities
+// and the current state's events, each reached event's metadata and PDU.
+func (p *planner) addAuthWalk() error {
+	var queue []string
+	seen := map[string]bool{}
+	push := func(id string) {
+		if _, ok := p.metas[id]; ok && !seen[id] {
+			seen[id] = true
+			queue = append(queue, id)
+		}
+	}
+	for _, f := range p.room.Head().ForwardExtremities {
+		push(f)
+	}
+	err := p.rd.Iterate(p.room.Head().CurrentState, func(_ []byte, v hamtstore.Value) error {
+		m, err := p.room.MetaByRecord(packstore.ID(v))
+		if err != nil {
+			return err
+		}
+		push(m.EventID)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("repackplan: room %s: current state: %w", p.room.ID(), err)
+	}
+	for len(queue) > 0 {
+		id := queue[0]
+		queue = queue[1:]
+		ev, meta, _ := roomstate.EventRecords(id)
+		p.add(meta)
+		p.add(ev)
+		for _, a := range p.metas[id].AuthEvents {
+			push(a)
+		}
+	}
+	return nil
+}
+
 type planner struct {
 	room   *roomstate.Room
 	rd     *hamtstore.Reader
+	metas  map[string]roomstate.EventMeta
 	placed map[packstore.ID]bool
 	plan   packstore.CollectionPlan
 	stats  Stats

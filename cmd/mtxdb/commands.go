@@ -343,10 +343,12 @@ func verifyRooms(rooms []*roomstate.Room, exps map[string][]*testrooms.Expected,
 func repackCmd() *cobra.Command {
 	var store, room, plan string
 	c := &cobra.Command{
-		Use:   "repack --store DIR [--room ROOM_ID] [--plan reverse-topological]",
+		Use:   "repack --store DIR [--room ROOM_ID] [--plan reverse-topological|auth-chain|edges-first]",
 		Short: "Rewrite rooms in the order their walks read them and drop garbage (offline)",
-		Long: `Repack builds a plan per room (default: reverse-topological over prev_events from
-the forward extremities, each event followed by its new snapshot nodes), copies the
+		Long: `Repack builds a plan per room (default reverse-topological: over prev_events from
+the forward extremities, each event followed by its new snapshot nodes; auth-chain:
+what state resolution's auth walks read first; edges-first: every event's edge
+metadata as one dense region, then the rest), copies the
 live records of all selected rooms into new shards through one output stream, swaps
 the indexes and retires shards nothing references any more. Run it with no other
 process using the store.`,
