@@ -65,12 +65,16 @@ func TestCLIMainJob(t *testing.T) {
 			t.Fatalf("%v: exit %d\n%s", step, code, out)
 		}
 	}
-	out, _ := run(t, "replay", "--store", store)
+	out, code := run(t, "state", "--store", store, "--room", "!FymyxFJPGCZLfPcMwA:server1.test")
+	if code != 0 || !strings.Contains(out, "m.room.create\t\t$15471426487fdcng:server1.test\n") {
+		t.Errorf("state: exit %d\n%s", code, out)
+	}
+	out, _ = run(t, "replay", "--store", store)
 	if !strings.Contains(out, "computed=0") {
 		t.Errorf("second replay recomputed: %s", out)
 	}
 	// A recorded room the store lacks is a problem, not a silent pass.
-	out, code := run(t, "verify", "--store", store, "--expected", room("room001"))
+	out, code = run(t, "verify", "--store", store, "--expected", room("room001"))
 	if code != 2 || !strings.Contains(out, "not in the store") {
 		t.Errorf("verify against a room not in the store: exit %d\n%s", code, out)
 	}
