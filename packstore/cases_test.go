@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestViewKeepsRetiredShardMapped: a reader inside View holds bytes of the
@@ -241,5 +243,22 @@ func TestIndexStatsAndNeedsRepack(t *testing.T) {
 	mustGet(t, s, b, idN(2, 3), make([]byte, 200))
 	if s.cache.hits.Load() != h+1 {
 		t.Fatal("warm Get missed the cache")
+	}
+}
+
+func TestPrometheusCollector(t *testing.T) {
+	s := openStore(t, Options{Dir: t.TempDir(), CacheBytes: 1 << 20})
+	defer s.Close()
+	s.Put(idN(1, 0), idN(2, 0), []byte("x"))
+	s.Get(idN(1, 0), idN(2, 0))
+	ch := make(chan prometheus.Metric, 100)
+	NewCollector(s).Collect(ch)
+	close(ch)
+	n := 0
+	for range ch {
+		n++
+	}
+	if n < 8 {
+		t.Fatalf("%d metrics", n)
 	}
 }

@@ -1,11 +1,3 @@
-//go:build packstore_prometheus
-
-// The Prometheus collector needs go.sum entries for client_golang's own
-// dependencies (beorn7/perks, prometheus/client_model, common, procfs,
-// protobuf) that this module's go.sum does not have yet; until someone runs
-// `go get github.com/prometheus/client_golang/prometheus@v1.25.0`, it builds
-// only with -tags packstore_prometheus after that.
-
 package packstore
 
 import (
