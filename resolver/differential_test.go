@@ -9,6 +9,7 @@ import (
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/testrooms"
+	"github.com/mtxdb/mtxdb/testrooms/gen"
 )
 
 // replayedRoom imports and replays one bundled room into a fresh in-memory store.
@@ -74,6 +75,17 @@ func TestStorageMatchesMaps(t *testing.T) {
 	dirs, err := testrooms.RealRoomDirs(filepath.Join(testrooms.Dir(), "real"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Generated rooms have what the real ones lack: many merges, conflicting power
+	// events, rejections; v12 exercises state resolution v2.1.
+	for _, rv := range []string{"10", "11", "12"} {
+		opts := gen.DefaultOptions()
+		opts.Seed, opts.Events, opts.Servers, opts.RoomVersion = 3, 400, 4, rv
+		dir := filepath.Join(t.TempDir(), "gen-v"+rv)
+		if _, err := gen.Generate(opts, dir, nil); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, dir)
 	}
 	merges := 0
 	for _, dir := range dirs {
