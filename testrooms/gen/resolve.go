@@ -1,9 +1,11 @@
 package gen
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
@@ -72,28 +74,14 @@ func splitKey(k string) resolver.Key {
 	return resolver.Key{Type: k[:i], StateKey: k[i+1:]}
 }
 
-// resolve returns the state before an event with the given prev_events. Results
-// are memoised by prev set: servers build on the same extremities many times.
+// resolve returns the state before an event with the given prev_events: the
+// resolution of the distinct states after them. Results are memoised by the set of
+// input states (by root pointer: states are never mutated, and every input state
+// is kept alive by the event it follows, so a root's address names one state for
+// the whole run). Most prev sets repeat a state set: events that change no state
+// share the state before them.
 func (r *room) resolve(prevs []int32) pmap {
-	key := make([]byte, 0, 4*len(prevs))
-	sorted := slices.Clone(prevs)
-	slices.Sort(sorted)
-	for _, p := range sorted {
-		key = append(key, byte(p), byte(p>>8), byte(p>>16), byte(p>>24))
-	}
-	if st, ok := r.memo[string(key)]; ok {
-		return st
-	}
-	st := r.resolveUncached(sorted)
-	if len(r.memo) >= 1<<14 {
-		clear(r.memo)
-	}
-	r.memo[string(key)] = st
-	return st
-}
-
-func (r *room) resolveUncached(prevs []int32) pmap {
-	var states []pmap
+	states := make([]pmap, 0, len(prevs))
 	for _, p := range prevs {
 		st := r.events[p].after
 		if !slices.ContainsFunc(states, func(x pmap) bool { return x.root == st.root }) {
@@ -106,6 +94,29 @@ func (r *room) resolveUncached(prevs []int32) pmap {
 	case 1:
 		return states[0]
 	}
+	ptrs := make([]uintptr, len(states))
+	for i, st := range states {
+		ptrs[i] = uintptr(unsafe.Pointer(st.root))
+	}
+	slices.Sort(ptrs)
+	key := make([]byte, 0, 8*len(ptrs))
+	for _, p := range ptrs {
+		key = binary.LittleEndian.AppendUint64(key, uint64(p))
+	}
+	if st, ok := r.memo[string(key)]; ok {
+		return st
+	}
+	// The resolved entries do not depend on the order of the input states (nor on
+	// which one is the base the changes are applied to).
+	st := r.resolveStates(states)
+	if len(r.memo) >= 1<<16 {
+		clear(r.memo)
+	}
+	r.memo[string(key)] = st
+	return st
+}
+
+func (r *room) resolveStates(states []pmap) pmap {
 	keySet := map[string]bool{}
 	for _, st := range states[1:] {
 		diff(states[0], st, func(k string) { keySet[k] = true })
@@ -199,8 +210,12 @@ func (r *room) AuthEvents(id string) ([]string, error) {
 	return r.events[i].authIDs, nil
 }
 
-// AuthChildren implements resolver.AuthIndex: the events created so far that cite
-// id in their auth_events.
+// AuthChildren implements resolver.AuthIndex, for the one question the resolver
+// asks of it (does an event of the unconflicted state map descend from id through
+// auth_events?), with the same answer as the full list: it gives only the accepted
+// state events that cite id. The others are dead ends: a non-state event is never an
+// auth event (auth events come from the state), and a rejected event is in no state
+// and every event citing it is rejected too (authorise).
 func (r *room) AuthChildren(id string) ([]string, error) {
 	i, ok := r.byID[id]
 	if !ok {

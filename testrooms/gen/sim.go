@@ -20,17 +20,20 @@ const startTS = int64(1_700_000_000_000)
 
 // event is one generated PDU and what the generator knows about it.
 type event struct {
-	pdu      gomatrixserverlib.PDU
-	id       string
-	server   int
-	depth    int64
-	prev     []int32
-	auth     []int32  // as AuthEventIDs() reports them (v12: the create event first)
-	authIDs  []string // the same, as IDs
-	kids     []string // auth children: the events created so far citing this one in auth_events
-	key      string   // state key "type\x00state_key", "" for non-state events
-	member   string   // membership of an m.room.member event
+	pdu     gomatrixserverlib.PDU
+	id      string
+	server  int
+	depth   int64
+	prev    []int32
+	auth    []int32  // as AuthEventIDs() reports them (v12: the create event first)
+	authIDs []string // the same, as IDs
+	// kids are the accepted state events created so far that cite this one in
+	// auth_events (see AuthChildren).
+	kids     []string
+	key      string // state key "type\x00state_key", "" for non-state events
+	member   string // membership of an m.room.member event
 	rejected bool
+	before   pmap
 	after    pmap
 	tick     int64
 }
@@ -107,9 +110,10 @@ type room struct {
 }
 
 type stats struct {
-	softFailed  int
-	badAttempts int
-	conflicts   int // power-level conflict pairs created
+	softFailed     int
+	softFailChecks int // soft-fail checks that needed the current state resolved
+	badAttempts    int
+	conflicts      int // power-level conflict pairs created
 }
 
 // serverName is the name of server i (server1.test is the origin).

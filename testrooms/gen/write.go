@@ -178,13 +178,12 @@ func (r *room) write(dir, name string) (*Meta, error) {
 		}
 	}
 	meta.ExpectedState = ExpectedSampling{Lines: len(sampled), Every: every}
+	enc := &stateEncoder{r: r, keys: map[string][]byte{}}
+	var buf []byte
 	if err := writeLines(filepath.Join(dir, "expected_state.jsonl"), len(sampled), func(i int) ([]byte, error) {
 		e := r.events[sampled[i]]
 		meta.ExpectedState.Entries += e.after.size
-		return json.Marshal(struct {
-			EventID string            `json:"event_id"`
-			State   map[string]string `json:"state"`
-		}{e.id, r.stateJSON(e.after)})
+		return enc.stateLine(buf[:0], e.id, e.after), nil
 	}); err != nil {
 		return nil, err
 	}
@@ -319,4 +318,53 @@ func (r *room) writeBackfill(path string, tips []int32) error {
 			Batch   int    `json:"batch"`
 		}{r.events[order[i]].id, i / r.opts.BackfillBatch})
 	})
+}
+
+// stateEncoder writes expected_state.jsonl lines as json.Marshal would write
+// {"event_id": id, "state": map} (keys sorted, escaped the same way), reusing the
+// encoded keys and a sort buffer across lines.
+type stateEncoder struct {
+	r    *room
+	keys map[string][]byte // state key -> its JSON string
+	ents []pent
+}
+
+func (s *stateEncoder) stateLine(b []byte, id string, st pmap) []byte {
+	s.ents = s.ents[:0]
+	st.each(func(k string, v int32) { s.ents = append(s.ents, pent{k: k, v: v}) })
+	slices.SortFunc(s.ents, func(a, b pent) int { return strings.Compare(a.k, b.k) })
+	b = append(b, `{"event_id":`...)
+	b = appendJSONString(b, id)
+	b = append(b, `,"state":{`...)
+	for i, e := range s.ents {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		kj, ok := s.keys[e.k]
+		if !ok {
+			kj = appendJSONString(nil, e.k)
+			s.keys[e.k] = kj
+		}
+		b = append(b, kj...)
+		b = append(b, ':')
+		b = appendJSONString(b, s.r.events[e.v].id)
+	}
+	return append(b, "}}"...)
+}
+
+// appendJSONString appends s as json.Marshal encodes it (event IDs need no
+// escaping; state keys may, so those go through json.Marshal).
+func appendJSONString(b []byte, s string) []byte {
+	plain := true
+	for i := 0; i < len(s) && plain; i++ {
+		c := s[i]
+		plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	if plain {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
+	j, _ := json.Marshal(s)
+	return append(b, j...)
 }
