@@ -141,6 +141,7 @@ type PackfileStorage struct {
 	collisions atomic.Uint64                    // index tag collisions seen
 	fs         vfs
 	cache      *nodeCache // nil when Options.CacheBytes is 0
+	lock       *dirLock   // the store directory's LOCK, held until Close
 
 	// repackProgress is the index of the collection plan a running repack
 	// is copying, -1 when none (exported as a Prometheus gauge).
@@ -170,14 +171,12 @@ type PackfileStorage struct {
 	report     OpenReport
 }
 
-// Open opens (creating if needed) the store in opts.Dir. It rebuilds every
-// collection's index by scanning all shards in pack-ID order; a torn tail in
-// the last shard is truncated at the last good frame. Any other bad frame or
-// header returns an error wrapping ErrCorrupt that names the shard file and
-// offset.
-//
-// Seam: a later version loads an index checkpoint plus delta here and scans
-// only the frames written after it (see rebuildLocked).
+// Open opens (creating if needed) the store in opts.Dir. It first takes an
+// exclusive advisory lock on opts.Dir/LOCK (held until Close; see lockDir):
+// if another PackfileStorage, in any process, has the store open, Open
+// fails at once with an error matching ErrLocked. It then rebuilds the
+// indexes from the checkpoint and delta plus a scan of what they do not
+// cover (see rebuildLocked and doc.go "Open and recovery").
 func Open(opts Options) (*PackfileStorage, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("packstore: Options.Dir is empty")
@@ -206,9 +205,14 @@ func Open(opts Options) (*PackfileStorage, error) {
 	if err := s.fs.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("packstore: %w", err)
 	}
+	lock, err := lockDir(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	s.lock = lock
 	if opts.CacheBytes > 0 {
-		var err error
 		if s.cache, err = newNodeCache(opts.CacheBytes); err != nil {
+			lock.release()
 			return nil, fmt.Errorf("packstore: cache: %w", err)
 		}
 	}
@@ -222,6 +226,7 @@ func Open(opts Options) (*PackfileStorage, error) {
 		if s.cache != nil {
 			s.cache.close()
 		}
+		lock.release()
 		return nil, err
 	}
 	return s, nil
@@ -865,6 +870,9 @@ func (s *PackfileStorage) Close() error {
 	}
 	if s.cache != nil {
 		s.cache.close()
+	}
+	if lerr := s.lock.release(); err == nil {
+		err = lerr
 	}
 	return err
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -30,6 +31,10 @@ func openStore(dir string, create bool) (*packstore.PackfileStorage, *roomstate.
 	if err != nil {
 		if packstore.IsCorruption(err) {
 			return nil, nil, corruptError{err}
+		}
+		if errors.Is(err, packstore.ErrLocked) {
+			// Exit status 1; the message names the directory and the pid.
+			return nil, nil, fmt.Errorf("%w; wait for that mtxdb command to finish (one process per store)", err)
 		}
 		return nil, nil, err
 	}
