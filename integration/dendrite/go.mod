@@ -13,13 +13,12 @@ require (
 	github.com/edsrzf/mmap-go v1.2.0 // indirect
 	github.com/getsentry/sentry-go v0.14.0 // indirect
 	github.com/hashicorp/go-set/v3 v3.0.0 // indirect
-	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/kr/pretty v0.3.1 // indirect
 	github.com/matrix-org/dendrite v0.13.8
 	github.com/matrix-org/dugong v0.0.0-20210921133753-66e6b1c67e2e // indirect
 	github.com/matrix-org/gomatrix v0.0.0-20220926102614-ceba4d9f7530 // indirect
-	github.com/matrix-org/gomatrixserverlib v0.0.0-20250815065806-6697d93cbcba // indirect
+	github.com/matrix-org/gomatrixserverlib v0.0.0-20250815065806-6697d93cbcba
 	github.com/matrix-org/util v0.0.0-20221111132719-399730281e66 // indirect
 	github.com/minio/highwayhash v1.0.3 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
