@@ -13,6 +13,10 @@ import (
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
+// buildWithGMSL makes create build every event with gomatrixserverlib's
+// EventBuilder (tests compare buildEvent with it).
+var buildWithGMSL = false
+
 // draft is an event a server is about to create.
 type draft struct {
 	sender   int // user index
@@ -78,7 +82,12 @@ func (r *room) create(s *server, prevs []int32, before pmap, d draft) (int32, er
 	if isCreate && r.ver.DomainlessRoomIDs() {
 		proto.RoomID = ""
 	}
-	pdu, err := r.ver.NewEventBuilderFromProtoEvent(&proto).Build(time.UnixMilli(r.ts), spec.ServerName(s.name), keyID, s.key)
+	var pdu gomatrixserverlib.PDU
+	if isCreate || buildWithGMSL {
+		pdu, err = r.ver.NewEventBuilderFromProtoEvent(&proto).Build(time.UnixMilli(r.ts), spec.ServerName(s.name), keyID, s.key)
+	} else {
+		pdu, err = r.buildEvent(&proto, r.ts, s.name, s.key)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("gen: build %s: %w", d.typ, err)
 	}
