@@ -2,7 +2,15 @@ module github.com/mtxdb/mtxdb/integration/dendrite
 
 go 1.26.0
 
-require github.com/mtxdb/mtxdb v0.0.0
+require (
+	github.com/mtxdb/mtxdb v0.0.0
+	github.com/stretchr/testify v1.12.1
+)
+
+require (
+	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)
 
 require (
 	github.com/MFAshby/stdemuxerhook v1.0.0 // indirect

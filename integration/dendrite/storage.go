@@ -111,6 +111,10 @@ func (s *Storage) Room(roomID string) (*RoomStorage, *types.RoomInfo, error) {
 // NIDs name their room, and using one of another room is an error (ErrWrongRoom).
 // Safe for concurrent use.
 //
+// Lists keyed by NID (StateBlockNIDs, StateEntries, StateEntriesForTuples, Events)
+// come back sorted by that NID, as Dendrite's SQL returns them: its callers find
+// entries by binary search.
+//
 // State blocks: every snapshot is one state block, and the block NID equals the
 // snapshot NID (doc.go).
 type RoomStorage struct {
@@ -207,6 +211,7 @@ func (r *RoomStorage) StateBlockNIDs(_ context.Context, snaps []types.StateSnaps
 		}
 		out[i] = types.StateBlockNIDList{StateSnapshotNID: sn, StateBlockNIDs: []types.StateBlockNID{types.StateBlockNID(sn)}}
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].StateSnapshotNID < out[j].StateSnapshotNID })
 	return out, nil
 }
 
@@ -226,6 +231,7 @@ func (r *RoomStorage) StateEntries(_ context.Context, blocks []types.StateBlockN
 		}
 		out[i] = types.StateEntryList{StateBlockNID: b, StateEntries: entries}
 	}
+	sortLists(out)
 	return out, nil
 }
 
@@ -367,6 +373,7 @@ func (r *RoomStorage) StateEntriesForTuples(_ context.Context, blocks []types.St
 		sort.Slice(list.StateEntries, func(x, y int) bool { return list.StateEntries[x].LessThan(list.StateEntries[y]) })
 		out[i] = list
 	}
+	sortLists(out)
 	return out, nil
 }
 
@@ -504,7 +511,13 @@ func (r *RoomStorage) Events(_ context.Context, _ gomatrixserverlib.RoomVersion,
 		}
 		out = append(out, types.Event{EventNID: n, PDU: pdu})
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].EventNID < out[j].EventNID })
 	return out, nil
+}
+
+// sortLists orders lists by block NID: Dendrite binary-searches them.
+func sortLists(l []types.StateEntryList) {
+	sort.Slice(l, func(i, j int) bool { return l[i].StateBlockNID < l[j].StateBlockNID })
 }
 
 // EventsFromIDs implements StateResolutionStorage. Events the room does not hold
