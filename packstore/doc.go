@@ -14,6 +14,13 @@
 // so a published shard always has a complete header; Open deletes leftover
 // .tmp files. Pack IDs only grow; retired shards leave gaps.
 //
+// LOCK holds the decimal pid of the process that has the store open, and
+// that process holds an exclusive flock(2) on it from the start of Open to
+// Close: one process per store. A second Open (in any process) fails with
+// ErrLocked naming the pid, before it reads, truncates or deletes anything.
+// The kernel drops the flock when the holder dies, so a stale LOCK file
+// never blocks; the pid in it is informational only.
+//
 // All integers are little-endian. All checksums are CRC-32C (Castagnoli,
 // hash/crc32), stored as u32 little-endian.
 //
@@ -214,11 +221,22 @@
 // of these panics or loses a frame: the shards are the truth, the index
 // files only save scanning.
 //
-// In the last shard, a bad frame found by the scan is a torn tail when no
-// valid frame starts anywhere after it (a frame running past end of file,
-// a final frame with a bad CRC, a zero-filled tail): the file is truncated
-// at the last good frame and fsynced. Any other bad frame or header is an
-// ErrCorrupt error naming the shard file and offset; nothing is truncated.
+// Synced bytes are never treated as a torn tail. The index files prove what
+// a completed Sync (or Close) fsynced: the shard sizes of a decodable
+// checkpoint and the frame named by every CRC-valid delta entry, of any
+// generation (syncedFloor). A shard file shorter than that is an ErrCorrupt
+// error from Open naming the file and both lengths. A delta entry whose
+// frame on disk does not match it (a damaged synced frame) is still
+// applied: Open succeeds, OpenReport.Damaged lists it, and reading that
+// record returns ErrCorrupt naming shard file and offset.
+//
+// In the last shard, a bad frame found by the scan past the synced bytes is
+// a torn tail when no valid frame starts anywhere after it (a frame running
+// past end of file, a final frame with a bad CRC, a zero-filled tail): the
+// file is truncated at the last good frame and fsynced, and OpenReport says
+// where (TruncatedFile, TruncatedAt) and how much (TruncatedBytes). Any
+// other bad frame or header is an ErrCorrupt error naming the shard file
+// and offset; nothing is truncated.
 // Frames covered by the checkpoint are not re-read at open: damage there is
 // found by the read that needs the frame (ErrCorrupt naming shard and
 // offset; every other record stays readable) and by Check.

@@ -32,8 +32,86 @@ type OpenReport struct {
 	// the checkpoint and delta covered.
 	ScannedFrames int
 	ScannedBytes  int64
-	// TruncatedBytes is the size of a torn tail cut off the last shard.
+	// TruncatedBytes is the size of a torn tail cut off the last shard,
+	// TruncatedFile the shard file's name and TruncatedAt the offset it was
+	// cut at. Only bytes past what the index files say was synced (so never
+	// acknowledged by a Sync) are ever truncated.
 	TruncatedBytes int64
+	TruncatedFile  string
+	TruncatedAt    int64
+	// Damaged lists the frames that the index files say were synced but
+	// whose bytes on disk do not match (each error wraps ErrCorrupt and
+	// names the shard file and offset). Open still succeeds; reading those
+	// records returns ErrCorrupt, and Check fails.
+	Damaged []error
+}
+
+// indexFiles are the raw checkpoint and delta files as Open read them.
+type indexFiles struct {
+	ckpt, delta       []byte
+	ckptErr, deltaErr error // fs.ErrNotExist when missing
+}
+
+func (s *PackfileStorage) readIndexFiles() indexFiles {
+	var f indexFiles
+	f.ckpt, f.ckptErr = s.readWhole(checkpointFile)
+	f.delta, f.deltaErr = s.readWhole(deltaFile)
+	return f
+}
+
+// syncedFloor returns, per pack ID, how many bytes of the shard the index
+// files prove were fsynced before a Sync (or Close) returned: the shard
+// sizes a decodable checkpoint lists, and the end of every frame named by a
+// CRC-valid delta entry (of any generation: a frame once synced stays
+// synced, and pack IDs are never reused). Bytes below the floor were
+// acknowledged, so missing or damaged ones are corruption, never a torn
+// tail.
+func syncedFloor(files indexFiles) map[uint16]int64 {
+	floor := map[uint16]int64{}
+	if files.ckptErr == nil {
+		if cp, err := decodeCheckpoint(files.ckpt); err == nil {
+			for _, sh := range cp.shards {
+				floor[sh.id] = max(floor[sh.id], int64(sh.size))
+			}
+		}
+	}
+	if files.deltaErr != nil {
+		return floor
+	}
+	if _, err := decodeDeltaHeader(files.delta); err != nil {
+		return floor
+	}
+	for off := deltaHeaderLen; off+deltaEntryLen <= len(files.delta); off += deltaEntryLen {
+		m, err := decodeDeltaEntry(files.delta[off:])
+		if err != nil {
+			break // a torn delta tail: never acknowledged
+		}
+		floor[m.at.shard] = max(floor[m.at.shard], int64(m.at.off)+int64(m.size))
+	}
+	return floor
+}
+
+// checkFloorLocked fails Open with ErrCorrupt when an existing shard file
+// is shorter than the index files say was synced. (A listed shard that is
+// missing altogether is not an error here: repack retires shards before it
+// writes the next checkpoint. The full scan then rebuilds the index.)
+func (s *PackfileStorage) checkFloorLocked(floor map[uint16]int64) error {
+	for _, id := range sortedKeys16(floor) {
+		if sh := s.shards[id].Load(); sh != nil && sh.size < floor[id] {
+			return fmt.Errorf("%w: shard %d (%s): the index files say %d bytes were synced, the file has %d",
+				ErrCorrupt, id, filepath.Base(sh.path), floor[id], sh.size)
+		}
+	}
+	return nil
+}
+
+func sortedKeys16[V any](m map[uint16]V) []uint16 {
+	out := make([]uint16, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // OpenReport returns how Open rebuilt the indexes.
@@ -76,8 +154,8 @@ func (s *PackfileStorage) indexCorruptf(name string, off int64, format string, a
 // (empty) indexes of the already opened shards ids. It returns the position
 // up to which the shard bytes are reflected; ok=false means the caller must
 // reset the indexes and scan every shard.
-func (s *PackfileStorage) loadIndexLocked(ids []uint16) (covered loc, ok bool) {
-	b, err := s.readWhole(checkpointFile)
+func (s *PackfileStorage) loadIndexLocked(ids []uint16, files indexFiles) (covered loc, ok bool) {
+	b, err := files.ckpt, files.ckptErr
 	if errors.Is(err, fs.ErrNotExist) {
 		return loc{}, false
 	}
@@ -128,7 +206,7 @@ func (s *PackfileStorage) loadIndexLocked(ids []uint16) (covered loc, ok bool) {
 	s.gen = cp.gen
 	s.report.Source = "checkpoint"
 	covered = cp.covered
-	covered, s.deltaN = s.replayDeltaLocked(cp.gen, covered, extent)
+	covered, s.deltaN = s.replayDeltaLocked(files, cp.gen, covered, extent)
 	if s.deltaN > 0 {
 		s.report.Source = "checkpoint+delta"
 	}
@@ -148,11 +226,13 @@ func (s *PackfileStorage) loadIndexLocked(ids []uint16) (covered loc, ok bool) {
 }
 
 // replayDeltaLocked applies the delta entries that continue the checkpoint
-// contiguously and match the frames on disk; it stops at the first entry
-// that does not (a torn or damaged tail) and returns the new covered
-// position and the number of entries applied.
-func (s *PackfileStorage) replayDeltaLocked(gen uint64, covered loc, extent map[uint16]int64) (loc, int) {
-	b, err := s.readWhole(deltaFile)
+// contiguously; it stops at the first entry that is torn (bad CRC) or does
+// not continue, and returns the new covered position and the number of
+// entries applied. An entry whose frame on disk does not match it names a
+// synced frame that was damaged: it is applied anyway (reads of the record
+// fail with ErrCorrupt) and listed in OpenReport.Damaged.
+func (s *PackfileStorage) replayDeltaLocked(files indexFiles, gen uint64, covered loc, extent map[uint16]int64) (loc, int) {
+	b, err := files.delta, files.deltaErr
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			s.report.DeltaErr = err
@@ -172,15 +252,17 @@ func (s *PackfileStorage) replayDeltaLocked(gen uint64, covered loc, extent map[
 	for off := int64(deltaHeaderLen); off < int64(len(b)); off += deltaEntryLen {
 		m, err := decodeDeltaEntry(b[off:])
 		if err == nil {
-			err = s.deltaEntryFitsLocked(m, covered)
+			err = s.deltaEntryContinuesLocked(m, covered)
 		}
 		if err != nil {
 			s.report.DeltaErr = s.indexCorruptf(deltaFile, off, "%v", err)
 			break
 		}
+		if err := s.deltaEntryMatchesLocked(m); err != nil {
+			s.report.Damaged = append(s.report.Damaged, err)
+		}
 		if err := s.applyMetaLocked(m); err != nil {
-			s.report.DeltaErr = err
-			break
+			s.report.Damaged = append(s.report.Damaged, err)
 		}
 		covered = loc{shard: m.at.shard, off: m.at.off + uint32(m.size)}
 		extent[m.at.shard] = int64(covered.off)
@@ -190,10 +272,10 @@ func (s *PackfileStorage) replayDeltaLocked(gen uint64, covered loc, extent map[
 	return covered, n
 }
 
-// deltaEntryFitsLocked checks that a delta entry continues the covered
+// deltaEntryContinuesLocked checks that a delta entry continues the covered
 // position (the next frame, or the first frame of a later shard once the
-// current one is complete) and that the frame on disk is the one it names.
-func (s *PackfileStorage) deltaEntryFitsLocked(m frameMeta, covered loc) error {
+// current one is complete) and lies inside the shard files.
+func (s *PackfileStorage) deltaEntryContinuesLocked(m frameMeta, covered loc) error {
 	if m.at != covered {
 		cur := s.shards[covered.shard].Load()
 		if m.at.shard <= covered.shard || m.at.off != HeaderSize || cur == nil || cur.size != int64(covered.off) {
@@ -209,9 +291,16 @@ func (s *PackfileStorage) deltaEntryFitsLocked(m frameMeta, covered loc) error {
 	if sh == nil || int64(m.at.off)+int64(m.size) > sh.size {
 		return fmt.Errorf("entry at %d/%d size %d lies outside the shard files", m.at.shard, m.at.off, m.size)
 	}
+	return nil
+}
+
+// deltaEntryMatchesLocked checks (structurally, without the frame CRC, which
+// reads verify) that the frame on disk is the one a delta entry names.
+func (s *PackfileStorage) deltaEntryMatchesLocked(m frameMeta) error {
+	sh := s.shards[m.at.shard].Load()
 	fv, err := decodeFrameCRC(sh.mm[m.at.off:], false)
 	if err != nil || fv.Size != m.size || fv.Coll != m.coll || (fv.Flags&FlagReset != 0) != m.reset || !m.reset && fv.ID != m.id {
-		return fmt.Errorf("entry at %d/%d does not match the frame there (%v)", m.at.shard, m.at.off, err)
+		return sh.corruptf(int64(m.at.off), "synced frame (index.delta: %d bytes, collection %s) does not match the bytes on disk (%v)", m.size, m.coll, err)
 	}
 	return nil
 }

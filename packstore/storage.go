@@ -274,7 +274,12 @@ func (s *PackfileStorage) rebuildLocked() error {
 		s.report.Source = "scan"
 		return s.writeCheckpointLocked()
 	}
-	covered, ok := s.loadIndexLocked(ids)
+	files := s.readIndexFiles()
+	floor := syncedFloor(files)
+	if err := s.checkFloorLocked(floor); err != nil {
+		return err
+	}
+	covered, ok := s.loadIndexLocked(ids, files)
 	if !ok {
 		s.resetIndexLocked()
 		s.report.Source = "scan"
@@ -288,7 +293,7 @@ func (s *PackfileStorage) rebuildLocked() error {
 		if id == covered.shard {
 			from = int64(covered.off)
 		}
-		if err := s.scanShardLocked(s.shards[id].Load(), from, i == len(ids)-1); err != nil {
+		if err := s.scanShardLocked(s.shards[id].Load(), from, floor[id], i == len(ids)-1); err != nil {
 			return err
 		}
 	}
@@ -363,13 +368,18 @@ func (s *PackfileStorage) createShard(id uint16) (*shard, error) {
 
 // scanShardLocked replays the frames of a mapped shard from offset from on
 // into the indexes and queues them for the delta. In the last shard a torn
-// tail is truncated (see tornTail).
-func (s *PackfileStorage) scanShardLocked(sh *shard, from int64, last bool) error {
+// tail is truncated (see tornTail), but only past synced, the bytes the
+// index files say were fsynced (syncedFloor): a bad frame below it was
+// acknowledged, and is corruption.
+func (s *PackfileStorage) scanShardLocked(sh *shard, from, synced int64, last bool) error {
 	b := sh.mm
 	off := from
 	for off < int64(len(b)) {
 		fv, err := decodeFrameCRC(b[off:], sh.crc)
 		if err != nil {
+			if off < synced {
+				return sh.corruptf(off, "%v (in the %d bytes the index files say were synced)", err, synced)
+			}
 			if last && tornTail(b, off, sh.crc) {
 				return s.truncateTail(sh, off)
 			}
@@ -401,6 +411,7 @@ func tornTail(b []byte, off int64, crc bool) bool {
 
 func (s *PackfileStorage) truncateTail(sh *shard, off int64) error {
 	s.report.TruncatedBytes += sh.size - off
+	s.report.TruncatedFile, s.report.TruncatedAt = filepath.Base(sh.path), off
 	if err := sh.f.Truncate(off); err != nil {
 		return fmt.Errorf("packstore: truncate torn tail of %s at %d: %w", sh.path, off, err)
 	}
