@@ -233,6 +233,15 @@ func (r *room) step() error {
 		return r.powerConflict(s)
 	}
 	v := r.viewOf(s)
+	if k == kJoin && r.joined < r.opts.Members && r.joinRule(v.before) != "public" {
+		// Invite-only while the room still grows: its admins reopen it, or its
+		// members invite people (who join later); otherwise growth would stall
+		// for as long as the rule stays.
+		k = kInvite
+		if r.rng.IntN(2) == 0 {
+			k = kJoinRules
+		}
+	}
 	d, ok := r.draftFor(k, v)
 	if !ok {
 		d, ok = r.draftFor(kMessage, v)
