@@ -173,7 +173,7 @@ func checkRoom(t *testing.T, st *roomstate.Store, room *roomstate.Room, recorded
 		// cache (StateResolution.events) makes loadStateEvents leave cached events
 		// out of the event ID -> entry map, so resolveConflictsV2 reports "missing
 		// state entry for event ID" for a conflicted event loaded by an earlier
-		// resolution (TestReusedStateResolution).
+		// resolution.
 		sr := state.NewStateResolution(rs, info, querier{})
 		beforeRoot, err := room.StateBefore(id)
 		require.NoError(t, err)
