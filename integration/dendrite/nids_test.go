@@ -1,0 +1,133 @@
+package dendrite
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/matrix-org/dendrite/roomserver/types"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/resolver"
+	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/testrooms"
+)
+
+// TestNIDsStableAcrossReopen assigns NIDs over a real room in a packfile store,
+// reopens it and requires every NID to come back the same, fixed NIDs to hold, and
+// new NIDs not to reuse old ones.
+func TestNIDsStableAcrossReopen(t *testing.T) {
+	dir := t.TempDir()
+	eng, err := packstore.Open(packstore.DefaultOptions(dir))
+	require.NoError(t, err)
+	st := roomstate.New(eng)
+	f, err := os.Open(filepath.Join(testrooms.Dir(), "real", "room003", "events.jsonl"))
+	require.NoError(t, err)
+	_, err = st.Import(f, "room003", roomstate.ImportOptions{})
+	f.Close()
+	require.NoError(t, err)
+	rooms, err := st.Rooms()
+	require.NoError(t, err)
+	require.Len(t, rooms, 1)
+	_, err = resolver.Replay(rooms[0], resolver.ReplayOptions{})
+	require.NoError(t, err)
+	roomID := rooms[0].ID()
+
+	snapshot := func(st *roomstate.Store) (map[string]types.StateAtEvent, map[string]types.EventTypeNID, types.RoomInfo) {
+		s, err := New(st)
+		require.NoError(t, err)
+		rs, info, err := s.Room(roomID)
+		require.NoError(t, err)
+		ids, err := rs.room.EventIDs()
+		require.NoError(t, err)
+		at, err := rs.StateAtEventIDs(context.Background(), ids)
+		require.NoError(t, err)
+		out := map[string]types.StateAtEvent{}
+		for i, id := range ids {
+			out[id] = at[i]
+		}
+		tn, err := rs.EventTypeNIDs(context.Background(), []string{"m.room.create", "m.room.member", "m.room.message", "m.room.name"})
+		require.NoError(t, err)
+		return out, tn, types.RoomInfo{RoomNID: info.RoomNID, RoomVersion: info.RoomVersion}
+	}
+	at1, tn1, info1 := snapshot(st)
+	require.Equal(t, types.EventTypeNID(types.MRoomCreateNID), tn1["m.room.create"])
+	require.Equal(t, types.EventTypeNID(types.MRoomMemberNID), tn1["m.room.member"])
+	require.Greater(t, tn1["m.room.message"], types.EventTypeNID(types.MRoomHistoryVisibilityNID))
+	require.NoError(t, eng.Sync())
+	require.NoError(t, eng.Close())
+
+	eng, err = packstore.Open(packstore.DefaultOptions(dir))
+	require.NoError(t, err)
+	defer eng.Close()
+	st = roomstate.New(eng)
+	at2, tn2, info2 := snapshot(st)
+	require.Equal(t, at1, at2)
+	require.Equal(t, tn1, tn2)
+	require.Equal(t, info1.RoomNID, info2.RoomNID)
+
+	s, err := New(st)
+	require.NoError(t, err)
+	rs, _, err := s.Room(roomID)
+	require.NoError(t, err)
+	fresh, err := rs.EventTypeNIDs(context.Background(), []string{"x.new.type"})
+	require.NoError(t, err)
+	for _, n := range tn1 {
+		require.NotEqual(t, n, fresh["x.new.type"])
+	}
+}
+
+// TestNIDCounterNotReused simulates a batch that kept the forward and reverse
+// records but lost the counter: the next assignment must skip the taken NID.
+func TestNIDCounterNotReused(t *testing.T) {
+	eng := packstore.NewMemStorage()
+	tb := newTable(kindStateKey, 2)
+	a, err := tb.get(eng, "@a:x")
+	require.NoError(t, err)
+	require.Equal(t, int64(2), a)
+	require.NoError(t, eng.Put(nidCollection, counterID(kindStateKey), encodeNID(recCounter, 2)))
+
+	tb = newTable(kindStateKey, 2)
+	b, err := tb.get(eng, "@b:x")
+	require.NoError(t, err)
+	require.Equal(t, int64(3), b)
+	name, err := newTable(kindStateKey, 2).name(eng, 2)
+	require.NoError(t, err)
+	require.Equal(t, "@a:x", name)
+	_, err = newTable(kindStateKey, 2).name(eng, 99)
+	require.ErrorIs(t, err, ErrUnknownNID)
+}
+
+// TestWrongRoomRefused: event and snapshot NIDs of one room are refused by another.
+func TestWrongRoomRefused(t *testing.T) {
+	st := roomstate.New(packstore.NewMemStorage())
+	for _, name := range []string{"room001", "room002"} {
+		f, err := os.Open(filepath.Join(testrooms.Dir(), "real", name, "events.jsonl"))
+		require.NoError(t, err)
+		_, err = st.Import(f, name, roomstate.ImportOptions{})
+		f.Close()
+		require.NoError(t, err)
+	}
+	rooms, err := st.Rooms()
+	require.NoError(t, err)
+	require.Len(t, rooms, 2)
+	for _, r := range rooms {
+		_, err := resolver.Replay(r, resolver.ReplayOptions{})
+		require.NoError(t, err)
+	}
+	s, err := New(st)
+	require.NoError(t, err)
+	a, infoA, err := s.Room(rooms[0].ID())
+	require.NoError(t, err)
+	b, _, err := s.Room(rooms[1].ID())
+	require.NoError(t, err)
+	_, err = b.StateBlockNIDs(context.Background(), []types.StateSnapshotNID{infoA.StateSnapshotNID()})
+	require.ErrorIs(t, err, ErrWrongRoom)
+	_, err = b.AddState(context.Background(), a.RoomNID(), nil, nil)
+	require.ErrorIs(t, err, ErrWrongRoom)
+	_, err = b.SnapshotNIDFromEventID(context.Background(), "$not-an-event")
+	var missing types.MissingEventError
+	require.ErrorAs(t, err, &missing)
+}
