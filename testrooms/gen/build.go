@@ -31,6 +31,8 @@ type draft struct {
 
 func strp(s string) *string { return &s }
 
+var plKey = stateKey(spec.MRoomPowerLevels, "")
+
 // stateKey returns the state map key of an event type and state key.
 func stateKey(typ, sk string) string { return typ + "\x00" + sk }
 
@@ -104,9 +106,12 @@ func (r *room) create(s *server, prevs []int32, before pmap, d draft) (int32, er
 	}
 
 	e := &event{pdu: pdu, id: pdu.EventID(), server: s.idx, depth: proto.Depth, prev: prevs, tick: r.tick}
-	e.authIDs = pdu.AuthEventIDs()
+	e.authIDs, e.plAuth = pdu.AuthEventIDs(), -1
 	for _, a := range e.authIDs {
 		e.auth = append(e.auth, r.byID[a])
+		if r.events[r.byID[a]].key == plKey {
+			e.plAuth = r.byID[a]
+		}
 	}
 	if sk := pdu.StateKey(); sk != nil {
 		e.key = stateKey(d.typ, *sk)

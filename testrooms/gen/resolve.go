@@ -162,7 +162,7 @@ func (r *room) resolveStates(states []pmap) pmap {
 		}
 		return "", false, nil
 	}
-	res, err := resolver.ResolveConflicts(in, r, r)
+	res, err := resolver.ResolveConflicts(in, r, r.authView(base, keySet))
 	if err != nil {
 		if r.err == nil {
 			r.err = fmt.Errorf("gen: resolve %d states (%d conflicted keys): %w", len(states), len(keys), err)
@@ -184,6 +184,55 @@ func (r *room) resolveStates(states []pmap) pmap {
 		out = out.set(k, r.byID[res.Set[splitKey(k)]])
 	}
 	return out
+}
+
+// authView is the resolver.AuthIndex of one resolution: the room's, except that
+// AuthEvents stops at events known to be in the auth chain of the unconflicted
+// state map (or in it): the unconflicted state events, and the power-levels
+// lineage of the unconflicted m.room.power_levels. That leaves the auth difference
+// as it is. An event x outside that closure is reached from the conflicted events
+// by the same paths as before (a path through a stop event makes x an ancestor of
+// an unconflicted state event); an event inside it is found by
+// resolver.ResolveConflicts to have an unconflicted descendant, and so is left out
+// of the difference either way, unless it is an unconflicted state event that
+// descends from no other, which is still reached wherever it was (it is not
+// expanded, only included). Without the stops every resolution walks the room's
+// whole power-levels history, which grows with the room.
+type authView struct {
+	*room
+	base   pmap
+	keySet map[string]bool
+}
+
+func (r *room) authView(base pmap, keySet map[string]bool) authView {
+	r.stopGen++
+	for len(r.stop) < len(r.events) {
+		r.stop = append(r.stop, 0)
+	}
+	if pl, ok := base.get(plKey); ok && !keySet[plKey] {
+		for cur := pl; cur >= 0 && r.stop[cur] != r.stopGen; cur = r.events[cur].plAuth {
+			r.stop[cur] = r.stopGen
+		}
+	}
+	return authView{room: r, base: base, keySet: keySet}
+}
+
+// AuthEvents implements resolver.AuthIndex (see authView).
+func (v authView) AuthEvents(id string) ([]string, error) {
+	i, ok := v.byID[id]
+	if !ok {
+		return nil, fmt.Errorf("gen: no event %s", id)
+	}
+	e := v.events[i]
+	if v.stop[i] == v.stopGen {
+		return nil, nil
+	}
+	if e.key != "" && !v.keySet[e.key] {
+		if x, ok := v.base.get(e.key); ok && x == i {
+			return nil, nil
+		}
+	}
+	return e.authIDs, nil
 }
 
 // Event implements resolver.EventSource.
