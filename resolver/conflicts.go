@@ -121,8 +121,16 @@ func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolut
 func authDifference(perState [][]string, unconflicted func(Key) (string, bool, error), idx AuthIndex) ([]string, error) {
 	chains := make([]map[string]bool, len(perState))
 	union := map[string]bool{}
+	inU := func(id string) (bool, error) {
+		key, isState, err := idx.StateKeyOf(id)
+		if err != nil || !isState {
+			return false, err
+		}
+		u, ok, err := unconflicted(key)
+		return ok && u == id, err
+	}
 	for i, ids := range perState {
-		c, err := chainOf(ids, idx)
+		c, err := chainOf(ids, idx, inU)
 		if err != nil {
 			return nil, err
 		}
@@ -155,13 +163,22 @@ func authDifference(perState [][]string, unconflicted func(Key) (string, bool, e
 	return diff, nil
 }
 
-// chainOf is the union of the auth chains of events.
-func chainOf(ids []string, idx AuthIndex) (map[string]bool, error) {
+// chainOf is the union of the auth chains of events, except that it does not descend
+// below an event of the unconflicted map (stop): that event's own auth chain is part of
+// every state's full auth chain, so none of it can be in the auth difference.
+func chainOf(ids []string, idx AuthIndex, stop func(string) (bool, error)) (map[string]bool, error) {
 	seen := map[string]bool{}
 	stack := append([]string(nil), ids...)
 	for len(stack) > 0 {
 		id := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
+		if seen[id] { // reached through the walk, not a starting event
+			if halt, err := stop(id); err != nil {
+				return nil, err
+			} else if halt {
+				continue
+			}
+		}
 		auth, err := idx.AuthEvents(id)
 		if err != nil {
 			return nil, err

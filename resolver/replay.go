@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"container/heap"
 	"errors"
 	"fmt"
 	"sort"
@@ -90,6 +91,7 @@ type ReplayOptions struct {
 type ReplayResult struct {
 	Events             int // events walked
 	Computed           int // events whose state was computed and written this run
+	Outliers           int // events left out: a prev or auth event (or theirs) never arrived
 	Rejected           int
 	Resolutions        int // state resolutions with two or more distinct input states
 	ConflictedKeys     int
@@ -99,8 +101,10 @@ type ReplayResult struct {
 	CurrentState       hamtstore.NodeID
 }
 
-// Replay computes the state before and after every event of a room in arrival order
-// (a topological order: import accepts an event only after its prev_events), rejects
+// Replay computes the state before and after every event of a room in topological
+// order over prev_events (ties by arrival, so an import in arrival order replays in
+// that order; events imported with AnyOrder are sorted), leaves out as outliers the
+// events whose prev or auth events are missing (and their descendants), rejects
 // what fails authorization, stores a state record per event, and sets the room's
 // forward extremities (the non-rejected events no non-rejected event points at) and
 // current state (the resolution of the states after them).
@@ -141,7 +145,12 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 		batchIDs, batch = batchIDs[:0], batch[:0]
 		return err
 	}
-	for i, id := range ids {
+	order, err := r.replayOrder(ids)
+	if err != nil {
+		return res, err
+	}
+	res.Outliers = len(ids) - len(order)
+	for i, id := range order {
 		m, err := r.meta(id)
 		if err != nil {
 			return res, err
@@ -227,7 +236,7 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 	}
 	var fwd []string
 	var fwdRoots []hamtstore.NodeID
-	for _, id := range ids {
+	for _, id := range order {
 		if !r.rejected[id] && !referenced[id] {
 			fwd = append(fwd, id)
 		}
@@ -279,4 +288,86 @@ func keepStored(r *Resolver, m roomstate.EventMeta, after map[string]hamtstore.N
 		}
 	}
 	return true, nil
+}
+
+// replayOrder returns the events whose prev and auth events are all present,
+// parents before children, ties broken by arrival (Kahn's algorithm over
+// prev_events and auth_events).
+func (r *Resolver) replayOrder(ids []string) ([]string, error) {
+	present := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		present[id] = true
+	}
+	pending := make(map[string]int, len(ids))
+	children := make(map[string][]string, len(ids))
+	seq := make(map[string]uint32, len(ids))
+	var missing []string
+	for _, id := range ids {
+		m, err := r.meta(id)
+		if err != nil {
+			return nil, err
+		}
+		seq[id] = m.Seq
+		parents := map[string]bool{}
+		for _, p := range append(append([]string(nil), m.PrevEvents...), m.AuthEvents...) {
+			if !present[p] {
+				missing = append(missing, id)
+				break
+			}
+			parents[p] = true
+		}
+		for p := range parents {
+			pending[id]++
+			children[p] = append(children[p], id)
+		}
+	}
+	outlier := map[string]bool{}
+	for _, id := range missing { // an outlier's descendants are outliers too
+		stack := []string{id}
+		for len(stack) > 0 {
+			x := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if !outlier[x] {
+				outlier[x] = true
+				stack = append(stack, children[x]...)
+			}
+		}
+	}
+	ready := &seqHeap{seq: seq}
+	for _, id := range ids {
+		if pending[id] == 0 && !outlier[id] {
+			heap.Push(ready, id)
+		}
+	}
+	order := make([]string, 0, len(ids)-len(outlier))
+	for ready.Len() > 0 {
+		id := heap.Pop(ready).(string)
+		order = append(order, id)
+		for _, c := range children[id] {
+			if pending[c]--; pending[c] == 0 && !outlier[c] {
+				heap.Push(ready, c)
+			}
+		}
+	}
+	if len(order)+len(outlier) != len(ids) {
+		return nil, fmt.Errorf("resolver: room %s: prev/auth events form a cycle among %d events",
+			r.room.ID(), len(ids)-len(order)-len(outlier))
+	}
+	return order, nil
+}
+
+// seqHeap pops the event that arrived first.
+type seqHeap struct {
+	ids []string
+	seq map[string]uint32
+}
+
+func (h *seqHeap) Len() int           { return len(h.ids) }
+func (h *seqHeap) Less(i, j int) bool { return h.seq[h.ids[i]] < h.seq[h.ids[j]] }
+func (h *seqHeap) Swap(i, j int)      { h.ids[i], h.ids[j] = h.ids[j], h.ids[i] }
+func (h *seqHeap) Push(x any)         { h.ids = append(h.ids, x.(string)) }
+func (h *seqHeap) Pop() any {
+	x := h.ids[len(h.ids)-1]
+	h.ids = h.ids[:len(h.ids)-1]
+	return x
 }

@@ -76,3 +76,50 @@ func TestReplayIncremental(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, len(exp.After), cr.Events)
 }
+
+// TestReplayBackfillOrder imports a real room newest first (as a backfilling server
+// stores it; AnyOrder, room version given), replays in topological order and matches
+// the recorded state; with its oldest events never imported, the rest are outliers.
+func TestReplayBackfillOrder(t *testing.T) {
+	dir := filepath.Join(testrooms.Dir(), "real", "room004_union")
+	b, err := os.ReadFile(filepath.Join(dir, "events.jsonl"))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	rev := make([]string, len(lines))
+	for i, l := range lines {
+		rev[len(lines)-1-i] = l
+	}
+	exp, err := testrooms.LoadExpected(dir)
+	require.NoError(t, err)
+
+	st := roomstate.New(packstore.NewMemStorage())
+	_, err = st.Import(strings.NewReader(strings.Join(rev, "\n")), "reversed", roomstate.ImportOptions{})
+	require.ErrorIs(t, err, roomstate.ErrNoCreateEvent, "without AnyOrder a backfill is refused")
+	res, err := st.Import(strings.NewReader(strings.Join(rev, "\n")), "reversed",
+		roomstate.ImportOptions{AnyOrder: true, RoomVersion: "5"})
+	require.NoError(t, err)
+	room, err := st.Room(res.Rooms[0])
+	require.NoError(t, err)
+	rr, err := resolver.Replay(room, resolver.ReplayOptions{})
+	require.NoError(t, err)
+	require.Zero(t, rr.Outliers)
+	cr, err := testrooms.Compare(room, exp, func(m testrooms.Mismatch) { t.Error(m) })
+	require.NoError(t, err)
+	require.Equal(t, len(exp.After), cr.Events)
+	_, err = room.Check()
+	require.NoError(t, err)
+
+	// Without the first 3 events nothing can be replayed: everything descends from them.
+	st = roomstate.New(packstore.NewMemStorage())
+	res, err = st.Import(strings.NewReader(strings.Join(rev[:len(rev)-3], "\n")), "partial",
+		roomstate.ImportOptions{AnyOrder: true, RoomVersion: "5"})
+	require.NoError(t, err)
+	room, err = st.Room(res.Rooms[0])
+	require.NoError(t, err)
+	rr, err = resolver.Replay(room, resolver.ReplayOptions{})
+	require.NoError(t, err)
+	require.Equal(t, len(rev)-3, rr.Outliers)
+	ck, err := room.Check()
+	require.NoError(t, err)
+	require.Equal(t, len(rev)-3, ck.Dangling)
+}

@@ -11,6 +11,7 @@ type CheckResult struct {
 	Events    int
 	Snapshots int // distinct snapshot roots checked
 	Rejected  int
+	Dangling  int // events without a state record that point at events not stored (outliers)
 }
 
 // Check reads every record of a room and validates it: the arrival log against the
@@ -51,18 +52,43 @@ func (r *Room) Check() (CheckResult, error) {
 		if _, err := r.Event(id); err != nil {
 			return res, err
 		}
+		dangling := ""
 		for _, p := range append(append([]string(nil), m.PrevEvents...), m.AuthEvents...) {
 			if !known[p] {
-				return res, fmt.Errorf("%w: room %s: event %s points at %s, which is not in the room", ErrCorruptRecord, r.head.RoomID, id, p)
+				dangling = p
 			}
 		}
-		if r.head.Replayed {
-			st, ok, err := r.EventState(id)
-			if err != nil {
-				return res, err
+		st, hasState, err := r.EventState(id)
+		if err != nil {
+			return res, err
+		}
+		if dangling != "" {
+			if hasState {
+				return res, fmt.Errorf("%w: room %s: event %s has a state but points at %s, which is not in the room",
+					ErrCorruptRecord, r.head.RoomID, id, dangling)
 			}
-			if !ok {
-				return res, fmt.Errorf("%w: room %s: replayed, but event %s has no state record", ErrCorruptRecord, r.head.RoomID, id)
+			res.Dangling++
+			res.Events++
+			continue
+		}
+		if r.head.Replayed {
+			if !hasState {
+				// Replay leaves out an outlier's descendants too; any other event
+				// without a state record is damage.
+				outlierParent := false
+				for _, p := range append(append([]string(nil), m.PrevEvents...), m.AuthEvents...) {
+					if _, ok, err := r.EventState(p); err != nil {
+						return res, err
+					} else if !ok {
+						outlierParent = true
+					}
+				}
+				if !outlierParent {
+					return res, fmt.Errorf("%w: room %s: replayed, but event %s has no state record", ErrCorruptRecord, r.head.RoomID, id)
+				}
+				res.Dangling++
+				res.Events++
+				continue
 			}
 			if st.Rejected {
 				res.Rejected++

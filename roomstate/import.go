@@ -45,6 +45,15 @@ type ImportOptions struct {
 	BatchSize int
 	// Progress, if set, is called after each PDU with the count read so far.
 	Progress func(read int)
+	// AnyOrder accepts PDUs whose prev_events or auth_events are not stored yet, as
+	// a server stores events it backfills (newest first) or receives out of order.
+	// Replay orders events topologically and leaves out, as outliers, events whose
+	// prev or auth events never arrived.
+	AnyOrder bool
+	// RoomVersion is the version of rooms whose m.room.create has not been seen yet
+	// (with AnyOrder, a backfill reaches the create event last). Empty: such PDUs are
+	// refused with ErrNoCreateEvent.
+	RoomVersion string
 }
 
 // ImportResult counts what Import did.
@@ -68,6 +77,9 @@ type pendingRoom struct {
 	batchID []string
 	raw     map[string][]byte // PDU JSON of the unsynced batch, by event ID
 	isNew   bool
+	// sawCreate: the room's m.room.create is stored (always true for rooms created by
+	// their create event; with AnyOrder it may arrive later).
+	sawCreate bool
 }
 
 // Import reads PDUs (JSON lines, or one JSON array) and stores each new one with its
@@ -189,6 +201,11 @@ func (imp *importer) one(raw []byte, line int, element bool) error {
 	}
 	if pr != nil {
 		version = gomatrixserverlib.RoomVersion(pr.head.RoomVersion)
+	} else if !isCreate && imp.opts.RoomVersion != "" && h.RoomID != "" {
+		version = gomatrixserverlib.RoomVersion(imp.opts.RoomVersion)
+		if !gomatrixserverlib.KnownRoomVersion(version) {
+			return fail(h.EventID, fmt.Errorf("%w: %q", ErrUnknownRoomVersion, version))
+		}
 	} else {
 		if !isCreate {
 			if h.RoomID == "" {
@@ -212,6 +229,9 @@ func (imp *importer) one(raw []byte, line int, element bool) error {
 			return fail(eventID, err)
 		}
 		if pr == nil {
+			if !isCreate && !imp.opts.AnyOrder {
+				return fail(eventID, fmt.Errorf("%w: %s", ErrNoCreateEvent, roomID))
+			}
 			pr = &pendingRoom{
 				head:  Head{RoomID: roomID, RoomVersion: string(version)},
 				known: map[string]bool{},
@@ -231,20 +251,29 @@ func (imp *importer) one(raw []byte, line int, element bool) error {
 		imp.res.Skipped++
 		return nil
 	}
-	if isCreate && pr.head.Events > 0 {
-		return fail(eventID, fmt.Errorf("%w: second m.room.create in room %s", ErrMalformedPDU, roomID))
+	if isCreate {
+		if pr.sawCreate || (pr.head.Events > 0 && !imp.opts.AnyOrder) {
+			return fail(eventID, fmt.Errorf("%w: second m.room.create in room %s", ErrMalformedPDU, roomID))
+		}
+		if v, _ := createRoomVersion(h); string(v) != pr.head.RoomVersion {
+			return fail(eventID, fmt.Errorf("%w: m.room.create says room version %q, the room was imported as %q",
+				ErrMalformedPDU, v, pr.head.RoomVersion))
+		}
+		pr.sawCreate = true
 	}
-	if !isCreate && pr.head.Events == 0 {
+	if !isCreate && pr.head.Events == 0 && !imp.opts.AnyOrder {
 		return fail(eventID, fmt.Errorf("%w: %s", ErrNoCreateEvent, roomID))
 	}
-	for _, p := range pdu.PrevEventIDs() {
-		if !pr.known[p] {
-			return fail(eventID, fmt.Errorf("%w: %s", ErrMissingPrevEvent, p))
+	if !imp.opts.AnyOrder {
+		for _, p := range pdu.PrevEventIDs() {
+			if !pr.known[p] {
+				return fail(eventID, fmt.Errorf("%w: %s", ErrMissingPrevEvent, p))
+			}
 		}
-	}
-	for _, a := range pdu.AuthEventIDs() {
-		if !pr.known[a] {
-			return fail(eventID, fmt.Errorf("%w: %s", ErrMissingAuthEvent, a))
+		for _, a := range pdu.AuthEventIDs() {
+			if !pr.known[a] {
+				return fail(eventID, fmt.Errorf("%w: %s", ErrMissingAuthEvent, a))
+			}
 		}
 	}
 
@@ -351,6 +380,18 @@ func (imp *importer) room(roomID string) (*pendingRoom, error) {
 	pr := &pendingRoom{room: r, head: r.Head(), known: make(map[string]bool, len(ids))}
 	for _, id := range ids {
 		pr.known[id] = true
+	}
+	// Without AnyOrder a stored room began with its m.room.create; with it, look.
+	pr.sawCreate = len(ids) > 0 && !imp.opts.AnyOrder
+	for _, id := range ids {
+		if pr.sawCreate {
+			break
+		}
+		m, err := r.Meta(id)
+		if err != nil {
+			return nil, err
+		}
+		pr.sawCreate = m.Type == "m.room.create" && m.StateKey == ""
 	}
 	imp.rooms[roomID] = pr
 	return pr, nil

@@ -69,7 +69,7 @@ func benchResolver(out io.Writer, opts gen.Options, dir string, samples int) err
 	}
 	defer eng.Close()
 	t0 = time.Now()
-	res, err := importFile(st, filepath.Join(roomDir, "events.jsonl"), 1000, io.Discard)
+	res, err := importFile(st, filepath.Join(roomDir, "events.jsonl"), roomstate.ImportOptions{}, io.Discard)
 	if err != nil {
 		return err
 	}

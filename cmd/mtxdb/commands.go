@@ -64,16 +64,20 @@ func eventsFile(path string) (string, error) {
 }
 
 func importCmd() *cobra.Command {
-	var store string
+	var store, roomVersion string
 	var batch int
+	var anyOrder bool
 	c := &cobra.Command{
-		Use:   "import --store DIR PATH...",
+		Use:   "import --store DIR [--any-order [--room-version V]] PATH...",
 		Short: "Import PDUs (JSON lines or a JSON array; or room directories with events.jsonl)",
 		Long: `Import reads PDUs and stores each new one with its prev/auth edges. Every PDU's
 prev_events and auth_events must be in the store or earlier in the input; a room's
 first PDU must be its m.room.create. Events already stored are skipped, so a failed
 import can be re-run. On bad input it stops with the file, line and event; what came
-before that line is kept and synced.`,
+before that line is kept and synced. With --any-order, PDUs may come before their
+prev/auth events (a backfill, newest first): replay then sorts them and leaves out as
+outliers events whose ancestors never arrive; --room-version names the version of a
+room whose m.room.create comes later.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if batch <= 0 {
@@ -94,7 +98,7 @@ before that line is kept and synced.`,
 			defer eng.Close()
 			out := cmd.OutOrStdout()
 			for _, path := range paths {
-				res, err := importFile(st, path, batch, out)
+				res, err := importFile(st, path, roomstate.ImportOptions{BatchSize: batch, AnyOrder: anyOrder, RoomVersion: roomVersion}, out)
 				fmt.Fprintf(out, "import %s: read=%d imported=%d skipped=%d variants=%d rooms=%d\n",
 					path, res.Read, res.Imported, res.Skipped, res.Variants, len(res.Rooms))
 				if err != nil {
@@ -106,10 +110,12 @@ before that line is kept and synced.`,
 	}
 	c.Flags().StringVar(&store, "store", "", "store directory (created if missing)")
 	c.Flags().IntVar(&batch, "batch", 1000, "events written and synced per batch")
+	c.Flags().BoolVar(&anyOrder, "any-order", false, "accept PDUs before their prev/auth events (backfill order)")
+	c.Flags().StringVar(&roomVersion, "room-version", "", "room version of rooms whose m.room.create is not first (with --any-order)")
 	return c
 }
 
-func importFile(st *roomstate.Store, path string, batch int, out io.Writer) (roomstate.ImportResult, error) {
+func importFile(st *roomstate.Store, path string, opts roomstate.ImportOptions, out io.Writer) (roomstate.ImportResult, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return roomstate.ImportResult{}, err
@@ -124,7 +130,7 @@ func importFile(st *roomstate.Store, path string, batch int, out io.Writer) (roo
 		bar = newProgress(out, fi.Size(), "import "+name, true)
 	}
 	defer bar.finish()
-	return st.Import(countingReader{f, bar}, path, roomstate.ImportOptions{BatchSize: batch})
+	return st.Import(countingReader{f, bar}, path, opts)
 }
 
 // countingReader advances a byte-based progress bar as the import reads.
@@ -179,8 +185,8 @@ It prints one summary line; use verify --expected to compare with recorded state
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "replay: rooms=%d events=%d computed=%d rejected=%d resolutions=%d conflicted_keys=%d auth_difference=%d\n",
-				len(rooms), tot.Events, tot.Computed, tot.Rejected, tot.Resolutions, tot.ConflictedKeys, tot.AuthDifference)
+			fmt.Fprintf(cmd.OutOrStdout(), "replay: rooms=%d events=%d computed=%d rejected=%d outliers=%d resolutions=%d conflicted_keys=%d auth_difference=%d\n",
+				len(rooms), tot.Events, tot.Computed, tot.Rejected, tot.Outliers, tot.Resolutions, tot.ConflictedKeys, tot.AuthDifference)
 			return nil
 		},
 	}
@@ -205,6 +211,7 @@ func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer) (resolver.R
 		}
 		tot.Events += res.Events
 		tot.Computed += res.Computed
+		tot.Outliers += res.Outliers
 		tot.AuthDifference += res.AuthDifference
 		tot.Rejected += res.Rejected
 		tot.Resolutions += res.Resolutions

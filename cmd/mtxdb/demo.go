@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mtxdb/mtxdb/repackplan"
+	"github.com/mtxdb/mtxdb/roomstate"
 )
 
 func demoCmd() *cobra.Command {
@@ -57,7 +58,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 			imported, dirs := 0, 0
 			for _, exp := range sortedExpected(exps) {
 				dirs++
-				res, err := importFile(st, filepath.Join(exp.Dir, "events.jsonl"), 1000, out)
+				res, err := importFile(st, filepath.Join(exp.Dir, "events.jsonl"), roomstate.ImportOptions{}, out)
 				if err != nil {
 					return err
 				}
