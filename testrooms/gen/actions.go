@@ -435,22 +435,30 @@ func (r *room) powerDraft(v view, target int) (draft, bool) {
 	} else if target == sender || target == r.creator || r.level(st, target) >= lvl {
 		return draft{}, false
 	}
-	idx, _ := st.get(stateKey(spec.MRoomPowerLevels, ""))
-	var content map[string]any
-	if err := json.Unmarshal(r.events[idx].pdu.Content(), &content); err != nil {
+	content, users, ok := r.plContent(st)
+	if !ok {
 		return draft{}, false
 	}
-	users, _ := content["users"].(map[string]any)
-	if users == nil {
-		users = map[string]any{}
-	}
 	id := r.users[target].id
-	if r.level(st, target) >= 50 || r.rng.IntN(4) == 0 && users[id] != nil {
+	switch {
+	case r.level(st, target) >= 50 || r.rng.IntN(4) == 0 && users[id] != nil:
 		delete(users, id)
-	} else {
+	case len(users) >= maxPowerUsers:
+		// As many moderators as a room keeps: demote one instead.
+		var mods []string
+		for u, l := range users {
+			if f, _ := l.(float64); f == 50 && u != r.users[sender].id {
+				mods = append(mods, u)
+			}
+		}
+		if len(mods) == 0 {
+			return draft{}, false
+		}
+		slices.Sort(mods)
+		delete(users, mods[r.rng.IntN(len(mods))])
+	default:
 		users[id] = 50
 	}
-	content["users"] = users
 	return draft{sender: sender, typ: spec.MRoomPowerLevels, stateKey: strp(""), content: content}, true
 }
 
@@ -556,19 +564,33 @@ func (r *room) bad(v view) error {
 // powerDraftBy is a power-level change by a given (unprivileged) sender: it gives
 // the sender the admin level.
 func (r *room) powerDraftBy(v view, sender int) (draft, bool) {
-	idx, ok := v.before.get(stateKey(spec.MRoomPowerLevels, ""))
+	content, users, ok := r.plContent(v.before)
 	if !ok {
 		return draft{}, false
 	}
-	var content map[string]any
-	if err := json.Unmarshal(r.events[idx].pdu.Content(), &content); err != nil {
-		return draft{}, false
+	users[r.users[sender].id] = 100
+	return draft{sender: sender, typ: spec.MRoomPowerLevels, stateKey: strp(""), content: content}, true
+}
+
+// maxPowerUsers caps the users map of the power levels (a few admins per server
+// and some moderators): beyond it a promotion demotes someone instead, so the
+// content every authorisation parses stays small on large rooms.
+const maxPowerUsers = 40
+
+// plContent returns a fresh copy of the power-levels content of a state and its
+// users map (set in content, so changes to it are in the copy).
+func (r *room) plContent(st pmap) (content, users map[string]any, ok bool) {
+	idx, ok := st.get(plKey)
+	if !ok {
+		return nil, nil, false
 	}
-	users, _ := content["users"].(map[string]any)
+	if err := json.Unmarshal(r.events[idx].pdu.Content(), &content); err != nil {
+		return nil, nil, false
+	}
+	users, _ = content["users"].(map[string]any)
 	if users == nil {
 		users = map[string]any{}
 	}
-	users[r.users[sender].id] = 100
 	content["users"] = users
-	return draft{sender: sender, typ: spec.MRoomPowerLevels, stateKey: strp(""), content: content}, true
+	return content, users, true
 }

@@ -147,23 +147,21 @@ func pdel(n *pnode, shift uint, h uint64, k string) (*pnode, bool) {
 }
 
 // each calls f for every entry in hash order.
-func (m pmap) each(f func(k string, v int32)) {
-	var walk func(n *pnode)
-	walk = func(n *pnode) {
-		if n == nil {
-			return
-		}
-		if n.kids == nil {
-			for _, e := range n.ents {
-				f(e.k, e.v)
-			}
-			return
-		}
-		for _, c := range n.kids {
-			walk(c)
-		}
+func (m pmap) each(f func(k string, v int32)) { walk(m.root, f) }
+
+func walk(n *pnode, f func(k string, v int32)) {
+	if n == nil {
+		return
 	}
-	walk(m.root)
+	if n.kids == nil {
+		for _, e := range n.ents {
+			f(e.k, e.v)
+		}
+		return
+	}
+	for _, c := range n.kids {
+		walk(c, f)
+	}
 }
 
 // diff calls f for every key whose value differs between a and b (absent on one
@@ -199,21 +197,6 @@ func pdiff(a, b *pnode, shift uint, f func(k string)) {
 // leafEntries flattens a (small) subtree into a map.
 func leafEntries(n *pnode) map[string]int32 {
 	out := map[string]int32{}
-	var walk func(n *pnode)
-	walk = func(n *pnode) {
-		if n == nil {
-			return
-		}
-		if n.kids == nil {
-			for _, e := range n.ents {
-				out[e.k] = e.v
-			}
-			return
-		}
-		for _, c := range n.kids {
-			walk(c)
-		}
-	}
-	walk(n)
+	walk(n, func(k string, v int32) { out[k] = v })
 	return out
 }

@@ -8,7 +8,6 @@ import (
 	"unsafe"
 
 	"github.com/matrix-org/gomatrixserverlib"
-	"github.com/matrix-org/gomatrixserverlib/spec"
 
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
@@ -31,15 +30,15 @@ import (
 // resolver.AuthIndex). The result's changes are applied to the first input state.
 //
 // Options.Resolver "gmsl" resolves v10 and v11 rooms with gomatrixserverlib's
-// ResolveStateConflictsV2 instead (the conflicted events, the auth-type entries of
-// the first state as unconflicted, the conflicted events' auth chain), for
+// ResolveStateConflictsV2 instead (the conflicted events, the first state's other
+// entries as unconflicted, the conflicted events' auth chain), for
 // differential experiments; where gomatrixserverlib departs from the spec the
 // replay then mismatches.
 
 // resolverName is meta.json's generator.resolver.
 func (r *room) resolverName() string {
 	if r.opts.Resolver == ResolverGMSL {
-		return "gomatrixserverlib ResolveStateConflictsV2 (state res v2) at the pinned version; unconflicted = auth-type entries of the first state; auth events = auth chain of the conflicted events"
+		return "gomatrixserverlib ResolveStateConflictsV2 (state res v2) at the pinned version; unconflicted = the first state's other entries; auth events = auth chain of the conflicted events"
 	}
 	return "mtxdb resolver.ResolveConflicts (spec v2 / v2.1)"
 }
@@ -51,15 +50,6 @@ type resolveStats struct {
 	maxInputStates int
 	authDifference int
 	fullConflicted int
-}
-
-// authTypes are the state types the authorisation rules read.
-var authTypes = map[string]bool{
-	spec.MRoomCreate:           true,
-	spec.MRoomPowerLevels:      true,
-	spec.MRoomJoinRules:        true,
-	spec.MRoomMember:           true,
-	spec.MRoomThirdPartyInvite: true,
 }
 
 func keyType(k string) string {
@@ -301,7 +291,7 @@ func (r *room) resolveGMSL(states []pmap, keys []string, keySet map[string]bool)
 	}
 	var u []gomatrixserverlib.PDU
 	states[0].each(func(k string, v int32) {
-		if !keySet[k] && authTypes[keyType(k)] {
+		if !keySet[k] {
 			u = append(u, r.events[v].pdu)
 		}
 	})
