@@ -3,7 +3,7 @@
 GO       ?= go
 FUZZTIME ?= 30s
 
-.PHONY: all deps build demo test vet fuzz bench crash clean
+.PHONY: all deps build demo test vet fuzz bench crash crash-bitflips clean
 
 all: build
 
@@ -33,14 +33,22 @@ fuzz: deps
 	  done; \
 	done
 
-# packstore's real-process crash loop with CRASHPOINTS SIGKILLs (and the
-# exhaustive versions of its corruption tests); prints the kill points and the
-# lost/corrupt record counts.
+# packstore's real-process crash loop with CRASHPOINTS SIGKILLs during appends,
+# syncs and small repacks, REPACKKILLS SIGKILLs during large repacks, and the
+# exhaustive versions of the crash-at-every-frame-boundary and index-file
+# truncation tests; prints the kill points and the lost/corrupt record counts.
+# The exhaustive index-file bit flips (>35 min) are crash-bitflips; go test runs
+# a sample of them.
 CRASHPOINTS ?= 1000
+REPACKKILLS ?= 100
 crash: deps
-	PACKSTORE_CRASH_POINTS=$(CRASHPOINTS) PACKSTORE_LONG=1 $(GO) test -count=1 -timeout 60m \
-	  -run '^(TestCrashProcess|TestRepackCrashAtEveryFrameBoundary|TestCheckpointTruncatedEveryOffset|TestDeltaTruncatedEveryOffset|TestIndexFileBitFlips)$$' \
-	  -v ./packstore/ | grep -E '^(crash summary|--- |ok|FAIL)'
+	PACKSTORE_CRASH_POINTS=$(CRASHPOINTS) PACKSTORE_REPACKKILL_POINTS=$(REPACKKILLS) PACKSTORE_LONG=1 \
+	  $(GO) test -count=1 -timeout 30m \
+	  -run '^(TestCrashProcess|TestRepackKillProcess|TestRepackCrashAtEveryFrameBoundary|TestCheckpointTruncatedEveryOffset|TestDeltaTruncatedEveryOffset)$$' \
+	  -v ./packstore/ | grep -E '^(crash summary|repack kill summary|--- |ok|FAIL)'
+
+crash-bitflips: deps
+	PACKSTORE_LONG=1 $(GO) test -count=1 -timeout 90m -run '^TestIndexFileBitFlips$$' -v ./packstore/ | grep -E '^(--- |ok|FAIL)'
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -92,24 +92,8 @@ func TestCrashProcess(t *testing.T) {
 	acked := 0 // records 0..acked-1 were acknowledged by a completed Sync
 	lost, corrupt, kills := 0, 0, 0
 	for kill := range points {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$")
-		cmd.Env = append(os.Environ(), "PACKSTORE_CRASH_DIR="+dir,
+		cmd, lines := startChild(t, "TestCrashChild", "PACKSTORE_CRASH_DIR="+dir,
 			fmt.Sprintf("PACKSTORE_CRASH_NEXT=%d", acked), fmt.Sprintf("PACKSTORE_CRASH_SEED=%d", seed+uint64(kill)))
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 1024)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
 		timer := time.After(time.Duration(20+r.IntN(150)) * time.Millisecond)
 		childAcked := acked
 	wait:
@@ -175,6 +159,31 @@ func TestCrashProcess(t *testing.T) {
 	if lost+corrupt > 0 {
 		t.Fatalf("%d lost, %d corrupt", lost, corrupt)
 	}
+}
+
+// startChild re-runs this test binary as a child process running only the
+// test named child, with env added to the environment, and returns it with
+// a channel of its stdout lines (closed when the child exits).
+func startChild(t *testing.T, child string, env ...string) (*exec.Cmd, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+child+"$")
+	cmd.Env = append(os.Environ(), env...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	return cmd, lines
 }
 
 // seqOf finds the sequence number of a record ID below limit, or -1.

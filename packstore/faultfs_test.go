@@ -3,6 +3,7 @@ package packstore
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,19 +16,36 @@ var errCrashed = errors.New("faultfs: crashed")
 // faults: a write hook that can write a prefix and fail (short write,
 // ENOSPC mid-frame), fsync and rename hooks, and a crash that, once the
 // store is closed, cuts every file back to its last fsynced size (or a
-// chosen length between that and its current size). It does not model
-// lost directory entries: renames and creations are treated as durable.
+// chosen length between that and its current size). It also models lost
+// directory entries: a creation, rename or removal is durable only once its
+// directory is fsynced (SyncDir); the crash undoes the others, newest
+// first (a created file vanishes, a renamed file is back under its old
+// name, a removed file is back).
 type faultFS struct {
 	osFS
 	mu      sync.Mutex        // guards every field below
 	synced  map[string]int64  // path -> size at its last fsync
 	renamed map[string]string // old path of a file renamed while open -> new path
-	crashed bool
+	dirOps  []dirOp           // directory changes not yet made durable by SyncDir
+	// ignoreDirSync makes SyncDir succeed without making anything durable
+	// (to show that the tests notice a missing directory fsync).
+	ignoreDirSync bool
+	crashed       bool
 	// Hooks; nil means no fault. write returns how many bytes of the
 	// write to perform and the error to return after them.
 	write  func(path string, off int64, n int) (int, error)
 	sync   func(path string) error
 	rename func(oldpath, newpath string) error
+}
+
+// dirOp is one directory change a crash can undo.
+type dirOp struct {
+	kind     byte   // 'c' create, 'r' rename, 'd' remove
+	path     string // created or removed path; rename target
+	old      string // rename source
+	prev     []byte // content the rename target or removed file had
+	hadPrev  bool
+	prevSync int64 // its synced size
 }
 
 func newFaultFS() *faultFS {
@@ -55,9 +73,13 @@ func (fs *faultFS) OpenFile(name string, flag int, perm os.FileMode) (vfile, err
 	if fs.crashed {
 		return nil, errCrashed
 	}
+	_, statErr := os.Stat(name)
 	f, err := os.OpenFile(name, flag, perm)
 	if err != nil {
 		return nil, err
+	}
+	if statErr != nil && flag&os.O_CREATE != 0 {
+		fs.dirOps = append(fs.dirOps, dirOp{kind: 'c', path: name})
 	}
 	if _, ok := fs.synced[name]; !ok || flag&os.O_TRUNC != 0 {
 		fi, _ := f.Stat()
@@ -80,9 +102,14 @@ func (fs *faultFS) Rename(oldpath, newpath string) error {
 			return err
 		}
 	}
+	op := dirOp{kind: 'r', path: newpath, old: oldpath}
+	if b, err := os.ReadFile(newpath); err == nil {
+		op.prev, op.hadPrev, op.prevSync = b, true, fs.synced[newpath]
+	}
 	if err := os.Rename(oldpath, newpath); err != nil {
 		return err
 	}
+	fs.dirOps = append(fs.dirOps, op)
 	fs.synced[newpath] = fs.synced[oldpath]
 	delete(fs.synced, oldpath)
 	fs.renamed[oldpath] = newpath
@@ -95,8 +122,16 @@ func (fs *faultFS) Remove(name string) error {
 	if fs.crashed {
 		return errCrashed
 	}
+	op := dirOp{kind: 'd', path: name}
+	if b, err := os.ReadFile(name); err == nil {
+		op.prev, op.hadPrev, op.prevSync = b, true, fs.synced[name]
+	}
+	if err := os.Remove(name); err != nil {
+		return err
+	}
 	delete(fs.synced, name)
-	return os.Remove(name)
+	fs.dirOps = append(fs.dirOps, op)
+	return nil
 }
 
 func (fs *faultFS) SyncDir(dir string) error {
@@ -105,6 +140,52 @@ func (fs *faultFS) SyncDir(dir string) error {
 	if fs.crashed {
 		return errCrashed
 	}
+	if fs.ignoreDirSync {
+		return nil
+	}
+	kept := fs.dirOps[:0]
+	for _, op := range fs.dirOps {
+		if filepath.Dir(op.path) != filepath.Clean(dir) {
+			kept = append(kept, op)
+		}
+	}
+	fs.dirOps = kept
+	return nil
+}
+
+// undoDirOpsLocked reverts the directory changes no SyncDir made durable,
+// newest first. Callers hold fs.mu.
+func (fs *faultFS) undoDirOpsLocked() error {
+	restore := func(op dirOp) error {
+		if !op.hadPrev {
+			return nil
+		}
+		fs.synced[op.path] = op.prevSync
+		return os.WriteFile(op.path, op.prev, 0o644)
+	}
+	for i := len(fs.dirOps) - 1; i >= 0; i-- {
+		op := fs.dirOps[i]
+		var err error
+		switch op.kind {
+		case 'c':
+			delete(fs.synced, op.path)
+			if err = os.Remove(op.path); os.IsNotExist(err) {
+				err = nil
+			}
+		case 'r':
+			if err = os.Rename(op.path, op.old); err == nil {
+				fs.synced[op.old] = fs.synced[op.path]
+				delete(fs.synced, op.path)
+				err = restore(op)
+			}
+		case 'd':
+			err = restore(op)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	fs.dirOps = nil
 	return nil
 }
 
@@ -172,6 +253,9 @@ func (fs *faultFS) crash() {
 func (fs *faultFS) applyCrash(keep func(path string, synced, size int64) int64) error {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	if err := fs.undoDirOpsLocked(); err != nil {
+		return err
+	}
 	for path, synced := range fs.synced {
 		fi, err := os.Stat(path)
 		if err != nil {

@@ -3,6 +3,7 @@ package packstore
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -71,11 +72,81 @@ func recordPool(r *rand.Rand, n int) []ID {
 	return ids
 }
 
+var stepsFlag = flag.Int("packstore.steps", 0, "steps of TestModelRandom (0: 2500, 500 with -short)")
+
+// history tracks, per record, what a crash may leave: the value acknowledged
+// by the last completed Sync (durable) and every value written since
+// (unsynced), plus whether the record may be gone since (a delete or a
+// repack that dropped it).
+type history struct {
+	durable model
+	since   map[[2]ID][][]byte
+	mayGo   map[[2]ID]bool
+}
+
+func newHistory() *history {
+	return &history{durable: model{}, since: map[[2]ID][][]byte{}, mayGo: map[[2]ID]bool{}}
+}
+
+func (h *history) put(c, id ID, d []byte) {
+	h.since[[2]ID{c, id}] = append(h.since[[2]ID{c, id}], append([]byte{}, d...))
+}
+
+func (h *history) gone(c, id ID) { h.mayGo[[2]ID{c, id}] = true }
+
+// synced records that m is now durable.
+func (h *history) synced(m model) {
+	h.durable = model{}
+	for c, recs := range m {
+		for id, d := range recs {
+			h.durable.put(c, id, d)
+		}
+	}
+	clear(h.since)
+	clear(h.mayGo)
+}
+
+// checkCrash compares the store after a crash with the history and returns
+// the store's contents as the new model: every record acknowledged by a
+// Sync is there byte-exact unless overwritten or removed since; any other
+// record present is whole (one of the values written).
+func (h *history) checkCrash(t *testing.T, s *PackfileStorage, pools map[ID][]ID, seed uint64, step int) model {
+	t.Helper()
+	got := model{}
+	for c, pool := range pools {
+		for _, id := range pool {
+			d, err := s.Get(c, id)
+			k := [2]ID{c, id}
+			want, durable := h.durable[c][id]
+			ok := false
+			switch {
+			case errors.Is(err, ErrNotFound):
+				ok = !durable || h.mayGo[k]
+			case err != nil:
+			default:
+				ok = durable && bytes.Equal(d, want)
+				for _, v := range h.since[k] {
+					ok = ok || bytes.Equal(d, v)
+				}
+				got.put(c, id, d)
+			}
+			if !ok {
+				t.Fatalf("seed %d step %d: after crash, Get(%s, %s) = %d bytes, %v; durable %v (%d bytes), %d unsynced values, may be gone %v",
+					seed, step, c, id, len(d), err, durable, len(want), len(h.since[k]), h.mayGo[k])
+			}
+		}
+	}
+	return got
+}
+
 func TestModelRandom(t *testing.T) {
 	seed := testSeed(t)
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	opts := Options{Dir: t.TempDir(), MaxShardBytes: 16 << 10, Compress: r.IntN(2) == 0}
+	ffs := newFaultFS()
+	opts := Options{Dir: t.TempDir(), MaxShardBytes: 16 << 10, Compress: r.IntN(2) == 0, fs: ffs}
 	s := openStore(t, opts)
+	h := newHistory()
+	crashes := 0
 	defer func() { s.Close() }()
 	m := model{}
 	colls := make([]ID, 6)
@@ -94,6 +165,9 @@ func TestModelRandom(t *testing.T) {
 	if testing.Short() {
 		steps = 500
 	}
+	if *stepsFlag > 0 {
+		steps = *stepsFlag
+	}
 	for step := range steps {
 		switch op := r.IntN(100); {
 		case op < 35:
@@ -103,6 +177,7 @@ func TestModelRandom(t *testing.T) {
 				t.Fatalf("seed %d step %d: Put: %v", seed, step, err)
 			}
 			m.put(c, id, d)
+			h.put(c, id, d)
 		case op < 50:
 			c, _ := pick()
 			var recs []Record
@@ -115,6 +190,7 @@ func TestModelRandom(t *testing.T) {
 			}
 			for _, rec := range recs {
 				m.put(c, rec.ID, rec.Data)
+				h.put(c, rec.ID, rec.Data)
 			}
 		case op < 65:
 			c, id := pick()
@@ -144,6 +220,9 @@ func TestModelRandom(t *testing.T) {
 			if err := s.DeleteCollection(c); err != nil {
 				t.Fatalf("seed %d step %d: DeleteCollection: %v", seed, step, err)
 			}
+			for id := range m[c] {
+				h.gone(c, id)
+			}
 			delete(m, c)
 		case op < 87:
 			plan, bad := randomPlan(r, m, colls, pools)
@@ -164,6 +243,11 @@ func TestModelRandom(t *testing.T) {
 				for _, id := range cp.Records {
 					keep[id] = m[cp.Collection][id]
 				}
+				for id := range m[cp.Collection] {
+					if _, ok := keep[id]; !ok {
+						h.gone(cp.Collection, id)
+					}
+				}
 				if len(keep) == 0 {
 					delete(m, cp.Collection)
 				} else {
@@ -177,6 +261,46 @@ func TestModelRandom(t *testing.T) {
 			if err := s.Sync(); err != nil {
 				t.Fatalf("seed %d step %d: Sync: %v", seed, step, err)
 			}
+			h.synced(m)
+		case op < 95:
+			// Crash: unsynced bytes are dropped (or, half the time, a
+			// random part of them survives) and directory changes not
+			// fsynced are undone; then reopen.
+			crashes++
+			var keep func(string, int64, int64) int64
+			if r.IntN(2) == 0 {
+				keep = func(_ string, synced, size int64) int64 { return synced + r.Int64N(size-synced+1) }
+			}
+			ffs.crash()
+			s.Close()
+			if err := ffs.applyCrash(keep); err != nil {
+				t.Fatal(err)
+			}
+			ffs = newFaultFS()
+			opts.fs = ffs
+			s = openStore(t, opts)
+			if err := s.Check(); err != nil {
+				t.Fatalf("seed %d step %d: after crash: %v", seed, step, err)
+			}
+			m = h.checkCrash(t, s, pools, seed, step)
+			compareAll(t, s, m, "after crash")
+			// Acknowledged records that came back stay durable; what else
+			// survived is on disk but not necessarily fsynced (the next
+			// Sync makes it durable).
+			durable := model{}
+			clear(h.since)
+			clear(h.mayGo)
+			for c, recs := range m {
+				for id, d := range recs {
+					if want, ok := h.durable[c][id]; ok && bytes.Equal(want, d) {
+						durable.put(c, id, d)
+					} else {
+						h.put(c, id, d)
+						h.gone(c, id)
+					}
+				}
+			}
+			h.durable = durable
 		default:
 			if err := s.Check(); err != nil {
 				t.Fatalf("seed %d step %d: before reopen: %v", seed, step, err)
@@ -184,6 +308,7 @@ func TestModelRandom(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatalf("seed %d step %d: Close: %v", seed, step, err)
 			}
+			h.synced(m)
 			s = openStore(t, opts)
 			if err := s.Check(); err != nil {
 				t.Fatalf("seed %d step %d: after reopen: %v", seed, step, err)
@@ -194,7 +319,7 @@ func TestModelRandom(t *testing.T) {
 	mustCheck(t, s)
 	compareAll(t, s, m, "end")
 	st := s.Stats()
-	t.Logf("end: %+v", st)
+	t.Logf("end: %+v, %d crashes", st, crashes)
 	s.Close()
 	s = openStore(t, opts)
 	mustCheck(t, s)
