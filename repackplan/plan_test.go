@@ -95,3 +95,32 @@ func TestPlanCoversLiveRecordsOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestWalks runs every walk on a replayed real room with seven branches and checks
+// what each must have visited.
+func TestWalks(t *testing.T) {
+	room := importReplay(t, packstore.NewMemStorage(), "room004_union")
+	ids, err := room.EventIDs()
+	require.NoError(t, err)
+	for _, k := range repackplan.WalkKinds {
+		ws, err := repackplan.Walk(room, k, 50)
+		require.NoError(t, err, k)
+		switch k {
+		case repackplan.WalkCurrentState:
+			entries, err := room.StateEntries(room.NewReader(), room.CurrentState())
+			require.NoError(t, err)
+			require.Equal(t, len(entries), ws.PDUs)
+			require.Positive(t, ws.Nodes)
+		case repackplan.WalkAuthChain:
+			require.Greater(t, ws.Events, 3)
+			require.Less(t, ws.Events, len(ids))
+		case repackplan.WalkBackfill:
+			require.Equal(t, 50, ws.Events)
+		case repackplan.WalkResolve:
+			require.Greater(t, len(room.Head().ForwardExtremities), 1)
+			require.Positive(t, ws.PDUs)
+		}
+	}
+	_, err = repackplan.Walk(room, "nope", 0)
+	require.Error(t, err)
+}
