@@ -3,7 +3,7 @@
 GO       ?= go
 FUZZTIME ?= 30s
 
-.PHONY: all deps build demo test vet fuzz bench crash crash-bitflips clean
+.PHONY: all deps build demo test test-dendrite vet fuzz bench bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -22,8 +22,14 @@ demo: build
 vet: deps
 	$(GO) vet ./...
 
+# The core module's tests, then the Dendrite seam's (its own module: it pulls
+# Dendrite v0.13.8, which the core module does not require).
 test: vet
 	$(GO) test -count=1 ./...
+	$(MAKE) test-dendrite
+
+test-dendrite:
+	cd integration/dendrite && $(GO) mod download && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # Each fuzz target for FUZZTIME (go test runs one -fuzz target per invocation).
 fuzz: deps
