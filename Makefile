@@ -56,8 +56,22 @@ crash: deps
 crash-bitflips: deps
 	PACKSTORE_LONG=1 $(GO) test -count=1 -timeout 90m -run '^TestIndexFileBitFlips$$' -v ./packstore/ | grep -E '^(--- |ok|FAIL)'
 
-bench: deps
+# Go micro-benchmarks of the hot paths, in their packages.
+bench-micro: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Cross-engine benchmark (issue 8): packstore (checksum none/writeonly/full),
+# bbolt, pebble v2, badger v4, SQLite (mattn/go-sqlite3, WAL, synchronous=FULL)
+# and libmdbx (mdbx-go), 1 and 32 collections, fsync per batch, with the disk's
+# limits measured in the same run. Its own module in bench/ (cgo: the first
+# build compiles SQLite and libmdbx, minutes on 2 cores), out of `make test`'s
+# path. Writes docs/bench/results-<sizes>.{json,md} and PNG plots.
+# BENCH_SIZES in MB, e.g. BENCH_SIZES=64,256,1024; BENCH_FLAGS for more.
+BENCH_SIZES ?= 64
+BENCH_FLAGS ?=
+bench:
+	cd bench && $(GO) build -o ../bin/mtxdb-bench . && \
+	  ../bin/mtxdb-bench -sizes $(BENCH_SIZES) -out ../docs/bench -dir .work $(BENCH_FLAGS)
 
 # State resolution on a generated 100k-event, 10k-member room with forks: ours per
 # resolution beside the naive full-state path (EVENTS, MEMBERS to resize).

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"time"
+)
+
+// Params of one cell (engine x shape x size); the parent passes them to a
+// child process so each engine's peak RSS and page-cache state are its own.
+type Params struct {
+	Engine        string `json:"engine"`
+	Colls         int    `json:"collections"`
+	PayloadBytes  int64  `json:"payload_bytes"`
+	Seed          uint64 `json:"seed"`
+	Batch         int    `json:"bulk_batch_records"`
+	AppendBatch   int    `json:"append_batch_records"`
+	AppendBatches int    `json:"append_batches"`
+	ColdGets      int    `json:"cold_gets"`
+	WarmGets      int    `json:"warm_gets"`
+	GetManyKeys   int    `json:"get_many_keys"`
+	GetManyReps   int    `json:"get_many_reps"`
+	Dir           string `json:"-"`
+}
+
+// Result of one cell. Latencies in microseconds unless named otherwise.
+type Result struct {
+	Params
+	Settings      string    `json:"settings"`
+	Records       int       `json:"records"`
+	BulkSeconds   float64   `json:"bulk_seconds"`
+	BulkMBs       float64   `json:"bulk_mb_s"`
+	BulkBatchUs   []float64 `json:"bulk_batch_us"`
+	BulkBatch     Summary   `json:"bulk_batch_summary_us"`
+	CloseSeconds  float64   `json:"close_after_bulk_seconds"`
+	DiskAlloc     int64     `json:"disk_bytes_allocated"`
+	DiskApparent  int64     `json:"disk_bytes_apparent"`
+	ReopenColdUs  float64   `json:"reopen_cold_to_first_read_us"`
+	ReopenWarmUs  float64   `json:"reopen_warm_to_first_read_us"`
+	ColdGetUs     []float64 `json:"cold_get_us"`
+	ColdGet       Summary   `json:"cold_get_summary_us"`
+	ColdReadBytes int64     `json:"cold_get_storage_read_bytes"` // /proc/self/io read_bytes during the cold gets
+	ColdGetManyUs float64   `json:"cold_get_many_us"`
+	ColdGMBytes   int64     `json:"cold_get_many_storage_read_bytes"`
+	WarmGetManyUs []float64 `json:"warm_get_many_us"`
+	WarmGetMany   Summary   `json:"warm_get_many_summary_us"`
+	WarmGetNsPass []float64 `json:"warm_get_ns_per_pass"` // mean ns/get of each timed pass
+	WarmGetNs     float64   `json:"warm_get_ns"`          // median of the passes
+	FirstAppendUs float64   `json:"first_append_us"`
+	AppendUs      []float64 `json:"steady_append_us"`
+	Append        Summary   `json:"steady_append_summary_us"`
+	BaseRSSKiB    int64     `json:"harness_rss_before_open_kib"`
+	PeakRSSKiB    int64     `json:"peak_rss_kib"` // filled in by the parent (getrusage of the child)
+	Error         string    `json:"error,omitempty"`
+}
+
+func check(r rec, got []byte, what string) error {
+	if !bytes.Equal(got, r.Data) {
+		return fmt.Errorf("%s: record %x: got %d bytes, want %d", what, r.ID, len(got), len(r.Data))
+	}
+	return nil
+}
+
+func runCell(p Params) (res Result, err error) {
+	res.Params = p
+	res.Settings = engineSettings[p.Engine]
+	res.BaseRSSKiB = vmRSS()
+	n := recordsFor(p.Seed, p.PayloadBytes)
+	res.Records = n
+	if err := os.MkdirAll(p.Dir, 0o755); err != nil {
+		return res, err
+	}
+	e, err := newEngine(p.Engine)
+	if err != nil {
+		return res, err
+	}
+	if err := e.Open(p.Dir, p.Colls); err != nil {
+		return res, fmt.Errorf("open: %w", err)
+	}
+
+	// 1. Bulk durable write: batches of p.Batch records, fsync per batch.
+	var payload int64
+	var total time.Duration
+	batch := make([]rec, 0, p.Batch)
+	for i := 0; i < n; {
+		batch = batch[:0]
+		for ; i < n && len(batch) < p.Batch; i++ {
+			r := recordAt(p.Seed, i, p.Colls)
+			payload += int64(len(r.Data))
+			batch = append(batch, r)
+		}
+		t := time.Now()
+		if err := e.Write(batch); err != nil {
+			return res, fmt.Errorf("bulk write: %w", err)
+		}
+		d := time.Since(t)
+		total += d
+		res.BulkBatchUs = append(res.BulkBatchUs, us(d))
+	}
+	res.BulkSeconds = total.Seconds()
+	res.BulkMBs = float64(payload) / 1e6 / total.Seconds()
+	res.BulkBatch = summarize(res.BulkBatchUs)
+	t := time.Now()
+	if err := e.Close(); err != nil {
+		return res, fmt.Errorf("close: %w", err)
+	}
+	res.CloseSeconds = time.Since(t).Seconds()
+	res.DiskAlloc, res.DiskApparent = diskUsage(p.Dir)
+
+	rng := rand.New(rand.NewPCG(p.Seed^0x9e3779b97f4a7c15, 1))
+	first := recordAt(p.Seed, rng.IntN(n), p.Colls)
+
+	// 2. Cold reopen: evict the files, open, time to the first successful read.
+	if err := evictDir(p.Dir); err != nil {
+		return res, fmt.Errorf("evict: %w", err)
+	}
+	t = time.Now()
+	if err := e.Open(p.Dir, p.Colls); err != nil {
+		return res, fmt.Errorf("reopen: %w", err)
+	}
+	got, err := e.Get(first.Coll, first.ID)
+	res.ReopenColdUs = us(time.Since(t))
+	if err != nil {
+		return res, fmt.Errorf("first read: %w", err)
+	}
+	if err := check(first, got, "first read"); err != nil {
+		return res, err
+	}
+
+	// 3. Cold point gets: distinct random records, right after the reopen.
+	r0, _ := procIO()
+	for k := 0; k < p.ColdGets; k++ {
+		r := recordAt(p.Seed, rng.IntN(n), p.Colls)
+		t := time.Now()
+		got, err := e.Get(r.Coll, r.ID)
+		d := time.Since(t)
+		if err != nil {
+			return res, fmt.Errorf("cold get: %w", err)
+		}
+		if err := check(r, got, "cold get"); err != nil {
+			return res, err
+		}
+		res.ColdGetUs = append(res.ColdGetUs, us(d))
+	}
+	r1, _ := procIO()
+	res.ColdReadBytes = r1 - r0
+	res.ColdGet = summarize(res.ColdGetUs)
+
+	// 4. Close, evict, warm-free reopen, then get_many of p.GetManyKeys keys of
+	// collection 0 (cold once, then warm repeats).
+	if err := e.Close(); err != nil {
+		return res, err
+	}
+	if err := evictDir(p.Dir); err != nil {
+		return res, err
+	}
+	if err := e.Open(p.Dir, p.Colls); err != nil {
+		return res, err
+	}
+	var many []rec
+	for i := rng.IntN(n); len(many) < p.GetManyKeys && len(many) < n; i = (i + 1) % n {
+		if r := recordAt(p.Seed, i, p.Colls); r.Coll == 0 {
+			many = append(many, r)
+		}
+	}
+	slices.SortFunc(many, func(a, b rec) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	ids := make([][16]byte, len(many))
+	for i, r := range many {
+		ids[i] = r.ID
+	}
+	getMany := func() (time.Duration, error) {
+		t := time.Now()
+		out, err := e.GetMany(0, ids)
+		d := time.Since(t)
+		if err != nil {
+			return d, err
+		}
+		for i, r := range many {
+			if err := check(r, out[i], "get_many"); err != nil {
+				return d, err
+			}
+		}
+		return d, nil
+	}
+	r0, _ = procIO()
+	d, err := getMany()
+	if err != nil {
+		return res, err
+	}
+	r1, _ = procIO()
+	res.ColdGetManyUs, res.ColdGMBytes = us(d), r1-r0
+	for k := 0; k < p.GetManyReps; k++ {
+		d, err := getMany()
+		if err != nil {
+			return res, err
+		}
+		res.WarmGetManyUs = append(res.WarmGetManyUs, us(d))
+	}
+	res.WarmGetMany = summarize(res.WarmGetManyUs)
+
+	// 5. Warm point gets: p.WarmGets random records, one untimed pass to load
+	// them, then five timed passes (mean ns per get of each).
+	warm := make([]rec, p.WarmGets)
+	for k := range warm {
+		r := recordAt(p.Seed, rng.IntN(n), p.Colls)
+		r.Data = nil
+		warm[k] = r
+	}
+	for pass := 0; pass < 6; pass++ {
+		t := time.Now()
+		for _, r := range warm {
+			if _, err := e.Get(r.Coll, r.ID); err != nil {
+				return res, fmt.Errorf("warm get: %w", err)
+			}
+		}
+		if pass > 0 {
+			res.WarmGetNsPass = append(res.WarmGetNsPass, float64(time.Since(t).Nanoseconds())/float64(len(warm)))
+		}
+	}
+	res.WarmGetNs = summarize(res.WarmGetNsPass).P50
+
+	// 6. Warm reopen (files in the page cache).
+	if err := e.Close(); err != nil {
+		return res, err
+	}
+	t = time.Now()
+	if err := e.Open(p.Dir, p.Colls); err != nil {
+		return res, err
+	}
+	if _, err := e.Get(first.Coll, first.ID); err != nil {
+		return res, err
+	}
+	res.ReopenWarmUs = us(time.Since(t))
+
+	// 7. Appends after the reopen: the first batch, then steady batches of
+	// p.AppendBatch new records, each durable.
+	next := n
+	for k := 0; k <= p.AppendBatches; k++ {
+		batch = batch[:0]
+		for j := 0; j < p.AppendBatch; j++ {
+			batch = append(batch, recordAt(p.Seed, next, p.Colls))
+			next++
+		}
+		t := time.Now()
+		if err := e.Write(batch); err != nil {
+			return res, fmt.Errorf("append: %w", err)
+		}
+		d := us(time.Since(t))
+		if k == 0 {
+			res.FirstAppendUs = d
+		} else {
+			res.AppendUs = append(res.AppendUs, d)
+		}
+	}
+	res.Append = summarize(res.AppendUs)
+	last := batch[len(batch)-1]
+	got, err = e.Get(last.Coll, last.ID)
+	if err != nil {
+		return res, fmt.Errorf("read after append: %w", err)
+	}
+	if err := check(last, got, "read after append"); err != nil {
+		return res, err
+	}
+	return res, e.Close()
+}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// zstdRatio compresses the first n records one by one (as packstore does,
+// default level) and returns raw/stored bytes, plus the mean record size.
+func zstdRatio(seed uint64, n int) (float64, float64) {
+	enc, _ := zstd.NewWriter(nil)
+	defer enc.Close()
+	var raw, stored int
+	for i := 0; i < n; i++ {
+		d := recordAt(seed, i, 1).Data
+		raw += len(d)
+		stored += min(len(d), len(enc.EncodeAll(d, nil)))
+	}
+	return float64(raw) / float64(stored), float64(raw) / float64(n)
+}
+
+func writeOutputs(out string, run *Run) error {
+	var mbs []string
+	for _, s := range run.Sizes {
+		mbs = append(mbs, fmt.Sprintf("%dMB", s.PayloadMB))
+	}
+	tag := strings.Join(mbs, "-")
+	b, err := json.MarshalIndent(run, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "results-"+tag+".json"), b, 0o644); err != nil {
+		return err
+	}
+	md := markdown(run, tag)
+	if err := os.WriteFile(filepath.Join(out, "results-"+tag+".md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	fmt.Print(md)
+	for _, s := range run.Sizes {
+		if err := plots(out, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cell aggregates the repeats of one (engine, colls) pair: the median of
+// each figure across repeats.
+type cell struct {
+	name  string
+	colls int
+	rs    []Result
+}
+
+func cells(s SizeRun) []cell {
+	var cs []cell
+	for _, r := range s.Results {
+		i := slices.IndexFunc(cs, func(c cell) bool { return c.name == r.Engine && c.colls == r.Colls })
+		if i < 0 {
+			cs = append(cs, cell{name: r.Engine, colls: r.Colls})
+			i = len(cs) - 1
+		}
+		cs[i].rs = append(cs[i].rs, r)
+	}
+	slices.SortStableFunc(cs, func(a, b cell) int {
+		if a.colls != b.colls {
+			return a.colls - b.colls
+		}
+		return slices.Index(engineNames, a.name) - slices.Index(engineNames, b.name)
+	})
+	return cs
+}
+
+func (c cell) med(f func(Result) float64) float64 {
+	var xs []float64
+	for _, r := range c.rs {
+		if r.Error == "" {
+			xs = append(xs, f(r))
+		}
+	}
+	return summarize(xs).P50
+}
+
+func (c cell) err() string {
+	for _, r := range c.rs {
+		if r.Error != "" {
+			return r.Error
+		}
+	}
+	return ""
+}
+
+func limitMean(ls []Limits, f func(Limits) float64) float64 {
+	var s float64
+	for _, l := range ls {
+		s += f(l)
+	}
+	return s / float64(len(ls))
+}
+
+func markdown(run *Run, tag string) string {
+	var w strings.Builder
+	m := run.Machine
+	fmt.Fprintf(&w, "# Cross-engine benchmark (%s)\n\n", tag)
+	fmt.Fprintf(&w, "Run %s to %s, commit %s, %s.\n\n", run.Started, run.Finished, m.Commit, m.GoVersion)
+	fmt.Fprintf(&w, "Machine: %d x %s, %s RAM, Linux %s, data on %s. Load average (1, 5, 15 min) before: %s, after: %s.\n\n",
+		m.NumCPU, m.CPUModel, m.MemTotal, m.Kernel, m.Filesystem, m.LoadBefore, m.LoadAfter)
+	fmt.Fprintf(&w, "Workload: %v; %d%% of records compressible text, the rest random bytes; mean record %.0f B; zstd ratio over a 20k-record sample %.2f. Bulk batches of %v records, steady appends of %v records x %v batches; one durable commit (fsync) per batch for every engine.\n\n",
+		run.Workload["record_sizes"], CompressiblePct, run.Workload["mean_record_bytes"], run.Zstd,
+		run.Workload["bulk_batch_records"], run.Workload["append_batch_records"], run.Workload["append_batches"])
+	for _, s := range run.Sizes {
+		fmt.Fprintf(&w, "## %d MB of payload\n\n", s.PayloadMB)
+		w.WriteString("Physical limits of the same filesystem, measured before and after the engines in this run:\n\n")
+		w.WriteString("| when | seq write, fdatasync per 512 KiB | seq write, fdatasync at end | seq read (O_DIRECT) | 4 KiB random read QD1 p50 (IOPS) | 4 KiB append + fdatasync p50 / p99 |\n|---|---|---|---|---|---|\n")
+		for _, l := range s.Limits {
+			fmt.Fprintf(&w, "| %s | %.0f MB/s | %.0f MB/s | %.0f MB/s | %.0f us (%.0f) | %.0f / %.0f us |\n",
+				l.When, l.SeqWriteSyncMBs, l.SeqWriteEndMBs, l.SeqReadMBs, l.RandRead4K.P50, l.RandRead4KIOPS, l.Append4KSync.P50, l.Append4KSync.P99)
+		}
+		seqW := limitMean(s.Limits, func(l Limits) float64 { return l.SeqWriteSyncMBs })
+		rr := limitMean(s.Limits, func(l Limits) float64 { return l.RandRead4K.P50 })
+		ap := limitMean(s.Limits, func(l Limits) float64 { return l.Append4KSync.P50 })
+		fmt.Fprintf(&w, "\nFractions (x) use the mean of the two limit runs: bulk write / %.0f MB/s; steady append p50 as floor / engine with floor = 4 KiB append + fdatasync p50 %.0f us; cold get p50 as floor / engine with floor = 4 KiB random read p50 %.0f us.\n\n", seqW, ap, rr)
+		w.WriteString("| engine | colls | bulk write MB/s (x limit) | bulk batch p50 / p99 ms | first append ms | steady append p50 / p99 ms (x floor) | warm get ns | cold get p50 / p99 us (x floor) | cold read KiB/get | get_many 1000 cold / warm ms | reopen to first read cold / warm ms | disk MB | peak RSS MB |\n")
+		w.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, c := range cells(s) {
+			if e := c.err(); e != "" && len(c.rs) == 1 {
+				fmt.Fprintf(&w, "| %s | %d | failed: %s |||||||||||\n", c.name, c.colls, strings.ReplaceAll(tail(e, 200), "|", "/"))
+				continue
+			}
+			bulk := c.med(func(r Result) float64 { return r.BulkMBs })
+			apP50 := c.med(func(r Result) float64 { return r.Append.P50 })
+			cg := c.med(func(r Result) float64 { return r.ColdGet.P50 })
+			fmt.Fprintf(&w, "| %s | %d | %.1f (%.2f) | %.2f / %.2f | %.2f | %.2f / %.2f (%.2f) | %.0f | %.0f / %.0f (%.2f) | %.1f | %.1f / %.2f | %.1f / %.1f | %.1f | %.0f |\n",
+				c.name, c.colls, bulk, bulk/seqW,
+				c.med(func(r Result) float64 { return r.BulkBatch.P50 })/1e3, c.med(func(r Result) float64 { return r.BulkBatch.P99 })/1e3,
+				c.med(func(r Result) float64 { return r.FirstAppendUs })/1e3,
+				apP50/1e3, c.med(func(r Result) float64 { return r.Append.P99 })/1e3, ap/apP50,
+				c.med(func(r Result) float64 { return r.WarmGetNs }),
+				cg, c.med(func(r Result) float64 { return r.ColdGet.P99 }), rr/cg,
+				c.med(func(r Result) float64 { return float64(r.ColdReadBytes) / 1024 / float64(max(1, r.ColdGets)) }),
+				c.med(func(r Result) float64 { return r.ColdGetManyUs })/1e3, c.med(func(r Result) float64 { return r.WarmGetMany.P50 })/1e3,
+				c.med(func(r Result) float64 { return r.ReopenColdUs })/1e3, c.med(func(r Result) float64 { return r.ReopenWarmUs })/1e3,
+				c.med(func(r Result) float64 { return float64(r.DiskAlloc) / 1e6 }),
+				c.med(func(r Result) float64 { return float64(r.PeakRSSKiB) / 1024 }))
+		}
+		fmt.Fprintf(&w, "\nRun order (alternating between passes): %s.\n\n", strings.Join(s.Order, ", "))
+	}
+	w.WriteString("Engine settings (defaults unless stated):\n\n")
+	for _, n := range engineNames {
+		if v, ok := run.Settings[n]; ok {
+			fmt.Fprintf(&w, "- %s: %s\n", n, v)
+		}
+	}
+	w.WriteString(`
+Definitions: bulk write = payload bytes / time inside the durable batch commits (open excluded). First append = the first durable batch of new records after a reopen; steady append = the following batches. Warm get = mean ns per Get over a pass of keys already read once (median of 5 passes). Cold get = Get of distinct random keys right after closing the store, fsync + posix_fadvise(DONTNEED) of every file, and reopening; "cold read KiB/get" is /proc/self/io read_bytes over those gets (a near-zero value would mean the read was not cold). get_many = 1000 keys of one collection, sorted by ID, cold once after an evicted reopen, then warm (median of repeats). Reopen = Open until the first successful Get, after eviction (cold) and with the files cached (warm). Disk = allocated bytes (st_blocks) after the bulk load and Close. Peak RSS = getrusage max RSS of the child process running that engine (the harness itself is included, and mmap-based engines count the file pages they touch).
+`)
+	return w.String()
+}
+
+func plots(out string, s SizeRun) error {
+	cs := cells(s)
+	var names []string
+	for _, n := range engineNames {
+		if slices.ContainsFunc(cs, func(c cell) bool { return c.name == n }) {
+			names = append(names, n)
+		}
+	}
+	series := func(colls int, f func(Result) float64) plotter.Values {
+		v := make(plotter.Values, len(names))
+		for i, n := range names {
+			for _, c := range cs {
+				if c.name == n && c.colls == colls {
+					v[i] = c.med(f)
+				}
+			}
+		}
+		return v
+	}
+	type ser struct {
+		label string
+		f     func(Result) float64
+		colls int
+	}
+	bar := func(file, title, ylabel string, ss []ser, hline float64, hlabel string) error {
+		p := plot.New()
+		p.Title.Text = fmt.Sprintf("%s (%d MB payload)", title, s.PayloadMB)
+		p.Y.Label.Text = ylabel
+		w := vg.Points(8)
+		for i, x := range ss {
+			b, err := plotter.NewBarChart(series(x.colls, x.f), w)
+			if err != nil {
+				return err
+			}
+			b.Color = plotutil.Color(i)
+			b.LineStyle.Width = 0
+			b.Offset = w * vg.Length(float64(i)-float64(len(ss)-1)/2)
+			p.Add(b)
+			p.Legend.Add(x.label, b)
+		}
+		if hline > 0 {
+			l, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: hline}, {X: float64(len(names)) - 0.5, Y: hline}})
+			if err != nil {
+				return err
+			}
+			l.Color = color.RGBA{R: 200, A: 255}
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+			p.Add(l)
+			p.Legend.Add(hlabel, l)
+		}
+		p.Legend.Top = true
+		p.NominalX(names...)
+		p.X.Tick.Label.Rotation = 0.5
+		p.X.Tick.Label.XAlign = -1
+		p.X.Tick.Label.YAlign = -0.5
+		return p.Save(8*vg.Inch, 4.5*vg.Inch, filepath.Join(out, fmt.Sprintf("%dMB-%s.png", s.PayloadMB, file)))
+	}
+	seqW := limitMean(s.Limits, func(l Limits) float64 { return l.SeqWriteSyncMBs })
+	rr := limitMean(s.Limits, func(l Limits) float64 { return l.RandRead4K.P50 })
+	ap := limitMean(s.Limits, func(l Limits) float64 { return l.Append4KSync.P50 })
+	bulk := func(r Result) float64 { return r.BulkMBs }
+	if err := bar("bulk-write", "Bulk durable write", "MB/s", []ser{{"1 collection", bulk, 1}, {"32 collections", bulk, 32}}, seqW, "seq write + fdatasync per 512 KiB"); err != nil {
+		return err
+	}
+	p50 := func(r Result) float64 { return r.Append.P50 / 1e3 }
+	p99 := func(r Result) float64 { return r.Append.P99 / 1e3 }
+	if err := bar("append-latency", "Steady append batch latency", "ms", []ser{{"p50, 1 coll", p50, 1}, {"p99, 1 coll", p99, 1}, {"p50, 32 colls", p50, 32}, {"p99, 32 colls", p99, 32}}, ap/1e3, "4 KiB append + fdatasync p50"); err != nil {
+		return err
+	}
+	cold := func(r Result) float64 { return r.ColdGet.P50 }
+	if err := bar("cold-get", "Cold point get p50", "us", []ser{{"1 collection", cold, 1}, {"32 collections", cold, 32}}, rr, "4 KiB random read QD1 p50"); err != nil {
+		return err
+	}
+	warm := func(r Result) float64 { return r.WarmGetNs }
+	if err := bar("warm-get", "Warm point get", "ns", []ser{{"1 collection", warm, 1}, {"32 collections", warm, 32}}, 0, ""); err != nil {
+		return err
+	}
+	rss := func(r Result) float64 { return float64(r.PeakRSSKiB) / 1024 }
+	disk := func(r Result) float64 { return float64(r.DiskAlloc) / 1e6 }
+	return bar("disk-rss", "Disk bytes and peak RSS (32 collections)", "MB", []ser{{"disk MB", disk, 32}, {"peak RSS MB", rss, 32}}, float64(s.PayloadMB)*1.048576, "payload")
+}
