@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
@@ -136,8 +138,8 @@ func (r *room) write(dir, name string) (*Meta, error) {
 	c.StateEventsByType, c.EventsByType = map[string]int{}, map[string]int{}
 	senders, senderServers := map[string]bool{}, map[string]bool{}
 
-	if err := writeLines(filepath.Join(dir, "events.jsonl"), len(r.arrival), func(i int) ([]byte, error) {
-		e := r.events[r.arrival[i]]
+	for _, x := range r.arrival {
+		e := r.events[x]
 		c.Events++
 		c.EventsByType[e.pdu.Type()]++
 		if e.key != "" {
@@ -158,7 +160,9 @@ func (r *room) write(dir, name string) (*Meta, error) {
 		sender := string(e.pdu.SenderID())
 		senders[sender] = true
 		senderServers[sender[strings.IndexByte(sender, ':')+1:]] = true
-		return r.line(e)
+	}
+	if err := writeLinesParallel(filepath.Join(dir, "events.jsonl"), len(r.arrival), func() lineFunc {
+		return func(i int) ([]byte, error) { return r.line(r.events[r.arrival[i]]) }
 	}); err != nil {
 		return nil, err
 	}
@@ -178,12 +182,15 @@ func (r *room) write(dir, name string) (*Meta, error) {
 		}
 	}
 	meta.ExpectedState = ExpectedSampling{Lines: len(sampled), Every: every}
-	enc := &stateEncoder{r: r, keys: map[string][]byte{}}
-	var buf []byte
-	if err := writeLines(filepath.Join(dir, "expected_state.jsonl"), len(sampled), func(i int) ([]byte, error) {
-		e := r.events[sampled[i]]
-		meta.ExpectedState.Entries += e.after.size
-		return enc.stateLine(buf[:0], e.id, e.after), nil
+	for _, x := range sampled {
+		meta.ExpectedState.Entries += r.events[x].after.size
+	}
+	if err := writeLinesParallel(filepath.Join(dir, "expected_state.jsonl"), len(sampled), func() lineFunc {
+		enc := &stateEncoder{r: r, keys: map[string][]byte{}}
+		return func(i int) ([]byte, error) {
+			e := r.events[sampled[i]]
+			return enc.stateLine(nil, e.id, e.after), nil
+		}
 	}); err != nil {
 		return nil, err
 	}
@@ -262,6 +269,49 @@ func writeLines(path string, n int, f func(i int) ([]byte, error)) error {
 		return err
 	}
 	return out.Close()
+}
+
+// lineFunc produces line i of a file.
+type lineFunc func(i int) ([]byte, error)
+
+// writeLinesParallel writes n lines like writeLines, producing them on every CPU:
+// each worker gets its own lineFunc from newWorker (for its own buffers and
+// caches) and takes every w-th line of a batch; the batch is written in order.
+func writeLinesParallel(path string, n int, newWorker func() lineFunc) error {
+	workers := min(runtime.GOMAXPROCS(0), 8)
+	fs := make([]lineFunc, workers)
+	for w := range fs {
+		fs[w] = newWorker()
+	}
+	const batch = 512
+	lines := make([][]byte, batch)
+	errs := make([]error, workers)
+	var start int
+	return writeLines(path, n, func(i int) ([]byte, error) {
+		if i%batch == 0 {
+			start = i
+			end := min(i+batch, n)
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for j := start + w; j < end; j += workers {
+						if errs[w] == nil {
+							lines[j-start], errs[w] = fs[w](j)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					return nil, err
+				}
+			}
+		}
+		return lines[i-start], nil
+	})
 }
 
 // depthHeap orders events by depth, deepest first, then by index, latest first.
