@@ -116,6 +116,12 @@ func (e *packEngine) GetMany(coll int, ids [][16]byte) ([][]byte, error) {
 
 func (e *packEngine) Close() error { return e.s.Close() }
 
+// Report says how the last Open rebuilt its index (checkpoint, delta, scan).
+func (e *packEngine) Report() string {
+	r := e.s.OpenReport()
+	return fmt.Sprintf("open: %s, delta entries %d, scanned %d frames / %d bytes", r.Source, r.DeltaEntries, r.ScannedFrames, r.ScannedBytes)
+}
+
 // ---- bbolt
 
 type boltEngine struct {
