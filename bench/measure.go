@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -47,6 +48,9 @@ func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 // (unmapped) first, or mapped pages stay pinned.
 func evictDir(dir string) error {
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // an engine deleted an obsolete file meanwhile
+		}
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -56,6 +60,9 @@ func evictDir(dir string) error {
 
 func evictFile(p string) error {
 	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
