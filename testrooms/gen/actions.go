@@ -580,7 +580,7 @@ const maxPowerUsers = 40
 // plContent returns a fresh copy of the power-levels content of a state and its
 // users map (set in content, so changes to it are in the copy).
 func (r *room) plContent(st pmap) (content, users map[string]any, ok bool) {
-	idx, ok := st.get(plKey)
+	idx, ok := st.get(stateKey(spec.MRoomPowerLevels, ""))
 	if !ok {
 		return nil, nil, false
 	}

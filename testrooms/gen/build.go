@@ -31,8 +31,6 @@ type draft struct {
 
 func strp(s string) *string { return &s }
 
-var plKey = stateKey(spec.MRoomPowerLevels, "")
-
 // stateKey returns the state map key of an event type and state key.
 func stateKey(typ, sk string) string { return typ + "\x00" + sk }
 
@@ -106,17 +104,18 @@ func (r *room) create(s *server, prevs []int32, before pmap, d draft) (int32, er
 	}
 
 	e := &event{pdu: pdu, id: pdu.EventID(), server: s.idx, depth: proto.Depth, prev: prevs, tick: r.tick}
-	e.authIDs, e.plAuth = pdu.AuthEventIDs(), -1
-	for _, a := range e.authIDs {
-		e.auth = append(e.auth, r.byID[a])
-		if r.events[r.byID[a]].key == plKey {
-			e.plAuth = r.byID[a]
-		}
-	}
 	if sk := pdu.StateKey(); sk != nil {
 		e.key = stateKey(d.typ, *sk)
 		if d.typ == spec.MRoomMember {
 			e.member, _ = pdu.Membership()
+		}
+	}
+	e.authIDs, e.prevSame = pdu.AuthEventIDs(), -1
+	for _, a := range e.authIDs {
+		ai := r.byID[a]
+		e.auth = append(e.auth, ai)
+		if e.key != "" && r.events[ai].key == e.key {
+			e.prevSame, e.sdepth = ai, r.events[ai].sdepth+1
 		}
 	}
 	idx := int32(len(r.events))

@@ -152,7 +152,7 @@ func (r *room) resolveStates(states []pmap) pmap {
 		}
 		return "", false, nil
 	}
-	res, err := resolver.ResolveConflicts(in, r, r.authView(base, keySet))
+	res, err := resolver.ResolveConflicts(in, r, authView{room: r, base: base, keySet: keySet})
 	if err != nil {
 		if r.err == nil {
 			r.err = fmt.Errorf("gen: resolve %d states (%d conflicted keys): %w", len(states), len(keys), err)
@@ -176,53 +176,76 @@ func (r *room) resolveStates(states []pmap) pmap {
 	return out
 }
 
-// authView is the resolver.AuthIndex of one resolution: the room's, except that
-// AuthEvents stops at events known to be in the auth chain of the unconflicted
-// state map (or in it): the unconflicted state events, and the power-levels
-// lineage of the unconflicted m.room.power_levels. That leaves the auth difference
-// as it is. An event x outside that closure is reached from the conflicted events
-// by the same paths as before (a path through a stop event makes x an ancestor of
-// an unconflicted state event); an event inside it is found by
-// resolver.ResolveConflicts to have an unconflicted descendant, and so is left out
-// of the difference either way, unless it is an unconflicted state event that
-// descends from no other, which is still reached wherever it was (it is not
-// expanded, only included). Without the stops every resolution walks the room's
-// whole power-levels history, which grows with the room.
+// authView is the resolver.AuthIndex of one resolution. It answers as the room
+// does, except where it knows an event z to be a same-key ancestor of an
+// unconflicted state event u (z = u, or z reached from u through the auth event
+// with u's key: previous power levels, a member's previous membership): such a z
+// is in the auth chain of the unconflicted state map, or in it.
+//
+//   - AuthEvents(z) is empty: the auth-difference walk includes z but does not go
+//     on through it. The difference stays the same: an event x outside that closure
+//     is reached by the same paths as before (a path through z would make x an
+//     ancestor of u), and an event strictly inside it is left out of the difference
+//     by resolver.ResolveConflicts either way (u descends from it), while z itself
+//     is still reached wherever it was.
+//   - AuthChildren(z), for z != u, is [u]: the only question asked of it is whether
+//     an unconflicted state event descends from z, and u is one.
+//
+// Without this every resolution walks the room's power-levels and membership
+// histories, which grow with the room.
 type authView struct {
 	*room
 	base   pmap
 	keySet map[string]bool
 }
 
-func (r *room) authView(base pmap, keySet map[string]bool) authView {
-	r.stopGen++
-	for len(r.stop) < len(r.events) {
-		r.stop = append(r.stop, 0)
+// unconflictedOf returns the unconflicted state event with e's key, if any.
+func (v authView) unconflictedOf(e *event) (int32, bool) {
+	if e.key == "" || v.keySet[e.key] {
+		return 0, false
 	}
-	if pl, ok := base.get(plKey); ok && !keySet[plKey] {
-		for cur := pl; cur >= 0 && r.stop[cur] != r.stopGen; cur = r.events[cur].plAuth {
-			r.stop[cur] = r.stopGen
-		}
+	return v.base.get(e.key)
+}
+
+// sameKeyAncestor reports whether z is u or reached from u through prevSame links.
+func (v authView) sameKeyAncestor(z, u int32) bool {
+	dz := v.events[z].sdepth
+	for u >= 0 && v.events[u].sdepth > dz {
+		u = v.events[u].prevSame
 	}
-	return authView{room: r, base: base, keySet: keySet}
+	return u == z
+}
+
+func (v authView) index(id string) (int32, error) {
+	i, ok := v.byID[id]
+	if !ok {
+		return 0, fmt.Errorf("gen: no event %s", id)
+	}
+	return i, nil
 }
 
 // AuthEvents implements resolver.AuthIndex (see authView).
 func (v authView) AuthEvents(id string) ([]string, error) {
-	i, ok := v.byID[id]
-	if !ok {
-		return nil, fmt.Errorf("gen: no event %s", id)
+	i, err := v.index(id)
+	if err != nil {
+		return nil, err
 	}
-	e := v.events[i]
-	if v.stop[i] == v.stopGen {
+	if u, ok := v.unconflictedOf(v.events[i]); ok && v.sameKeyAncestor(i, u) {
 		return nil, nil
 	}
-	if e.key != "" && !v.keySet[e.key] {
-		if x, ok := v.base.get(e.key); ok && x == i {
-			return nil, nil
-		}
+	return v.events[i].authIDs, nil
+}
+
+// AuthChildren implements resolver.AuthIndex (see authView and room.AuthChildren).
+func (v authView) AuthChildren(id string) ([]string, error) {
+	i, err := v.index(id)
+	if err != nil {
+		return nil, err
 	}
-	return e.authIDs, nil
+	if u, ok := v.unconflictedOf(v.events[i]); ok && u != i && v.sameKeyAncestor(i, u) {
+		return []string{v.events[u].id}, nil
+	}
+	return v.events[i].kids, nil
 }
 
 // Event implements resolver.EventSource.

@@ -27,7 +27,10 @@ type event struct {
 	prev    []int32
 	auth    []int32  // as AuthEventIDs() reports them (v12: the create event first)
 	authIDs []string // the same, as IDs
-	plAuth  int32    // the m.room.power_levels among auth, or -1
+	// prevSame is the auth event with this event's state key (previous power
+	// levels, previous membership of the target), or -1; sdepth counts those links.
+	prevSame int32
+	sdepth   int32
 	// kids are the accepted state events created so far that cite this one in
 	// auth_events (see AuthChildren).
 	kids     []string
@@ -107,9 +110,7 @@ type room struct {
 	memo    map[string]pmap // resolve results by sorted prev set
 	stats   stats
 	res     resolveStats
-	err     error    // the first resolution failure
-	stop    []uint32 // per event: == stopGen when authView stops there
-	stopGen uint32
+	err     error // the first resolution failure
 }
 
 type stats struct {
