@@ -575,7 +575,7 @@ func (r *room) powerDraftBy(v view, sender int) (draft, bool) {
 // maxPowerUsers caps the users map of the power levels (a few admins per server
 // and some moderators): beyond it a promotion demotes someone instead, so the
 // content every authorisation parses stays small on large rooms.
-const maxPowerUsers = 40
+const maxPowerUsers = 24
 
 // plContent returns a fresh copy of the power-levels content of a state and its
 // users map (set in content, so changes to it are in the copy).
