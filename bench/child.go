@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
+	"syscall"
 	"time"
 )
 
@@ -23,6 +26,7 @@ type Params struct {
 	WarmGets      int    `json:"warm_gets"`
 	GetManyKeys   int    `json:"get_many_keys"`
 	GetManyReps   int    `json:"get_many_reps"`
+	Profile       string `json:"profile,omitempty"` // write a CPU profile of the bulk write here
 	Dir           string `json:"-"`
 }
 
@@ -33,6 +37,7 @@ type Result struct {
 	Records       int       `json:"records"`
 	BulkSeconds   float64   `json:"bulk_seconds"`
 	BulkMBs       float64   `json:"bulk_mb_s"`
+	BulkCPU       float64   `json:"bulk_cpu_seconds"` // user+system CPU of the process during the bulk write
 	BulkBatchUs   []float64 `json:"bulk_batch_us"`
 	BulkBatch     Summary   `json:"bulk_batch_summary_us"`
 	CloseSeconds  float64   `json:"close_after_bulk_seconds"`
@@ -57,6 +62,12 @@ type Result struct {
 	BaseRSSKiB    int64     `json:"harness_rss_before_open_kib"`
 	PeakRSSKiB    int64     `json:"peak_rss_kib"` // filled in by the parent (getrusage of the child)
 	Error         string    `json:"error,omitempty"`
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 func check(r rec, got []byte, what string) error {
@@ -87,6 +98,15 @@ func runCell(p Params) (res Result, err error) {
 	var payload int64
 	var total time.Duration
 	batch := make([]rec, 0, p.Batch)
+	cpu0 := cpuSeconds()
+	if p.Profile != "" {
+		f, err := os.Create(filepath.Join(p.Profile, fmt.Sprintf("bulk-%s-%d.pprof", p.Engine, p.Colls)))
+		if err != nil {
+			return res, err
+		}
+		defer f.Close()
+		pprof.StartCPUProfile(f)
+	}
 	for i := 0; i < n; {
 		batch = batch[:0]
 		for ; i < n && len(batch) < p.Batch; i++ {
@@ -101,6 +121,10 @@ func runCell(p Params) (res Result, err error) {
 		d := time.Since(t)
 		total += d
 		res.BulkBatchUs = append(res.BulkBatchUs, us(d))
+	}
+	res.BulkCPU = cpuSeconds() - cpu0
+	if p.Profile != "" {
+		pprof.StopCPUProfile()
 	}
 	res.BulkSeconds = total.Seconds()
 	res.BulkMBs = float64(payload) / 1e6 / total.Seconds()

@@ -30,7 +30,7 @@ type Engine interface {
 
 // engineNames is the run order of a forward pass.
 var engineNames = []string{
-	"packstore-none", "packstore-writeonly", "packstore-full",
+	"packstore-none", "packstore-writeonly", "packstore-full", "packstore-full-raw",
 	"bbolt", "pebble", "badger", "sqlite", "mdbx",
 }
 
@@ -40,6 +40,7 @@ var engineSettings = map[string]string{
 	"packstore-none":      "DefaultOptions (zstd on, 64 MiB node cache), Checksum=none; PutMany per collection then Sync per batch",
 	"packstore-writeonly": "DefaultOptions, Checksum=writeonly; PutMany per collection then Sync per batch",
 	"packstore-full":      "DefaultOptions, Checksum=full (the default); PutMany per collection then Sync per batch",
+	"packstore-full-raw":  "DefaultOptions, Checksum=full, Compress=false (no zstd: separates the format from the compression CPU; bbolt, SQLite and mdbx do not compress either)",
 	"bbolt":               "v1.5.0 defaults (fsync per Update); one bucket per collection",
 	"pebble":              "v2.1.7 defaults (Snappy blocks, 8 MiB block cache); key = 16 B collection prefix + ID; Batch.Commit(pebble.Sync)",
 	"badger":              "v4.9.6 defaults (Snappy, 256 MiB block cache, values in LSM below 1 MiB) + SyncWrites=true; key = prefix + ID; one Txn per batch",
@@ -55,6 +56,8 @@ func newEngine(name string) (Engine, error) {
 		return &packEngine{mode: packstore.ChecksumWriteOnly}, nil
 	case "packstore-full":
 		return &packEngine{mode: packstore.ChecksumFull}, nil
+	case "packstore-full-raw":
+		return &packEngine{mode: packstore.ChecksumFull, raw: true}, nil
 	case "bbolt":
 		return &boltEngine{}, nil
 	case "pebble":
@@ -73,12 +76,14 @@ func newEngine(name string) (Engine, error) {
 
 type packEngine struct {
 	mode packstore.ChecksumMode
+	raw  bool // Compress off
 	s    *packstore.PackfileStorage
 }
 
 func (e *packEngine) Open(dir string, colls int) error {
 	o := packstore.DefaultOptions(dir)
 	o.Checksum = e.mode
+	o.Compress = !e.raw
 	s, err := packstore.Open(o)
 	e.s = s
 	return err
@@ -299,9 +304,9 @@ func (e *badgerEngine) Close() error { return e.db.Close() }
 // ---- SQLite (mattn/go-sqlite3)
 
 type sqliteEngine struct {
-	db   *sql.DB
-	ins  []*sql.Stmt
-	sel  []*sql.Stmt
+	db  *sql.DB
+	ins []*sql.Stmt
+	sel []*sql.Stmt
 }
 
 func (e *sqliteEngine) Open(dir string, colls int) error {

@@ -46,16 +46,16 @@ type SizeRun struct {
 }
 
 type Machine struct {
-	CPUModel    string `json:"cpu_model"`
-	NumCPU      int    `json:"nproc"`
-	MemTotal    string `json:"mem_total"`
-	Kernel      string `json:"kernel"`
-	Filesystem  string `json:"filesystem"` // df -T of the data directory
-	GoVersion   string `json:"go_version"`
-	Commit      string `json:"commit"`
-	LoadBefore  string `json:"loadavg_before"`
-	LoadAfter   string `json:"loadavg_after"`
-	DataDir     string `json:"data_dir"`
+	CPUModel   string `json:"cpu_model"`
+	NumCPU     int    `json:"nproc"`
+	MemTotal   string `json:"mem_total"`
+	Kernel     string `json:"kernel"`
+	Filesystem string `json:"filesystem"` // df -T of the data directory
+	GoVersion  string `json:"go_version"`
+	Commit     string `json:"commit"`
+	LoadBefore string `json:"loadavg_before"`
+	LoadAfter  string `json:"loadavg_after"`
+	DataDir    string `json:"data_dir"`
 }
 
 func main() {
@@ -75,6 +75,7 @@ func main() {
 		warmGets   = flag.Int("warm-gets", 2000, "distinct keys of the warm point-get passes")
 		gmKeys     = flag.Int("get-many", 1000, "keys per get_many")
 		gmReps     = flag.Int("get-many-reps", 10, "warm get_many repeats")
+		profile    = flag.String("profile", "", "write a CPU profile of each cell's bulk write into this directory")
 		timeout    = flag.Duration("timeout", 15*time.Minute, "per-cell timeout")
 	)
 	flag.Parse()
@@ -150,7 +151,7 @@ func main() {
 				for _, name := range order {
 					p := Params{Engine: name, Colls: colls, PayloadBytes: int64(mb) << 20, Seed: *seed,
 						Batch: *batch, AppendBatch: *appBatch, AppendBatches: *appBatches,
-						ColdGets: *coldGets, WarmGets: *warmGets, GetManyKeys: *gmKeys, GetManyReps: *gmReps,
+						ColdGets: *coldGets, WarmGets: *warmGets, GetManyKeys: *gmKeys, GetManyReps: *gmReps, Profile: *profile,
 						Dir: filepath.Join(abs, fmt.Sprintf("%s-%d-%dMB", name, colls, mb))}
 					res := runChild(p, *timeout)
 					sr.Order = append(sr.Order, fmt.Sprintf("%s/%d", name, colls))

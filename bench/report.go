@@ -132,18 +132,18 @@ func markdown(run *Run, tag string) string {
 		rr := limitMean(s.Limits, func(l Limits) float64 { return l.RandRead4K.P50 })
 		ap := limitMean(s.Limits, func(l Limits) float64 { return l.Append4KSync.P50 })
 		fmt.Fprintf(&w, "\nFractions (x) use the mean of the two limit runs: bulk write / %.0f MB/s; steady append p50 as floor / engine with floor = 4 KiB append + fdatasync p50 %.0f us; cold get p50 as floor / engine with floor = 4 KiB random read p50 %.0f us.\n\n", seqW, ap, rr)
-		w.WriteString("| engine | colls | bulk write MB/s (x limit) | bulk batch p50 / p99 ms | first append ms | steady append p50 / p99 ms (x floor) | warm get ns | cold get p50 / p99 us (x floor) | cold read KiB/get | get_many 1000 cold / warm ms | reopen to first read cold / warm ms | disk MB | peak RSS MB |\n")
-		w.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		w.WriteString("| engine | colls | bulk write MB/s (x limit) | bulk CPU s | bulk batch p50 / p99 ms | first append ms | steady append p50 / p99 ms (x floor) | warm get ns | cold get p50 / p99 us (x floor) | cold read KiB/get | get_many 1000 cold / warm ms | reopen to first read cold / warm ms | disk MB | peak RSS MB |\n")
+		w.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range cells(s) {
 			if e := c.err(); e != "" && len(c.rs) == 1 {
-				fmt.Fprintf(&w, "| %s | %d | failed: %s |||||||||||\n", c.name, c.colls, strings.ReplaceAll(tail(e, 200), "|", "/"))
+				fmt.Fprintf(&w, "| %s | %d | failed: %s ||||||||||||\n", c.name, c.colls, strings.ReplaceAll(tail(e, 200), "|", "/"))
 				continue
 			}
 			bulk := c.med(func(r Result) float64 { return r.BulkMBs })
 			apP50 := c.med(func(r Result) float64 { return r.Append.P50 })
 			cg := c.med(func(r Result) float64 { return r.ColdGet.P50 })
-			fmt.Fprintf(&w, "| %s | %d | %.1f (%.2f) | %.2f / %.2f | %.2f | %.2f / %.2f (%.2f) | %.0f | %.0f / %.0f (%.2f) | %.1f | %.1f / %.2f | %.1f / %.1f | %.1f | %.0f |\n",
-				c.name, c.colls, bulk, bulk/seqW,
+			fmt.Fprintf(&w, "| %s | %d | %.1f (%.2f) | %.1f | %.2f / %.2f | %.2f | %.2f / %.2f (%.2f) | %.0f | %.0f / %.0f (%.2f) | %.1f | %.1f / %.2f | %.1f / %.1f | %.1f | %.0f |\n",
+				c.name, c.colls, bulk, bulk/seqW, c.med(func(r Result) float64 { return r.BulkCPU }),
 				c.med(func(r Result) float64 { return r.BulkBatch.P50 })/1e3, c.med(func(r Result) float64 { return r.BulkBatch.P99 })/1e3,
 				c.med(func(r Result) float64 { return r.FirstAppendUs })/1e3,
 				apP50/1e3, c.med(func(r Result) float64 { return r.Append.P99 })/1e3, ap/apP50,
@@ -164,7 +164,7 @@ func markdown(run *Run, tag string) string {
 		}
 	}
 	w.WriteString(`
-Definitions: bulk write = payload bytes / time inside the durable batch commits (open excluded). First append = the first durable batch of new records after a reopen; steady append = the following batches. Warm get = mean ns per Get over a pass of keys already read once (median of 5 passes). Cold get = Get of distinct random keys after closing the store, evicting and reopening it, with every file of the store evicted again (fsync + posix_fadvise(DONTNEED)) before each get; the engine's own caches and pages it still has mapped are kept, as in a running server. "cold read KiB/get" is /proc/self/io read_bytes per cold get: what the device actually read, read-ahead included (a near-zero value would mean the read was not cold). get_many = 1000 keys of one collection, sorted by ID, cold once after an evicted reopen, then warm (median of repeats). Reopen = Open until the first successful Get, after eviction (cold) and with the files cached (warm). Disk = allocated bytes (st_blocks) after the bulk load and Close. Peak RSS = getrusage max RSS of the child process running that engine (the harness itself is included, and mmap-based engines count the file pages they touch).
+Definitions: bulk write = payload bytes / time inside the durable batch commits (open excluded); bulk CPU = user + system CPU seconds of the process over the bulk write (record generation included, the same for every engine). First append = the first durable batch of new records after a reopen; steady append = the following batches. Warm get = mean ns per Get over a pass of keys already read once (median of 5 passes). Cold get = Get of distinct random keys after closing the store, evicting and reopening it, with every file of the store evicted again (fsync + posix_fadvise(DONTNEED)) before each get; the engine's own caches and pages it still has mapped are kept, as in a running server. "cold read KiB/get" is /proc/self/io read_bytes per cold get: what the device actually read, read-ahead included (a near-zero value would mean the read was not cold). get_many = 1000 keys of one collection, sorted by ID, cold once after an evicted reopen, then warm (median of repeats). Reopen = Open until the first successful Get, after eviction (cold) and with the files cached (warm). Disk = allocated bytes (st_blocks) after the bulk load and Close. Peak RSS = getrusage max RSS of the child process running that engine (the harness itself is included, and mmap-based engines count the file pages they touch).
 `)
 	return w.String()
 }
