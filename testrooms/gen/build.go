@@ -83,10 +83,11 @@ func (r *room) create(s *server, prevs []int32, before pmap, d draft) (int32, er
 		proto.RoomID = ""
 	}
 	var pdu gomatrixserverlib.PDU
-	if isCreate || buildWithGMSL {
+	var sign *signing
+	if isCreate || d.cosign != nil || buildWithGMSL || r.signer == nil {
 		pdu, err = r.ver.NewEventBuilderFromProtoEvent(&proto).Build(time.UnixMilli(r.ts), spec.ServerName(s.name), keyID, s.key)
 	} else {
-		pdu, err = r.buildEvent(&proto, r.ts, s.name, s.key)
+		pdu, sign, err = r.buildEvent(&proto, r.ts, s.name, s.key)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("gen: build %s: %w", d.typ, err)
@@ -103,7 +104,10 @@ func (r *room) create(s *server, prevs []int32, before pmap, d draft) (int32, er
 		r.roomID = pdu.RoomID().String()
 	}
 
-	e := &event{pdu: pdu, id: pdu.EventID(), server: s.idx, depth: proto.Depth, prev: prevs, tick: r.tick}
+	e := &event{pdu: pdu, id: pdu.EventID(), server: s.idx, depth: proto.Depth, prev: prevs, tick: r.tick, sign: sign}
+	if sign != nil {
+		r.signer.jobs <- sign
+	}
 	if sk := pdu.StateKey(); sk != nil {
 		e.key = stateKey(d.typ, *sk)
 		if d.typ == spec.MRoomMember {

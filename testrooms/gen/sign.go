@@ -14,13 +14,14 @@ import (
 // EventBuilder.Build does, byte for byte (TestBuildEventMatchesGMSL), without its
 // JSON round trips: the canonical JSON is written directly (the fields sorted),
 // the content hash taken over it, the redacted form (gomatrixserverlib's
-// RedactEventJSON, canonicalised) signed and hashed once for both the signature
-// and the event ID, and the result parsed once with that ID. It serves room
+// RedactEventJSON, canonicalised) hashed for the event ID and signed (later, by the
+// signer: the event ID does not cover signatures), and the event parsed once with
+// that ID. It serves room
 // versions 10-12 for events with a room ID (not the v12 create event).
-func (r *room) buildEvent(proto *gomatrixserverlib.ProtoEvent, ts int64, origin string, key ed25519.PrivateKey) (gomatrixserverlib.PDU, error) {
+func (r *room) buildEvent(proto *gomatrixserverlib.ProtoEvent, ts int64, origin string, key ed25519.PrivateKey) (gomatrixserverlib.PDU, *signing, error) {
 	content, err := gomatrixserverlib.CanonicalJSON(proto.Content)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	head := make([]byte, 0, 1024)
 	head = append(head, `{"auth_events":`...)
@@ -71,30 +72,69 @@ func (r *room) buildEvent(proto *gomatrixserverlib.ProtoEvent, ts int64, origin 
 
 	redacted, err := r.ver.RedactEventJSON(full)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if redacted, err = gomatrixserverlib.CanonicalJSON(redacted); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	sig := ed25519.Sign(key, redacted)
 	ref := sha256.Sum256(redacted)
 	eventID := "$" + base64.RawURLEncoding.EncodeToString(ref[:])
+	// The simulation needs the event (and its ID, the reference hash) now, the
+	// signature only when the line is written: the signer computes it meanwhile.
+	pdu, err := r.ver.NewEventFromTrustedJSONWithEventID(eventID, full, false)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gen: parse built event: %w", err)
+	}
+	return pdu, &signing{unsigned: full, at: signAt, redacted: redacted, origin: origin, key: key}, nil
+}
 
-	out := make([]byte, 0, len(full)+160)
-	out = append(out, full[:signAt]...)
+// signing is an event's signature in the making: unsigned is its JSON without
+// "signatures", which go at offset at.
+type signing struct {
+	unsigned []byte
+	at       int
+	redacted []byte // what is signed
+	origin   string
+	key      ed25519.PrivateKey
+	sig      []byte
+}
+
+// signed returns the event JSON with its signature (after the signer is done).
+func (g *signing) signed() []byte {
+	out := make([]byte, 0, len(g.unsigned)+160)
+	out = append(out, g.unsigned[:g.at]...)
 	out = append(out, `,"signatures":{`...)
-	out = appendCanonicalString(out, origin)
+	out = appendCanonicalString(out, g.origin)
 	out = append(out, `:{`...)
 	out = appendCanonicalString(out, string(keyID))
 	out = append(out, `:"`...)
-	out = base64.RawStdEncoding.AppendEncode(out, sig)
+	out = base64.RawStdEncoding.AppendEncode(out, g.sig)
 	out = append(out, `"}}`...)
-	out = append(out, full[signAt:]...)
-	pdu, err := r.ver.NewEventFromTrustedJSONWithEventID(eventID, out, false)
-	if err != nil {
-		return nil, fmt.Errorf("gen: parse built event: %w", err)
-	}
-	return pdu, nil
+	return append(out, g.unsigned[g.at:]...)
+}
+
+// signer signs events on another goroutine while the simulation goes on.
+type signer struct {
+	jobs chan *signing
+	done chan struct{}
+}
+
+func startSigner() *signer {
+	s := &signer{jobs: make(chan *signing, 4096), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for g := range s.jobs {
+			g.sig = ed25519.Sign(g.key, g.redacted)
+			g.redacted = nil
+		}
+	}()
+	return s
+}
+
+// finish waits for every signature submitted so far.
+func (s *signer) finish() {
+	close(s.jobs)
+	<-s.done
 }
 
 func appendStrings(b []byte, ss []string) []byte {

@@ -39,6 +39,7 @@ type event struct {
 	rejected bool
 	before   pmap
 	after    pmap
+	sign     *signing // the signature being made (nil: pdu is signed)
 	tick     int64
 }
 
@@ -110,7 +111,8 @@ type room struct {
 	memo    map[string]pmap // resolve results by sorted prev set
 	stats   stats
 	res     resolveStats
-	err     error // the first resolution failure
+	err     error   // the first resolution failure
+	signer  *signer // while run runs
 }
 
 type stats struct {
@@ -167,6 +169,11 @@ func newRoom(opts Options) (*room, error) {
 // run generates the room: the creation events, then one event per tick, then
 // delivers everything still in flight.
 func (r *room) run(progress func(done int)) error {
+	r.signer = startSigner()
+	defer func() {
+		r.signer.finish()
+		r.signer = nil
+	}()
 	if err := r.createRoom(); err != nil {
 		return err
 	}
