@@ -78,7 +78,7 @@ func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolut
 		full[id] = true
 	}
 	if algo == gomatrixserverlib.StateResV2_1 {
-		sub, err := conflictedSubgraph(&stateRes{src: src, pdus: map[string]gomatrixserverlib.PDU{}}, conflicted)
+		sub, err := conflictedSubgraph(&stateRes{src: src, in: v2Input{idx: idx}, pdus: map[string]gomatrixserverlib.PDU{}}, conflicted)
 		if err != nil {
 			return Resolution{}, fmt.Errorf("conflicted subgraph: %w", err)
 		}
@@ -86,7 +86,7 @@ func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolut
 			full[id] = true
 		}
 	}
-	overlay, err := resolveV2(v2Input{algo: algo, full: sortedIDs(full), unconflicted: in.Unconflicted, create: in.Create}, src)
+	overlay, err := resolveV2(v2Input{algo: algo, full: sortedIDs(full), unconflicted: in.Unconflicted, create: in.Create, idx: idx}, src)
 	if err != nil {
 		return Resolution{}, err
 	}
@@ -119,18 +119,11 @@ func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolut
 // authDifference returns the events in some but not all of the states' full auth
 // chains, in sorted order.
 func authDifference(perState [][]string, unconflicted func(Key) (string, bool, error), idx AuthIndex) ([]string, error) {
+	ad := &authDiff{idx: idx, unconflicted: unconflicted, lineage: map[Key]*lineage{}, memo: map[string]bool{}}
 	chains := make([]map[string]bool, len(perState))
 	union := map[string]bool{}
-	inU := func(id string) (bool, error) {
-		key, isState, err := idx.StateKeyOf(id)
-		if err != nil || !isState {
-			return false, err
-		}
-		u, ok, err := unconflicted(key)
-		return ok && u == id, err
-	}
 	for i, ids := range perState {
-		c, err := chainOf(ids, idx, inU)
+		c, err := ad.chainOf(ids)
 		if err != nil {
 			return nil, err
 		}
@@ -139,7 +132,6 @@ func authDifference(perState [][]string, unconflicted func(Key) (string, bool, e
 			union[id] = true
 		}
 	}
-	memo := map[string]bool{}
 	var diff []string
 	for _, x := range sortedIDs(union) {
 		missing := false
@@ -152,7 +144,7 @@ func authDifference(perState [][]string, unconflicted func(Key) (string, bool, e
 		if !missing {
 			continue
 		}
-		in, err := inUnconflictedChain(x, unconflicted, idx, memo)
+		in, err := ad.inUnconflictedChain(x)
 		if err != nil {
 			return nil, err
 		}
@@ -163,23 +155,86 @@ func authDifference(perState [][]string, unconflicted func(Key) (string, bool, e
 	return diff, nil
 }
 
+// authDiff holds what one auth-difference computation learns.
+type authDiff struct {
+	idx          AuthIndex
+	unconflicted func(Key) (string, bool, error)
+	lineage      map[Key]*lineage
+	memo         map[string]bool // inUnconflictedChain answers
+}
+
+// lineage is the unconflicted event u of one key and the events reached from u
+// through auth events of the same key (its previous power levels, a member's
+// previous membership): every one of them but u is in u's auth chain.
+type lineage struct {
+	u      string // "" when the key is not in the unconflicted map
+	events map[string]bool
+}
+
+// inLineage reports whether z is the unconflicted event of its key (self) or in that
+// event's same-key lineage below it (below).
+func (ad *authDiff) inLineage(z string) (self, below bool, err error) {
+	key, isState, err := ad.idx.StateKeyOf(z)
+	if err != nil || !isState {
+		return false, false, err
+	}
+	lin, ok := ad.lineage[key]
+	if !ok {
+		lin = &lineage{events: map[string]bool{}}
+		u, found, err := ad.unconflicted(key)
+		if err != nil {
+			return false, false, err
+		}
+		if found {
+			lin.u = u
+		}
+		for cur := lin.u; cur != "" && !lin.events[cur]; {
+			lin.events[cur] = true
+			auth, err := ad.idx.AuthEvents(cur)
+			if err != nil {
+				return false, false, err
+			}
+			next := ""
+			for _, a := range auth {
+				k, st, err := ad.idx.StateKeyOf(a)
+				if err != nil {
+					return false, false, err
+				}
+				if st && k == key {
+					next = a
+					break
+				}
+			}
+			cur = next
+		}
+		ad.lineage[key] = lin
+	}
+	if lin.u == "" || !lin.events[z] {
+		return false, false, nil
+	}
+	return z == lin.u, z != lin.u, nil
+}
+
 // chainOf is the union of the auth chains of events, except that it does not descend
-// below an event of the unconflicted map (stop): that event's own auth chain is part of
-// every state's full auth chain, so none of it can be in the auth difference.
-func chainOf(ids []string, idx AuthIndex, stop func(string) (bool, error)) (map[string]bool, error) {
+// below an event of the unconflicted map or of its same-key lineage: such an event's
+// own auth chain is part of every state's full auth chain, so none of it can be in
+// the auth difference (the event itself is kept and tested like any other).
+func (ad *authDiff) chainOf(ids []string) (map[string]bool, error) {
 	seen := map[string]bool{}
 	stack := append([]string(nil), ids...)
 	for len(stack) > 0 {
 		id := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		if seen[id] { // reached through the walk, not a starting event
-			if halt, err := stop(id); err != nil {
+			self, below, err := ad.inLineage(id)
+			if err != nil {
 				return nil, err
-			} else if halt {
+			}
+			if self || below {
 				continue
 			}
 		}
-		auth, err := idx.AuthEvents(id)
+		auth, err := ad.idx.AuthEvents(id)
 		if err != nil {
 			return nil, err
 		}
@@ -194,17 +249,25 @@ func chainOf(ids []string, idx AuthIndex, stop func(string) (bool, error)) (map[
 }
 
 // inUnconflictedChain reports whether some event of the unconflicted map has x in its
-// auth chain, walking auth_events edges forward from x.
-func inUnconflictedChain(x string, unconflicted func(Key) (string, bool, error), idx AuthIndex, memo map[string]bool) (bool, error) {
-	if v, ok := memo[x]; ok {
+// auth chain: at once when x is in the same-key lineage below an unconflicted event,
+// otherwise by walking auth_events edges forward from x (AuthChildren) until an
+// unconflicted event is met.
+func (ad *authDiff) inUnconflictedChain(x string) (bool, error) {
+	if v, ok := ad.memo[x]; ok {
 		return v, nil
+	}
+	if _, below, err := ad.inLineage(x); err != nil {
+		return false, err
+	} else if below {
+		ad.memo[x] = true
+		return true, nil
 	}
 	seen := map[string]bool{x: true}
 	queue := []string{x}
 	for len(queue) > 0 {
 		cur := queue[0]
 		queue = queue[1:]
-		kids, err := idx.AuthChildren(cur)
+		kids, err := ad.idx.AuthChildren(cur)
 		if err != nil {
 			return false, err
 		}
@@ -213,24 +276,24 @@ func inUnconflictedChain(x string, unconflicted func(Key) (string, bool, error),
 				continue
 			}
 			seen[k] = true
-			key, isState, err := idx.StateKeyOf(k)
+			key, isState, err := ad.idx.StateKeyOf(k)
 			if err != nil {
 				return false, err
 			}
 			if isState {
-				id, ok, err := unconflicted(key)
+				id, ok, err := ad.unconflicted(key)
 				if err != nil {
 					return false, err
 				}
 				if ok && id == k {
-					memo[x] = true
+					ad.memo[x] = true
 					return true, nil
 				}
 			}
 			queue = append(queue, k)
 		}
 	}
-	memo[x] = false
+	ad.memo[x] = false
 	return false, nil
 }
 

@@ -149,12 +149,12 @@ func conflictedSubgraph(st *stateRes, conflicted map[string]bool) (map[string]bo
 			return false, fmt.Errorf("%w: auth_events cycle at %s", ErrResolution, id)
 		}
 		state[id] = 1
-		p, err := st.event(id)
+		auth, err := st.authEventsOf(id)
 		if err != nil {
 			return false, err
 		}
 		r := false
-		for _, a := range p.AuthEventIDs() {
+		for _, a := range auth {
 			if conflicted[a] {
 				r = true
 			}

@@ -131,6 +131,7 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 	if _, err := r.AuthChildren(""); err != nil {
 		return ReplayResult{}, err
 	}
+	r.replayed = make(map[string]bool, len(ids))
 	after := make(map[string]hamtstore.NodeID, len(ids))
 	computed := map[string]bool{}
 	referenced := map[string]bool{}
@@ -164,6 +165,7 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 				return res, err
 			}
 			if kept {
+				r.replayed[id] = true
 				res.Events++
 				if r.rejected[id] {
 					res.Rejected++
@@ -213,6 +215,7 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 			}
 		}
 		after[id] = st.After
+		r.replayed[id] = true
 		batchIDs = append(batchIDs, id)
 		batch = append(batch, st)
 		if len(batchIDs) >= opts.BatchSize {

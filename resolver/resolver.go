@@ -71,6 +71,7 @@ type Resolver struct {
 	metas    map[string]roomstate.EventMeta            // the room's auth index, grows to the room
 	rejected map[string]bool                           // rejection status known so far (replay sets it)
 	children map[string][]string
+	replayed map[string]bool // during Replay: events whose state is known so far
 	create   gomatrixserverlib.PDU
 
 	// OnResolve, if set, is called after each resolution of two or more distinct
@@ -320,8 +321,11 @@ func (r *Resolver) AuthEvents(eventID string) ([]string, error) {
 	return m.AuthEvents, err
 }
 
-// AuthChildren implements AuthIndex: the events that cite eventID in their
-// auth_events, from an index of the whole room built on first use.
+// AuthChildren implements AuthIndex: the state events that cite eventID in their
+// auth_events, from an index of the whole room built on first use. Non-state events
+// are left out: nothing may cite them as auth events, so they lead to no event of a
+// state. During a replay, events not replayed yet are left out too (they are in no
+// state being resolved).
 func (r *Resolver) AuthChildren(eventID string) ([]string, error) {
 	if r.children == nil {
 		ids, err := r.room.EventIDs()
@@ -334,12 +338,25 @@ func (r *Resolver) AuthChildren(eventID string) ([]string, error) {
 			if err != nil {
 				return nil, err
 			}
+			if !m.IsState {
+				continue
+			}
 			for _, a := range m.AuthEvents {
 				r.children[a] = append(r.children[a], id)
 			}
 		}
 	}
-	return r.children[eventID], nil
+	kids := r.children[eventID]
+	if r.replayed == nil {
+		return kids, nil
+	}
+	out := kids[:0:0]
+	for _, k := range kids {
+		if r.replayed[k] {
+			out = append(out, k)
+		}
+	}
+	return out, nil
 }
 
 // StateKeyOf implements AuthIndex from the metadata records.

@@ -38,6 +38,8 @@ type v2Input struct {
 	// create is the room's m.room.create (v2.1 starts from the empty map, and v12
 	// gives its creators infinite power).
 	create gomatrixserverlib.PDU
+	// idx, if set, answers auth_events without parsing PDUs (for auth-chain walks).
+	idx AuthIndex
 }
 
 // errNoEvent wraps failures to load an event the algorithm needs.
@@ -162,11 +164,11 @@ func (st *stateRes) authChain(id string) ([]string, error) {
 	for len(stack) > 0 {
 		cur := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		p, err := st.event(cur)
+		auth, err := st.authEventsOf(cur)
 		if err != nil {
 			return nil, err
 		}
-		for _, a := range p.AuthEventIDs() {
+		for _, a := range auth {
 			if !seen[a] {
 				seen[a] = true
 				out = append(out, a)
@@ -175,6 +177,18 @@ func (st *stateRes) authChain(id string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// authEventsOf returns an event's auth_events, from the auth index when there is one.
+func (st *stateRes) authEventsOf(id string) ([]string, error) {
+	if st.in.idx != nil {
+		return st.in.idx.AuthEvents(id)
+	}
+	p, err := st.event(id)
+	if err != nil {
+		return nil, err
+	}
+	return p.AuthEventIDs(), nil
 }
 
 // isPowerEvent: m.room.power_levels, m.room.join_rules, or an m.room.member whose
