@@ -10,6 +10,9 @@ import (
 // AuthIndex answers the auth-graph questions the auth difference needs without
 // parsing PDUs. Resolver implements it over metadata records; callers that hold a
 // room in memory (the testrooms generator) implement it over their own arrays.
+// ResolveConflicts uses it only for the auth difference; the rest of the algorithm
+// reads auth_events from the EventSource (or, when the source has an
+// AuthEvents(eventID) method, from that), which must be the events' real edges.
 type AuthIndex interface {
 	// AuthEvents returns the auth_events of an event.
 	AuthEvents(eventID string) ([]string, error)
@@ -78,7 +81,7 @@ func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolut
 		full[id] = true
 	}
 	if algo == gomatrixserverlib.StateResV2_1 {
-		sub, err := conflictedSubgraph(&stateRes{src: src, in: v2Input{idx: idx}, pdus: map[string]gomatrixserverlib.PDU{}}, conflicted)
+		sub, err := conflictedSubgraph(&stateRes{src: src, pdus: map[string]gomatrixserverlib.PDU{}}, conflicted)
 		if err != nil {
 			return Resolution{}, fmt.Errorf("conflicted subgraph: %w", err)
 		}
@@ -86,7 +89,7 @@ func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolut
 			full[id] = true
 		}
 	}
-	overlay, err := resolveV2(v2Input{algo: algo, full: sortedIDs(full), unconflicted: in.Unconflicted, create: in.Create, idx: idx}, src)
+	overlay, err := resolveV2(v2Input{algo: algo, full: sortedIDs(full), unconflicted: in.Unconflicted, create: in.Create}, src)
 	if err != nil {
 		return Resolution{}, err
 	}

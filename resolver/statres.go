@@ -38,8 +38,6 @@ type v2Input struct {
 	// create is the room's m.room.create (v2.1 starts from the empty map, and v12
 	// gives its creators infinite power).
 	create gomatrixserverlib.PDU
-	// idx, if set, answers auth_events without parsing PDUs (for auth-chain walks).
-	idx AuthIndex
 }
 
 // errNoEvent wraps failures to load an event the algorithm needs.
@@ -179,10 +177,17 @@ func (st *stateRes) authChain(id string) ([]string, error) {
 	return out, nil
 }
 
-// authEventsOf returns an event's auth_events, from the auth index when there is one.
+// authEventLister is implemented by event sources that can give an event's
+// auth_events without parsing its PDU (Resolver, from metadata records).
+type authEventLister interface {
+	AuthEvents(eventID string) ([]string, error)
+}
+
+// authEventsOf returns an event's auth_events, without parsing the PDU when the
+// event source can.
 func (st *stateRes) authEventsOf(id string) ([]string, error) {
-	if st.in.idx != nil {
-		return st.in.idx.AuthEvents(id)
+	if l, ok := st.src.(authEventLister); ok {
+		return l.AuthEvents(id)
 	}
 	p, err := st.event(id)
 	if err != nil {
