@@ -13,6 +13,7 @@ type MemStorage struct {
 	mu     sync.RWMutex // guards colls and closed
 	colls  map[ID]map[ID][]byte
 	closed bool
+	reads  readStats // read budget by kind (readstats.go)
 }
 
 // NewMemStorage returns an empty MemStorage.

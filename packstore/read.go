@@ -33,8 +33,8 @@ func decodePayload(sh *shard, off int64, fv frameView) ([]byte, error) {
 
 // readRecord returns an owned copy of the payload of (coll, id) at l, from
 // the cache or the frame. ok=false means a tag collision (another record).
-func (s *PackfileStorage) readRecord(l loc, coll, id ID) (data []byte, ok bool, err error) {
-	err = s.viewRecord(l, coll, id, func(b []byte, owned bool) error {
+func (s *PackfileStorage) readRecord(l loc, coll, id ID, kind ReadKind) (data []byte, ok bool, err error) {
+	err = s.viewRecord(l, coll, id, kind, func(b []byte, owned bool) error {
 		data, ok = b, true
 		if !owned {
 			data = append([]byte{}, b...)
@@ -49,12 +49,13 @@ func (s *PackfileStorage) readRecord(l loc, coll, id ID) (data []byte, ok bool, 
 // a cached or freshly decoded buffer (owned=true: fn may keep it) or the
 // mapped frame bytes (owned=false: valid only during fn, while the shard's
 // read lock keeps it mapped).
-func (s *PackfileStorage) viewRecord(l loc, coll, id ID, fn func(b []byte, owned bool) error) error {
+func (s *PackfileStorage) viewRecord(l loc, coll, id ID, kind ReadKind, fn func(b []byte, owned bool) error) error {
 	if s.cache != nil {
 		if e, ok := s.cache.get(l); ok && e.coll == coll {
 			if e.id != id {
 				return nil
 			}
+			s.reads.cacheHit(kind)
 			return fn(e.data, false)
 		}
 	}
@@ -64,6 +65,7 @@ func (s *PackfileStorage) viewRecord(l loc, coll, id ID, fn func(b []byte, owned
 	}
 	off := int64(l.off)
 	return sh.withFrame(off, func(fv frameView) error {
+		s.reads.physical(kind, l.shard, off, FrameOverhead+len(fv.Payload))
 		if fv.Flags&FlagReset != 0 {
 			return sh.corruptf(off, "index points at a reset marker")
 		}
@@ -145,16 +147,7 @@ func (s *PackfileStorage) retryable(err error, attempt int) (bool, error) {
 // offset if its frame fails the checks (CRC in checksum mode "full"), or
 // ErrClosed. It does not take the writer lock.
 func (s *PackfileStorage) Get(coll, id ID) ([]byte, error) {
-	var data []byte
-	err := s.find(coll, id, func(l loc) (bool, error) {
-		d, ok, err := s.readRecord(l, coll, id)
-		data = d
-		return ok, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return data, nil
+	return s.GetKind(coll, id, ReadUntagged)
 }
 
 // View calls fn with the record's payload without copying it when the
@@ -167,7 +160,7 @@ func (s *PackfileStorage) Get(coll, id ID) ([]byte, error) {
 func (s *PackfileStorage) View(coll, id ID, fn func(b []byte) error) error {
 	return s.find(coll, id, func(l loc) (bool, error) {
 		found := false
-		err := s.viewRecord(l, coll, id, func(b []byte, _ bool) error {
+		err := s.viewRecord(l, coll, id, ReadUntagged, func(b []byte, _ bool) error {
 			found = true
 			return fn(b)
 		})
@@ -217,7 +210,7 @@ func (s *PackfileStorage) GetMany(coll ID, ids []ID) ([][]byte, error) {
 			}
 			var data []byte
 			var ok bool
-			data, ok, err = s.readRecord(cd.l, coll, ids[cd.i])
+			data, ok, err = s.readRecord(cd.l, coll, ids[cd.i], ReadUntagged)
 			if err != nil {
 				break
 			}

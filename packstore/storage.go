@@ -146,6 +146,7 @@ type PackfileStorage struct {
 	collisions atomic.Uint64                    // index tag collisions seen
 	fs         vfs
 	cache      *nodeCache // nil when Options.CacheBytes is 0
+	reads      readStats  // read budget by kind (readstats.go)
 	lock       *dirLock   // the store directory's LOCK, held until Close
 
 	// repackProgress is the index of the collection plan a running repack

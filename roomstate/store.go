@@ -28,7 +28,7 @@ func (s *Store) Engine() packstore.StorageEngine { return s.eng }
 func (s *Store) Rooms() ([]*Room, error) {
 	var rooms []*Room
 	for _, coll := range s.eng.Collections() {
-		b, err := s.eng.Get(coll, headRecordID)
+		b, err := getKind(s.eng, coll, headRecordID, ReadOther)
 		if errors.Is(err, packstore.ErrNotFound) {
 			continue // not a room collection
 		}
@@ -48,7 +48,7 @@ func (s *Store) Rooms() ([]*Room, error) {
 // Room opens a room by its room ID; ErrUnknownRoom if it was never imported.
 func (s *Store) Room(roomID string) (*Room, error) {
 	coll := CollectionID(roomID)
-	b, err := s.eng.Get(coll, headRecordID)
+	b, err := getKind(s.eng, coll, headRecordID, ReadOther)
 	if errors.Is(err, packstore.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownRoom, roomID)
 	}
@@ -112,7 +112,7 @@ func (r *Room) Sync() error {
 func (r *Room) EventIDs() ([]string, error) {
 	ids := make([]string, 0, r.head.Events)
 	for i := uint32(0); i < r.head.LogChunks; i++ {
-		b, err := r.s.eng.Get(r.coll, logChunkID(i))
+		b, err := getKind(r.s.eng, r.coll, logChunkID(i), ReadOther)
 		if err != nil {
 			return nil, fmt.Errorf("roomstate: room %s: arrival log chunk %d: %w", r.head.RoomID, i, err)
 		}
@@ -131,7 +131,7 @@ func (r *Room) EventIDs() ([]string, error) {
 
 // EventJSON returns the PDU JSON of an event as it was imported.
 func (r *Room) EventJSON(eventID string) ([]byte, error) {
-	b, err := r.s.eng.Get(r.coll, EventRecordID(eventID))
+	b, err := getKind(r.s.eng, r.coll, EventRecordID(eventID), ReadPDU)
 	if err != nil {
 		return nil, fmt.Errorf("roomstate: room %s: event %s: %w", r.head.RoomID, eventID, err)
 	}
@@ -166,7 +166,7 @@ func (r *Room) Meta(eventID string) (EventMeta, error) {
 // MetaByRecord loads the metadata record of the event whose record ID (= HAMT value)
 // is ev.
 func (r *Room) MetaByRecord(ev packstore.ID) (EventMeta, error) {
-	b, err := r.s.eng.Get(r.coll, metaRecordID(ev))
+	b, err := getKind(r.s.eng, r.coll, metaRecordID(ev), ReadMeta)
 	if err != nil {
 		return EventMeta{}, fmt.Errorf("roomstate: room %s: metadata of event record %x: %w", r.head.RoomID, ev, err)
 	}
@@ -182,7 +182,7 @@ func (r *Room) MetaByRecord(ev packstore.ID) (EventMeta, error) {
 
 // EventState loads the state record of an event; ok is false before replay.
 func (r *Room) EventState(eventID string) (st EventState, ok bool, err error) {
-	b, err := r.s.eng.Get(r.coll, stateRecordID(EventRecordID(eventID)))
+	b, err := getKind(r.s.eng, r.coll, stateRecordID(EventRecordID(eventID)), ReadOther)
 	if errors.Is(err, packstore.ErrNotFound) {
 		return EventState{}, false, nil
 	}
@@ -293,7 +293,7 @@ type nodeStore struct {
 }
 
 func (n nodeStore) GetNode(id hamtstore.NodeID) ([]byte, error) {
-	return n.eng.Get(n.coll, packstore.ID(id))
+	return getKind(n.eng, n.coll, packstore.ID(id), ReadNode)
 }
 
 func (n nodeStore) PutNodes(nodes []hamtstore.EncodedNode) error {

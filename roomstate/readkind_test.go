@@ -1,0 +1,66 @@
+package roomstate_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/resolver"
+	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/testrooms"
+)
+
+// TestReadKinds checks that each room query is counted under its kind, on both
+// engines that count reads, and that an engine without KindGetter still works.
+func TestReadKinds(t *testing.T) {
+	dir := filepath.Join(testrooms.Dir(), "real", "room004")
+	ps, err := packstore.Open(packstore.Options{Dir: t.TempDir()}) // no cache: every read is physical
+	require.NoError(t, err)
+	defer ps.Close()
+	for _, eng := range []packstore.StorageEngine{packstore.NewMemStorage(), ps} {
+		st := roomstate.New(eng)
+		f, err := os.Open(filepath.Join(dir, "events.jsonl"))
+		require.NoError(t, err)
+		res, err := st.Import(f, dir, roomstate.ImportOptions{})
+		f.Close()
+		require.NoError(t, err)
+		room, err := st.Room(res.Rooms[0])
+		require.NoError(t, err)
+		_, err = resolver.Replay(room, resolver.ReplayOptions{})
+		require.NoError(t, err)
+		kg := eng.(packstore.KindGetter)
+		kg.ResetReadStats()
+		room, err = st.Room(res.Rooms[0])
+		require.NoError(t, err)
+		ids, err := room.EventIDs()
+		require.NoError(t, err)
+		require.Equal(t, packstore.ReadCounters{}, kg.ReadStats()[roomstate.ReadPDU])
+
+		kg.ResetReadStats()
+		_, err = room.EventJSON(ids[0])
+		require.NoError(t, err)
+		_, err = room.Meta(ids[0])
+		require.NoError(t, err)
+		_, err = room.Meta(ids[1])
+		require.NoError(t, err)
+		rs := kg.ReadStats()
+		require.EqualValues(t, 1, rs[roomstate.ReadPDU].Reads, "%s: %v", eng, rs)
+		require.EqualValues(t, 2, rs[roomstate.ReadMeta].Reads)
+		require.Len(t, rs, 2)
+
+		kg.ResetReadStats()
+		rd := room.NewReader()
+		_, err = room.StateEntries(rd, room.CurrentState())
+		require.NoError(t, err)
+		rs = kg.ReadStats()
+		require.EqualValues(t, rd.NodesRead(), rs[roomstate.ReadNode].Reads+rs[roomstate.ReadNode].CacheHits)
+		require.Positive(t, rs[roomstate.ReadNode].Reads)
+		require.Positive(t, rs[roomstate.ReadMeta].Reads) // StateEntries checks each entry's metadata
+		require.Len(t, rs, 2)
+	}
+	require.Equal(t, "node", roomstate.ReadKindName(roomstate.ReadNode))
+	require.Equal(t, "kind9", roomstate.ReadKindName(9))
+}
