@@ -227,12 +227,11 @@ func allowed(pdu gomatrixserverlib.PDU, authPDUs []gomatrixserverlib.PDU) error 
 }
 
 // softFails reports whether an accepted event fails against the origin's current
-// state (the resolution of the states after its forward extremities). When every
-// extremity's state agrees with the state before the event on each key the
-// authorisation rules read for it, those keys are unconflicted, so the current
-// state has the same entries there and the event passes as it did against the
-// state before it: no resolution is needed. (Soft failure only steers which events
-// the origin builds on; replay does not see it.)
+// state (the resolution of the states after its forward extremities). Only the
+// keys the authorisation rules read for the event matter: where every extremity's
+// state has the same entry for each of them, those keys are unconflicted and the
+// current state has that entry, so no resolution is needed. (Soft failure only
+// steers which events the origin builds on; replay does not see it.)
 func (r *room) softFails(e *event) (failed bool) {
 	defer func() {
 		if rec := recover(); rec != nil {
@@ -244,17 +243,18 @@ func (r *room) softFails(e *event) (failed bool) {
 	}
 	prevs := r.prevEvents(r.servers[0])
 	needed := gomatrixserverlib.StateNeededForAuth([]gomatrixserverlib.PDU{e.pdu}).Tuples()
-	if !slices.ContainsFunc(needed, func(t gomatrixserverlib.StateKeyTuple) bool {
+	first := r.events[prevs[0]].after
+	cur := first
+	if slices.ContainsFunc(needed, func(t gomatrixserverlib.StateKeyTuple) bool {
 		k := stateKey(t.EventType, t.StateKey)
-		want, wok := e.before.get(k)
-		return slices.ContainsFunc(prevs, func(p int32) bool {
+		want, wok := first.get(k)
+		return slices.ContainsFunc(prevs[1:], func(p int32) bool {
 			got, ok := r.events[p].after.get(k)
 			return ok != wok || got != want
 		})
 	}) {
-		return false
+		r.stats.softFailChecks++
+		cur = r.resolve(prevs)
 	}
-	r.stats.softFailChecks++
-	cur := r.resolve(prevs)
 	return allowed(e.pdu, r.authState(e.pdu, cur)) != nil
 }

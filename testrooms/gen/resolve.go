@@ -152,7 +152,7 @@ func (r *room) resolveStates(states []pmap) pmap {
 		}
 		return "", false, nil
 	}
-	res, err := resolver.ResolveConflicts(in, r, authView{room: r, base: base, keySet: keySet})
+	res, err := resolver.ResolveConflicts(in, r, r.newAuthView(base, keySet))
 	if err != nil {
 		if r.err == nil {
 			r.err = fmt.Errorf("gen: resolve %d states (%d conflicted keys): %w", len(states), len(keys), err)
@@ -197,6 +197,15 @@ type authView struct {
 	*room
 	base   pmap
 	keySet map[string]bool
+	walked map[string]int32 // per key: the lowest event of u's lineage marked so far
+}
+
+func (r *room) newAuthView(base pmap, keySet map[string]bool) authView {
+	r.lineGen++
+	for len(r.lineMark) < len(r.events) {
+		r.lineMark = append(r.lineMark, 0)
+	}
+	return authView{room: r, base: base, keySet: keySet, walked: map[string]int32{}}
 }
 
 // unconflictedOf returns the unconflicted state event with e's key, if any.
@@ -207,13 +216,27 @@ func (v authView) unconflictedOf(e *event) (int32, bool) {
 	return v.base.get(e.key)
 }
 
-// sameKeyAncestor reports whether z is u or reached from u through prevSame links.
+// sameKeyAncestor reports whether z is u or reached from u through prevSame links
+// (u is the unconflicted event with z's key). Each key's lineage is walked once
+// per resolution, marking what it passes.
 func (v authView) sameKeyAncestor(z, u int32) bool {
-	dz := v.events[z].sdepth
-	for u >= 0 && v.events[u].sdepth > dz {
-		u = v.events[u].prevSame
+	if v.lineMark[z] == v.lineGen {
+		return true
 	}
-	return u == z
+	key := v.events[z].key
+	cur, ok := v.walked[key]
+	if !ok {
+		cur = u
+		v.lineMark[cur] = v.lineGen
+	}
+	dz := v.events[z].sdepth
+	for cur >= 0 && v.events[cur].sdepth > dz {
+		if cur = v.events[cur].prevSame; cur >= 0 {
+			v.lineMark[cur] = v.lineGen
+		}
+	}
+	v.walked[key] = cur
+	return v.lineMark[z] == v.lineGen
 }
 
 func (v authView) index(id string) (int32, error) {

@@ -113,6 +113,10 @@ type room struct {
 	res     resolveStats
 	err     error   // the first resolution failure
 	signer  *signer // while run runs
+	// lineMark[i] == lineGen: event i is on a same-key lineage walked by the
+	// current resolution's authView.
+	lineMark []uint32
+	lineGen  uint32
 }
 
 type stats struct {
