@@ -45,6 +45,9 @@ type KindGetter interface {
 	// ReadStats returns the counters of every kind read since the last
 	// reset (kinds never read are absent).
 	ReadStats() map[ReadKind]ReadCounters
+	// ReadStatsTotal returns the counters of all kinds together: Pages are
+	// the distinct pages any kind touched (not the sum over kinds).
+	ReadStatsTotal() ReadCounters
 	// ResetReadStats zeroes the counters, forgets the pages seen and the
 	// position of the previous read.
 	ResetReadStats()
@@ -62,6 +65,7 @@ var (
 type readStats struct {
 	mu    sync.Mutex
 	kinds map[ReadKind]*kindStats
+	total kindStats // all kinds: distinct pages over every kind
 	// previous physical read: shard and page range; valid when have.
 	have                bool
 	lastShard           uint16
@@ -91,40 +95,47 @@ func (r *readStats) physical(k ReadKind, shard uint16, off int64, size int) {
 	last := uint32((off + int64(max(size, 1)) - 1) / ReadPageSize)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ks := r.kind(k)
-	ks.c.Reads++
-	ks.c.Bytes += int64(size)
-	if !r.have || r.lastShard != shard || first < r.lastFirst || first > r.lastLast+1 {
-		ks.c.Seeks++
-	}
+	seek := !r.have || r.lastShard != shard || first < r.lastFirst || first > r.lastLast+1
 	r.have, r.lastShard, r.lastFirst, r.lastLast = true, shard, first, last
-	bm := ks.pages[shard]
-	if need := int(last/64) + 1; len(bm) < need {
-		bm = append(bm, make([]uint64, need-len(bm))...)
+	if r.total.pages == nil {
+		r.total.pages = map[uint16][]uint64{}
 	}
-	for p := first; p <= last; p++ {
-		w, b := p/64, uint64(1)<<(p%64)
-		if bm[w]&b == 0 {
-			bm[w] |= b
-			ks.c.Pages++
+	for _, ks := range []*kindStats{r.kind(k), &r.total} {
+		ks.c.Reads++
+		ks.c.Bytes += int64(size)
+		if seek {
+			ks.c.Seeks++
 		}
+		bm := ks.pages[shard]
+		if need := int(last/64) + 1; len(bm) < need {
+			bm = append(bm, make([]uint64, need-len(bm))...)
+		}
+		for p := first; p <= last; p++ {
+			w, b := p/64, uint64(1)<<(p%64)
+			if bm[w]&b == 0 {
+				bm[w] |= b
+				ks.c.Pages++
+			}
+		}
+		ks.pages[shard] = bm
 	}
-	ks.pages[shard] = bm
 }
 
 // logical counts a read with no page position (MemStorage).
 func (r *readStats) logical(k ReadKind, size int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ks := r.kind(k)
-	ks.c.Reads++
-	ks.c.Bytes += int64(size)
+	for _, ks := range []*kindStats{r.kind(k), &r.total} {
+		ks.c.Reads++
+		ks.c.Bytes += int64(size)
+	}
 }
 
 func (r *readStats) cacheHit(k ReadKind) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.kind(k).c.CacheHits++
+	r.total.c.CacheHits++
 }
 
 func (r *readStats) snapshot() map[ReadKind]ReadCounters {
@@ -137,10 +148,17 @@ func (r *readStats) snapshot() map[ReadKind]ReadCounters {
 	return out
 }
 
+func (r *readStats) totals() ReadCounters {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total.c
+}
+
 func (r *readStats) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.kinds = nil
+	r.total = kindStats{}
 	r.have = false
 }
 
@@ -161,6 +179,10 @@ func (s *PackfileStorage) GetKind(coll, id ID, kind ReadKind) ([]byte, error) {
 // ReadStats returns the read counters by kind since the last ResetReadStats.
 func (s *PackfileStorage) ReadStats() map[ReadKind]ReadCounters { return s.reads.snapshot() }
 
+// ReadStatsTotal returns the counters of all kinds together (distinct pages
+// over every kind).
+func (s *PackfileStorage) ReadStatsTotal() ReadCounters { return s.reads.totals() }
+
 // ResetReadStats zeroes the read counters.
 func (s *PackfileStorage) ResetReadStats() { s.reads.reset() }
 
@@ -175,6 +197,9 @@ func (m *MemStorage) GetKind(coll, id ID, kind ReadKind) ([]byte, error) {
 
 // ReadStats returns the read counters by kind since the last ResetReadStats.
 func (m *MemStorage) ReadStats() map[ReadKind]ReadCounters { return m.reads.snapshot() }
+
+// ReadStatsTotal returns the counters of all kinds together.
+func (m *MemStorage) ReadStatsTotal() ReadCounters { return m.reads.totals() }
 
 // ResetReadStats zeroes the read counters.
 func (m *MemStorage) ResetReadStats() { m.reads.reset() }

@@ -75,6 +75,8 @@ func TestReadStatsSeeksAndPages(t *testing.T) {
 	if len(st) != 2 {
 		t.Fatalf("kinds %v, want 1 and 2 only", st)
 	}
+	// The total counts a page two kinds touched once; seeks and reads add up.
+	wantCounters(t, "total", s.ReadStatsTotal(), ReadCounters{Reads: 4, Bytes: 4 * frame, Pages: 2, Seeks: 3})
 
 	// Uncached repeated reads: each is a physical read, the page counts once.
 	s.ResetReadStats()

@@ -375,15 +375,8 @@ process using the store.`,
 			if err != nil {
 				return err
 			}
-			before := eng.Stats()
-			rs, err := repackRooms(eng, rooms, repackplan.Kind(plan))
-			if err != nil {
-				return err
-			}
-			after := eng.Stats()
-			fmt.Fprintf(cmd.OutOrStdout(), "repack: rooms=%d records_copied=%d records_dropped=%d shards_retired=%d bytes_before=%d bytes_after=%d\n",
-				rs.CollectionsRepacked, rs.RecordsCopied, rs.RecordsDropped, rs.ShardsRetired, before.DiskBytes, after.DiskBytes)
-			return nil
+			_, err = repackSummary(cmd.OutOrStdout(), eng, rooms, repackplan.Kind(plan))
+			return err
 		},
 	}
 	c.Flags().StringVar(&store, "store", "", "store directory")
@@ -392,25 +385,59 @@ process using the store.`,
 	return c
 }
 
-func repackRooms(eng *packstore.PackfileStorage, rooms []*roomstate.Room, kind repackplan.Kind) (packstore.RepackStats, error) {
+func repackRooms(eng *packstore.PackfileStorage, rooms []*roomstate.Room, kind repackplan.Kind, out io.Writer) (packstore.RepackStats, error) {
 	var plan packstore.RepackPlan
+	bar := newProgress(out, int64(len(rooms)), "planning", false)
 	for _, r := range rooms {
 		cp, _, err := repackplan.Plan(r, kind)
 		if err != nil {
 			return packstore.RepackStats{}, err
 		}
 		plan.Collections = append(plan.Collections, cp)
+		bar.add(1)
 	}
+	bar.finish()
 	return eng.Repack(plan)
 }
 
+// repackSummary repacks the rooms (one plan per room, one output stream) and
+// prints what it did: disk and live bytes before and after, records copied,
+// garbage dropped (records no plan kept; dead frames of superseded or deleted
+// records go with the retired shards), shards retired and the bytes returned.
+func repackSummary(out io.Writer, eng *packstore.PackfileStorage, rooms []*roomstate.Room, kind repackplan.Kind) (packstore.RepackStats, error) {
+	before := eng.Stats()
+	rs, err := repackRooms(eng, rooms, kind, out)
+	if err != nil {
+		return rs, err
+	}
+	after := eng.Stats()
+	fmt.Fprintf(out, "repack: plan=%s rooms=%d records_copied=%d bytes_copied=%d garbage_records_dropped=%d garbage_live_bytes_dropped=%d shards_retired=%d bytes_retired=%d\n",
+		kind, rs.CollectionsRepacked, rs.RecordsCopied, rs.BytesCopied, rs.RecordsDropped, max(0, before.LiveBytes-after.LiveBytes), rs.ShardsRetired, rs.BytesRetired)
+	fmt.Fprintf(out, "repack: disk_bytes_before=%d disk_bytes_after=%d returned=%d shards_before=%d shards_after=%d live_bytes_before=%d live_bytes_after=%d\n",
+		before.DiskBytes, after.DiskBytes, before.DiskBytes-after.DiskBytes, before.Shards, after.Shards, before.LiveBytes, after.LiveBytes)
+	return rs, nil
+}
+
 func statsCmd() *cobra.Command {
-	var store string
+	var store, room, walks string
+	var reads, cold bool
+	var limit int
 	c := &cobra.Command{
-		Use:   "stats --store DIR",
-		Short: "Print shard, byte and room counts",
-		Args:  cobra.NoArgs,
+		Use:   "stats --store DIR [--reads [--room ROOM_ID] [--walks W,...] [--cold]]",
+		Short: "Print shard, byte and room counts; with --reads, the read budget of the server walks",
+		Long: `Stats prints shard, byte and room counts. With --reads it runs the walks a server does
+(current-state, auth-chain, backfill of --limit events, resolve-extremities) over the
+room named by --room, or every replayed room, and prints for each walk the read budget
+by kind (node, pdu, meta, other): physical reads, frame bytes, distinct 4 KiB pages,
+seeks (a read not in the pages of the previous read or the next one) and node-cache
+hits. Each walk runs on a freshly opened store (empty node cache); --cold also evicts
+the shard files from the page cache first (posix_fadvise DONTNEED). The counters are
+this process's: another process's reads cannot be seen.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if reads {
+				return statsReads(cmd.OutOrStdout(), store, room, walks, limit, cold)
+			}
 			eng, st, err := openStore(store, false)
 			if err != nil {
 				return err
@@ -438,5 +465,54 @@ func statsCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().BoolVar(&reads, "reads", false, "run the server walks and print their read budget by kind")
+	c.Flags().StringVar(&room, "room", "", "with --reads: only this room ID")
+	c.Flags().StringVar(&walks, "walks", "all", "with --reads: comma-separated walks ("+fmt.Sprint(repackplan.WalkKinds)+")")
+	c.Flags().IntVar(&limit, "limit", 1000, "with --reads: events of the backfill walk")
+	c.Flags().BoolVar(&cold, "cold", false, "with --reads: evict the shard files from the page cache before each walk")
 	return c
+}
+
+// statsReads runs the walks over the selected replayed rooms and prints their read
+// budgets.
+func statsReads(out io.Writer, store, roomID, walkList string, limit int, cold bool) error {
+	ws, err := parseWalks(walkList)
+	if err != nil {
+		return err
+	}
+	eng, st, err := openStore(store, false)
+	if err != nil {
+		return err
+	}
+	rooms, err := selectRooms(st, roomID)
+	var ids []string
+	for _, r := range rooms {
+		if r.Head().Replayed {
+			ids = append(ids, r.ID())
+		}
+	}
+	if cerr := eng.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("no replayed room to walk (mtxdb replay first)")
+	}
+	var total packstore.ReadCounters
+	for _, id := range ids {
+		fmt.Fprintf(out, "room %s\n", id)
+		for _, w := range ws {
+			wb, err := measureWalk(store, id, w, limit, cold)
+			if err != nil {
+				return err
+			}
+			printBudget(out, "  ", wb)
+			total = total.Add(wb.Total)
+		}
+	}
+	fmt.Fprintf(out, "reads: rooms=%d walks=%d reads=%d bytes=%d pages=%d seeks=%d cache_hits=%d\n",
+		len(ids), len(ws), total.Reads, total.Bytes, total.Pages, total.Seeks, total.CacheHits)
+	return nil
 }

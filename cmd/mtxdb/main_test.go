@@ -112,3 +112,45 @@ func TestCLIImportErrors(t *testing.T) {
 		t.Fatal("import of a missing file created the store")
 	}
 }
+
+// TestCLIStatsReads runs stats --reads before and after a repack: every walk is
+// printed with its kinds, and the repack prints its summary.
+func TestCLIStatsReads(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	if out, code := run(t, "import", "--store", store, room("room001")); code != 0 {
+		t.Fatal(out)
+	}
+	if out, code := run(t, "stats", "--store", store, "--reads"); code != 1 || !strings.Contains(out, "replay first") {
+		t.Fatalf("stats --reads before replay: %d %s", code, out)
+	}
+	if out, code := run(t, "replay", "--store", store); code != 0 {
+		t.Fatal(out)
+	}
+	for _, step := range [][]string{
+		{"stats", "--store", store, "--reads", "--cold"},
+		{"repack", "--store", store, "--plan", "auth-chain"},
+		{"stats", "--store", store, "--reads", "--walks", "auth-chain,backfill", "--limit", "50"},
+	} {
+		out, code := run(t, step...)
+		if code != 0 {
+			t.Fatalf("%v: %d %s", step, code, out)
+		}
+		switch step[0] {
+		case "stats":
+			for _, w := range []string{"walk auth-chain", "walk backfill: events=", "meta     reads=", "pdu      reads=", "reads: rooms=1"} {
+				if !strings.Contains(out, w) {
+					t.Fatalf("%v: no %q in\n%s", step, w, out)
+				}
+			}
+		case "repack":
+			for _, w := range []string{"garbage_records_dropped=", "shards_retired=1", "disk_bytes_before=", "returned="} {
+				if !strings.Contains(out, w) {
+					t.Fatalf("%v: no %q in\n%s", step, w, out)
+				}
+			}
+		}
+	}
+	if out, code := run(t, "stats", "--store", store, "--reads", "--walks", "nope"); code != 1 || !strings.Contains(out, "unknown walk") {
+		t.Fatalf("unknown walk: %d %s", code, out)
+	}
+}
