@@ -3,7 +3,7 @@
 GO       ?= go
 FUZZTIME ?= 30s
 
-.PHONY: all deps build demo test test-dendrite vet fuzz bench bench-resolver crash crash-bitflips clean
+.PHONY: bench-repack all deps build demo test test-dendrite vet fuzz bench bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -82,3 +82,16 @@ bench-resolver: build
 
 clean:
 	rm -rf bin
+
+# Issue 7: the server walks (current state, auth chain, backfill of 1000 events, state
+# resolution at the extremities) before and after each repack plan, on a store built
+# as a homeserver builds it (the real rooms and a generated room of REPACK_EVENTS
+# events in backfill order, interleaved into one pool): read budget by kind, pages,
+# seeks, bytes and cold-cache wall time. Writes docs/bench/repack-$(REPACK_EVENTS).{json,md};
+# the generated room is kept in REPACK_GEN (generating 100k events takes a long while).
+REPACK_EVENTS ?= 100000
+REPACK_GEN    ?= /tmp/mtxdb-repack-gen-$(REPACK_EVENTS)
+REPACK_RUNS   ?= 5
+bench-repack: build
+	test -f $(REPACK_GEN)/backfill_order.jsonl || ./bin/mtxdb gen --out $(REPACK_GEN) --events $(REPACK_EVENTS) --seed 1 --backfill
+	./bin/mtxdb bench-repack --gen $(REPACK_GEN) --real testrooms/real --runs $(REPACK_RUNS) --out docs/bench --label -$(REPACK_EVENTS)

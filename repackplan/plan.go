@@ -38,10 +38,19 @@ const (
 	// both DAG walks read only that region; then, in the same order, each event's PDU,
 	// state record and new snapshot nodes.
 	EdgesFirst Kind = "edges-first"
+	// Mixed lays a room out in walk regions (bench-repack showed the per-event
+	// interleaving of state records and snapshot nodes dilutes the DAG walks):
+	// the room records and the current state's nodes; the auth walk from the
+	// forward extremities (metadata and PDU of each event, in the walk's order),
+	// then the auth chains of the current state's events; every other event's
+	// metadata and PDU in reverse-topological order (the backfill walk); then, in
+	// reverse-topological order, each event's state record and new snapshot nodes
+	// (what state resolution and state queries read).
+	Mixed Kind = "mixed"
 )
 
 // Kinds lists the plan kinds.
-var Kinds = []Kind{ReverseTopological, AuthChain, EdgesFirst}
+var Kinds = []Kind{ReverseTopological, AuthChain, EdgesFirst, Mixed}
 
 // ErrNotReplayed is returned for a room whose events have no state records yet.
 var ErrNotReplayed = errors.New("repackplan: room not replayed")
@@ -97,6 +106,15 @@ func Plan(room *roomstate.Room, kind Kind) (packstore.CollectionPlan, Stats, err
 		if err := p.addAuthWalk(); err != nil {
 			return p.plan, p.stats, err
 		}
+	case Mixed:
+		if err := p.addAuthWalk(); err != nil {
+			return p.plan, p.stats, err
+		}
+		for _, id := range order {
+			ev, meta, _ := roomstate.EventRecords(id)
+			p.add(meta)
+			p.add(ev)
+		}
 	case EdgesFirst:
 		for _, id := range order {
 			_, meta, _ := roomstate.EventRecords(id)
@@ -150,7 +168,8 @@ func (p *planner) reverseTopological(ids []string) ([]string, error) {
 }
 
 // addAuthWalk places, breadth-first over auth_events from the forward extremities
-// and the current state's events, each reached event's metadata and PDU.
+// (the order of Walk's auth-chain walk), each reached event's metadata and PDU;
+// then, breadth-first again, the auth chains of the current state's events.
 func (p *planner) addAuthWalk() error {
 	var queue []string
 	seen := map[string]bool{}
@@ -160,9 +179,22 @@ func (p *planner) addAuthWalk() error {
 			queue = append(queue, id)
 		}
 	}
+	drain := func() {
+		for len(queue) > 0 {
+			id := queue[0]
+			queue = queue[1:]
+			ev, meta, _ := roomstate.EventRecords(id)
+			p.add(meta)
+			p.add(ev)
+			for _, a := range p.metas[id].AuthEvents {
+				push(a)
+			}
+		}
+	}
 	for _, f := range p.room.Head().ForwardExtremities {
 		push(f)
 	}
+	drain()
 	err := p.rd.Iterate(p.room.Head().CurrentState, func(_ []byte, v hamtstore.Value) error {
 		m, err := p.room.MetaByRecord(packstore.ID(v))
 		if err != nil {
@@ -174,16 +206,7 @@ func (p *planner) addAuthWalk() error {
 	if err != nil {
 		return fmt.Errorf("repackplan: room %s: current state: %w", p.room.ID(), err)
 	}
-	for len(queue) > 0 {
-		id := queue[0]
-		queue = queue[1:]
-		ev, meta, _ := roomstate.EventRecords(id)
-		p.add(meta)
-		p.add(ev)
-		for _, a := range p.metas[id].AuthEvents {
-			push(a)
-		}
-	}
+	drain()
 	return nil
 }
 

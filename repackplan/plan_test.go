@@ -42,6 +42,7 @@ func TestPlanCoversLiveRecordsOnce(t *testing.T) {
 		{"room001", repackplan.ReverseTopological}, {"room003", repackplan.ReverseTopological},
 		{"room004_union", repackplan.ReverseTopological}, {"room004_union", repackplan.AuthChain},
 		{"room004_union", repackplan.EdgesFirst}, {"room001", repackplan.EdgesFirst},
+		{"room004_union", repackplan.Mixed}, {"room001", repackplan.Mixed}, {"room001", repackplan.AuthChain},
 	} {
 		name, kind := tc.room, tc.kind
 		t.Run(name+"/"+string(kind), func(t *testing.T) {

@@ -24,7 +24,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(importCmd(), replayCmd(), verifyCmd(), repackCmd(), statsCmd(), demoCmd(), stateCmd(), benchResolverCmd(), genCmd())
+	root.AddCommand(importCmd(), replayCmd(), verifyCmd(), repackCmd(), statsCmd(), benchRepackCmd(), demoCmd(), stateCmd(), benchResolverCmd(), genCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "mtxdb:", err)
 		var ee exitError
