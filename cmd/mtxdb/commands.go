@@ -145,6 +145,20 @@ func (c countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// openRooms opens an existing store and selects every room, or the one named.
+func openRooms(store, roomID string) (*packstore.PackfileStorage, []*roomstate.Room, error) {
+	eng, st, err := openStore(store, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	rooms, err := selectRooms(st, roomID)
+	if err != nil {
+		eng.Close()
+		return nil, nil, err
+	}
+	return eng, rooms, nil
+}
+
 // selectRooms returns every room, or the one named.
 func selectRooms(st *roomstate.Store, roomID string) ([]*roomstate.Room, error) {
 	if roomID != "" {
@@ -163,8 +177,9 @@ func replayCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "replay --store DIR [--room ROOM_ID] [--force]",
 		Short: "Compute the state before and after every event through state resolution",
-		Long: `Replay walks each room's events in arrival order (a topological order), resolves
-the states after each event's prev_events into the state before it, authorises the
+		Long: `Replay walks each room's events in topological order over prev and auth events
+(ties by arrival; events whose ancestors never arrived are left out as outliers),
+resolves the states after each event's prev_events into the state before it, authorises the
 event against its auth events and that state (rejecting it otherwise), and stores both
 snapshots; then sets forward extremities and current state. Replay is incremental:
 events that already have a state record keep it (unless an earlier event was
@@ -172,15 +187,11 @@ recomputed), so it computes only what import added; --force recomputes everythin
 It prints one summary line; use verify --expected to compare with recorded state.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, st, err := openStore(store, false)
+			eng, rooms, err := openRooms(store, room)
 			if err != nil {
 				return err
 			}
 			defer eng.Close()
-			rooms, err := selectRooms(st, room)
-			if err != nil {
-				return err
-			}
 			tot, err := replayRooms(rooms, force, cmd.OutOrStdout())
 			if err != nil {
 				return err
@@ -236,15 +247,11 @@ when anything is wrong: a mismatch, a room that fails its check, a recorded room
 store lacks, or a store that fails to open as corrupt; 1 for usage and I/O errors.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, st, err := openStore(store, false)
+			eng, rooms, err := openRooms(store, room)
 			if err != nil {
 				return err
 			}
 			defer eng.Close()
-			rooms, err := selectRooms(st, room)
-			if err != nil {
-				return err
-			}
 			exps, err := loadExpectedDirs(expected)
 			if err != nil {
 				return err
@@ -366,15 +373,11 @@ the indexes and retires shards nothing references any more. Run it with no other
 process using the store.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, st, err := openStore(store, false)
+			eng, rooms, err := openRooms(store, room)
 			if err != nil {
 				return err
 			}
 			defer eng.Close()
-			rooms, err := selectRooms(st, room)
-			if err != nil {
-				return err
-			}
 			_, err = repackSummary(cmd.OutOrStdout(), eng, rooms, repackplan.Kind(plan))
 			return err
 		},
