@@ -197,7 +197,7 @@ func plots(out string, s SizeRun) error {
 		p := plot.New()
 		p.Title.Text = fmt.Sprintf("%s (%d MB payload)", title, s.PayloadMB)
 		p.Y.Label.Text = ylabel
-		w := vg.Points(8)
+		w := vg.Points(10)
 		for i, x := range ss {
 			b, err := plotter.NewBarChart(series(x.colls, x.f), w)
 			if err != nil {
@@ -220,6 +220,8 @@ func plots(out string, s SizeRun) error {
 			p.Legend.Add(hlabel, l)
 		}
 		p.Legend.Top = true
+		p.Y.Min = 0
+		p.Y.Max *= 1.25 // room for the legend
 		p.NominalX(names...)
 		p.X.Tick.Label.Rotation = 0.5
 		p.X.Tick.Label.XAlign = -1
