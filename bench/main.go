@@ -215,8 +215,9 @@ func tail(s string, n int) string {
 }
 
 func logLimits(l Limits) {
-	fmt.Fprintf(os.Stderr, "limits (%s): seq write %.0f MB/s (fdatasync per 512 KiB), %.0f MB/s (at end); seq read %.0f MB/s; 4K rand read p50 %.0f us (%.0f IOPS); 4K append+fdatasync p50 %.0f us\n",
-		l.When, l.SeqWriteSyncMBs, l.SeqWriteEndMBs, l.SeqReadMBs, l.RandRead4K.P50, l.RandRead4KIOPS, l.Append4KSync.P50)
+	fmt.Fprintf(os.Stderr, "limits (%s): seq write %.0f MB/s (fdatasync per 512 KiB), %.0f MB/s (at end); seq read %.0f MB/s; 4K rand read p50 %.0f us (%.0f IOPS); 4K append+fdatasync p50 %.0f us; cold mmap fault %.0f KiB read in %.0f us (MADV_RANDOM: %.0f KiB, %.0f us)\n",
+		l.When, l.SeqWriteSyncMBs, l.SeqWriteEndMBs, l.SeqReadMBs, l.RandRead4K.P50, l.RandRead4KIOPS, l.Append4KSync.P50,
+		l.MmapFaultKiB, l.MmapFaultUs, l.MmapRandomFaultKiB, l.MmapRandomFaultUs)
 }
 
 func logResult(r Result) {

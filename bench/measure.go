@@ -133,6 +133,13 @@ type Limits struct {
 	RandRead4KIOPS  float64 `json:"rand_read_4k_qd1_iops"`
 	Append4KSync    Summary `json:"append_4k_fdatasync_us"` // 4 KiB append + fdatasync
 	Direct          bool    `json:"direct_io"`
+	// One cold 1-byte read through a MAP_SHARED mapping of the file, after
+	// eviction: device bytes read (/proc/self/io) and time, with the default
+	// advice and with MADV_RANDOM (mean of 20). Shows the kernel's read-around.
+	MmapFaultKiB       float64 `json:"mmap_cold_fault_read_kib"`
+	MmapFaultUs        float64 `json:"mmap_cold_fault_us"`
+	MmapRandomFaultKiB float64 `json:"mmap_cold_fault_madv_random_read_kib"`
+	MmapRandomFaultUs  float64 `json:"mmap_cold_fault_madv_random_us"`
 }
 
 func alignedBuf(n int) []byte {
@@ -222,6 +229,17 @@ func measureLimits(dir, when string, size int64, randSamples int) (Limits, error
 	f.Close()
 	l.RandRead4K = summarize(lat)
 	l.RandRead4KIOPS = 1e6 / l.RandRead4K.Mean
+	for _, adv := range []int{unix.MADV_NORMAL, unix.MADV_RANDOM} {
+		kib, u, err := mmapFault(p, size, adv, r)
+		if err != nil {
+			return l, err
+		}
+		if adv == unix.MADV_RANDOM {
+			l.MmapRandomFaultKiB, l.MmapRandomFaultUs = kib, u
+		} else {
+			l.MmapFaultKiB, l.MmapFaultUs = kib, u
+		}
+	}
 	// 4 KiB append + fdatasync: the floor under a small durable append.
 	a, err := os.OpenFile(p+".append", os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -241,4 +259,37 @@ func measureLimits(dir, when string, size int64, randSamples int) (Limits, error
 	a.Close()
 	l.Append4KSync = summarize(lat)
 	return l, nil
+}
+
+var mmapSink byte
+
+func mmapFault(p string, size int64, adv int, r *rand.Rand) (kib, usMean float64, err error) {
+	const n = 20
+	var bytes int64
+	var d time.Duration
+	for k := 0; k < n; k++ {
+		if err := evictFile(p); err != nil {
+			return 0, 0, err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return 0, 0, err
+		}
+		m, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			f.Close()
+			return 0, 0, err
+		}
+		unix.Madvise(m, adv)
+		off := r.Int64N(size)
+		r0, _ := procIO()
+		t := time.Now()
+		mmapSink += m[off]
+		d += time.Since(t)
+		r1, _ := procIO()
+		bytes += r1 - r0
+		unix.Munmap(m)
+		f.Close()
+	}
+	return float64(bytes) / 1024 / n, us(d) / n, nil
 }

@@ -123,10 +123,11 @@ func markdown(run *Run, tag string) string {
 	for _, s := range run.Sizes {
 		fmt.Fprintf(&w, "## %d MB of payload\n\n", s.PayloadMB)
 		w.WriteString("Physical limits of the same filesystem, measured before and after the engines in this run:\n\n")
-		w.WriteString("| when | seq write, fdatasync per 512 KiB | seq write, fdatasync at end | seq read (O_DIRECT) | 4 KiB random read QD1 p50 (IOPS) | 4 KiB append + fdatasync p50 / p99 |\n|---|---|---|---|---|---|\n")
+		w.WriteString("| when | seq write, fdatasync per 512 KiB | seq write, fdatasync at end | seq read (O_DIRECT) | 4 KiB random read QD1 p50 (IOPS) | 4 KiB append + fdatasync p50 / p99 | cold mmap fault: read, time (MADV_RANDOM) |\n|---|---|---|---|---|---|---|\n")
 		for _, l := range s.Limits {
-			fmt.Fprintf(&w, "| %s | %.0f MB/s | %.0f MB/s | %.0f MB/s | %.0f us (%.0f) | %.0f / %.0f us |\n",
-				l.When, l.SeqWriteSyncMBs, l.SeqWriteEndMBs, l.SeqReadMBs, l.RandRead4K.P50, l.RandRead4KIOPS, l.Append4KSync.P50, l.Append4KSync.P99)
+			fmt.Fprintf(&w, "| %s | %.0f MB/s | %.0f MB/s | %.0f MB/s | %.0f us (%.0f) | %.0f / %.0f us | %.0f KiB, %.0f us (%.0f KiB, %.0f us) |\n",
+				l.When, l.SeqWriteSyncMBs, l.SeqWriteEndMBs, l.SeqReadMBs, l.RandRead4K.P50, l.RandRead4KIOPS, l.Append4KSync.P50, l.Append4KSync.P99,
+				l.MmapFaultKiB, l.MmapFaultUs, l.MmapRandomFaultKiB, l.MmapRandomFaultUs)
 		}
 		seqW := limitMean(s.Limits, func(l Limits) float64 { return l.SeqWriteSyncMBs })
 		rr := limitMean(s.Limits, func(l Limits) float64 { return l.RandRead4K.P50 })
