@@ -35,6 +35,9 @@ type ConflictInput struct {
 	Unconflicted func(Key) (string, bool, error)
 	// Create is the room's m.room.create.
 	Create gomatrixserverlib.PDU
+	// Cache, if set, carries facts about events from one resolution to the next
+	// (keep one per room).
+	Cache *Cache
 }
 
 // Resolution is the outcome of ResolveConflicts: the changes that turn any input
@@ -89,7 +92,7 @@ func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolut
 			full[id] = true
 		}
 	}
-	overlay, err := resolveV2(v2Input{algo: algo, full: sortedIDs(full), unconflicted: in.Unconflicted, create: in.Create}, src)
+	overlay, err := resolveV2(v2Input{algo: algo, full: sortedIDs(full), unconflicted: in.Unconflicted, create: in.Create, cache: in.Cache}, src)
 	if err != nil {
 		return Resolution{}, err
 	}

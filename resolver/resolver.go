@@ -73,6 +73,7 @@ type Resolver struct {
 	children map[string][]string
 	replayed map[string]bool // during Replay: events whose state is known so far
 	create   gomatrixserverlib.PDU
+	cache    *Cache
 
 	// OnResolve, if set, is called after each resolution of two or more distinct
 	// snapshots with what it cost.
@@ -98,6 +99,7 @@ func New(room *roomstate.Room) (*Resolver, error) {
 		rd:       room.NewReader(),
 		algo:     verImpl.StateResAlgorithm(),
 		pdus:     pdus,
+		cache:    NewCache(),
 		metas:    map[string]roomstate.EventMeta{},
 		rejected: map[string]bool{},
 	}, nil
@@ -272,7 +274,7 @@ func (r *Resolver) Resolve(roots []hamtstore.NodeID) (hamtstore.NodeID, error) {
 // the changes to apply to base (one of the input snapshots).
 func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) ([]hamtstore.Change, error) {
 	base := roots[0]
-	in := ConflictInput{Version: r.room.Version(), PerState: make([][]string, len(roots))}
+	in := ConflictInput{Version: r.room.Version(), PerState: make([][]string, len(roots)), Cache: r.cache}
 	conflictedKey := make(map[Key]bool, len(conflicts))
 	for _, c := range conflicts {
 		conflictedKey[c.k] = true

@@ -38,6 +38,8 @@ type v2Input struct {
 	// create is the room's m.room.create (v2.1 starts from the empty map, and v12
 	// gives its creators infinite power).
 	create gomatrixserverlib.PDU
+	// cache, if set, carries facts between resolutions (a fresh one otherwise).
+	cache *Cache
 }
 
 // errNoEvent wraps failures to load an event the algorithm needs.
@@ -61,7 +63,10 @@ func resolveV2(in v2Input, src EventSource) (map[Key]string, error) {
 		pdus[id] = p
 		full[id] = true
 	}
-	st := &stateRes{src: src, in: in, overlay: map[Key]string{}, pdus: pdus, plCache: map[string]*gomatrixserverlib.PowerLevelContent{}}
+	st := &stateRes{src: src, in: in, overlay: map[Key]string{}, pdus: pdus, plCache: map[string]*gomatrixserverlib.PowerLevelContent{}, cache: in.cache}
+	if st.cache == nil {
+		st.cache = NewCache()
+	}
 	if in.create != nil {
 		st.creators = gomatrixserverlib.CreatorsFromCreateEvent(in.create)
 		verImpl, err := gomatrixserverlib.GetRoomVersion(in.create.Version())
@@ -73,19 +78,21 @@ func resolveV2(in v2Input, src EventSource) (map[Key]string, error) {
 	// Step 1: the power events of the full conflicted set, with the events of their
 	// auth chains that are also in the full conflicted set.
 	inX := map[string]bool{}
+	var power []string
 	for _, id := range in.full {
-		if !isPowerEvent(pdus[id]) || inX[id] {
-			continue
+		if isPowerEvent(pdus[id]) {
+			inX[id] = true
+			power = append(power, id)
 		}
-		inX[id] = true
-		chain, err := st.authChain(id)
-		if err != nil {
-			return nil, err
-		}
-		for _, a := range chain {
-			if full[a] {
-				inX[a] = true
-			}
+	}
+	// One walk over the union of their auth chains.
+	chain, err := st.authChain(power...)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range chain {
+		if full[a] {
+			inX[a] = true
 		}
 	}
 	x := make([]string, 0, len(inX))
@@ -128,6 +135,7 @@ type stateRes struct {
 
 	creators           []string
 	privilegedCreators bool
+	cache              *Cache
 }
 
 func (st *stateRes) event(id string) (gomatrixserverlib.PDU, error) {
@@ -153,11 +161,11 @@ func (st *stateRes) lookup(k Key) (string, bool, error) {
 	return st.in.unconflicted(k)
 }
 
-// authChain returns the auth chain of an event (closure over auth_events, not
-// including the event).
-func (st *stateRes) authChain(id string) ([]string, error) {
+// authChain returns the union of the auth chains of events (closure over
+// auth_events, not including the events unless one is in another's chain).
+func (st *stateRes) authChain(ids ...string) ([]string, error) {
 	seen := map[string]bool{}
-	stack := []string{id}
+	stack := append([]string(nil), ids...)
 	var out []string
 	for len(stack) > 0 {
 		cur := stack[len(stack)-1]
@@ -355,18 +363,70 @@ func (st *stateRes) reverseTopologicalPowerOrder(ids []string) ([]string, error)
 	return out, nil
 }
 
-// plAuthEvent returns the m.room.power_levels among an event's auth events, or nil.
-func (st *stateRes) plAuthEvent(p gomatrixserverlib.PDU) (gomatrixserverlib.PDU, error) {
+// Cache keeps what never changes about an event across the resolutions of one room:
+// the m.room.power_levels among its auth events, and the mainline of a power levels
+// event. A Resolver keeps one for its lifetime; callers of ResolveConflicts may pass
+// one (ConflictInput.Cache). Not safe for concurrent use.
+type Cache struct {
+	plParent map[string]string           // event ID -> its power levels auth event ("" if none)
+	mainline map[string]map[string]int64 // power levels event -> mainline positions, oldest = 1
+}
+
+// NewCache returns an empty Cache.
+func NewCache() *Cache {
+	return &Cache{plParent: map[string]string{}, mainline: map[string]map[string]int64{}}
+}
+
+// plAuthEventID returns the m.room.power_levels among an event's auth events, or "".
+func (st *stateRes) plAuthEventID(id string) (string, error) {
+	if pl, ok := st.cache.plParent[id]; ok {
+		return pl, nil
+	}
+	p, err := st.event(id)
+	if err != nil {
+		return "", err
+	}
+	pl := ""
 	for _, a := range p.AuthEventIDs() {
 		ae, err := st.event(a)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		if ae.Type() == spec.MRoomPowerLevels && ae.StateKeyEquals("") {
-			return ae, nil
+			pl = a
+			break
 		}
 	}
-	return nil, nil
+	st.cache.plParent[id] = pl
+	return pl, nil
+}
+
+// mainlinePositions returns the mainline of a power levels event as positions,
+// oldest = 1 (spec, v2 "Mainline ordering").
+func (st *stateRes) mainlinePositions(plID string) (map[string]int64, error) {
+	if pos, ok := st.cache.mainline[plID]; ok {
+		return pos, nil
+	}
+	var mainline []string
+	onMainline := map[string]bool{}
+	for cur := plID; cur != ""; {
+		if onMainline[cur] {
+			return nil, fmt.Errorf("%w: power levels mainline of %s loops at %s", ErrResolution, plID, cur)
+		}
+		onMainline[cur] = true
+		mainline = append(mainline, cur)
+		next, err := st.plAuthEventID(cur)
+		if err != nil {
+			return nil, err
+		}
+		cur = next
+	}
+	pos := make(map[string]int64, len(mainline))
+	for i, id := range mainline {
+		pos[id] = int64(len(mainline) - i)
+	}
+	st.cache.mainline[plID] = pos
+	return pos, nil
 }
 
 // mainlineOrder sorts events by the position of their closest mainline event in the
@@ -374,35 +434,14 @@ func (st *stateRes) plAuthEvent(p gomatrixserverlib.PDU) (gomatrixserverlib.PDU,
 // origin_server_ts, then by event ID (spec, v2 "Mainline ordering"). Events with no
 // mainline event sort before all others.
 func (st *stateRes) mainlineOrder(ids []string) ([]string, error) {
-	position := map[string]int64{} // mainline event -> position, oldest = 1
+	position := map[string]int64{}
 	plID, ok, err := st.lookup(Key{spec.MRoomPowerLevels, ""})
 	if err != nil {
 		return nil, err
 	}
 	if ok {
-		var mainline []string
-		onMainline := map[string]bool{}
-		for cur := plID; cur != ""; {
-			if onMainline[cur] {
-				return nil, fmt.Errorf("%w: power levels mainline of %s loops at %s", ErrResolution, plID, cur)
-			}
-			onMainline[cur] = true
-			mainline = append(mainline, cur)
-			p, err := st.event(cur)
-			if err != nil {
-				return nil, err
-			}
-			next, err := st.plAuthEvent(p)
-			if err != nil {
-				return nil, err
-			}
-			cur = ""
-			if next != nil {
-				cur = next.EventID()
-			}
-		}
-		for i, id := range mainline {
-			position[id] = int64(len(mainline) - i)
+		if position, err = st.mainlinePositions(plID); err != nil {
+			return nil, err
 		}
 	}
 	items := make([]orderItem, 0, len(ids))
@@ -415,17 +454,17 @@ func (st *stateRes) mainlineOrder(ids []string) ([]string, error) {
 		// Walk the power levels auth events until one is on the mainline.
 		var pos int64
 		var walked []string
-		for cur := p; cur != nil; {
-			if v, ok := memo[cur.EventID()]; ok {
+		for cur := id; cur != ""; {
+			if v, ok := memo[cur]; ok {
 				pos = v
 				break
 			}
-			if v, ok := position[cur.EventID()]; ok {
+			if v, ok := position[cur]; ok {
 				pos = v
 				break
 			}
-			walked = append(walked, cur.EventID())
-			if cur, err = st.plAuthEvent(cur); err != nil {
+			walked = append(walked, cur)
+			if cur, err = st.plAuthEventID(cur); err != nil {
 				return nil, err
 			}
 		}
