@@ -32,6 +32,9 @@ type OpenReport struct {
 	// the checkpoint and delta covered.
 	ScannedFrames int
 	ScannedBytes  int64
+	// MissingShard is set (wrapping ErrCorrupt) when the checkpoint lists a
+	// shard file that does not exist; Open then fails with it.
+	MissingShard error
 	// TruncatedBytes is the size of a torn tail cut off the last shard,
 	// TruncatedFile the shard file's name and TruncatedAt the offset it was
 	// cut at. Only bytes past what the index files say was synced (so never
@@ -180,6 +183,12 @@ func (s *PackfileStorage) loadIndexLocked(ids []uint16, files indexFiles) (cover
 	for id, n := range extent {
 		if sh := s.shards[id].Load(); sh == nil || sh.size < n {
 			s.report.CheckpointErr = fmt.Errorf("packstore: %s lists shard %d (%d bytes) that is missing or shorter on disk", checkpointFile, id, n)
+			if sh == nil {
+				// Retirement writes a checkpoint without a shard before it deletes
+				// the file, so a listed shard that is gone was lost, not retired.
+				s.report.MissingShard = fmt.Errorf("%w: shard %d (%s) is listed in %s but missing",
+					ErrCorrupt, id, shardFileName(id), checkpointFile)
+			}
 			return loc{}, false
 		}
 	}

@@ -266,9 +266,22 @@ func (s *PackfileStorage) retireLocked() (int, int64, error) {
 	slices.Sort(ids)
 	var n int
 	var bytes int64
+	if len(ids) > 0 {
+		// Detach the shards and write a checkpoint without them before any file
+		// is removed: a shard the checkpoint lists is then never legitimately
+		// missing, so Open can treat a missing one as lost data.
+		for _, id := range ids {
+			s.shards[id].Store(nil)
+		}
+		if err := s.writeCheckpointLocked(); err != nil {
+			for _, id := range ids {
+				s.shards[id].Store(cand[id])
+			}
+			return 0, 0, err
+		}
+	}
 	for _, id := range ids {
 		sh := cand[id]
-		s.shards[id].Store(nil)
 		if err := sh.close(); err != nil {
 			return n, bytes, err
 		}

@@ -286,6 +286,9 @@ func (s *PackfileStorage) rebuildLocked() error {
 		return err
 	}
 	covered, ok := s.loadIndexLocked(ids, files)
+	if s.report.MissingShard != nil {
+		return s.report.MissingShard
+	}
 	if !ok {
 		s.resetIndexLocked()
 		s.report.Source = "scan"
