@@ -2,6 +2,7 @@ package repackplan_test
 
 import (
 	"os"
+	"strings"
 	"path/filepath"
 	"testing"
 
@@ -124,4 +125,33 @@ func TestWalks(t *testing.T) {
 	}
 	_, err = repackplan.Walk(room, "nope", 0)
 	require.Error(t, err)
+}
+
+// TestPlanWithOutliers: a room imported in backfill order without its oldest events
+// replays with outliers; a plan still covers every record and the repack keeps them.
+func TestPlanWithOutliers(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(testrooms.Dir(), "real", "room002", "events.jsonl"))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	eng, err := packstore.Open(packstore.DefaultOptions(t.TempDir()))
+	require.NoError(t, err)
+	defer eng.Close()
+	st := roomstate.New(eng)
+	res, err := st.Import(strings.NewReader(strings.Join(lines[40:], "\n")), "partial",
+		roomstate.ImportOptions{AnyOrder: true, RoomVersion: "10"})
+	require.NoError(t, err)
+	room, err := st.Room(res.Rooms[0])
+	require.NoError(t, err)
+	rr, err := resolver.Replay(room, resolver.ReplayOptions{})
+	require.NoError(t, err)
+	require.Positive(t, rr.Outliers)
+	plan, _, err := repackplan.Plan(room, repackplan.ReverseTopological)
+	require.NoError(t, err)
+	all, err := eng.CollectionRecords(room.Collection())
+	require.NoError(t, err)
+	require.Len(t, plan.Records, len(all))
+	_, err = eng.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{plan}})
+	require.NoError(t, err)
+	_, err = room.Check()
+	require.NoError(t, err)
 }
