@@ -49,7 +49,7 @@ CRASHPOINTS ?= 1000
 REPACKKILLS ?= 100
 crash: deps
 	PACKSTORE_CRASH_POINTS=$(CRASHPOINTS) PACKSTORE_REPACKKILL_POINTS=$(REPACKKILLS) PACKSTORE_LONG=1 \
-	  $(GO) test -count=1 -timeout 30m \
+	  $(GO) test -count=1 -timeout 120m \
 	  -run '^(TestCrashProcess|TestRepackKillProcess|TestRepackCrashAtEveryFrameBoundary|TestCheckpointTruncatedEveryOffset|TestDeltaTruncatedEveryOffset)$$' \
 	  -v ./packstore/ | grep -E '^(crash summary|repack kill summary|--- |ok|FAIL)'
 
