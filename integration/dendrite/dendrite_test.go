@@ -60,7 +60,7 @@ const (
 // tally counts what one room (or all rooms) checked.
 type tally struct {
 	events, loadState, combined, calcAgree, afterAgree, afterRecorded int
-	named                                                           map[string]int
+	named                                                             map[string]int
 }
 
 func (t *tally) add(o tally) {
