@@ -211,6 +211,9 @@ func (imp *importer) one(raw []byte, line int, element bool) error {
 			if h.RoomID == "" {
 				return fail(h.EventID, fmt.Errorf("%w: no room_id", ErrMalformedPDU))
 			}
+			if imp.opts.AnyOrder {
+				return fail(h.EventID, fmt.Errorf("%w: %s (with AnyOrder, give the room version: --room-version)", ErrNoCreateEvent, h.RoomID))
+			}
 			return fail(h.EventID, fmt.Errorf("%w: %s", ErrNoCreateEvent, h.RoomID))
 		}
 		if version, err = createRoomVersion(h); err != nil {

@@ -207,7 +207,13 @@ func (r *Room) StateAfter(eventID string) (hamtstore.NodeID, error) {
 func (r *Room) replayedState(eventID string) (EventState, error) {
 	st, ok, err := r.EventState(eventID)
 	if err == nil && !ok {
-		err = fmt.Errorf("roomstate: room %s: event %s has no state yet (replay first)", r.head.RoomID, eventID)
+		if _, merr := r.Meta(eventID); errors.Is(merr, packstore.ErrNotFound) {
+			err = fmt.Errorf("roomstate: room %s: event %s is not in the room", r.head.RoomID, eventID)
+		} else if r.head.Replayed {
+			err = fmt.Errorf("roomstate: room %s: event %s has no state: an outlier (an ancestor never arrived)", r.head.RoomID, eventID)
+		} else {
+			err = fmt.Errorf("roomstate: room %s: event %s has no state yet (replay first)", r.head.RoomID, eventID)
+		}
 	}
 	return st, err
 }

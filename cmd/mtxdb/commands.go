@@ -83,6 +83,9 @@ room whose m.room.create comes later.`,
 			if batch <= 0 {
 				return fmt.Errorf("--batch must be positive, not %d", batch)
 			}
+			if roomVersion != "" && !anyOrder {
+				return fmt.Errorf("--room-version only applies with --any-order")
+			}
 			var paths []string
 			for _, a := range args {
 				path, err := eventsFile(a)
@@ -291,6 +294,9 @@ func loadExpectedDirs(paths []string) (map[string][]*testrooms.Expected, error) 
 			if dirs, err = testrooms.RealRoomDirs(p); err != nil {
 				return nil, err
 			}
+		}
+		if len(dirs) == 0 {
+			return nil, fmt.Errorf("%s holds no room directory (events.jsonl, expected_state.jsonl, meta.json)", p)
 		}
 		for _, d := range dirs {
 			exp, err := testrooms.LoadExpected(d)

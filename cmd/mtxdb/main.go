@@ -26,11 +26,11 @@ func main() {
 	}
 	root.AddCommand(importCmd(), replayCmd(), verifyCmd(), repackCmd(), statsCmd(), benchRepackCmd(), demoCmd(), stateCmd(), benchResolverCmd(), genCmd())
 	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "mtxdb:", err)
 		var ee exitError
 		if errors.As(err, &ee) {
-			os.Exit(int(ee))
+			os.Exit(int(ee)) // the command printed what was wrong
 		}
+		fmt.Fprintln(os.Stderr, "mtxdb:", err)
 		var ce corruptError
 		if errors.As(err, &ce) {
 			os.Exit(2)

@@ -73,6 +73,10 @@ func TestCLIMainJob(t *testing.T) {
 	if !strings.Contains(out, "computed=0") {
 		t.Errorf("second replay recomputed: %s", out)
 	}
+	// An --expected directory with no rooms in it is a usage error, not a pass.
+	if out, code := run(t, "verify", "--store", store, "--expected", t.TempDir()); code != 1 || !strings.Contains(out, "holds no room directory") {
+		t.Errorf("verify against an empty directory: exit %d\n%s", code, out)
+	}
 	// A recorded room the store lacks is a problem, not a silent pass.
 	out, code = run(t, "verify", "--store", store, "--expected", room("room001"))
 	if code != 2 || !strings.Contains(out, "not in the store") {
