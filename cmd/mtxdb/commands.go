@@ -64,11 +64,11 @@ func eventsFile(path string) (string, error) {
 }
 
 func importCmd() *cobra.Command {
-	var store, roomVersion string
+	var store, roomVersion, plan string
 	var batch int
-	var anyOrder bool
+	var anyOrder, repack bool
 	c := &cobra.Command{
-		Use:   "import --store DIR [--any-order [--room-version V]] PATH...",
+		Use:   "import --store DIR [--any-order [--room-version V]] [--repack [--plan KIND]] PATH...",
 		Short: "Import PDUs (JSON lines or a JSON array; or room directories with events.jsonl)",
 		Long: `Import reads PDUs and stores each new one with its prev/auth edges. Every PDU's
 prev_events and auth_events must be in the store or earlier in the input; a room's
@@ -100,6 +100,7 @@ room whose m.room.create comes later.`,
 			}
 			defer eng.Close()
 			out := cmd.OutOrStdout()
+			touched := map[string]bool{}
 			for _, path := range paths {
 				res, err := importFile(st, path, roomstate.ImportOptions{BatchSize: batch, AnyOrder: anyOrder, RoomVersion: roomVersion}, out)
 				fmt.Fprintf(out, "import %s: read=%d imported=%d skipped=%d variants=%d rooms=%d\n",
@@ -107,13 +108,37 @@ room whose m.room.create comes later.`,
 				if err != nil {
 					return err
 				}
+				for _, id := range res.Rooms {
+					touched[id] = true
+				}
 			}
-			return nil
+			if !repack {
+				return nil
+			}
+			// An exported room goes in whole: replay it, then lay it out in walk order.
+			var rooms []*roomstate.Room
+			for _, id := range sortedSet(touched) {
+				r, err := st.Room(id)
+				if err != nil {
+					return err
+				}
+				rooms = append(rooms, r)
+			}
+			tot, err := replayRooms(rooms, false, out)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "replay: rooms=%d events=%d computed=%d rejected=%d outliers=%d\n",
+				len(rooms), tot.Events, tot.Computed, tot.Rejected, tot.Outliers)
+			_, err = repackSummary(out, eng, rooms, repackplan.Kind(plan))
+			return err
 		},
 	}
 	c.Flags().StringVar(&store, "store", "", "store directory (created if missing)")
 	c.Flags().IntVar(&batch, "batch", 1000, "events written and synced per batch")
 	c.Flags().BoolVar(&anyOrder, "any-order", false, "accept PDUs before their prev/auth events (backfill order)")
+	c.Flags().BoolVar(&repack, "repack", false, "after importing, replay the rooms imported and repack them (an exported room)")
+	c.Flags().StringVar(&plan, "plan", string(repackplan.ReverseTopological), "plan kind for --repack")
 	c.Flags().StringVar(&roomVersion, "room-version", "", "room version of rooms whose m.room.create is not first (with --any-order)")
 	return c
 }
@@ -146,6 +171,15 @@ func (c countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.bar.add(n)
 	return n, err
+}
+
+func sortedSet(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // openRooms opens an existing store and selects every room, or the one named.

@@ -84,6 +84,19 @@ func TestCLIMainJob(t *testing.T) {
 	}
 }
 
+// TestCLIImportRepack: import --repack replays and repacks the imported room, which
+// then verifies against its recorded state.
+func TestCLIImportRepack(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	out, code := run(t, "import", "--store", store, "--repack", "--plan", "auth-chain", room("room004_union"))
+	if code != 0 || !strings.Contains(out, "repack: plan=auth-chain rooms=1") {
+		t.Fatalf("import --repack: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "verify", "--store", store, "--expected", room("room004_union")); code != 0 {
+		t.Fatalf("verify after import --repack: exit %d\n%s", code, out)
+	}
+}
+
 // TestCLIImportErrors: a bad line names file, line and event and exits 1; the good
 // lines before it stay imported.
 func TestCLIImportErrors(t *testing.T) {
