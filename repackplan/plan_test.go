@@ -18,15 +18,7 @@ import (
 
 func importReplay(t *testing.T, eng packstore.StorageEngine, room string) *roomstate.Room {
 	t.Helper()
-	st := roomstate.New(eng)
-	f, err := os.Open(filepath.Join(testrooms.Dir(), "real", room, "events.jsonl"))
-	require.NoError(t, err)
-	defer f.Close()
-	res, err := st.Import(f, room, roomstate.ImportOptions{})
-	require.NoError(t, err)
-	r, err := st.Room(res.Rooms[0])
-	require.NoError(t, err)
-	_, err = resolver.Replay(r, resolver.ReplayOptions{})
+	r, err := testrooms.ImportReplayed(eng, filepath.Join(testrooms.Dir(), "real", room))
 	require.NoError(t, err)
 	return r
 }

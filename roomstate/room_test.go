@@ -1,15 +1,12 @@
 package roomstate_test
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/packstore"
-	"github.com/mtxdb/mtxdb/resolver"
-	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
@@ -31,15 +28,7 @@ func (c *countingEngine) Get(coll, id packstore.ID) ([]byte, error) {
 func TestRoomQueries(t *testing.T) {
 	dir := filepath.Join(testrooms.Dir(), "real", "room004")
 	eng := &countingEngine{StorageEngine: packstore.NewMemStorage()}
-	st := roomstate.New(eng)
-	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
-	require.NoError(t, err)
-	res, err := st.Import(f, dir, roomstate.ImportOptions{})
-	f.Close()
-	require.NoError(t, err)
-	room, err := st.Room(res.Rooms[0])
-	require.NoError(t, err)
-	_, err = resolver.Replay(room, resolver.ReplayOptions{})
+	room, err := testrooms.ImportReplayed(eng, dir)
 	require.NoError(t, err)
 	exp, err := testrooms.LoadExpected(dir)
 	require.NoError(t, err)

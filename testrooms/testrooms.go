@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
@@ -219,4 +220,30 @@ func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (Compar
 		res.Current = true
 	}
 	return res, nil
+}
+
+// ImportReplayed imports a room directory's events.jsonl into eng and replays it:
+// the set-up most end-to-end tests share. It returns the (single) room imported.
+func ImportReplayed(eng packstore.StorageEngine, dir string) (*roomstate.Room, error) {
+	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st := roomstate.New(eng)
+	res, err := st.Import(f, dir, roomstate.ImportOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Rooms) != 1 {
+		return nil, fmt.Errorf("testrooms: %s holds %d rooms, want 1", dir, len(res.Rooms))
+	}
+	room, err := st.Room(res.Rooms[0])
+	if err != nil {
+		return nil, err
+	}
+	if _, err := resolver.Replay(room, resolver.ReplayOptions{}); err != nil {
+		return nil, err
+	}
+	return room, nil
 }
