@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/matrix-org/gomatrixserverlib"
@@ -126,6 +127,9 @@ func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolut
 // chains, in sorted order.
 func authDifference(perState [][]string, unconflicted func(Key) (string, bool, error), idx AuthIndex) ([]string, error) {
 	ad := &authDiff{idx: idx, unconflicted: unconflicted, lineage: map[Key]*lineage{}, memo: map[string]bool{}}
+	if err := ad.findFloors(perState); err != nil {
+		return nil, err
+	}
 	chains := make([]map[string]bool, len(perState))
 	union := map[string]bool{}
 	for i, ids := range perState {
@@ -167,6 +171,106 @@ type authDiff struct {
 	unconflicted func(Key) (string, bool, error)
 	lineage      map[Key]*lineage
 	memo         map[string]bool // inUnconflictedChain answers
+	// floors are events known to be in every state's full auth chain although no
+	// unconflicted event is above them (see findFloors).
+	floors map[string]bool
+}
+
+// maxFloorStates bounds the states findFloors handles (one bit per state).
+const maxFloorStates = 64
+
+// findFloors finds, for each conflicted key that every state gives a value, the
+// floor of the key's lineage: the highest event reached from every state's value
+// through auth events of the same key (previous power levels, a member's previous
+// membership) and equal to none of the values. The floor is in the auth chain of
+// every state's value, so it and its own auth chain are in every state's full auth
+// chain and none of them is in the auth difference; chainOf need not descend below
+// it. Without floors, a conflicted member key whose user changed their profile a
+// hundred times has its whole history walked once per state, at every resolution.
+//
+// The values' lineages are walked in lockstep from the values down; the first event
+// every walk has passed is their lowest common same-key ancestor (a walk passes it
+// before anything below it).
+func (ad *authDiff) findFloors(perState [][]string) error {
+	ad.floors = map[string]bool{}
+	n := len(perState)
+	if n < 2 || n > maxFloorStates {
+		return nil
+	}
+	values := map[Key][]string{}
+	for i, ids := range perState {
+		for _, id := range ids {
+			k, isState, err := ad.idx.StateKeyOf(id)
+			if err != nil {
+				return err
+			}
+			if isState && len(values[k]) == i {
+				values[k] = append(values[k], id)
+			}
+		}
+	}
+	all := uint64(1)<<n - 1
+	for k, vals := range values {
+		if len(vals) != n {
+			continue // some state has no value for k
+		}
+		cur := slices.Clone(vals)
+		passed := map[string]uint64{}
+		common := ""
+		for live := n; live > 0 && common == ""; {
+			live = 0
+			for i, c := range cur {
+				if c == "" {
+					continue
+				}
+				if passed[c]&(1<<i) != 0 {
+					cur[i] = "" // a same-key cycle (bad data): stop this walk
+					continue
+				}
+				passed[c] |= 1 << i
+				if passed[c] == all {
+					common = c
+					break
+				}
+				next, err := ad.sameKeyParent(c, k)
+				if err != nil {
+					return err
+				}
+				if cur[i] = next; next != "" {
+					live++
+				}
+			}
+		}
+		if common != "" && slices.Contains(vals, common) {
+			p, err := ad.sameKeyParent(common, k)
+			if err != nil {
+				return err
+			}
+			common = p
+		}
+		if common != "" {
+			ad.floors[common] = true
+		}
+	}
+	return nil
+}
+
+// sameKeyParent returns the auth event of id with key k, or "".
+func (ad *authDiff) sameKeyParent(id string, k Key) (string, error) {
+	auth, err := ad.idx.AuthEvents(id)
+	if err != nil {
+		return "", err
+	}
+	for _, a := range auth {
+		ak, isState, err := ad.idx.StateKeyOf(a)
+		if err != nil {
+			return "", err
+		}
+		if isState && ak == k {
+			return a, nil
+		}
+	}
+	return "", nil
 }
 
 // lineage is the unconflicted event u of one key and the events reached from u
@@ -232,6 +336,9 @@ func (ad *authDiff) chainOf(ids []string) (map[string]bool, error) {
 		id := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		if seen[id] { // reached through the walk, not a starting event
+			if ad.floors[id] {
+				continue
+			}
 			self, below, err := ad.inLineage(id)
 			if err != nil {
 				return nil, err
@@ -262,6 +369,9 @@ func (ad *authDiff) inUnconflictedChain(x string) (bool, error) {
 	if v, ok := ad.memo[x]; ok {
 		return v, nil
 	}
+	if ad.floors[x] {
+		return true, nil
+	}
 	if _, below, err := ad.inLineage(x); err != nil {
 		return false, err
 	} else if below {
@@ -282,6 +392,10 @@ func (ad *authDiff) inUnconflictedChain(x string) (bool, error) {
 				continue
 			}
 			seen[k] = true
+			if ad.floors[k] {
+				ad.memo[x] = true
+				return true, nil
+			}
 			key, isState, err := ad.idx.StateKeyOf(k)
 			if err != nil {
 				return false, err

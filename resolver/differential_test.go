@@ -1,6 +1,7 @@
 package resolver_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -98,6 +99,7 @@ func TestStorageMatchesMaps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		order := authOrder(t, r, ids)
 		for _, id := range ids {
 			m, err := room.Meta(id)
 			if err != nil {
@@ -117,6 +119,15 @@ func TestStorageMatchesMaps(t *testing.T) {
 			if d := diffMaps(stateMap(t, room, id, false), want); d != "" {
 				t.Errorf("%s: state before %s: storage path differs from whole maps: %s", filepath.Base(dir), id, d)
 			}
+			// The same through a source that numbers events (AuthOrderer): step 1's
+			// auth-chain walk then stops below the full conflicted set.
+			ordered, err := resolver.ResolveMaps(room.Version(), maps, orderedSource{r, order})
+			if err != nil {
+				t.Fatalf("%s %s: with AuthOrderer: %v", filepath.Base(dir), id, err)
+			}
+			if d := diffMaps(ordered, want); d != "" {
+				t.Errorf("%s: state before %s: AuthOrderer source differs: %s", filepath.Base(dir), id, d)
+			}
 			merges++
 		}
 	}
@@ -124,4 +135,46 @@ func TestStorageMatchesMaps(t *testing.T) {
 		t.Fatal("no merge events in the real rooms")
 	}
 	t.Logf("%d merge events compared", merges)
+}
+
+// orderedSource is a Resolver that also numbers events (resolver.AuthOrderer).
+type orderedSource struct {
+	*resolver.Resolver
+	order map[string]int64
+}
+
+func (o orderedSource) AuthOrder(id string) (int64, error) {
+	n, ok := o.order[id]
+	if !ok {
+		return 0, fmt.Errorf("no order for %s", id)
+	}
+	return n, nil
+}
+
+// authOrder numbers events in a post-order of the auth graph (auth events first),
+// computed here rather than taken from arrival order.
+func authOrder(t testing.TB, r *resolver.Resolver, ids []string) map[string]int64 {
+	t.Helper()
+	order := map[string]int64{}
+	next := int64(0)
+	var visit func(id string)
+	visit = func(id string) {
+		if _, done := order[id]; done {
+			return
+		}
+		order[id] = -1 // on the stack; auth graphs have no cycles
+		auth, err := r.AuthEvents(id)
+		if err != nil {
+			t.Fatalf("auth events of %s: %v", id, err)
+		}
+		for _, a := range auth {
+			visit(a)
+		}
+		next++
+		order[id] = next
+	}
+	for _, id := range ids {
+		visit(id)
+	}
+	return order
 }

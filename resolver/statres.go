@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/matrix-org/gomatrixserverlib"
@@ -77,27 +78,13 @@ func resolveV2(in v2Input, src EventSource) (map[Key]string, error) {
 
 	// Step 1: the power events of the full conflicted set, with the events of their
 	// auth chains that are also in the full conflicted set.
-	inX := map[string]bool{}
-	var power []string
-	for _, id := range in.full {
-		if isPowerEvent(pdus[id]) {
-			inX[id] = true
-			power = append(power, id)
-		}
-	}
-	// One walk over the union of their auth chains.
-	chain, err := st.authChain(power...)
+	x, err := st.powerSubset(in.full, full)
 	if err != nil {
 		return nil, err
 	}
-	for _, a := range chain {
-		if full[a] {
-			inX[a] = true
-		}
-	}
-	x := make([]string, 0, len(inX))
-	for id := range inX {
-		x = append(x, id)
+	inX := make(map[string]bool, len(x))
+	for _, id := range x {
+		inX[id] = true
 	}
 	ordered, err := st.reverseTopologicalPowerOrder(x)
 	if err != nil {
@@ -124,6 +111,40 @@ func resolveV2(in v2Input, src EventSource) (map[Key]string, error) {
 		return nil, err
 	}
 	return st.overlay, nil
+}
+
+// powerSubset returns step 1's set: the power events of the full conflicted set
+// (ids; full holds the same as a set) and the events of their auth chains that
+// are in the full conflicted set.
+func (st *stateRes) powerSubset(ids []string, full map[string]bool) ([]string, error) {
+	inX := map[string]bool{}
+	var power []string
+	for _, id := range ids {
+		if isPowerEvent(st.pdus[id]) {
+			inX[id] = true
+			power = append(power, id)
+		}
+	}
+	// One walk over the union of their auth chains, below the full conflicted
+	// set's lowest event only when the source numbers events (AuthOrderer).
+	floor, err := st.lowestOrder(ids)
+	if err != nil {
+		return nil, err
+	}
+	chain, err := st.authChainAbove(floor, power...)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range chain {
+		if full[a] {
+			inX[a] = true
+		}
+	}
+	x := make([]string, 0, len(inX))
+	for id := range inX {
+		x = append(x, id)
+	}
+	return x, nil
 }
 
 type stateRes struct {
@@ -164,6 +185,45 @@ func (st *stateRes) lookup(k Key) (string, bool, error) {
 // authChain returns the union of the auth chains of events (closure over
 // auth_events, not including the events unless one is in another's chain).
 func (st *stateRes) authChain(ids ...string) ([]string, error) {
+	return st.authChainAbove(noFloor, ids...)
+}
+
+// AuthOrderer is implemented by event sources that number a room's events so
+// that every event's number is greater than those of its auth events (for
+// example an arrival order in which auth events always come first). Step 1 of
+// the resolution (the power events and the part of their auth chains in the
+// full conflicted set) then walks no event numbered below the full conflicted
+// set's lowest: neither it nor its auth chain can be in the set. Without it the
+// walk covers the power events' whole auth chains (every earlier power levels
+// event, and their senders' membership histories).
+type AuthOrderer interface {
+	AuthOrder(eventID string) (int64, error)
+}
+
+// noFloor is the order floor when the source has no AuthOrderer.
+const noFloor = math.MinInt64
+
+// lowestOrder returns the lowest AuthOrder among ids, or noFloor.
+func (st *stateRes) lowestOrder(ids []string) (int64, error) {
+	o, ok := st.src.(AuthOrderer)
+	if !ok || len(ids) == 0 {
+		return noFloor, nil
+	}
+	low := int64(math.MaxInt64)
+	for _, id := range ids {
+		n, err := o.AuthOrder(id)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %s: %v", errNoEvent, id, err)
+		}
+		low = min(low, n)
+	}
+	return low, nil
+}
+
+// authChainAbove is authChain leaving out the events numbered below floor (and
+// so their auth chains) when the source is an AuthOrderer.
+func (st *stateRes) authChainAbove(floor int64, ids ...string) ([]string, error) {
+	o, _ := st.src.(AuthOrderer)
 	seen := map[string]bool{}
 	stack := append([]string(nil), ids...)
 	var out []string
@@ -175,11 +235,21 @@ func (st *stateRes) authChain(ids ...string) ([]string, error) {
 			return nil, err
 		}
 		for _, a := range auth {
-			if !seen[a] {
-				seen[a] = true
-				out = append(out, a)
-				stack = append(stack, a)
+			if seen[a] {
+				continue
 			}
+			seen[a] = true
+			if floor != noFloor && o != nil {
+				n, err := o.AuthOrder(a)
+				if err != nil {
+					return nil, fmt.Errorf("%w: %s: %v", errNoEvent, a, err)
+				}
+				if n < floor {
+					continue
+				}
+			}
+			out = append(out, a)
+			stack = append(stack, a)
 		}
 	}
 	return out, nil
@@ -364,17 +434,58 @@ func (st *stateRes) reverseTopologicalPowerOrder(ids []string) ([]string, error)
 }
 
 // Cache keeps what never changes about an event across the resolutions of one room:
-// the m.room.power_levels among its auth events, and the mainline of a power levels
-// event. A Resolver keeps one for its lifetime; callers of ResolveConflicts may pass
-// one (ConflictInput.Cache). Not safe for concurrent use.
+// the m.room.power_levels among its auth events, the mainline of a power levels
+// event, and the outcome of an authorization check of an event against a given set
+// of auth events (the rules are a pure function of the two; event IDs name one
+// PDU each in a room). A Resolver keeps one for its lifetime; callers of
+// ResolveConflicts may pass one (ConflictInput.Cache). Not safe for concurrent use.
 type Cache struct {
 	plParent map[string]string           // event ID -> its power levels auth event ("" if none)
 	mainline map[string]map[string]int64 // power levels event -> mainline positions, oldest = 1
+	// allowed: authCheckKey(event, auth events) -> whether the rules allowed it.
+	// Cleared when it reaches maxAuthChecks entries.
+	allowed map[string]bool
 }
+
+// maxAuthChecks bounds Cache.allowed (an entry is about 150-500 bytes: the event
+// ID and its auth events' IDs).
+const maxAuthChecks = 1 << 16
 
 // NewCache returns an empty Cache.
 func NewCache() *Cache {
-	return &Cache{plParent: map[string]string{}, mainline: map[string]map[string]int64{}}
+	return &Cache{plParent: map[string]string{}, mainline: map[string]map[string]int64{}, allowed: map[string]bool{}}
+}
+
+// authCheckKey names one authorization check: the event ID, then the IDs of the
+// auth events it is checked against, sorted.
+func authCheckKey(id string, byKey map[Key]gomatrixserverlib.PDU) string {
+	ids := make([]string, 0, len(byKey))
+	n := len(id)
+	for _, e := range byKey {
+		ids = append(ids, e.EventID())
+		n += 1 + len(ids[len(ids)-1])
+	}
+	sort.Strings(ids)
+	b := make([]byte, 0, n)
+	b = append(b, id...)
+	for _, x := range ids {
+		b = append(append(b, 0), x...)
+	}
+	return string(b)
+}
+
+// allowedCached is allowed with its outcome kept in the Cache.
+func (st *stateRes) allowedCached(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU) bool {
+	k := authCheckKey(p.EventID(), byKey)
+	if ok, hit := st.cache.allowed[k]; hit {
+		return ok
+	}
+	ok := allowed(p, byKey) == nil
+	if len(st.cache.allowed) >= maxAuthChecks {
+		clear(st.cache.allowed)
+	}
+	st.cache.allowed[k] = ok
+	return ok
 }
 
 // plAuthEventID returns the m.room.power_levels among an event's auth events, or "".
@@ -520,7 +631,7 @@ func (st *stateRes) iterativeAuthChecks(ids []string) error {
 		if st.privilegedCreators && st.in.create != nil {
 			byKey[Key{spec.MRoomCreate, ""}] = st.in.create
 		}
-		if allowed(p, byKey) == nil {
+		if st.allowedCached(p, byKey) {
 			st.overlay[keyOf(p)] = id
 		}
 	}

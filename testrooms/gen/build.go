@@ -256,5 +256,9 @@ func (r *room) softFails(e *event) (failed bool) {
 		r.stats.softFailChecks++
 		cur = r.resolve(prevs)
 	}
-	return allowed(e.pdu, r.authState(e.pdu, cur)) != nil
+	state := r.authState(e.pdu, cur)
+	if sameEvents(state, r.pdus(e.auth)) {
+		return false // authorise already allowed it against these very events
+	}
+	return allowed(e.pdu, state) != nil
 }

@@ -132,6 +132,7 @@ func (r *room) resolveStates(states []pmap) pmap {
 		PerState:       make([][]string, len(states)),
 		ConflictedKeys: make([]resolver.Key, len(keys)),
 		Create:         r.events[0].pdu,
+		Cache:          r.resCache,
 	}
 	for j, k := range keys {
 		in.ConflictedKeys[j] = splitKey(k)
@@ -278,6 +279,17 @@ func (r *room) Event(id string) (gomatrixserverlib.PDU, error) {
 		return nil, fmt.Errorf("gen: no event %s", id)
 	}
 	return r.events[i].pdu, nil
+}
+
+// AuthOrder implements resolver.AuthOrderer with the event's index: an event's
+// auth events are taken from the state before it (create), so they were created
+// earlier and have lower indices.
+func (r *room) AuthOrder(id string) (int64, error) {
+	i, ok := r.byID[id]
+	if !ok {
+		return 0, fmt.Errorf("gen: no event %s", id)
+	}
+	return int64(i), nil
 }
 
 // Rejected implements resolver.EventSource.

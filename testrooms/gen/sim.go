@@ -10,6 +10,8 @@ import (
 	"slices"
 
 	"github.com/matrix-org/gomatrixserverlib"
+
+	"github.com/mtxdb/mtxdb/resolver"
 )
 
 // keyID is the signing key ID of every simulated server.
@@ -109,10 +111,13 @@ type room struct {
 	plCache map[int32]*gomatrixserverlib.PowerLevelContent
 	jrCache map[int32]string
 	memo    map[string]pmap // resolve results by sorted prev set
-	stats   stats
-	res     resolveStats
-	err     error   // the first resolution failure
-	signer  *signer // while run runs
+	// resCache carries what the resolver learns about events (power levels
+	// parents, mainlines, authorization outcomes) from one resolution to the next.
+	resCache *resolver.Cache
+	stats    stats
+	res      resolveStats
+	err      error   // the first resolution failure
+	signer   *signer // while run runs
 	// lineMark[i] == lineGen: event i is on a same-key lineage walked by the
 	// current resolution's authView.
 	lineMark []uint32
@@ -144,14 +149,15 @@ func newRoom(opts Options) (*room, error) {
 		return nil, fmt.Errorf("gen: %w", err)
 	}
 	r := &room{
-		opts:    opts,
-		rng:     rand.New(rand.NewPCG(opts.Seed, 0x6d747864622d6765)),
-		ver:     ver,
-		byID:    map[string]int32{},
-		ts:      startTS + int64(opts.Seed%1_000_000)*1000, // distinct v12 room IDs per seed
-		plCache: map[int32]*gomatrixserverlib.PowerLevelContent{},
-		jrCache: map[int32]string{},
-		memo:    map[string]pmap{},
+		opts:     opts,
+		rng:      rand.New(rand.NewPCG(opts.Seed, 0x6d747864622d6765)),
+		ver:      ver,
+		byID:     map[string]int32{},
+		ts:       startTS + int64(opts.Seed%1_000_000)*1000, // distinct v12 room IDs per seed
+		plCache:  map[int32]*gomatrixserverlib.PowerLevelContent{},
+		jrCache:  map[int32]string{},
+		memo:     map[string]pmap{},
+		resCache: resolver.NewCache(),
 	}
 	perServer := (opts.Members*5/4 + opts.Servers - 1) / opts.Servers
 	perServer = max(perServer, 4)
