@@ -491,16 +491,17 @@ func (f *repackFlags) options() (repackplan.Options, error) {
 	return o, nil
 }
 
-// repackRooms plans every room and repacks them through one output stream; it
-// returns the plans' stats summed.
-func repackRooms(eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackStats, repackplan.Stats, error) {
+// planRooms plans every room (under every-k this writes each room's head: the keep
+// rule) and returns the repack plan and the plans' stats summed.
+func planRooms(rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackPlan, repackplan.Stats, error) {
 	var plan packstore.RepackPlan
 	var tot repackplan.Stats
 	bar := newProgress(out, int64(len(rooms)), "planning", false)
+	defer bar.finish()
 	for _, r := range rooms {
 		cp, ps, err := repackplan.Plan(r, opts)
 		if err != nil {
-			return packstore.RepackStats{}, tot, err
+			return plan, tot, err
 		}
 		tot.Events += ps.Events
 		tot.Nodes += ps.Nodes
@@ -510,19 +511,31 @@ func repackRooms(eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts r
 		plan.Collections = append(plan.Collections, cp)
 		bar.add(1)
 	}
-	bar.finish()
-	rs, err := eng.Repack(plan)
-	return rs, tot, err
+	return plan, tot, nil
+}
+
+// repackRooms plans every room and repacks them through one output stream.
+func repackRooms(eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackStats, error) {
+	plan, _, err := planRooms(rooms, opts, out)
+	if err != nil {
+		return packstore.RepackStats{}, err
+	}
+	return eng.Repack(plan)
 }
 
 // repackSummary repacks the rooms (one plan per room, one output stream) and
-// prints what it did: disk and live bytes before and after, records copied,
-// garbage dropped (records no plan kept, of which state records the liveness policy
-// dropped; dead frames of superseded or deleted records go with the retired
-// shards), shards retired and the bytes returned.
+// prints what it did: disk and live bytes before (after planning, which under
+// every-k rewrites the room heads) and after, records copied, garbage dropped
+// (records no plan kept, of which state records the liveness policy dropped; dead
+// frames of superseded or deleted records go with the retired shards), shards
+// retired and the bytes returned.
 func repackSummary(out io.Writer, eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
+	plan, ps, err := planRooms(rooms, opts, out)
+	if err != nil {
+		return packstore.RepackStats{}, err
+	}
 	before := eng.Stats()
-	rs, ps, err := repackRooms(eng, rooms, opts, out)
+	rs, err := eng.Repack(plan)
 	if err != nil {
 		return rs, err
 	}
