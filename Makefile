@@ -91,11 +91,15 @@ clean:
 # resolution at the extremities) before and after each repack plan, on a store built
 # as a homeserver builds it (the real rooms and a generated room of REPACK_EVENTS
 # events in backfill order, interleaved into one pool): read budget by kind, pages,
-# seeks, bytes and cold-cache wall time. Writes docs/bench/repack-$(REPACK_EVENTS).{json,md};
-# the generated room is kept in REPACK_GEN (generating 100k events takes a long while).
+# seeks, bytes and cold-cache wall time. Writes docs/bench/repack-$(REPACK_EVENTS).{json,md}
+# and, through the bench module's plotrepack (gonum/plot), one PNG per measured room
+# (docs/bench/repack-$(REPACK_EVENTS)-<room>.png: pages, seeks, cold ms per walk and
+# layout); the generated room is kept in REPACK_GEN (generating 100k events takes a
+# long while).
 REPACK_EVENTS ?= 100000
 REPACK_GEN    ?= /tmp/mtxdb-repack-gen-$(REPACK_EVENTS)
 REPACK_RUNS   ?= 5
 bench-repack: build
 	test -f $(REPACK_GEN)/backfill_order.jsonl || ./bin/mtxdb gen --out $(REPACK_GEN) --events $(REPACK_EVENTS) --seed 1 --backfill
 	./bin/mtxdb bench-repack --gen $(REPACK_GEN) --real testrooms/real --runs $(REPACK_RUNS) --out docs/bench --label -$(REPACK_EVENTS)
+	cd bench && $(GO) run ./cmd/plotrepack ../docs/bench/repack-$(REPACK_EVENTS).json

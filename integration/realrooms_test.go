@@ -71,7 +71,7 @@ func TestRealRoomsReplay(t *testing.T) {
 
 	var plan packstore.RepackPlan
 	for _, r := range rooms {
-		cp, _, err := repackplan.Plan(r, repackplan.ReverseTopological)
+		cp, _, err := repackplan.Plan(r, repackplan.Options{Kind: repackplan.ReverseTopological})
 		require.NoError(t, err, r.ID())
 		plan.Collections = append(plan.Collections, cp)
 	}

@@ -73,7 +73,7 @@ func TestRepackAnswersUnchanged(t *testing.T) {
 				require.NoError(t, err)
 				before := answers(t, room)
 
-				plan, _, err := repackplan.Plan(room, kind)
+				plan, _, err := repackplan.Plan(room, repackplan.Options{Kind: kind})
 				require.NoError(t, err)
 				_, err = eng.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{plan}})
 				require.NoError(t, err)

@@ -1,18 +1,36 @@
 // Package repackplan derives repack orders for a room from its DAG walks (seed,
-// "Topological repack"). A plan lists every live record of the room exactly once, in
-// the order a walk reads them; packstore executes plans without knowing what the
-// records are, and anything a plan leaves out is garbage.
+// "Topological repack"; issue 7). A plan lists every live record of the room exactly
+// once, in the order a walk reads them; packstore executes plans without knowing what
+// the records are, and anything a plan leaves out is garbage.
 //
-// Liveness (the skeleton's only policy): every imported event with its metadata and
-// state record, every HAMT node reachable from any event's state before or after and
-// from the current state, the room head and the arrival log. Superseded state records
-// of earlier replays and nodes no snapshot reaches are garbage.
+// # Liveness
+//
+// What is live is an explicit policy, Options.Liveness:
+//
+//   - AllSnapshots (the default): every imported event with its PDU, metadata and
+//     state record, every HAMT node reachable from any event's state snapshot before
+//     or after and from the current state, the room head and the arrival log.
+//   - EveryK: the same, except that the state record of an event is live only when
+//     the room head's keep rule requires it (roomstate.Head.KeepsState with K =
+//     Options.Every: the forward extremities, state events, every event whose
+//     arrival index is a multiple of K, events that arrived after the rule was set)
+//     or the event was rejected; the other events keep their PDU and metadata (their
+//     edges). Their state records, and every HAMT node reachable only from their
+//     snapshots, are garbage. Plan first sets the rule on the room head
+//     (roomstate.Room.KeepStateEvery: a head write and a sync) so readers can tell a
+//     dropped state (roomstate.ErrStateNotKept) from a lost one.
+//
+// Under both, superseded state records of earlier replays and nodes no kept snapshot
+// reaches are garbage; so are records of outliers' snapshots (they have none). A
+// state record dropped by an earlier every-k repack stays dropped under AllSnapshots:
+// only `mtxdb replay --force` writes it again.
 package repackplan
 
 import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/packstore"
@@ -52,8 +70,38 @@ const (
 // Kinds lists the plan kinds.
 var Kinds = []Kind{ReverseTopological, AuthChain, EdgesFirst, Mixed}
 
-// ErrNotReplayed is returned for a room whose events have no state records yet.
-var ErrNotReplayed = errors.New("repackplan: room not replayed")
+// Liveness names a liveness policy: which state records and snapshots a plan keeps.
+type Liveness string
+
+const (
+	// AllSnapshots keeps every event's state record and both its snapshots.
+	AllSnapshots Liveness = "all-snapshots"
+	// EveryK keeps the state record and snapshots only of the events the room head's
+	// keep rule names (roomstate.Head.KeepsState, K = Options.Every) and of rejected
+	// events; the rest are garbage.
+	EveryK Liveness = "every-k"
+)
+
+// Livenesses lists the liveness policies.
+var Livenesses = []Liveness{AllSnapshots, EveryK}
+
+// Options choose a plan.
+type Options struct {
+	Kind     Kind     // plan kind; empty: ReverseTopological
+	Liveness Liveness // empty: AllSnapshots
+	// Every is K of EveryK: every K-th event by arrival index keeps its state
+	// (K >= 1; 1 keeps every state, like AllSnapshots). Ignored under AllSnapshots.
+	Every uint32
+}
+
+// Errors of Plan.
+var (
+	// ErrNotReplayed is returned for a room whose events have no state records yet.
+	ErrNotReplayed = errors.New("repackplan: room not replayed")
+	// ErrBadOptions is returned for an unknown plan kind or liveness policy, or
+	// EveryK without Every.
+	ErrBadOptions = errors.New("repackplan: bad options")
+)
 
 // Stats describes a plan.
 type Stats struct {
@@ -61,23 +109,43 @@ type Stats struct {
 	Nodes   int // HAMT nodes placed
 	Records int // records in the plan
 	Walked  int // events reached from the forward extremities (the rest follow in arrival order)
+	// StatesDropped counts state records left out as garbage by EveryK (their
+	// snapshots' nodes no kept snapshot reaches go with them, uncounted here).
+	StatesDropped int
 }
 
-// Plan builds a plan of the given kind for one room. The room must be replayed (its
-// state records and snapshots are live data).
-func Plan(room *roomstate.Room, kind Kind) (packstore.CollectionPlan, Stats, error) {
-	known := false
-	for _, k := range Kinds {
-		known = known || k == kind
+// Plan builds a plan for one room. The room must be replayed (its state records and
+// snapshots are live data). Under EveryK it first sets the room head's keep rule
+// (roomstate.Room.KeepStateEvery), so it writes to the store; the plan then holds the
+// new head.
+func Plan(room *roomstate.Room, opts Options) (packstore.CollectionPlan, Stats, error) {
+	kind := opts.Kind
+	if kind == "" {
+		kind = ReverseTopological
 	}
-	if !known {
-		return packstore.CollectionPlan{}, Stats{}, fmt.Errorf("repackplan: unknown plan kind %q (have %v)", kind, Kinds)
+	if !slices.Contains(Kinds, kind) {
+		return packstore.CollectionPlan{}, Stats{}, fmt.Errorf("%w: unknown plan kind %q (have %v)", ErrBadOptions, kind, Kinds)
 	}
-	h := room.Head()
-	if !h.Replayed {
+	switch opts.Liveness {
+	case "", AllSnapshots:
+	case EveryK:
+		if opts.Every == 0 {
+			return packstore.CollectionPlan{}, Stats{}, fmt.Errorf("%w: %s needs Every >= 1", ErrBadOptions, EveryK)
+		}
+	default:
+		return packstore.CollectionPlan{}, Stats{}, fmt.Errorf("%w: unknown liveness %q (have %v)", ErrBadOptions, opts.Liveness, Livenesses)
+	}
+	if !room.Head().Replayed {
 		return packstore.CollectionPlan{}, Stats{}, fmt.Errorf("%w: %s", ErrNotReplayed, room.ID())
 	}
 	p := &planner{room: room, rd: room.NewReader(), placed: map[packstore.ID]bool{}}
+	if opts.Liveness == EveryK {
+		if err := room.KeepStateEvery(opts.Every); err != nil {
+			return packstore.CollectionPlan{}, Stats{}, fmt.Errorf("repackplan: %w", err)
+		}
+		p.dropStates = true
+	}
+	h := room.Head()
 	p.plan.Collection = room.Collection()
 	for _, id := range room.RoomRecords() {
 		p.add(id)
@@ -217,6 +285,8 @@ type planner struct {
 	placed map[packstore.ID]bool
 	plan   packstore.CollectionPlan
 	stats  Stats
+	// dropStates: EveryK, leave out the state records the head's rule does not keep.
+	dropStates bool
 }
 
 func (p *planner) add(id packstore.ID) bool {
@@ -260,8 +330,12 @@ func (p *planner) addEvent(eventID string) error {
 		p.stats.Events++
 		return nil
 	}
-	p.add(state)
 	p.stats.Events++
+	if p.dropStates && !st.Rejected && !p.room.Head().KeepsState(p.metas[eventID]) {
+		p.stats.StatesDropped++
+		return nil
+	}
+	p.add(state)
 	if err := p.addSnapshot(st.After); err != nil {
 		return err
 	}

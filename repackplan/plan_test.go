@@ -48,7 +48,7 @@ func TestPlanCoversLiveRecordsOnce(t *testing.T) {
 			stray, err := hamtstore.Set(room.Nodes(), room.NewReader(), hamtstore.EmptyRoot, []byte("stray"), hamtstore.Value{1})
 			require.NoError(t, err)
 
-			plan, stats, err := repackplan.Plan(room, kind)
+			plan, stats, err := repackplan.Plan(room, repackplan.Options{Kind: kind})
 			require.NoError(t, err)
 			seen := map[packstore.ID]bool{}
 			for _, id := range plan.Records {
@@ -137,7 +137,7 @@ func TestPlanWithOutliers(t *testing.T) {
 	rr, err := resolver.Replay(room, resolver.ReplayOptions{})
 	require.NoError(t, err)
 	require.Positive(t, rr.Outliers)
-	plan, _, err := repackplan.Plan(room, repackplan.ReverseTopological)
+	plan, _, err := repackplan.Plan(room, repackplan.Options{Kind: repackplan.ReverseTopological})
 	require.NoError(t, err)
 	all, err := eng.CollectionRecords(room.Collection())
 	require.NoError(t, err)

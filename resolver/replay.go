@@ -76,8 +76,11 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 
 // ReplayOptions tune Replay.
 type ReplayOptions struct {
-	// Force recomputes every event; by default an event whose state record exists
-	// and whose prev_events were not recomputed keeps its stored state.
+	// Force recomputes every event and writes every state record, including those an
+	// every-k repack dropped, and clears the room head's keep rule (Head.StateEvery):
+	// the room is all-snapshots again until the next every-k repack. By default an
+	// event whose state record exists and whose prev_events were not recomputed keeps
+	// its stored state.
 	Force bool
 	// BatchSize is the number of state records written per batch (default 1000).
 	BatchSize int
@@ -89,9 +92,13 @@ type ReplayOptions struct {
 
 // ReplayResult counts what Replay did.
 type ReplayResult struct {
-	Events             int // events walked
-	Computed           int // events whose state was computed and written this run
-	Outliers           int // events left out: a prev or auth event (or theirs) never arrived
+	Events   int // events walked
+	Computed int // events whose state was computed and written this run
+	Outliers int // events left out: a prev or auth event (or theirs) never arrived
+	// NotKept counts events whose state record an every-k repack dropped: they keep
+	// having none. Rederived counts those whose state after was recomputed in memory
+	// because a computed event names them in prev_events.
+	NotKept, Rederived int
 	Rejected           int
 	Resolutions        int // state resolutions with two or more distinct input states
 	ConflictedKeys     int
@@ -113,6 +120,15 @@ type ReplayResult struct {
 // one of its prev_events was computed in this run (or opts.Force is set), so running
 // it after an import computes only the new events, and running it twice writes
 // nothing the second time.
+//
+// On a room after an every-k repack (roomstate.Head.KeepsState), an event whose state
+// record the rule let the repack drop is taken as replayed and accepted (the repack
+// keeps rejected events' records) and gets no record. New events usually need only
+// the states after the forward extremities, which the rule keeps; when a new event
+// names a dropped event in prev_events, Replay recomputes that state in memory from
+// the nearest ancestors whose states are stored (their resolution, as the first
+// replay computed it) and does not write it. With opts.Force the whole room is
+// replayed again and every record is written (see ReplayOptions.Force).
 func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 1000
@@ -151,6 +167,12 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 		return res, err
 	}
 	res.Outliers = len(ids) - len(order)
+	h0 := room.Head()
+	dropped := map[string]bool{} // state record dropped by the keep rule
+	late := map[string]bool{}    // arrived after the keep rule was set, or descends from such an event
+	afterOf := func(id string) (hamtstore.NodeID, error) {
+		return rederive(r, id, after, dropped, &res)
+	}
 	for i, id := range order {
 		m, err := r.meta(id)
 		if err != nil {
@@ -159,8 +181,24 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 		if i%readerResetEvery == readerResetEvery-1 {
 			r.rd.Reset() // bound the decoded nodes kept; later reads go to the store
 		}
+		if h0.StateEvery > 0 {
+			late[id] = m.Seq >= h0.StateKeptBelow
+			for _, p := range m.PrevEvents {
+				late[id] = late[id] || late[p]
+			}
+			for _, a := range m.AuthEvents {
+				late[id] = late[id] || late[a]
+			}
+		}
 		if !opts.Force {
 			kept, err := keepStored(r, m, after, computed, referenced)
+			if err == nil && !kept && h0.StateEvery > 0 && !late[id] && !h0.KeepsState(m) {
+				kept, err = keepDropped(r, m, computed, referenced)
+				if kept {
+					dropped[id] = true
+					res.NotKept++
+				}
+			}
 			if err != nil {
 				return res, err
 			}
@@ -180,9 +218,9 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 		res.Computed++
 		prevRoots := make([]hamtstore.NodeID, 0, len(m.PrevEvents))
 		for _, p := range m.PrevEvents {
-			root, ok := after[p]
-			if !ok {
-				return res, fmt.Errorf("resolver: room %s: event %s: prev_event %s not replayed before it", room.ID(), id, p)
+			root, err := afterOf(p)
+			if err != nil {
+				return res, fmt.Errorf("resolver: room %s: event %s: %w", room.ID(), id, err)
 			}
 			prevRoots = append(prevRoots, root)
 		}
@@ -246,7 +284,11 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 	}
 	sort.Strings(fwd)
 	for _, id := range fwd {
-		fwdRoots = append(fwdRoots, after[id])
+		root, err := afterOf(id)
+		if err != nil {
+			return res, fmt.Errorf("resolver: room %s: forward extremity: %w", room.ID(), err)
+		}
+		fwdRoots = append(fwdRoots, root)
 	}
 	cur, err := r.Resolve(fwdRoots)
 	if err != nil {
@@ -254,6 +296,9 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 	}
 	h := room.Head()
 	h.ForwardExtremities, h.CurrentState, h.Replayed = fwd, cur, true
+	if opts.Force {
+		h.StateEvery, h.StateKeptBelow = 0, 0 // every state record was written again
+	}
 	if err := room.SetHead(h); err != nil {
 		return res, err
 	}
@@ -291,6 +336,70 @@ func keepStored(r *Resolver, m roomstate.EventMeta, after map[string]hamtstore.N
 		}
 	}
 	return true, nil
+}
+
+// keepDropped takes as replayed an event whose state record the room's keep rule let
+// an every-k repack drop, unless one of its prev_events was computed in this run (then
+// it is computed and its record written again). Such an event was accepted (the
+// repack keeps rejected events' records), so it references its prev_events.
+func keepDropped(r *Resolver, m roomstate.EventMeta, computed, referenced map[string]bool) (bool, error) {
+	for _, p := range m.PrevEvents {
+		if computed[p] {
+			return false, nil
+		}
+	}
+	r.rejected[m.EventID] = false
+	for _, p := range m.PrevEvents {
+		referenced[p] = true
+	}
+	return true, nil
+}
+
+// rederive returns the state after an event: from after, or, for an event whose
+// state record was dropped, recomputed as the resolution of the states after its
+// prev_events (a dropped event is an accepted non-state event, so its state after
+// is its state before), walking up through dropped ancestors to stored states. The
+// states recomputed are cached in after; nothing is written.
+func rederive(r *Resolver, id string, after map[string]hamtstore.NodeID, dropped map[string]bool, res *ReplayResult) (hamtstore.NodeID, error) {
+	if root, ok := after[id]; ok {
+		return root, nil
+	}
+	stack := []string{id}
+	for len(stack) > 0 {
+		x := stack[len(stack)-1]
+		if _, ok := after[x]; ok {
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		if !dropped[x] {
+			return hamtstore.NodeID{}, fmt.Errorf("prev_event %s not replayed before it", x)
+		}
+		m, err := r.meta(x)
+		if err != nil {
+			return hamtstore.NodeID{}, err
+		}
+		roots := make([]hamtstore.NodeID, 0, len(m.PrevEvents))
+		pending := false
+		for _, p := range m.PrevEvents {
+			if root, ok := after[p]; ok {
+				roots = append(roots, root)
+			} else {
+				stack = append(stack, p)
+				pending = true
+			}
+		}
+		if pending {
+			continue
+		}
+		root, err := r.Resolve(roots)
+		if err != nil {
+			return hamtstore.NodeID{}, fmt.Errorf("event %s (state not kept): %w", x, err)
+		}
+		after[x] = root
+		res.Rederived++
+		stack = stack[:len(stack)-1]
+	}
+	return after[id], nil
 }
 
 // replayOrder returns the events whose prev and auth events are all present,

@@ -1,6 +1,7 @@
 package roomstate
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/mtxdb/mtxdb/hamtstore"
@@ -12,13 +13,19 @@ type CheckResult struct {
 	Snapshots int // distinct snapshot roots checked
 	Rejected  int
 	Dangling  int // events without a state record that point at events not stored (outliers)
+	// NotKept counts events without a state record that the head's keep rule lets an
+	// every-k repack drop (Head.KeepsState): not damage.
+	NotKept int
 }
 
 // Check reads every record of a room and validates it: the arrival log against the
 // head, every PDU (parsed for the room version), metadata and state record, every
 // distinct snapshot with hamtstore's Check (node hashes, canonical shape), that each
 // snapshot value names a state event of that key, and that every prev/auth event is
-// in the room. For `mtxdb verify` and tests; it reads the whole room.
+// in the room. An event of a replayed room without a state record must be an outlier
+// (an ancestor, transitively, is not in the room) or one whose record the head's keep
+// rule lets an every-k repack drop (counted in NotKept); any other is reported as
+// ErrCorruptRecord. For `mtxdb verify` and tests; it reads the whole room.
 func (r *Room) Check() (CheckResult, error) {
 	var res CheckResult
 	ids, err := r.EventIDs()
@@ -73,20 +80,14 @@ func (r *Room) Check() (CheckResult, error) {
 		}
 		if r.head.Replayed {
 			if !hasState {
-				// Replay leaves out an outlier's descendants too; any other event
-				// without a state record is damage.
-				outlierParent := false
-				for _, p := range append(append([]string(nil), m.PrevEvents...), m.AuthEvents...) {
-					if _, ok, err := r.EventState(p); err != nil {
-						return res, err
-					} else if !ok {
-						outlierParent = true
-					}
+				switch err := r.stateGap(m); {
+				case errors.Is(err, ErrNoState): // an outlier's descendant
+					res.Dangling++
+				case errors.Is(err, ErrStateNotKept):
+					res.NotKept++
+				default:
+					return res, err
 				}
-				if !outlierParent {
-					return res, fmt.Errorf("%w: room %s: replayed, but event %s has no state record", ErrCorruptRecord, r.head.RoomID, id)
-				}
-				res.Dangling++
 				res.Events++
 				continue
 			}

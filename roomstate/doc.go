@@ -35,10 +35,22 @@
 //	state     'S' 1 | flags u8 (bit0 rejected) | before 16B | after 16B | reason str
 //	head      'H' 1 | room_id str | room_version str | events u32 | log_chunks u32 |
 //	          replayed u8 | current_state 16B | forward_extremities strs
+//	head v2   'H' 2 | the fields of version 1 | state_every u32 (K >= 1) |
+//	          state_kept_below u32 (<= events)   (written only when K > 0)
 //	log chunk 'L' 1 | event_ids strs            (arrival order, one chunk per import batch)
 //
 // For a rejected event, after == before: it does not change the room state (spec,
 // "Server-Server API, Rejection").
+//
+// # Keep rule (every-k repack)
+//
+// A version 2 head carries the keep rule of an every-k repack (seed "Topological
+// repack", issue 7; Head.KeepsState): of the events with arrival index below
+// state_kept_below, only state events, the head's forward extremities, rejected
+// events and those whose arrival index is a multiple of state_every keep their state
+// record; the others may have none. StateBefore and StateAfter of such an event
+// return ErrStateNotKept, Check counts it in NotKept, and Replay takes it as an
+// accepted event (see resolver.Replay).
 //
 // # Concurrency
 //

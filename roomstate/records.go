@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/internal/bin"
@@ -200,15 +201,36 @@ type Head struct {
 	RoomVersion        string
 	Events             uint32 // events imported
 	LogChunks          uint32 // arrival log chunks written
-	Replayed           bool   // state records exist for every imported event
+	Replayed           bool   // state records exist for every imported event the keep rule requires
 	CurrentState       hamtstore.NodeID
 	ForwardExtremities []string // sorted
+	// StateEvery is the keep rule of an every-k repack (seed "Topological repack",
+	// issue 7): 0 keeps every event's state record; K > 0 keeps it only for the events
+	// KeepsState names, so the others may have none. Set by Room.KeepStateEvery,
+	// cleared by a forced replay (which writes every state record again).
+	StateEvery uint32
+	// StateKeptBelow is the number of events (arrival indexes 0..StateKeptBelow-1)
+	// the keep rule covers: events that arrived after the rule was set keep their
+	// state record until the next every-k repack. At most Events; 0 when StateEvery is.
+	StateKeptBelow uint32
 }
+
+// Head record versions: 1 is the layout of doc.go; 2 appends state_every u32 and
+// state_kept_below u32 (the every-k keep rule). A head is written as version 1 when
+// StateEvery is 0, so stores that never had an every-k repack read as before.
+const (
+	headVersion1 = 1
+	headVersion2 = 2
+)
 
 func encodeHead(h *Head) []byte {
 	var e bin.Encoder
 	e.U8(kindHead)
-	e.U8(recordVersion)
+	v := uint8(headVersion1)
+	if h.StateEvery != 0 {
+		v = headVersion2
+	}
+	e.U8(v)
 	e.Str(h.RoomID)
 	e.Str(h.RoomVersion)
 	e.U32(h.Events)
@@ -220,13 +242,25 @@ func encodeHead(h *Head) []byte {
 	e.U8(r)
 	e.Fixed(h.CurrentState[:])
 	e.Strs(h.ForwardExtremities)
+	if v == headVersion2 {
+		e.U32(h.StateEvery)
+		e.U32(h.StateKeptBelow)
+	}
 	return e.B
 }
 
 func decodeHead(b []byte) (Head, error) {
 	d := bin.NewDecoder(b)
-	if err := checkKind(d, kindHead, "room head"); err != nil {
-		return Head{}, err
+	k := d.U8("kind")
+	v := d.U8("version")
+	if err := d.Err(); err != nil {
+		return Head{}, fmt.Errorf("%w: room head: %v", ErrCorruptRecord, err)
+	}
+	if k != kindHead {
+		return Head{}, fmt.Errorf("%w: room head: kind %q, want %q", ErrCorruptRecord, k, kindHead)
+	}
+	if v != headVersion1 && v != headVersion2 {
+		return Head{}, fmt.Errorf("%w: room head: unknown version %d", ErrCorruptRecord, v)
 	}
 	var h Head
 	h.RoomID = d.Str("room_id")
@@ -237,13 +271,36 @@ func decodeHead(b []byte) (Head, error) {
 	h.Replayed = r == 1
 	d.Fixed(h.CurrentState[:], "current_state")
 	h.ForwardExtremities = d.Strs("forward_extremities")
+	if v == headVersion2 {
+		h.StateEvery = d.U32("state_every")
+		h.StateKeptBelow = d.U32("state_kept_below")
+	}
 	if err := d.Finish(); err != nil {
 		return Head{}, fmt.Errorf("%w: room head: %v", ErrCorruptRecord, err)
 	}
 	if r > 1 {
 		return Head{}, fmt.Errorf("%w: room head %s: replayed flag %d", ErrCorruptRecord, h.RoomID, r)
 	}
+	if v == headVersion2 && (h.StateEvery == 0 || h.StateKeptBelow > h.Events) {
+		// Version 2 with no rule is not canonical (version 1 says that).
+		return Head{}, fmt.Errorf("%w: room head %s: keep rule every %d below %d of %d events",
+			ErrCorruptRecord, h.RoomID, h.StateEvery, h.StateKeptBelow, h.Events)
+	}
 	return h, nil
+}
+
+// KeepsState reports whether the head's keep rule requires the state record (and
+// the snapshots it names) of a replayed event that is not an outlier: always without
+// a rule (StateEvery 0); with one, for events that arrived after it was set (arrival
+// index >= StateKeptBelow), state events, the forward extremities the head names,
+// and every StateEvery-th event by arrival index (Seq % StateEvery == 0). An every-k
+// repack also keeps rejected events' state records, so an event without one that the
+// rule does not require was accepted, and its state after equals its state before.
+func (h Head) KeepsState(m EventMeta) bool {
+	if h.StateEvery == 0 || m.Seq >= h.StateKeptBelow || m.IsState || m.Seq%h.StateEvery == 0 {
+		return true
+	}
+	return slices.Contains(h.ForwardExtremities, m.EventID)
 }
 
 func encodeLogChunk(ids []string) []byte {

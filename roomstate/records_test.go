@@ -93,3 +93,55 @@ func FuzzDecodeRecords(f *testing.F) {
 		_, _, _ = SplitStateKey(b)
 	})
 }
+
+// TestHeadKeepRule: a head with an every-k keep rule round-trips as version 2, one
+// without it stays version 1 byte for byte, and a version 2 head without a rule or
+// with a rule past its events is rejected; every cut of a version 2 head fails.
+func TestHeadKeepRule(t *testing.T) {
+	h := Head{RoomID: "!r", RoomVersion: "10", Events: 9, ForwardExtremities: []string{"$f"},
+		StateEvery: 4, StateKeptBelow: 9}
+	b := encodeHead(&h)
+	if b[1] != headVersion2 {
+		t.Fatalf("head with a keep rule written as version %d", b[1])
+	}
+	got, err := decodeHead(b)
+	if err != nil || !reflect.DeepEqual(got, h) {
+		t.Fatalf("v2 head round trip: %+v, %v", got, err)
+	}
+	for n := 0; n < len(b); n++ {
+		if _, err := decodeHead(b[:n]); !errors.Is(err, ErrCorruptRecord) {
+			t.Fatalf("v2 head cut at %d: %v", n, err)
+		}
+	}
+	h1 := h
+	h1.StateEvery, h1.StateKeptBelow = 0, 0
+	if b1 := encodeHead(&h1); b1[1] != headVersion1 || len(b1) != len(b)-8 {
+		t.Fatalf("head without a keep rule: version %d, %d bytes", b1[1], len(b1))
+	}
+	for _, bad := range []Head{{RoomID: "!r", Events: 9, StateEvery: 4, StateKeptBelow: 10}} {
+		if _, err := decodeHead(encodeHead(&bad)); !errors.Is(err, ErrCorruptRecord) {
+			t.Fatalf("head %+v decoded: %v", bad, err)
+		}
+	}
+	noRule := append([]byte(nil), encodeHead(&h1)...)
+	noRule[1] = headVersion2
+	noRule = append(noRule, 0, 0, 0, 0, 0, 0, 0, 0)
+	if _, err := decodeHead(noRule); !errors.Is(err, ErrCorruptRecord) {
+		t.Fatalf("v2 head with K=0 decoded: %v", err)
+	}
+	// The rule: state events, extremities, multiples of K, late events.
+	for _, tc := range []struct {
+		m    EventMeta
+		keep bool
+	}{
+		{EventMeta{Seq: 8}, true}, {EventMeta{Seq: 5}, false}, {EventMeta{Seq: 5, IsState: true}, true},
+		{EventMeta{Seq: 5, EventID: "$f"}, true}, {EventMeta{Seq: 9}, true}, {EventMeta{Seq: 7}, false},
+	} {
+		if got := h.KeepsState(tc.m); got != tc.keep {
+			t.Fatalf("KeepsState(%+v) = %t", tc.m, got)
+		}
+	}
+	if !h1.KeepsState(EventMeta{Seq: 5}) {
+		t.Fatal("a head without a rule must keep every state")
+	}
+}

@@ -3,6 +3,7 @@ package roomstate
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/matrix-org/gomatrixserverlib"
@@ -196,8 +197,22 @@ func (r *Room) EventState(eventID string) (st EventState, ok bool, err error) {
 	return st, true, nil
 }
 
+// Errors of state queries (StateBefore, StateAfter, MembershipAt).
+var (
+	// ErrStateNotKept is returned for an event whose state record an every-k repack
+	// dropped as garbage (Head.KeepsState; seed "Topological repack", issue 7). The
+	// event, its PDU and its edges are stored; its snapshots are not. Replay
+	// recomputes such a state in memory when a new event needs it; `mtxdb replay
+	// --force` writes every state record again.
+	ErrStateNotKept = errors.New("roomstate: state not kept (dropped by an every-k repack)")
+	// ErrNoState is returned for an event of the room that has no state record
+	// because it was not replayed yet or is an outlier (an ancestor never arrived).
+	ErrNoState = errors.New("roomstate: event has no state")
+)
+
 // StateAfter is the snapshot after an event, as stored by replay. It is an error to
-// ask before the event was replayed.
+// ask before the event was replayed (ErrNoState), for an outlier (ErrNoState) and
+// for an event whose state an every-k repack dropped (ErrStateNotKept).
 func (r *Room) StateAfter(eventID string) (hamtstore.NodeID, error) {
 	st, err := r.replayedState(eventID)
 	return st.After, err
@@ -206,16 +221,89 @@ func (r *Room) StateAfter(eventID string) (hamtstore.NodeID, error) {
 // replayedState is EventState for an event that must have been replayed.
 func (r *Room) replayedState(eventID string) (EventState, error) {
 	st, ok, err := r.EventState(eventID)
-	if err == nil && !ok {
-		if _, merr := r.Meta(eventID); errors.Is(merr, packstore.ErrNotFound) {
-			err = fmt.Errorf("roomstate: room %s: event %s is not in the room", r.head.RoomID, eventID)
-		} else if r.head.Replayed {
-			err = fmt.Errorf("roomstate: room %s: event %s has no state: an outlier (an ancestor never arrived)", r.head.RoomID, eventID)
-		} else {
-			err = fmt.Errorf("roomstate: room %s: event %s has no state yet (replay first)", r.head.RoomID, eventID)
+	if err != nil || ok {
+		return st, err
+	}
+	m, err := r.Meta(eventID)
+	if errors.Is(err, packstore.ErrNotFound) {
+		return st, fmt.Errorf("roomstate: room %s: event %s is not in the room", r.head.RoomID, eventID)
+	}
+	if err != nil {
+		return st, err
+	}
+	return st, r.stateGap(m)
+}
+
+// stateGap says why an event of the room has no state record: an outlier, not
+// replayed yet, dropped by the keep rule (ErrStateNotKept), or damage
+// (ErrCorruptRecord). It walks the event's ancestors (prev and auth events) through
+// those without a state record: an ancestor missing from the room makes it an
+// outlier; one that arrived after the keep rule was set means it was an outlier when
+// the rule was set, so the rule did not drop its state.
+func (r *Room) stateGap(m EventMeta) error {
+	h := r.head
+	if !h.Replayed && h.StateEvery == 0 {
+		return fmt.Errorf("%w: room %s: event %s: not replayed yet (replay first)", ErrNoState, h.RoomID, m.EventID)
+	}
+	late := m.Seq >= h.StateKeptBelow
+	seen := map[string]bool{m.EventID: true}
+	queue := []EventMeta{m}
+	for len(queue) > 0 {
+		x := queue[0]
+		queue = queue[1:]
+		for _, p := range slices.Concat(x.PrevEvents, x.AuthEvents) {
+			if seen[p] {
+				continue
+			}
+			seen[p] = true
+			pm, err := r.Meta(p)
+			if errors.Is(err, packstore.ErrNotFound) {
+				return fmt.Errorf("%w: room %s: event %s is an outlier (its ancestor %s never arrived)", ErrNoState, h.RoomID, m.EventID, p)
+			}
+			if err != nil {
+				return err
+			}
+			if _, ok, err := r.EventState(p); err != nil {
+				return err
+			} else if !ok {
+				late = late || pm.Seq >= h.StateKeptBelow
+				queue = append(queue, pm)
+			}
 		}
 	}
-	return st, err
+	switch {
+	case h.StateEvery > 0 && !late && !h.KeepsState(m):
+		return fmt.Errorf("%w: room %s: event %s (every-%d repack)", ErrStateNotKept, h.RoomID, m.EventID, h.StateEvery)
+	case !h.Replayed:
+		return fmt.Errorf("%w: room %s: event %s: not replayed yet (replay first)", ErrNoState, h.RoomID, m.EventID)
+	}
+	return fmt.Errorf("%w: room %s: replayed, but event %s has no state record", ErrCorruptRecord, h.RoomID, m.EventID)
+}
+
+// KeepStateEvery sets the room head's keep rule to every k-th event (Head.StateEvery,
+// Head.KeepsState) over the events imported so far, writes the head and syncs: after
+// it, a repack may drop the state records the rule does not require. The room must be
+// replayed. A room that already has a rule of every j accepts only multiples of j:
+// the new rule must not require a state record the old one let a repack drop (a
+// forced replay clears the rule).
+func (r *Room) KeepStateEvery(k uint32) error {
+	h := r.head
+	switch {
+	case k == 0:
+		return fmt.Errorf("roomstate: room %s: keep rule every 0 events", h.RoomID)
+	case !h.Replayed:
+		return fmt.Errorf("%w: room %s: set a keep rule after replay", ErrNoState, h.RoomID)
+	case h.StateEvery != 0 && k%h.StateEvery != 0:
+		return fmt.Errorf("roomstate: room %s: keep rule every %d does not follow every %d (it would require state records already dropped; replay --force first)",
+			h.RoomID, k, h.StateEvery)
+	case h.StateEvery == k && h.StateKeptBelow == h.Events:
+		return nil // already set
+	}
+	h.StateEvery, h.StateKeptBelow = k, h.Events
+	if err := r.SetHead(h); err != nil {
+		return err
+	}
+	return r.Sync()
 }
 
 // PutEventStates writes state records for several events in one batch.
@@ -314,7 +402,7 @@ func (n nodeStore) PutNodes(nodes []hamtstore.EncodedNode) error {
 }
 
 // StateBefore is the snapshot before an event (the state the event was authorised
-// against), as stored by replay.
+// against), as stored by replay; errors as StateAfter.
 func (r *Room) StateBefore(eventID string) (hamtstore.NodeID, error) {
 	st, err := r.replayedState(eventID)
 	return st.Before, err

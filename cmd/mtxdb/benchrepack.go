@@ -366,7 +366,7 @@ func benchRepack(out io.Writer, gens []string, real string, realRooms int, work 
 			return nil, err
 		}
 		t := time.Now()
-		rs, err := repackSummary(out, eng, rooms, k)
+		rs, err := repackSummary(out, eng, rooms, repackplan.Options{Kind: k})
 		sec := time.Since(t).Seconds()
 		if cerr := eng.Close(); err == nil {
 			err = cerr

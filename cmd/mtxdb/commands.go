@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"github.com/spf13/cobra"
@@ -64,11 +65,12 @@ func eventsFile(path string) (string, error) {
 }
 
 func importCmd() *cobra.Command {
-	var store, roomVersion, plan string
+	var store, roomVersion string
+	var rf repackFlags
 	var batch int
 	var anyOrder, repack bool
 	c := &cobra.Command{
-		Use:   "import --store DIR [--any-order [--room-version V]] [--repack [--plan KIND]] PATH...",
+		Use:   "import --store DIR [--any-order [--room-version V]] [--repack [--plan KIND] [--liveness all|every-k [--every K]]] PATH...",
 		Short: "Import PDUs (JSON lines or a JSON array; or room directories with events.jsonl)",
 		Long: `Import reads PDUs and stores each new one with its prev/auth edges. Every PDU's
 prev_events and auth_events must be in the store or earlier in the input; a room's
@@ -77,7 +79,8 @@ import can be re-run. On bad input it stops with the file, line and event; what 
 before that line is kept and synced. With --any-order, PDUs may come before their
 prev/auth events (a backfill, newest first): replay then sorts them and leaves out as
 outliers events whose ancestors never arrive; --room-version names the version of a
-room whose m.room.create comes later.`,
+room whose m.room.create comes later. --repack replays and repacks the rooms just
+imported, with --plan, --liveness and --every as in mtxdb repack.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if batch <= 0 {
@@ -85,6 +88,10 @@ room whose m.room.create comes later.`,
 			}
 			if roomVersion != "" && !anyOrder {
 				return fmt.Errorf("--room-version only applies with --any-order")
+			}
+			opts, err := rf.options()
+			if err != nil {
+				return err
 			}
 			var paths []string
 			for _, a := range args {
@@ -130,7 +137,7 @@ room whose m.room.create comes later.`,
 			}
 			fmt.Fprintf(out, "replay: rooms=%d events=%d computed=%d rejected=%d outliers=%d\n",
 				len(rooms), tot.Events, tot.Computed, tot.Rejected, tot.Outliers)
-			_, err = repackSummary(out, eng, rooms, repackplan.Kind(plan))
+			_, err = repackSummary(out, eng, rooms, opts)
 			return err
 		},
 	}
@@ -138,7 +145,7 @@ room whose m.room.create comes later.`,
 	c.Flags().IntVar(&batch, "batch", 1000, "events written and synced per batch")
 	c.Flags().BoolVar(&anyOrder, "any-order", false, "accept PDUs before their prev/auth events (backfill order)")
 	c.Flags().BoolVar(&repack, "repack", false, "after importing, replay the rooms imported and repack them (an exported room)")
-	c.Flags().StringVar(&plan, "plan", string(repackplan.ReverseTopological), "plan kind for --repack")
+	rf.register(c, "plan kind for --repack")
 	c.Flags().StringVar(&roomVersion, "room-version", "", "room version of rooms whose m.room.create is not first (with --any-order)")
 	return c
 }
@@ -221,6 +228,9 @@ event against its auth events and that state (rejecting it otherwise), and store
 snapshots; then sets forward extremities and current state. Replay is incremental:
 events that already have a state record keep it (unless an earlier event was
 recomputed), so it computes only what import added; --force recomputes everything.
+After an every-k repack, events whose state was dropped stay without one
+(state_not_kept); a new event whose prev_events name one gets it recomputed in memory
+(rederived). --force writes every state record again and clears the every-k rule.
 It prints one summary line; use verify --expected to compare with recorded state.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -233,8 +243,8 @@ It prints one summary line; use verify --expected to compare with recorded state
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "replay: rooms=%d events=%d computed=%d rejected=%d outliers=%d resolutions=%d conflicted_keys=%d auth_difference=%d\n",
-				len(rooms), tot.Events, tot.Computed, tot.Rejected, tot.Outliers, tot.Resolutions, tot.ConflictedKeys, tot.AuthDifference)
+			fmt.Fprintf(cmd.OutOrStdout(), "replay: rooms=%d events=%d computed=%d rejected=%d outliers=%d state_not_kept=%d rederived=%d resolutions=%d conflicted_keys=%d auth_difference=%d\n",
+				len(rooms), tot.Events, tot.Computed, tot.Rejected, tot.Outliers, tot.NotKept, tot.Rederived, tot.Resolutions, tot.ConflictedKeys, tot.AuthDifference)
 			return nil
 		},
 	}
@@ -260,6 +270,8 @@ func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer) (resolver.R
 		tot.Events += res.Events
 		tot.Computed += res.Computed
 		tot.Outliers += res.Outliers
+		tot.NotKept += res.NotKept
+		tot.Rederived += res.Rederived
 		tot.AuthDifference += res.AuthDifference
 		tot.Rejected += res.Rejected
 		tot.Resolutions += res.Resolutions
@@ -279,7 +291,8 @@ distinct snapshot (node hashes, canonical CHAMP shape, entries naming state even
 their key). With --expected (a room directory with expected_state.jsonl, or a directory
 of such rooms) it also compares the state after every event and the current state with
 what the origin server recorded, printing each mismatch with room, event, key, ours,
-recorded. A recorded room directory needs meta.json naming its room_id. Exit status 2
+recorded. Events whose state an every-k repack dropped (mtxdb repack --liveness
+every-k) are counted as state_not_kept and not compared. A recorded room directory needs meta.json naming its room_id. Exit status 2
 when anything is wrong: a mismatch, a room that fails its check, a recorded room the
 store lacks, or a store that fails to open as corrupt; 1 for usage and I/O errors.`,
 		Args: cobra.NoArgs,
@@ -303,8 +316,8 @@ store lacks, or a store that fails to open as corrupt; 1 for usage and I/O error
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "verify: rooms=%d events=%d snapshots=%d compared_events=%d compared_room_dirs=%d mismatches=%d problems=%d\n",
-				len(rooms), v.events, v.snapshots, v.compared, v.comparedRooms, v.mismatches, v.problems)
+			fmt.Fprintf(cmd.OutOrStdout(), "verify: rooms=%d events=%d snapshots=%d state_not_kept=%d compared_events=%d compared_room_dirs=%d mismatches=%d problems=%d\n",
+				len(rooms), v.events, v.snapshots, v.notKept, v.compared, v.comparedRooms, v.mismatches, v.problems)
 			if v.mismatches > 0 || v.problems > 0 {
 				return exitError(2)
 			}
@@ -358,6 +371,8 @@ func sortedExpected(exps map[string][]*testrooms.Expected) []*testrooms.Expected
 
 type verifyTotals struct {
 	events, snapshots, compared, comparedRooms, mismatches, problems int
+	// notKept: events whose state an every-k repack dropped (not compared, not a problem).
+	notKept int
 }
 
 // verifyRooms checks every room and compares those with recorded state. A room that
@@ -376,6 +391,7 @@ func verifyRooms(rooms []*roomstate.Room, exps map[string][]*testrooms.Expected,
 		}
 		v.events += cr.Events
 		v.snapshots += cr.Snapshots
+		v.notKept += cr.NotKept
 		for _, exp := range exps[r.ID()] {
 			res, err := testrooms.Compare(r, exp, func(m testrooms.Mismatch) { fmt.Fprintln(out, m) })
 			if err != nil {
@@ -400,62 +416,136 @@ func verifyRooms(rooms []*roomstate.Room, exps map[string][]*testrooms.Expected,
 }
 
 func repackCmd() *cobra.Command {
-	var store, room, plan string
+	var store, room string
+	var rf repackFlags
 	c := &cobra.Command{
-		Use:   "repack --store DIR [--room ROOM_ID] [--plan reverse-topological|auth-chain|edges-first]",
+		Use:   "repack --store DIR [--room ROOM_ID] [--plan KIND] [--liveness all|every-k [--every K]]",
 		Short: "Rewrite rooms in the order their walks read them and drop garbage (offline)",
 		Long: `Repack builds a plan per room (default reverse-topological: over prev_events from
 the forward extremities, each event followed by its new snapshot nodes; auth-chain:
 what state resolution's auth walks read first; edges-first: every event's edge
-metadata as one dense region, then the rest), copies the
+metadata as one dense region, then the rest; mixed: walk regions), copies the
 live records of all selected rooms into new shards through one output stream, swaps
 the indexes and retires shards nothing references any more. Run it with no other
-process using the store.`,
+process using the store.
+
+--liveness all (the default) keeps every event's state snapshots. --liveness every-k
+keeps the state record and snapshots only of the forward extremities, state events,
+rejected events and every K-th event by arrival index (arrival index % K == 0); the
+other events keep their PDU and edges, and their state records and the snapshot nodes
+only they reach are dropped as garbage. The room head records the rule: afterwards
+'mtxdb state --event' on such an event fails with "state not kept", verify counts
+them as state_not_kept, replay appends new events as before (it recomputes a dropped
+state in memory when a new event needs it), and 'replay --force' writes every state
+record again. K may only grow to a multiple of the K of an earlier every-k repack.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := rf.options()
+			if err != nil {
+				return err
+			}
 			eng, rooms, err := openRooms(store, room)
 			if err != nil {
 				return err
 			}
 			defer eng.Close()
-			_, err = repackSummary(cmd.OutOrStdout(), eng, rooms, repackplan.Kind(plan))
+			_, err = repackSummary(cmd.OutOrStdout(), eng, rooms, opts)
 			return err
 		},
 	}
 	c.Flags().StringVar(&store, "store", "", "store directory")
 	c.Flags().StringVar(&room, "room", "", "repack only this room ID")
-	c.Flags().StringVar(&plan, "plan", string(repackplan.ReverseTopological), "plan kind")
+	rf.register(c, "plan kind ("+fmt.Sprint(repackplan.Kinds)+")")
 	return c
 }
 
-func repackRooms(eng *packstore.PackfileStorage, rooms []*roomstate.Room, kind repackplan.Kind, out io.Writer) (packstore.RepackStats, error) {
-	var plan packstore.RepackPlan
-	bar := newProgress(out, int64(len(rooms)), "planning", false)
-	for _, r := range rooms {
-		cp, _, err := repackplan.Plan(r, kind)
-		if err != nil {
-			return packstore.RepackStats{}, err
+// repackFlags are the plan and liveness flags of repack and import --repack.
+type repackFlags struct {
+	plan, liveness string
+	every          uint32
+}
+
+func (f *repackFlags) register(c *cobra.Command, planHelp string) {
+	c.Flags().StringVar(&f.plan, "plan", string(repackplan.ReverseTopological), planHelp)
+	c.Flags().StringVar(&f.liveness, "liveness", "all", "what stays live: all (every event's state snapshots) or every-k (snapshots of forward extremities, state events, rejected events and every --every-th event by arrival)")
+	c.Flags().Uint32Var(&f.every, "every", 16, "K of --liveness every-k")
+}
+
+// options checks the flags and returns the plan options.
+func (f *repackFlags) options() (repackplan.Options, error) {
+	o := repackplan.Options{Kind: repackplan.Kind(f.plan)}
+	switch f.liveness {
+	case "all", string(repackplan.AllSnapshots):
+		o.Liveness = repackplan.AllSnapshots
+	case string(repackplan.EveryK):
+		if f.every == 0 {
+			return o, fmt.Errorf("--every must be at least 1")
 		}
+		o.Liveness, o.Every = repackplan.EveryK, f.every
+	default:
+		return o, fmt.Errorf("--liveness must be all or every-k, not %q", f.liveness)
+	}
+	if !slices.Contains(repackplan.Kinds, o.Kind) {
+		return o, fmt.Errorf("--plan must be one of %v, not %q", repackplan.Kinds, f.plan)
+	}
+	return o, nil
+}
+
+// planRooms plans every room (under every-k this writes each room's head: the keep
+// rule) and returns the repack plan and the plans' stats summed.
+func planRooms(rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackPlan, repackplan.Stats, error) {
+	var plan packstore.RepackPlan
+	var tot repackplan.Stats
+	bar := newProgress(out, int64(len(rooms)), "planning", false)
+	defer bar.finish()
+	for _, r := range rooms {
+		cp, ps, err := repackplan.Plan(r, opts)
+		if err != nil {
+			return plan, tot, err
+		}
+		tot.Events += ps.Events
+		tot.Nodes += ps.Nodes
+		tot.Records += ps.Records
+		tot.Walked += ps.Walked
+		tot.StatesDropped += ps.StatesDropped
 		plan.Collections = append(plan.Collections, cp)
 		bar.add(1)
 	}
-	bar.finish()
+	return plan, tot, nil
+}
+
+// repackRooms plans every room and repacks them through one output stream.
+func repackRooms(eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackStats, error) {
+	plan, _, err := planRooms(rooms, opts, out)
+	if err != nil {
+		return packstore.RepackStats{}, err
+	}
 	return eng.Repack(plan)
 }
 
 // repackSummary repacks the rooms (one plan per room, one output stream) and
-// prints what it did: disk and live bytes before and after, records copied,
-// garbage dropped (records no plan kept; dead frames of superseded or deleted
-// records go with the retired shards), shards retired and the bytes returned.
-func repackSummary(out io.Writer, eng *packstore.PackfileStorage, rooms []*roomstate.Room, kind repackplan.Kind) (packstore.RepackStats, error) {
+// prints what it did: disk and live bytes before (after planning, which under
+// every-k rewrites the room heads) and after, records copied, garbage dropped
+// (records no plan kept, of which state records the liveness policy dropped; dead
+// frames of superseded or deleted records go with the retired shards), shards
+// retired and the bytes returned.
+func repackSummary(out io.Writer, eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
+	plan, ps, err := planRooms(rooms, opts, out)
+	if err != nil {
+		return packstore.RepackStats{}, err
+	}
 	before := eng.Stats()
-	rs, err := repackRooms(eng, rooms, kind, out)
+	rs, err := eng.Repack(plan)
 	if err != nil {
 		return rs, err
 	}
 	after := eng.Stats()
-	fmt.Fprintf(out, "repack: plan=%s rooms=%d records_copied=%d bytes_copied=%d garbage_records_dropped=%d garbage_live_bytes_dropped=%d shards_retired=%d bytes_retired=%d\n",
-		kind, rs.CollectionsRepacked, rs.RecordsCopied, rs.BytesCopied, rs.RecordsDropped, max(0, before.LiveBytes-after.LiveBytes), rs.ShardsRetired, rs.BytesRetired)
+	liveness := string(opts.Liveness)
+	if opts.Liveness == repackplan.EveryK {
+		liveness = fmt.Sprintf("every-%d", opts.Every)
+	}
+	fmt.Fprintf(out, "repack: plan=%s rooms=%d liveness=%s records_copied=%d bytes_copied=%d garbage_records_dropped=%d state_records_dropped=%d garbage_live_bytes_dropped=%d shards_retired=%d bytes_retired=%d\n",
+		opts.Kind, rs.CollectionsRepacked, liveness, rs.RecordsCopied, rs.BytesCopied, rs.RecordsDropped, ps.StatesDropped, max(0, before.LiveBytes-after.LiveBytes), rs.ShardsRetired, rs.BytesRetired)
 	fmt.Fprintf(out, "repack: disk_bytes_before=%d disk_bytes_after=%d returned=%d shards_before=%d shards_after=%d live_bytes_before=%d live_bytes_after=%d\n",
 		before.DiskBytes, after.DiskBytes, before.DiskBytes-after.DiskBytes, before.Shards, after.Shards, before.LiveBytes, after.LiveBytes)
 	return rs, nil

@@ -87,7 +87,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 
 			// 4. Repack every room through one output stream.
 			before := eng.Stats()
-			rs, err := repackRooms(eng, rooms, repackplan.ReverseTopological, out)
+			rs, err := repackRooms(eng, rooms, repackplan.Options{Kind: repackplan.ReverseTopological}, out)
 			if err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -94,6 +95,70 @@ func TestCLIImportRepack(t *testing.T) {
 	}
 	if out, code := run(t, "verify", "--store", store, "--expected", room("room004_union")); code != 0 {
 		t.Fatalf("verify after import --repack: exit %d\n%s", code, out)
+	}
+}
+
+// TestCLIEveryK: import --repack --liveness every-k drops state records and says so;
+// verify passes counting them, state on a dropped event names the error, replay
+// computes nothing, a K that is not a multiple is refused, and replay --force brings
+// every state back.
+func TestCLIEveryK(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	dir := room("room004_union")
+	out, code := run(t, "import", "--store", store, "--repack", "--liveness", "every-k", "--every", "4", dir)
+	if code != 0 || !strings.Contains(out, "liveness=every-4") || strings.Contains(out, "state_records_dropped=0 ") {
+		t.Fatalf("import --repack every-k: exit %d\n%s", code, out)
+	}
+	for _, w := range []string{"disk_bytes_before=", "disk_bytes_after=", "garbage_records_dropped="} {
+		if !strings.Contains(out, w) {
+			t.Fatalf("no %q in the repack summary:\n%s", w, out)
+		}
+	}
+	out, code = run(t, "verify", "--store", store, "--expected", dir)
+	if code != 0 || strings.Contains(out, "state_not_kept=0 ") {
+		t.Fatalf("verify after every-k: exit %d\n%s", code, out)
+	}
+	// Events with no state_key at an arrival index not a multiple of 4: the first
+	// that is neither rejected nor an extremity answers "state not kept".
+	b, err := os.ReadFile(filepath.Join(dir, "events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	notKept := false
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var ev struct {
+			EventID  string  `json:"event_id"`
+			StateKey *string `json:"state_key"`
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.StateKey != nil || i%4 == 0 || i > 100 {
+			continue
+		}
+		out, code = run(t, "state", "--store", store, "--room", "!SHGkOlMZXwZKuTnDrv:server1.test", "--event", ev.EventID)
+		if code == 1 && strings.Contains(out, "state not kept") {
+			notKept = true
+			break
+		}
+	}
+	if !notKept {
+		t.Fatal("no event answered state not kept")
+	}
+	if out, code := run(t, "replay", "--store", store); code != 0 || !strings.Contains(out, "computed=0") || strings.Contains(out, "state_not_kept=0 ") {
+		t.Fatalf("replay after every-k: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "repack", "--store", store, "--liveness", "every-k", "--every", "6"); code != 1 || !strings.Contains(out, "does not follow every 4") {
+		t.Fatalf("every 6 after every 4: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "repack", "--store", store, "--liveness", "some"); code != 1 || !strings.Contains(out, "--liveness must be") {
+		t.Fatalf("bad --liveness: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "replay", "--store", store, "--force"); code != 0 {
+		t.Fatalf("replay --force: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "verify", "--store", store, "--expected", dir); code != 0 || !strings.Contains(out, "state_not_kept=0 ") {
+		t.Fatalf("verify after replay --force: exit %d\n%s", code, out)
 	}
 }
 
