@@ -126,10 +126,16 @@ func ResolveMaps(version gomatrixserverlib.RoomVersion, maps []StateMap, src Eve
 // conflicted events (descendants of one and ancestors of another), the conflicted
 // events included (MSC4297, room version 12).
 func conflictedSubgraph(st *stateRes, conflicted map[string]bool) (map[string]bool, error) {
-	// Every candidate is in the auth chain of some conflicted event.
+	// Every candidate is in the auth chain of some conflicted event, and descends
+	// from one: with an AuthOrderer source, none is numbered below the lowest
+	// conflicted event.
+	floor, err := st.lowestOrder(sortedIDs(conflicted))
+	if err != nil {
+		return nil, err
+	}
 	ancestors := map[string]bool{}
 	for id := range conflicted {
-		c, err := st.authChain(id)
+		c, err := st.authChainAbove(floor, id)
 		if err != nil {
 			return nil, err
 		}

@@ -190,12 +190,14 @@ func (st *stateRes) authChain(ids ...string) ([]string, error) {
 
 // AuthOrderer is implemented by event sources that number a room's events so
 // that every event's number is greater than those of its auth events (for
-// example an arrival order in which auth events always come first). Step 1 of
-// the resolution (the power events and the part of their auth chains in the
-// full conflicted set) then walks no event numbered below the full conflicted
-// set's lowest: neither it nor its auth chain can be in the set. Without it the
-// walk covers the power events' whole auth chains (every earlier power levels
-// event, and their senders' membership histories).
+// example an arrival order in which auth events always come first). Two walks
+// then stop early: step 1 of the resolution (the power events and the part of
+// their auth chains in the full conflicted set) walks no event numbered below
+// the full conflicted set's lowest, and v2.1's conflicted subgraph none below the
+// lowest conflicted event (such an event can be neither in the set nor a
+// descendant of a conflicted event). Without it both walks cover whole auth
+// chains: every earlier power levels event, and their senders' membership
+// histories.
 type AuthOrderer interface {
 	AuthOrder(eventID string) (int64, error)
 }
