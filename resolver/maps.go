@@ -134,14 +134,12 @@ func conflictedSubgraph(st *stateRes, conflicted map[string]bool) (map[string]bo
 		return nil, err
 	}
 	ancestors := map[string]bool{}
-	for id := range conflicted {
-		c, err := st.authChainAbove(floor, id)
-		if err != nil {
-			return nil, err
-		}
-		for _, a := range c {
-			ancestors[a] = true
-		}
+	chain, err := st.authChainAbove(floor, sortedIDs(conflicted)...) // one walk over the union
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range chain {
+		ancestors[a] = true
 	}
 	// reaches[x]: x's auth chain holds a conflicted event.
 	reaches := map[string]bool{}
