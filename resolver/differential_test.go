@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/matrix-org/gomatrixserverlib"
+
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
@@ -112,7 +114,7 @@ func TestStorageMatchesMaps(t *testing.T) {
 			for _, p := range m.PrevEvents {
 				maps = append(maps, stateMap(t, room, p, true))
 			}
-			want, err := resolver.ResolveMaps(room.Version(), maps, r)
+			want, err := resolver.ResolveMaps(room.Version(), maps, plainSource{r})
 			if err != nil {
 				t.Fatalf("%s %s: %v", filepath.Base(dir), id, err)
 			}
@@ -137,7 +139,15 @@ func TestStorageMatchesMaps(t *testing.T) {
 	t.Logf("%d merge events compared", merges)
 }
 
-// orderedSource is a Resolver that also numbers events (resolver.AuthOrderer).
+// plainSource is the Resolver as a bare EventSource: the reference path reads
+// auth events from the PDUs and walks whole auth chains (no AuthOrderer).
+type plainSource struct{ r *resolver.Resolver }
+
+func (p plainSource) Event(id string) (gomatrixserverlib.PDU, error) { return p.r.Event(id) }
+func (p plainSource) Rejected(id string) bool                        { return p.r.Rejected(id) }
+
+// orderedSource is a Resolver whose AuthOrder is replaced by a number computed
+// here (resolver.AuthOrderer).
 type orderedSource struct {
 	*resolver.Resolver
 	order map[string]int64
@@ -177,4 +187,42 @@ func authOrder(t testing.TB, r *resolver.Resolver, ids []string) map[string]int6
 		visit(id)
 	}
 	return order
+}
+
+// TestAuthOrderIsTopological: the Resolver's AuthOrder (auth depth) numbers every
+// event above each of its auth events, in every real room.
+func TestAuthOrderIsTopological(t *testing.T) {
+	dirs, err := testrooms.RealRoomDirs(filepath.Join(testrooms.Dir(), "real"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, dir := range dirs[:40] {
+		room := replayedRoom(t, dir)
+		r, err := resolver.New(room)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := room.EventIDs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			n, err := r.AuthOrder(id)
+			if err != nil {
+				t.Fatalf("%s: AuthOrder(%s): %v", filepath.Base(dir), id, err)
+			}
+			auth, err := r.AuthEvents(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range auth {
+				if na, err := r.AuthOrder(a); err != nil || na >= n {
+					t.Fatalf("%s: AuthOrder(%s) = %d, of its auth event %s = %d (%v)", filepath.Base(dir), id, n, a, na, err)
+				}
+			}
+			checked++
+		}
+	}
+	t.Logf("%d events checked", checked)
 }

@@ -71,9 +71,11 @@ type Resolver struct {
 	metas    map[string]roomstate.EventMeta            // the room's auth index, grows to the room
 	rejected map[string]bool                           // rejection status known so far (replay sets it)
 	children map[string][]string
-	replayed map[string]bool // during Replay: events whose state is known so far
-	create   gomatrixserverlib.PDU
-	cache    *Cache
+	// authDepth: event ID -> auth depth (AuthOrder), filled on use.
+	authDepth map[string]int64
+	replayed  map[string]bool // during Replay: events whose state is known so far
+	create    gomatrixserverlib.PDU
+	cache     *Cache
 
 	// OnResolve, if set, is called after each resolution of two or more distinct
 	// snapshots with what it cost.
@@ -315,6 +317,59 @@ func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) ([]
 			Value: hamtstore.Value(roomstate.EventRecordID(res.Set[k]))})
 	}
 	return changes, nil
+}
+
+// AuthOrder implements AuthOrderer with the event's auth depth: 0 for an event
+// without auth events, otherwise one more than the deepest of its auth events
+// (computed from the metadata records and kept for the resolver's lifetime). It
+// fails for an event whose auth chain is not stored or has a cycle.
+func (r *Resolver) AuthOrder(eventID string) (int64, error) {
+	if d, ok := r.authDepth[eventID]; ok {
+		return d, nil
+	}
+	if r.authDepth == nil {
+		r.authDepth = map[string]int64{}
+	}
+	// Depth-first with an explicit stack (a membership history can be thousands of
+	// events deep). An event is expanded (its auth events pushed) once; an expanded
+	// event met again before it is done is on the current path: a cycle (bad data).
+	expanded := map[string]bool{}
+	stack := []string{eventID}
+	for len(stack) > 0 {
+		id := stack[len(stack)-1]
+		if _, done := r.authDepth[id]; done {
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		m, err := r.meta(id)
+		if err != nil {
+			return 0, err
+		}
+		if !expanded[id] {
+			expanded[id] = true
+			pushed := false
+			for _, a := range m.AuthEvents {
+				if _, done := r.authDepth[a]; done {
+					continue
+				}
+				if expanded[a] {
+					return 0, fmt.Errorf("%w: auth_events cycle at %s", ErrResolution, a)
+				}
+				stack = append(stack, a)
+				pushed = true
+			}
+			if pushed {
+				continue
+			}
+		}
+		depth := int64(0)
+		for _, a := range m.AuthEvents {
+			depth = max(depth, r.authDepth[a]+1)
+		}
+		r.authDepth[id] = depth
+		stack = stack[:len(stack)-1]
+	}
+	return r.authDepth[eventID], nil
 }
 
 // AuthEvents implements AuthIndex from the metadata records.
