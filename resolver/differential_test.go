@@ -38,6 +38,21 @@ func replayedRoom(t testing.TB, dir string) *roomstate.Room {
 	return room
 }
 
+// replayedResolver is replayedRoom with a Resolver over it and its event IDs.
+func replayedResolver(t testing.TB, dir string) (*roomstate.Room, *resolver.Resolver, []string) {
+	t.Helper()
+	room := replayedRoom(t, dir)
+	r, err := resolver.New(room)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := room.EventIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return room, r, ids
+}
+
 // stateMap reads a stored snapshot as a StateMap.
 func stateMap(t testing.TB, room *roomstate.Room, eventID string, after bool) resolver.StateMap {
 	t.Helper()
@@ -92,15 +107,7 @@ func TestStorageMatchesMaps(t *testing.T) {
 	}
 	merges := 0
 	for _, dir := range dirs {
-		room := replayedRoom(t, dir)
-		r, err := resolver.New(room)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids, err := room.EventIDs()
-		if err != nil {
-			t.Fatal(err)
-		}
+		room, r, ids := replayedResolver(t, dir)
 		order := authOrder(t, r, ids)
 		for _, id := range ids {
 			m, err := room.Meta(id)
@@ -198,15 +205,7 @@ func TestAuthOrderIsTopological(t *testing.T) {
 	}
 	checked := 0
 	for _, dir := range dirs[:40] {
-		room := replayedRoom(t, dir)
-		r, err := resolver.New(room)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids, err := room.EventIDs()
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, r, ids := replayedResolver(t, dir)
 		for _, id := range ids {
 			n, err := r.AuthOrder(id)
 			if err != nil {
