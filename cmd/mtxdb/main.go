@@ -15,6 +15,10 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/mtxdb/mtxdb/hamtstore"
+	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/roomstate"
 )
 
 func main() {
@@ -31,12 +35,20 @@ func main() {
 			os.Exit(int(ee)) // the command printed what was wrong
 		}
 		fmt.Fprintln(os.Stderr, "mtxdb:", err)
-		var ce corruptError
-		if errors.As(err, &ce) {
+		if isDataProblem(err) {
 			os.Exit(2)
 		}
 		os.Exit(1)
 	}
+}
+
+// isDataProblem reports whether err says the stored data is damaged: a store
+// that failed to open as corrupt, a frame or node failing its checks, a record
+// that does not decode. Every command exits 2 for those, as verify does.
+func isDataProblem(err error) bool {
+	var ce corruptError
+	return errors.As(err, &ce) || packstore.IsCorruption(err) ||
+		errors.Is(err, hamtstore.ErrCorrupt) || errors.Is(err, roomstate.ErrCorruptRecord)
 }
 
 // exitError carries a specific exit status (e.g. 2 for "mismatches found").

@@ -236,3 +236,38 @@ func TestCLIStatsReads(t *testing.T) {
 		t.Fatalf("unknown walk: %d %s", code, out)
 	}
 }
+
+// TestCLICorruptionExitStatus: with one frame of the store damaged, every command
+// that reads it exits 2 and says the data is corrupt, as verify does (exit 1 is for
+// usage and other errors).
+func TestCLICorruptionExitStatus(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	for _, step := range [][]string{{"import", "--store", store, room("room003")}, {"replay", "--store", store}} {
+		if out, code := run(t, step...); code != 0 {
+			t.Fatalf("%v: exit %d\n%s", step, code, out)
+		}
+	}
+	shard := filepath.Join(store, "shard-00000.mtdb")
+	b, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Damage bytes in the middle of the shard: inside some frame, which then fails
+	// its CRC-32C when read.
+	for i := len(b) / 2; i < len(b)/2+64; i++ {
+		b[i] ^= 0x5a
+	}
+	if err := os.WriteFile(shard, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range [][]string{
+		{"verify", "--store", store},
+		{"replay", "--store", store, "--force"},
+		{"repack", "--store", store},
+	} {
+		out, code := run(t, step...)
+		if code != 2 || !strings.Contains(out, "corrupt") {
+			t.Errorf("%v on a damaged store: exit %d (want 2, naming the corruption)\n%s", step, code, out)
+		}
+	}
+}
