@@ -107,6 +107,8 @@ It writes DIR/repack.json and DIR/repack.md.`,
 				}
 				defer os.RemoveAll(d)
 				work = d
+			} else if err := os.MkdirAll(work, 0o755); err != nil {
+				return err
 			}
 			res, err := benchRepack(cmd.OutOrStdout(), gens, real, realRooms, work, kinds, runs, limit)
 			if err != nil {
