@@ -14,7 +14,9 @@ func sampleRecords() [][]byte {
 	s := EventState{Rejected: true, Reason: "no", Before: hamtstore.NodeID{1}, After: hamtstore.NodeID{1}}
 	h := Head{RoomID: "!r:s", RoomVersion: "10", Events: 3, LogChunks: 1, Replayed: true,
 		CurrentState: hamtstore.NodeID{9}, ForwardExtremities: []string{"$x", "$y"}}
-	return [][]byte{encodeMeta(&m), encodeState(&s), encodeHead(&h), encodeLogChunk([]string{"$a", "$b"}),
+	kept := h // a version 2 head: with an every-k keep rule
+	kept.StateEvery, kept.StateKeptBelow = 4, 3
+	return [][]byte{encodeMeta(&m), encodeState(&s), encodeHead(&h), encodeHead(&kept), encodeLogChunk([]string{"$a", "$b"}),
 		encodeEvent("$a", []byte(`{"type":"m.room.message"}`)), StateKey("m.room.member", "@u:s")}
 }
 
