@@ -5,8 +5,16 @@ import (
 	"slices"
 )
 
-// repackChunk bounds the frame bytes a repack buffers before appending.
+// repackChunk bounds the frame bytes a repack buffers before appending, and
+// those it prefetches at a time (prefetchLocked).
 const repackChunk = 4 << 20
+
+// repackPrefetch is how many records' frame heads planJobsLocked prefetches
+// at a time. With 2048, the heads of a shuffled plan over a quarter of a
+// 128 MB store lay too far apart to merge into large reads, and a cold
+// repack took 1.3x as long as with the kernel's read-around; with 16384 it
+// took about as long (BenchmarkColdRead, pattern repack).
+const repackPrefetch = 16384
 
 // repackJob is one validated collection plan.
 type repackJob struct {
@@ -163,7 +171,18 @@ func (s *PackfileStorage) planJobsLocked(plan RepackPlan) ([]repackJob, error) {
 		j := repackJob{coll: cp.Collection, c: c, ids: cp.Records,
 			locs: make([]loc, len(cp.Records)), sizes: make([]int, len(cp.Records))}
 		seen := make(map[ID]bool, len(cp.Records))
+		var cands []loc
 		for i, id := range cp.Records {
+			if i%repackPrefetch == 0 && c != nil {
+				// Ask for the frame heads lookupLocked reads, in file order.
+				cands = cands[:0]
+				for _, id := range cp.Records[i:min(i+repackPrefetch, len(cp.Records))] {
+					cands = c.table.Load().candidates(id, cands)
+				}
+				if err := s.prefetchLocked(cands, nil); err != nil {
+					return nil, err
+				}
+			}
 			if seen[id] {
 				return nil, fmt.Errorf("packstore: repack: collection %s: record %s listed twice", cp.Collection, id)
 			}
@@ -210,7 +229,16 @@ func (s *PackfileStorage) copyJobLocked(j repackJob) (*lossyTable, loc, int64, e
 		frames, pending = frames[:0], 0
 		return nil
 	}
+	next := 0 // first record not yet prefetched
 	for i, id := range j.ids {
+		if i == next {
+			for n := 0; next < len(j.ids) && n < repackChunk; next++ {
+				n += j.sizes[next]
+			}
+			if err := s.prefetchLocked(j.locs[i:next], j.sizes[i:next]); err != nil {
+				return nil, loc{}, 0, err
+			}
+		}
 		l := j.locs[i]
 		sh := s.shards[l.shard].Load()
 		b, err := sh.rawFrame(int64(l.off), nil, s.active.crc)

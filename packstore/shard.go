@@ -54,6 +54,13 @@ type shard struct {
 	// "full"). Both are fixed when the shard is opened.
 	crc, verify bool
 
+	// raMode is Options.ReadAhead, applied to every mapping (remap); raMax
+	// and ra drive the read-ahead of forward runs (readAheadLocked). Fixed
+	// when the shard is opened.
+	raMode ReadAheadMode
+	raMax  int64
+	ra     raWindowState
+
 	// Writer-only fields, guarded by PackfileStorage.mu.
 	size   int64         // bytes of complete frames (file size)
 	live   int           // index slots (all collections) pointing here
@@ -61,8 +68,9 @@ type shard struct {
 	resets map[ID]loc    // collection -> largest position P of its reset markers here
 }
 
-func newShardState(id uint16, path string, f vfile, size int64, crc, verify bool) *shard {
-	return &shard{id: id, path: path, f: f, size: size, synced: true, crc: crc, verify: verify && crc,
+func newShardState(id uint16, path string, f vfile, size int64, crc bool, opts *Options) *shard {
+	return &shard{id: id, path: path, f: f, size: size, synced: true, crc: crc,
+		verify: opts.Checksum == ChecksumFull && crc, raMode: opts.ReadAhead, raMax: opts.readAheadMax(),
 		colls: make(map[ID]uint32), resets: make(map[ID]loc)}
 }
 
@@ -94,6 +102,10 @@ func (s *shard) remap(size int64) error {
 		m, err = s.f.Map(int(size))
 		if err != nil {
 			return fmt.Errorf("packstore: map %s: %w", s.path, err)
+		}
+		if err := adviseMapping(m, s.raMode, s.path); err != nil {
+			m.Unmap()
+			return err
 		}
 	}
 	s.mu.Lock()
@@ -137,6 +149,9 @@ func (s *shard) withFrame(off int64, fn func(fv frameView) error) error {
 	}
 	var b []byte
 	if off >= HeaderSize && off < int64(len(s.mm)) {
+		if err := s.readAheadLocked(off); err != nil {
+			return err
+		}
 		b = s.mm[off:]
 	} else {
 		var lenBuf [frameLenLen]byte

@@ -23,14 +23,16 @@ import (
 
 // repackBench is the published result of bench-repack (docs/bench/repack.json).
 type repackBench struct {
-	Machine  string               `json:"machine"`
-	LoadAvg  [2]string            `json:"loadavg_start_end"`
-	Runs     int                  `json:"cold_runs"`
-	Store    string               `json:"store"` // how the store was built
-	Repacks  []repackResult       `json:"repacks"`
-	Measured []measuredRoom       `json:"rooms"`
-	Cells    []repackBenchCell    `json:"cells"`
-	Targets  []repackBenchVerdict `json:"targets"`
+	Machine string    `json:"machine"`
+	LoadAvg [2]string `json:"loadavg_start_end"`
+	// ReadAhead is the --read-ahead setting the stores were opened with.
+	ReadAhead string               `json:"read_ahead"`
+	Runs      int                  `json:"cold_runs"`
+	Store     string               `json:"store"` // how the store was built
+	Repacks   []repackResult       `json:"repacks"`
+	Measured  []measuredRoom       `json:"rooms"`
+	Cells     []repackBenchCell    `json:"cells"`
+	Targets   []repackBenchVerdict `json:"targets"`
 }
 
 type repackResult struct {
@@ -243,7 +245,7 @@ func loadAvg() string {
 }
 
 func benchRepack(out io.Writer, gens []string, real string, realRooms int, work string, kinds []repackplan.Kind, runs, limit int) (*repackBench, error) {
-	res := &repackBench{Runs: runs, LoadAvg: [2]string{loadAvg()}}
+	res := &repackBench{Runs: runs, LoadAvg: [2]string{loadAvg()}, ReadAhead: readAhead.String()}
 	if u, err := exec.Command("uname", "-srm").Output(); err == nil {
 		res.Machine = fmt.Sprintf("%s, %d CPUs (GOMAXPROCS %d)", strings.TrimSpace(string(u)), runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	}
@@ -497,7 +499,7 @@ func writeRepackBench(dir, label string, res *repackBench) error {
 		return err
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "# bench-repack%s\n\nMachine: %s. Load average at start: %s; at end: %s. Cold runs per cell: %d (median shown).\n\nStore: %s.\n\n", label, res.Machine, res.LoadAvg[0], res.LoadAvg[1], res.Runs, res.Store)
+	fmt.Fprintf(&sb, "# bench-repack%s\n\nMachine: %s. Load average at start: %s; at end: %s. Cold runs per cell: %d (median shown). Read-ahead: %s.\n\nStore: %s.\n\n", label, res.Machine, res.LoadAvg[0], res.LoadAvg[1], res.Runs, res.ReadAhead, res.Store)
 	sb.WriteString("## Repacks (all rooms, one output stream)\n\n| plan | records copied | bytes copied | garbage records dropped | shards retired | bytes retired | seconds |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range res.Repacks {
 		fmt.Fprintf(&sb, "| %s | %d | %d | %d | %d | %d | %.1f |\n", r.Plan, r.Stats.RecordsCopied, r.Stats.BytesCopied, r.Stats.RecordsDropped, r.Stats.ShardsRetired, r.Stats.BytesRetired, r.Seconds)

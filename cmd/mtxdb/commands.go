@@ -28,7 +28,9 @@ func openStore(dir string, create bool) (*packstore.PackfileStorage, *roomstate.
 			return nil, nil, fmt.Errorf("store %s does not exist (mtxdb import creates it)", dir)
 		}
 	}
-	eng, err := packstore.Open(packstore.DefaultOptions(dir))
+	opts := packstore.DefaultOptions(dir)
+	opts.ReadAhead = readAhead.mode
+	eng, err := packstore.Open(opts)
 	if err != nil {
 		if packstore.IsCorruption(err) {
 			return nil, nil, corruptError{err}
@@ -40,6 +42,26 @@ func openStore(dir string, create bool) (*packstore.PackfileStorage, *roomstate.
 		return nil, nil, err
 	}
 	return eng, roomstate.New(eng), nil
+}
+
+// readAhead is the --read-ahead flag: packstore.Options.ReadAhead of every
+// store the command opens.
+var readAhead readAheadFlag
+
+// readAheadFlag parses a packstore.ReadAheadMode by its String name.
+type readAheadFlag struct{ mode packstore.ReadAheadMode }
+
+func (f *readAheadFlag) String() string { return f.mode.String() }
+func (f *readAheadFlag) Type() string   { return "random|kernel" }
+
+func (f *readAheadFlag) Set(s string) error {
+	for _, m := range []packstore.ReadAheadMode{packstore.ReadAheadRandom, packstore.ReadAheadKernel} {
+		if m.String() == s {
+			f.mode = m
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown read-ahead mode %q (random or kernel)", s)
 }
 
 // corruptError marks a store that failed a check: the command exits with status 2.

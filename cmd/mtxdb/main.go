@@ -28,6 +28,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.PersistentFlags().Var(&readAhead, "read-ahead", "access-pattern hint for the shard mappings: random (MADV_RANDOM plus read-ahead of forward runs) or kernel (no hint)")
 	root.AddCommand(importCmd(), replayCmd(), verifyCmd(), repackCmd(), statsCmd(), benchRepackCmd(), demoCmd(), stateCmd(), benchResolverCmd(), genCmd())
 	if err := root.Execute(); err != nil {
 		var ee exitError

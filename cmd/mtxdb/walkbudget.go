@@ -3,15 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
-	"unsafe"
 
-	"github.com/edsrzf/mmap-go"
-	"golang.org/x/sys/unix"
-
+	"github.com/mtxdb/mtxdb/internal/pagecache"
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/repackplan"
 	"github.com/mtxdb/mtxdb/roomstate"
@@ -43,57 +39,16 @@ func evictShards(dir string) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range files {
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		err = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("fadvise %s: %w", p, err)
-		}
-	}
-	return nil
+	return pagecache.Evict(files...)
 }
 
-// residentPages counts the shard files' pages in the page cache (mincore over a
-// private read-only mapping, which faults nothing in).
+// residentPages counts the shard files' pages in the page cache (mincore).
 func residentPages(dir string) (int64, error) {
 	files, err := shardFiles(dir)
 	if err != nil {
 		return 0, err
 	}
-	var n int64
-	for _, p := range files {
-		f, err := os.Open(p)
-		if err != nil {
-			return 0, err
-		}
-		fi, err := f.Stat()
-		if err != nil || fi.Size() == 0 {
-			f.Close()
-			if err != nil {
-				return 0, err
-			}
-			continue
-		}
-		m, err := mmap.Map(f, mmap.RDONLY, 0)
-		f.Close()
-		if err != nil {
-			return 0, err
-		}
-		vec := make([]byte, (len(m)+os.Getpagesize()-1)/os.Getpagesize())
-		_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0])))
-		_ = m.Unmap()
-		if errno != 0 {
-			return 0, fmt.Errorf("mincore %s: %w", p, errno)
-		}
-		for _, b := range vec {
-			n += int64(b & 1)
-		}
-	}
-	return n, nil
+	return pagecache.Resident(files...)
 }
 
 // measureWalk opens the store, runs one walk over roomID and returns its read
