@@ -44,15 +44,17 @@ fuzz: deps
 	done
 
 # packstore's real-process crash loop with CRASHPOINTS SIGKILLs during appends,
-# syncs and small repacks, REPACKKILLS SIGKILLs during large repacks, and the
+# syncs and small repacks (a fresh store every CRASHSEGMENT kills), REPACKKILLS
+# SIGKILLs during large repacks, and the
 # exhaustive versions of the crash-at-every-frame-boundary and index-file
 # truncation tests; prints the kill points and the lost/corrupt record counts.
 # The exhaustive index-file bit flips (>35 min) are crash-bitflips; go test runs
 # a sample of them.
 CRASHPOINTS ?= 1000
+CRASHSEGMENT ?= 100
 REPACKKILLS ?= 100
 crash: deps
-	PACKSTORE_CRASH_POINTS=$(CRASHPOINTS) PACKSTORE_REPACKKILL_POINTS=$(REPACKKILLS) PACKSTORE_LONG=1 \
+	PACKSTORE_CRASH_POINTS=$(CRASHPOINTS) PACKSTORE_CRASH_SEGMENT=$(CRASHSEGMENT) PACKSTORE_REPACKKILL_POINTS=$(REPACKKILLS) PACKSTORE_LONG=1 \
 	  $(GO) test -count=1 -timeout 120m \
 	  -run '^(TestCrashProcess|TestRepackKillProcess|TestRepackCrashAtEveryFrameBoundary|TestCheckpointTruncatedEveryOffset|TestDeltaTruncatedEveryOffset)$$' \
 	  -v ./packstore/ | grep -E '^(crash summary|repack kill summary|--- |ok|FAIL)'
