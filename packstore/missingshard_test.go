@@ -65,3 +65,45 @@ func TestMissingShardIsCorruption(t *testing.T) {
 		t.Fatalf("open with %s deleted: %v", filepath.Base(names[0]), err)
 	}
 }
+
+// TestAllShardsMissingIsCorruption: a directory whose index files list shards
+// with data but holds no shard file lost them all; Open fails with ErrCorrupt and
+// leaves the index files as they were (it does not start a new store over them).
+// A new store's directory (index files listing only an empty first shard) still
+// opens.
+func TestAllShardsMissingIsCorruption(t *testing.T) {
+	dir := t.TempDir()
+	opts := DefaultOptions(dir)
+	s, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(opts); err != nil {
+		t.Fatalf("reopen of an empty store: %v", err)
+	}
+	if err := s.Put(ID{1}, ID{2}, []byte("record")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := filepath.Glob(filepath.Join(dir, "shard-*.mtdb"))
+	for _, n := range names {
+		if err := os.Remove(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ckpt, err := os.ReadFile(filepath.Join(dir, checkpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = Open(opts); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "none exists") {
+		t.Fatalf("open with every shard deleted: %v", err)
+	}
+	if after, err := os.ReadFile(filepath.Join(dir, checkpointFile)); err != nil || string(after) != string(ckpt) {
+		t.Fatalf("open rewrote %s (%v)", checkpointFile, err)
+	}
+}

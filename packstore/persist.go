@@ -55,6 +55,31 @@ type indexFiles struct {
 	ckptErr, deltaErr error // fs.ErrNotExist when missing
 }
 
+// listedShards returns how many shard files the index files name (0 when
+// neither exists): the checkpoint's shard list if it decodes, otherwise 1 for
+// a checkpoint that exists but does not decode or a delta with entries (a store
+// had data), so that a directory whose shards are all gone is not taken for a
+// new store.
+func (s *PackfileStorage) listedShards() (int, error) {
+	f := s.readIndexFiles()
+	if f.ckptErr == nil {
+		if cp, err := decodeCheckpoint(f.ckpt); err == nil {
+			n := 0
+			for _, sh := range cp.shards {
+				if sh.size > HeaderSize {
+					n++ // a shard with frames; an empty first shard is a new store's
+				}
+			}
+			return n, nil
+		}
+		return 1, nil
+	}
+	if f.deltaErr == nil && len(f.delta) > deltaHeaderLen {
+		return 1, nil
+	}
+	return 0, nil
+}
+
 func (s *PackfileStorage) readIndexFiles() indexFiles {
 	var f indexFiles
 	f.ckpt, f.ckptErr = s.readWhole(checkpointFile)

@@ -292,6 +292,13 @@ func (s *PackfileStorage) rebuildLocked() error {
 		s.shards[id].Store(sh)
 	}
 	if len(ids) == 0 {
+		// A new store, unless index files say shards existed: then they were
+		// lost, and writing a fresh index over them would hide it.
+		if n, err := s.listedShards(); err != nil {
+			return err
+		} else if n > 0 {
+			return fmt.Errorf("%w: %s lists %d shard files and none exists in %s", ErrCorrupt, checkpointFile, n, s.opts.Dir)
+		}
 		sh, err := s.createShard(0)
 		if err != nil {
 			return err

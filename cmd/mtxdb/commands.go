@@ -27,6 +27,9 @@ func openStore(dir string, create bool) (*packstore.PackfileStorage, *roomstate.
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			return nil, nil, fmt.Errorf("store %s does not exist (mtxdb import creates it)", dir)
 		}
+		if !looksLikeStore(dir) {
+			return nil, nil, fmt.Errorf("%s is not an mtxdb store (no shard or index files in it); mtxdb import creates one", dir)
+		}
 	}
 	opts := packstore.DefaultOptions(dir)
 	opts.ReadAhead = readAhead.mode
@@ -41,7 +44,25 @@ func openStore(dir string, create bool) (*packstore.PackfileStorage, *roomstate.
 		}
 		return nil, nil, err
 	}
+	if r := eng.OpenReport(); r.TruncatedBytes > 0 {
+		// Expected after a crash mid-write; with index files missing or damaged
+		// it can also be a shard cut short (README, Known limits): say so.
+		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: cut %d bytes of unsynced or damaged tail off %s at offset %d (index from %s)\n",
+			dir, r.TruncatedBytes, r.TruncatedFile, r.TruncatedAt, r.Source)
+	}
 	return eng, roomstate.New(eng), nil
+}
+
+// looksLikeStore reports whether dir holds a packstore's files: shard files or
+// index files. Commands other than import and demo refuse anything else, rather
+// than turning a mistyped directory into a store.
+func looksLikeStore(dir string) bool {
+	for _, pat := range []string{"shard-*.mtdb", "index.ckpt", "index.delta"} {
+		if m, _ := filepath.Glob(filepath.Join(dir, pat)); len(m) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // readAhead is the --read-ahead flag: packstore.Options.ReadAhead of every
@@ -111,7 +132,10 @@ imported, with --plan, --liveness and --every as in mtxdb repack.`,
 			if roomVersion != "" && !anyOrder {
 				return fmt.Errorf("--room-version only applies with --any-order")
 			}
-			opts, err := rf.options()
+			if err := needFlag(cmd, "repack", repack, "plan", "liveness", "every"); err != nil {
+				return err
+			}
+			opts, err := rf.options(cmd)
 			if err != nil {
 				return err
 			}
@@ -462,7 +486,7 @@ state in memory when a new event needs it), and 'replay --force' writes every st
 record again. K may only grow to a multiple of the K of an earlier every-k repack.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := rf.options()
+			opts, err := rf.options(cmd)
 			if err != nil {
 				return err
 			}
@@ -481,6 +505,19 @@ record again. K may only grow to a multiple of the K of an earlier every-k repac
 	return c
 }
 
+// needFlag fails when a flag that only applies with --on is given without it.
+func needFlag(c *cobra.Command, on string, set bool, dependents ...string) error {
+	if set {
+		return nil
+	}
+	for _, d := range dependents {
+		if c.Flags().Changed(d) {
+			return fmt.Errorf("--%s only applies with --%s", d, on)
+		}
+	}
+	return nil
+}
+
 // repackFlags are the plan and liveness flags of repack and import --repack.
 type repackFlags struct {
 	plan, liveness string
@@ -494,8 +531,11 @@ func (f *repackFlags) register(c *cobra.Command, planHelp string) {
 }
 
 // options checks the flags and returns the plan options.
-func (f *repackFlags) options() (repackplan.Options, error) {
+func (f *repackFlags) options(c *cobra.Command) (repackplan.Options, error) {
 	o := repackplan.Options{Kind: repackplan.Kind(f.plan)}
+	if c.Flags().Changed("every") && f.liveness != string(repackplan.EveryK) {
+		return o, fmt.Errorf("--every only applies with --liveness every-k")
+	}
 	switch f.liveness {
 	case "all", string(repackplan.AllSnapshots):
 		o.Liveness = repackplan.AllSnapshots
@@ -590,6 +630,12 @@ the shard files from the page cache first (posix_fadvise DONTNEED). The counters
 this process's: another process's reads cannot be seen.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := needFlag(cmd, "reads", reads, "room", "walks", "limit", "cold"); err != nil {
+				return err
+			}
+			if limit <= 0 {
+				return fmt.Errorf("--limit must be positive, not %d", limit)
+			}
 			if reads {
 				return statsReads(cmd.OutOrStdout(), store, room, walks, limit, cold)
 			}

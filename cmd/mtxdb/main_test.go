@@ -271,3 +271,45 @@ func TestCLICorruptionExitStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestCLINotAStore: commands other than import refuse a directory holding no store
+// files, and write nothing into it.
+func TestCLINotAStore(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"stats", "verify", "replay", "repack"} {
+		out, code := run(t, cmd, "--store", dir)
+		if code != 1 || !strings.Contains(out, "is not an mtxdb store") {
+			t.Errorf("%s on a plain directory: exit %d\n%s", cmd, code, out)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("the directory now holds %d entries, want only notes.txt", len(ents))
+	}
+}
+
+// TestCLIFlagsNeedTheirMode: a flag that only applies with another one is refused
+// without it (exit 1, naming both), rather than silently ignored.
+func TestCLIFlagsNeedTheirMode(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	if out, code := run(t, "import", "--store", store, room("room003")); code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"repack", "--store", store, "--every", "8"}, "--every only applies with --liveness every-k"},
+		{[]string{"import", "--store", store, "--liveness", "every-k", room("room003")}, "--liveness only applies with --repack"},
+		{[]string{"import", "--store", store, "--plan", "mixed", room("room003")}, "--plan only applies with --repack"},
+		{[]string{"stats", "--store", store, "--cold"}, "--cold only applies with --reads"},
+		{[]string{"stats", "--store", store, "--walks", "backfill"}, "--walks only applies with --reads"},
+		{[]string{"stats", "--store", store, "--reads", "--limit", "0"}, "--limit must be positive"},
+	} {
+		if out, code := run(t, c.args...); code != 1 || !strings.Contains(out, c.want) {
+			t.Errorf("%v: exit %d, want 1 and %q\n%s", c.args, code, c.want, out)
+		}
+	}
+}
