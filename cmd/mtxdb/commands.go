@@ -603,6 +603,9 @@ func repackSummary(out io.Writer, eng *packstore.PackfileStorage, rooms []*rooms
 	}
 	after := eng.Stats()
 	liveness := string(opts.Liveness)
+	if liveness == "" {
+		liveness = string(repackplan.AllSnapshots)
+	}
 	if opts.Liveness == repackplan.EveryK {
 		liveness = fmt.Sprintf("every-%d", opts.Every)
 	}
