@@ -259,7 +259,8 @@ func (imp *importer) one(raw []byte, line int, element bool) error {
 			return fail(eventID, fmt.Errorf("%w: second m.room.create in room %s", ErrMalformedPDU, roomID))
 		}
 		if v, _ := createRoomVersion(h); string(v) != pr.head.RoomVersion {
-			return fail(eventID, fmt.Errorf("%w: m.room.create says room version %q, the room was imported as %q",
+			return fail(eventID, fmt.Errorf("%w: m.room.create says room version %q, the room was imported as %q "+
+				"(a stored room keeps its version: import it into a new store with the right --room-version)",
 				ErrMalformedPDU, v, pr.head.RoomVersion))
 		}
 		pr.sawCreate = true

@@ -3,9 +3,11 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -311,5 +313,35 @@ func TestCLIFlagsNeedTheirMode(t *testing.T) {
 		if out, code := run(t, c.args...); code != 1 || !strings.Contains(out, c.want) {
 			t.Errorf("%v: exit %d, want 1 and %q\n%s", c.args, code, c.want, out)
 		}
+	}
+}
+
+// TestCLIVerifyCountsOutliers: recorded events that are stored without state
+// (outliers: here, a room whose m.room.create never got in) are each a mismatch
+// line, and the summary counts every line printed.
+func TestCLIVerifyCountsOutliers(t *testing.T) {
+	dir := t.TempDir()
+	lines, err := os.ReadFile(filepath.Join(room("room008"), "events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := strings.Split(strings.TrimSpace(string(lines)), "\n")
+	slices.Reverse(ls)
+	in := filepath.Join(dir, "reversed.jsonl")
+	if err := os.WriteFile(in, []byte(strings.Join(ls, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dir, "s")
+	// The wrong room version: every event but the create is stored, as an outlier.
+	if out, code := run(t, "import", "--store", store, "--any-order", "--room-version", "10", in); code != 1 || !strings.Contains(out, "new store") {
+		t.Fatalf("import with the wrong room version: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "replay", "--store", store); code != 0 {
+		t.Fatalf("replay: exit %d\n%s", code, out)
+	}
+	out, code := run(t, "verify", "--store", store, "--expected", room("room008"))
+	printed := strings.Count(out, "\nmismatch ") + strings.Count(out[:min(len(out), 9)], "mismatch ")
+	if code != 2 || printed == 0 || !strings.Contains(out, fmt.Sprintf(" mismatches=%d ", printed)) {
+		t.Errorf("verify: exit %d, %d mismatch lines\n%s", code, printed, out)
 	}
 }
