@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -32,6 +34,18 @@ DIR/interleaved.jsonl: all their events as the origin server received them.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return fmt.Errorf("--out is required")
+			}
+			if rooms < 1 {
+				return fmt.Errorf("--rooms %d: at least 1", rooms)
+			}
+			// A stale room or file from an earlier run would sit beside the new ones
+			// (verify then reports rooms the new meta.json does not list).
+			switch ents, err := os.ReadDir(out); {
+			case errors.Is(err, fs.ErrNotExist):
+			case err != nil:
+				return fmt.Errorf("--out: %w", err)
+			case len(ents) > 0:
+				return fmt.Errorf("--out %s is not empty; give a new or empty directory", out)
 			}
 			start := time.Now()
 			// The generator allocates much short-lived JSON and keeps every event:
@@ -70,9 +84,9 @@ DIR/interleaved.jsonl: all their events as the origin server received them.`,
 	f.IntVar(&rooms, "rooms", 1, "number of rooms (multi-room mode when > 1)")
 	f.Uint64Var(&opts.Seed, "seed", opts.Seed, "seed")
 	f.IntVar(&opts.Events, "events", opts.Events, "events per room")
-	f.IntVar(&opts.Servers, "servers", opts.Servers, "simulated homeservers")
+	f.IntVar(&opts.Servers, "servers", opts.Servers, fmt.Sprintf("simulated homeservers (at most %d)", gen.MaxServers))
 	f.StringVar(&opts.RoomVersion, "room-version", opts.RoomVersion, "room version: 10, 11 or 12")
-	f.IntVar(&opts.Members, "members", 0, "joined members to grow towards (default events/5, at most 100000)")
+	f.IntVar(&opts.Members, "members", 0, fmt.Sprintf("joined members to grow towards (default events/5, at most %d)", gen.MaxMembers))
 	f.IntVar(&opts.MaxPrevEvents, "max-prev-events", opts.MaxPrevEvents, "cap on prev_events of created events")
 	f.IntVar(&opts.MaxDelay, "max-delay", opts.MaxDelay, "largest federation delay, in ticks (one event per tick)")
 	f.Float64Var(&opts.Loss, "loss", opts.Loss, "probability a send to one server is lost")
@@ -81,17 +95,8 @@ DIR/interleaved.jsonl: all their events as the origin server received them.`,
 	f.StringVar(&opts.Resolver, "resolver", "mtxdb", "state resolution: mtxdb (resolver.ResolveConflicts, spec v2/v2.1) or gmsl (gomatrixserverlib v2, v10/v11 only)")
 	f.BoolVar(&opts.Backfill, "backfill", false, "also write backfill_order.jsonl (reverse-chronological batches)")
 	f.IntVar(&opts.BackfillBatch, "backfill-batch", opts.BackfillBatch, "events per backfill batch")
-	m := &opts.Mix
-	for _, w := range []struct {
-		name string
-		p    *float64
-	}{
-		{"message", &m.Message}, {"join", &m.Join}, {"leave", &m.Leave}, {"profile", &m.Profile},
-		{"invite", &m.Invite}, {"kick", &m.Kick}, {"ban", &m.Ban}, {"unban", &m.Unban},
-		{"power", &m.Power}, {"join-rules", &m.JoinRules}, {"history-visibility", &m.HistoryVis},
-		{"topic", &m.Topic}, {"name", &m.Name}, {"redaction", &m.Redaction}, {"power-conflict", &m.PowerConflict},
-	} {
-		f.Float64Var(w.p, "mix-"+w.name, *w.p, "relative weight of "+w.name+" events")
+	for _, w := range opts.Mix.Weights() {
+		f.Float64Var(w.P, "mix-"+w.Name, *w.P, "relative weight of "+w.Name+" events")
 	}
 	return c
 }

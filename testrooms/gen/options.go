@@ -40,6 +40,7 @@ package gen
 
 import (
 	"fmt"
+	"math"
 )
 
 // Mix is the relative weight of each kind of event a server creates. Weights are
@@ -78,10 +79,10 @@ func DefaultMix() Mix {
 type Options struct {
 	Seed        uint64 `json:"seed"`
 	Events      int    `json:"events"`
-	Servers     int    `json:"servers"`
+	Servers     int    `json:"servers"` // 1 to MaxServers
 	RoomVersion string `json:"room_version"`
-	// Members is the number of joined members the room grows towards (0: Events/5,
-	// at least 10, at most 100000).
+	// Members is the number of joined members the room grows towards, at most
+	// MaxMembers (0: Events/5, at least 10).
 	Members int `json:"members"`
 	// MaxPrevEvents caps prev_events on created events (Synapse: 10).
 	MaxPrevEvents int `json:"max_prev_events"`
@@ -119,32 +120,82 @@ func DefaultOptions() Options {
 	}
 }
 
+// MaxServers caps Options.Servers. The initial m.room.power_levels lists three
+// users per server: at 500 servers it is about 42 KB (measured: the longest line of
+// events.jsonl, seed 1, 200 events), safely under the 65,536-byte PDU limit that
+// importers enforce; at 800 it exceeds it.
+const MaxServers = 500
+
+// MaxMembers caps Options.Members.
+const MaxMembers = 100000
+
+// MixWeight is one weight of a Mix and the name of its flag (--mix-Name).
+type MixWeight struct {
+	Name string
+	P    *float64
+}
+
+// Weights returns pointers to m's weights, in field order, with their flag names.
+func (m *Mix) Weights() []MixWeight {
+	return []MixWeight{
+		{"message", &m.Message}, {"join", &m.Join}, {"leave", &m.Leave}, {"profile", &m.Profile},
+		{"invite", &m.Invite}, {"kick", &m.Kick}, {"ban", &m.Ban}, {"unban", &m.Unban},
+		{"power", &m.Power}, {"join-rules", &m.JoinRules}, {"history-visibility", &m.HistoryVis},
+		{"topic", &m.Topic}, {"name", &m.Name}, {"redaction", &m.Redaction}, {"power-conflict", &m.PowerConflict},
+	}
+}
+
+// normalise checks o, naming the `mtxdb gen` flag of a bad value and its allowed
+// range, and fills in the defaults documented on Options.
 func (o *Options) normalise() error {
 	switch o.RoomVersion {
 	case "10", "11", "12":
 	default:
-		return fmt.Errorf("gen: room version %q: only 10, 11 and 12 are generated", o.RoomVersion)
+		return fmt.Errorf("gen: --room-version %q: only 10, 11 and 12 are generated", o.RoomVersion)
 	}
-	if o.Events < 10 {
-		return fmt.Errorf("gen: %d events: at least 10", o.Events)
+	for _, c := range []struct {
+		flag      string
+		v, lo, hi int
+		why       string
+	}{
+		{"--events", o.Events, 10, math.MaxInt, ""},
+		{"--servers", o.Servers, 1, MaxServers, " (the initial m.room.power_levels lists 3 users per server: about 42 KB at 500 servers, over the 65,536-byte PDU limit at 800)"},
+		{"--members", o.Members, 0, MaxMembers, " (0: events/5)"},
+		{"--max-prev-events", o.MaxPrevEvents, 1, math.MaxInt, ""},
+		{"--max-delay", o.MaxDelay, 1, math.MaxInt, ""},
+		{"--state-budget", o.StateBudget, 0, math.MaxInt, " (0: 2 million)"},
+		{"--backfill-batch", o.BackfillBatch, 1, math.MaxInt, ""},
+	} {
+		switch {
+		case c.hi == math.MaxInt && c.v < c.lo:
+			return fmt.Errorf("gen: %s %d: at least %d%s", c.flag, c.v, c.lo, c.why)
+		case c.v < c.lo || c.v > c.hi:
+			return fmt.Errorf("gen: %s %d: %d to %d%s", c.flag, c.v, c.lo, c.hi, c.why)
+		}
 	}
-	if o.Servers < 1 {
-		return fmt.Errorf("gen: %d servers: at least 1", o.Servers)
+	for _, c := range []struct {
+		flag string
+		v    float64
+	}{{"--loss", o.Loss}, {"--bad-rate", o.BadRate}} {
+		if !(c.v >= 0 && c.v < 1) {
+			return fmt.Errorf("gen: %s %g: a probability in [0, 1)", c.flag, c.v)
+		}
 	}
-	if o.Members <= 0 {
-		o.Members = min(max(o.Events/5, 10), 100000)
+	var total float64
+	for _, w := range o.Mix.Weights() {
+		if !(*w.P >= 0) || math.IsInf(*w.P, 1) {
+			return fmt.Errorf("gen: --mix-%s %g: a finite weight, at least 0", w.Name, *w.P)
+		}
+		total += *w.P
 	}
-	if o.MaxPrevEvents <= 0 {
-		o.MaxPrevEvents = 10
+	if total == 0 {
+		return fmt.Errorf("gen: every --mix-* weight is 0: at least one must be positive")
 	}
-	if o.MaxDelay <= 0 {
-		o.MaxDelay = 1
+	if o.Members == 0 {
+		o.Members = min(max(o.Events/5, 10), MaxMembers)
 	}
-	if o.StateBudget <= 0 {
+	if o.StateBudget == 0 {
 		o.StateBudget = 2_000_000
-	}
-	if o.BackfillBatch <= 0 {
-		o.BackfillBatch = 100
 	}
 	switch o.Resolver {
 	case "", "mtxdb":
@@ -154,10 +205,7 @@ func (o *Options) normalise() error {
 			return fmt.Errorf("gen: --resolver gmsl: room version 12 needs state res v2.1, which gomatrixserverlib's pinned version cannot run")
 		}
 	default:
-		return fmt.Errorf("gen: resolver %q: mtxdb or gmsl", o.Resolver)
-	}
-	if o.Mix == (Mix{}) {
-		o.Mix = DefaultMix()
+		return fmt.Errorf("gen: --resolver %q: mtxdb or gmsl", o.Resolver)
 	}
 	return nil
 }

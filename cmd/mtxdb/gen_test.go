@@ -1,0 +1,64 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mtxdb/mtxdb/testrooms/gen"
+)
+
+// TestCLIGenRefuses: each bad flag value exits 1 with a message naming the flag,
+// before anything is written; an --out that is not empty is refused, so no stale
+// room from an earlier run stays beside the new ones; a new or empty --out works.
+func TestCLIGenRefuses(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	for _, tc := range []struct{ flag, value string }{
+		{"--servers", "1000"},
+		{"--servers", "0"},
+		{"--members", "-1"},
+		{"--members", "100001"},
+		{"--loss", "1"},
+		{"--loss", "-0.1"},
+		{"--bad-rate", "1.5"},
+		{"--bad-rate", "-0.01"},
+		{"--max-delay", "0"},
+		{"--max-prev-events", "0"},
+		{"--backfill-batch", "0"},
+		{"--rooms", "0"},
+		{"--mix-kick", "-1"},
+		{"--mix-message", "NaN"},
+	} {
+		o, code := run(t, "gen", "--out", out, "--events", "20", tc.flag, tc.value)
+		if code != 1 || !strings.Contains(o, tc.flag+" "+tc.value) {
+			t.Errorf("%s %s: exit %d\n%s", tc.flag, tc.value, code, o)
+		}
+	}
+	zero := []string{"gen", "--out", out, "--events", "20"}
+	mix := gen.DefaultMix()
+	for _, w := range mix.Weights() {
+		zero = append(zero, "--mix-"+w.Name, "0")
+	}
+	if o, code := run(t, zero...); code != 1 || !strings.Contains(o, "--mix-") {
+		t.Errorf("all mix weights 0: exit %d\n%s", code, o)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("a refused gen created --out")
+	}
+
+	if o, code := run(t, "gen", "--out", out, "--events", "20", "--servers", "2", "--rooms", "3"); code != 0 {
+		t.Fatalf("--rooms 3: exit %d\n%s", code, o)
+	}
+	if o, code := run(t, "gen", "--out", out, "--events", "20", "--servers", "2", "--rooms", "2"); code != 1 || !strings.Contains(o, "is not empty") {
+		t.Fatalf("--rooms 2 into the --rooms 3 output: exit %d\n%s", code, o)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if o, code := run(t, "gen", "--out", empty, "--events", "20", "--servers", "2"); code != 0 {
+		t.Fatalf("empty --out: exit %d\n%s", code, o)
+	}
+}
