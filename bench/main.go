@@ -77,8 +77,23 @@ func main() {
 		gmReps     = flag.Int("get-many-reps", 10, "warm get_many repeats")
 		profile    = flag.String("profile", "", "write a CPU profile of each cell's bulk write into this directory")
 		timeout    = flag.Duration("timeout", 15*time.Minute, "per-cell timeout")
+		report     = flag.String("report", "", "rewrite the Markdown table and plots of this results JSON under -out, running nothing")
 	)
 	flag.Parse()
+	if *report != "" {
+		b, err := os.ReadFile(*report)
+		if err != nil {
+			fatal(err)
+		}
+		var run Run
+		if err := json.Unmarshal(b, &run); err != nil {
+			fatal(fmt.Errorf("%s: %w", *report, err))
+		}
+		if err := writeOutputs(*out, &run); err != nil {
+			fatal(err)
+		}
+		return
+	}
 	if *child != "" {
 		var w struct {
 			Params

@@ -156,6 +156,7 @@ func markdown(run *Run, tag string) string {
 				c.med(func(r Result) float64 { return float64(r.DiskAlloc) / 1e6 }),
 				c.med(func(r Result) float64 { return float64(r.PeakRSSKiB) / 1024 }))
 		}
+		ratioTable(&w, cells(s))
 		fmt.Fprintf(&w, "\nRun order (alternating between passes): %s.\n\n", strings.Join(s.Order, ", "))
 	}
 	w.WriteString("Engine settings (defaults unless stated):\n\n")
@@ -259,4 +260,40 @@ func plots(out string, s SizeRun) error {
 	rss := func(r Result) float64 { return float64(r.PeakRSSKiB) / 1024 }
 	disk := func(r Result) float64 { return float64(r.DiskAlloc) / 1e6 }
 	return bar("disk-rss", "Disk bytes and peak RSS (32 collections)", "MB", []ser{{"disk MB", disk, 32}, {"peak RSS MB", rss, 32}}, float64(s.PayloadMB)*1.048576, "payload")
+}
+
+// ratioTable writes each engine's figures divided by packstore-full's with the
+// same collection count (medians of the repeats): above 1 means more of that
+// figure than packstore-full (faster for bulk write, slower or bigger for the
+// rest).
+func ratioTable(w *strings.Builder, cs []cell) {
+	figures := []struct {
+		name string
+		f    func(Result) float64
+	}{
+		{"bulk write MB/s", func(r Result) float64 { return r.BulkMBs }},
+		{"steady append p50", func(r Result) float64 { return r.Append.P50 }},
+		{"warm get", func(r Result) float64 { return r.WarmGetNs }},
+		{"cold get p50", func(r Result) float64 { return r.ColdGet.P50 }},
+		{"get_many warm", func(r Result) float64 { return r.WarmGetMany.P50 }},
+		{"reopen cold", func(r Result) float64 { return r.ReopenColdUs }},
+		{"disk", func(r Result) float64 { return float64(r.DiskAlloc) }},
+		{"peak RSS", func(r Result) float64 { return float64(r.PeakRSSKiB) }},
+	}
+	w.WriteString("\nRatios to packstore-full with the same collection count (engine / packstore-full; for bulk write above 1 is faster, for the others above 1 is slower or bigger):\n\n| engine | colls |")
+	for _, f := range figures {
+		w.WriteString(" " + f.name + " |")
+	}
+	w.WriteString("\n|---|---|" + strings.Repeat("---|", len(figures)) + "\n")
+	for _, c := range cs {
+		i := slices.IndexFunc(cs, func(b cell) bool { return b.name == "packstore-full" && b.colls == c.colls })
+		if i < 0 || c.err() != "" || cs[i].err() != "" {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %d |", c.name, c.colls)
+		for _, f := range figures {
+			fmt.Fprintf(w, " %.2f |", c.med(f.f)/cs[i].med(f.f))
+		}
+		w.WriteString("\n")
+	}
 }
