@@ -34,11 +34,11 @@ func (s *Store) Rooms() ([]*Room, error) {
 			continue // not a room collection
 		}
 		if err != nil {
-			return nil, fmt.Errorf("roomstate: head of collection %x: %w", coll, err)
+			return nil, fmt.Errorf("roomstate: head of room collection %s (the room ID is in the head): %w", coll, err)
 		}
 		h, err := decodeHead(b)
 		if err != nil {
-			return nil, fmt.Errorf("collection %x: %w", coll, err)
+			return nil, fmt.Errorf("room collection %s: %w", coll, err)
 		}
 		rooms = append(rooms, &Room{s: s, coll: coll, head: h})
 	}
