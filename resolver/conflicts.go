@@ -300,22 +300,9 @@ func (ad *authDiff) inLineage(z string) (self, below bool, err error) {
 		}
 		for cur := lin.u; cur != "" && !lin.events[cur]; {
 			lin.events[cur] = true
-			auth, err := ad.idx.AuthEvents(cur)
-			if err != nil {
+			if cur, err = ad.sameKeyParent(cur, key); err != nil {
 				return false, false, err
 			}
-			next := ""
-			for _, a := range auth {
-				k, st, err := ad.idx.StateKeyOf(a)
-				if err != nil {
-					return false, false, err
-				}
-				if st && k == key {
-					next = a
-					break
-				}
-			}
-			cur = next
 		}
 		ad.lineage[key] = lin
 	}
