@@ -345,3 +345,25 @@ func TestCLIVerifyCountsOutliers(t *testing.T) {
 		t.Errorf("verify: exit %d, %d mismatch lines\n%s", code, printed, out)
 	}
 }
+
+// TestCLIVerifyReportsTruncation: with index.ckpt gone and the shard cut short,
+// opening truncates the shard's bad tail; verify reports that as a problem (exit 2)
+// instead of passing a store that lost its rooms.
+func TestCLIVerifyReportsTruncation(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	for _, step := range [][]string{{"import", "--store", store, room("room003")}, {"replay", "--store", store}} {
+		if out, code := run(t, step...); code != 0 {
+			t.Fatalf("%v: exit %d\n%s", step, code, out)
+		}
+	}
+	if err := os.Remove(filepath.Join(store, "index.ckpt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(store, "shard-00000.mtdb"), 150000); err != nil {
+		t.Fatal(err)
+	}
+	out, code := run(t, "verify", "--store", store)
+	if code != 2 || !strings.Contains(out, "problem store: opening cut") {
+		t.Errorf("verify after a cut: exit %d\n%s", code, out)
+	}
+}
