@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"testing"
 
 	"github.com/matrix-org/gomatrixserverlib"
@@ -76,6 +77,24 @@ func stateMap(t testing.TB, room *roomstate.Room, eventID string, after bool) re
 	return out
 }
 
+// mergeInputs returns the stored states after a merge event's prev_events, or nil
+// when the event has fewer than two.
+func mergeInputs(t testing.TB, room *roomstate.Room, id string) []resolver.StateMap {
+	t.Helper()
+	m, err := room.Meta(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.PrevEvents) < 2 {
+		return nil
+	}
+	var maps []resolver.StateMap
+	for _, p := range m.PrevEvents {
+		maps = append(maps, stateMap(t, room, p, true))
+	}
+	return maps
+}
+
 func cut(k string) (string, string, bool) {
 	for i := 0; i < len(k); i++ {
 		if k[i] == 0 {
@@ -110,16 +129,9 @@ func TestStorageMatchesMaps(t *testing.T) {
 		room, r, ids := replayedResolver(t, dir)
 		order := authOrder(t, r, ids)
 		for _, id := range ids {
-			m, err := room.Meta(id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(m.PrevEvents) < 2 {
+			maps := mergeInputs(t, room, id)
+			if maps == nil {
 				continue
-			}
-			var maps []resolver.StateMap
-			for _, p := range m.PrevEvents {
-				maps = append(maps, stateMap(t, room, p, true))
 			}
 			want, err := resolver.ResolveMaps(room.Version(), maps, plainSource{r})
 			if err != nil {
@@ -224,4 +236,105 @@ func TestAuthOrderIsTopological(t *testing.T) {
 		}
 	}
 	t.Logf("%d events checked", checked)
+}
+
+// TestConflictedSubgraphWalks: at every merge of a generated v12 room, v2.1's
+// conflicted subgraph of the merge's conflicted events is the same from the
+// ancestors walk alone, from the descendants walk alone, and by brute force here
+// (every event of the conflicted events' auth chains whose own auth chain holds a
+// conflicted event).
+func TestConflictedSubgraphWalks(t *testing.T) {
+	opts := gen.DefaultOptions()
+	opts.Seed, opts.Events, opts.Servers, opts.RoomVersion = 11, 1500, 5, "12"
+	dir := filepath.Join(t.TempDir(), "gen-v12")
+	if _, err := gen.Generate(opts, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	room, r, ids := replayedResolver(t, dir)
+	chains := map[string]map[string]bool{}
+	var chainOf func(id string) map[string]bool
+	chainOf = func(id string) map[string]bool {
+		if c, ok := chains[id]; ok {
+			return c
+		}
+		c := map[string]bool{}
+		auth, err := r.AuthEvents(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range auth {
+			c[a] = true
+			for x := range chainOf(a) {
+				c[x] = true
+			}
+		}
+		chains[id] = c
+		return c
+	}
+	merges, nonTrivial := 0, 0
+	for _, id := range ids {
+		maps := mergeInputs(t, room, id)
+		if maps == nil {
+			continue
+		}
+		conflicted := map[string]bool{}
+		for _, a := range maps {
+			for k, v := range a {
+				for _, b := range maps {
+					if w, ok := b[k]; !ok || w != v {
+						conflicted[v] = true
+					}
+				}
+			}
+			for _, b := range maps {
+				for k, w := range b {
+					if _, ok := a[k]; !ok {
+						conflicted[w] = true
+					}
+				}
+			}
+		}
+		if len(conflicted) == 0 {
+			continue
+		}
+		want := map[string]bool{}
+		for c := range conflicted {
+			want[c] = true
+			for x := range chainOf(c) {
+				for d := range conflicted {
+					if chainOf(x)[d] {
+						want[x] = true
+					}
+				}
+			}
+		}
+		if len(want) > len(conflicted) {
+			nonTrivial++
+		}
+		for _, d := range []string{"up", "down"} {
+			restore := resolver.ForceSubgraphDirection(d)
+			got, err := resolver.ConflictedSubgraph(r, conflicted)
+			restore()
+			if err != nil {
+				t.Fatalf("%s: walk %s: %v", id, d, err)
+			}
+			if fmt.Sprint(sortedKeys(got)) != fmt.Sprint(sortedKeys(want)) {
+				t.Fatalf("merge %s, walk %s: subgraph %v, want %v", id, d, sortedKeys(got), sortedKeys(want))
+			}
+		}
+		merges++
+	}
+	if nonTrivial < 10 {
+		t.Fatalf("%d of %d merges have a subgraph beyond their conflicted events: too few to test", nonTrivial, merges)
+	}
+	t.Logf("%d merges, %d with a subgraph beyond the conflicted events", merges, nonTrivial)
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

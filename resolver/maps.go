@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/matrix-org/gomatrixserverlib"
@@ -125,26 +126,124 @@ func ResolveMaps(version gomatrixserverlib.RoomVersion, maps []StateMap, src Eve
 // conflictedSubgraph returns the events that lie on an auth_events path between two
 // conflicted events (descendants of one and ancestors of another), the conflicted
 // events included (MSC4297, room version 12).
+//
+// Every such event is both in the auth chain of a conflicted event and a
+// descendant of one, so either set bounds the search. Without an AuthOrderer the
+// whole auth chain of the conflicted events is walked. With one, the ancestors
+// walk stops below the lowest conflicted event; if the source also lists auth
+// children (authChildLister), a descendants walk bounded by the highest conflicted
+// event runs in lockstep with it, and the subgraph is taken from whichever closes
+// first. A conflict between a member's first join and a recent membership has a
+// vast ancestor set (every power-levels event since, and their senders'
+// memberships) and usually a small descendant set.
 func conflictedSubgraph(st *stateRes, conflicted map[string]bool) (map[string]bool, error) {
-	// Every candidate is in the auth chain of some conflicted event, and descends
-	// from one: with an AuthOrderer source, none is numbered below the lowest
-	// conflicted event.
-	floor, err := st.lowestOrder(sortedIDs(conflicted))
+	ids := sortedIDs(conflicted)
+	floor, top, err := st.orderRange(ids)
 	if err != nil {
 		return nil, err
 	}
-	ancestors := map[string]bool{}
-	chain, err := st.authChainAbove(floor, sortedIDs(conflicted)...) // one walk over the union
+	up := &subgraphWalk{st: st, conflicted: conflicted, next: st.authEventsOf, seen: map[string]bool{}, stack: slices.Clone(ids)}
+	if o, ok := st.src.(AuthOrderer); ok && floor != noFloor {
+		up.keep = func(id string) (bool, error) {
+			n, err := o.AuthOrder(id)
+			return n >= floor, err
+		}
+	}
+	down := (*subgraphWalk)(nil)
+	if c, ok := st.src.(authChildLister); ok && up.keep != nil && subgraphDirection != subgraphUp {
+		o := st.src.(AuthOrderer)
+		down = &subgraphWalk{st: st, conflicted: conflicted, next: c.AuthChildren, seen: map[string]bool{}, stack: slices.Clone(ids),
+			keep: func(id string) (bool, error) {
+				n, err := o.AuthOrder(id)
+				return n < top, err
+			}}
+	}
+	for {
+		if down == nil || subgraphDirection != subgraphDown {
+			if up.done() {
+				return up.subgraph()
+			}
+			if err := up.step(); err != nil {
+				return nil, err
+			}
+		}
+		if down != nil {
+			if down.done() {
+				return down.subgraph()
+			}
+			if err := down.step(); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// subgraphDirection forces one walk of conflictedSubgraph (tests compare them).
+var subgraphDirection = subgraphEither
+
+const (
+	subgraphEither = iota
+	subgraphUp
+	subgraphDown
+)
+
+// authChildLister is implemented by event sources that can list the events
+// citing an event in their auth_events (AuthIndex.AuthChildren: at least every
+// accepted state event that does; an event on a path between two conflicted
+// events is one).
+type authChildLister interface {
+	AuthChildren(eventID string) ([]string, error)
+}
+
+// subgraphWalk is one direction of conflictedSubgraph's search: from the
+// conflicted events along next (auth events: ancestors; auth children:
+// descendants), over the events keep admits.
+type subgraphWalk struct {
+	st         *stateRes
+	conflicted map[string]bool
+	next       func(id string) ([]string, error)
+	keep       func(id string) (bool, error) // nil: every event
+	seen       map[string]bool               // reached and kept
+	stack      []string
+}
+
+func (w *subgraphWalk) done() bool { return len(w.stack) == 0 }
+
+// step expands one event of the walk.
+func (w *subgraphWalk) step() error {
+	cur := w.stack[len(w.stack)-1]
+	w.stack = w.stack[:len(w.stack)-1]
+	next, err := w.next(cur)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	for _, a := range chain {
-		ancestors[a] = true
+	for _, a := range next {
+		if w.seen[a] {
+			continue
+		}
+		if w.keep != nil {
+			ok, err := w.keep(a)
+			if err != nil {
+				return fmt.Errorf("%w: %s: %v", errNoEvent, a, err)
+			}
+			if !ok {
+				continue
+			}
+		}
+		w.seen[a] = true
+		w.stack = append(w.stack, a)
 	}
-	// reaches[x]: x's auth chain holds a conflicted event.
+	return nil
+}
+
+// subgraph returns, once the walk is done, the conflicted events and the events
+// reached that lead on (along next, within the walk) to a conflicted event: for
+// the ancestors walk, the reached events that descend from a conflicted one; for
+// the descendants walk, those that are ancestors of one.
+func (w *subgraphWalk) subgraph() (map[string]bool, error) {
 	reaches := map[string]bool{}
-	var visit func(id string) (bool, error)
 	state := map[string]int{} // 1 visiting, 2 done
+	var visit func(id string) (bool, error)
 	visit = func(id string) (bool, error) {
 		if state[id] == 2 {
 			return reaches[id], nil
@@ -153,16 +252,16 @@ func conflictedSubgraph(st *stateRes, conflicted map[string]bool) (map[string]bo
 			return false, fmt.Errorf("%w: auth_events cycle at %s", ErrResolution, id)
 		}
 		state[id] = 1
-		auth, err := st.authEventsOf(id)
+		next, err := w.next(id)
 		if err != nil {
 			return false, err
 		}
 		r := false
-		for _, a := range auth {
-			if conflicted[a] {
+		for _, a := range next {
+			if w.conflicted[a] {
 				r = true
 			}
-			if ancestors[a] {
+			if w.seen[a] {
 				ra, err := visit(a)
 				if err != nil {
 					return false, err
@@ -175,10 +274,10 @@ func conflictedSubgraph(st *stateRes, conflicted map[string]bool) (map[string]bo
 		return r, nil
 	}
 	out := map[string]bool{}
-	for id := range conflicted {
+	for id := range w.conflicted {
 		out[id] = true
 	}
-	for id := range ancestors {
+	for id := range w.seen {
 		r, err := visit(id)
 		if err != nil {
 			return nil, err

@@ -127,7 +127,7 @@ func (st *stateRes) powerSubset(ids []string, full map[string]bool) ([]string, e
 	}
 	// One walk over the union of their auth chains, below the full conflicted
 	// set's lowest event only when the source numbers events (AuthOrderer).
-	floor, err := st.lowestOrder(ids)
+	floor, _, err := st.orderRange(ids)
 	if err != nil {
 		return nil, err
 	}
@@ -205,21 +205,22 @@ type AuthOrderer interface {
 // noFloor is the order floor when the source has no AuthOrderer.
 const noFloor = math.MinInt64
 
-// lowestOrder returns the lowest AuthOrder among ids, or noFloor.
-func (st *stateRes) lowestOrder(ids []string) (int64, error) {
+// orderRange returns the lowest and highest AuthOrder among ids, or noFloor for
+// both when the source is no AuthOrderer or ids is empty.
+func (st *stateRes) orderRange(ids []string) (low, high int64, err error) {
 	o, ok := st.src.(AuthOrderer)
 	if !ok || len(ids) == 0 {
-		return noFloor, nil
+		return noFloor, noFloor, nil
 	}
-	low := int64(math.MaxInt64)
+	low, high = math.MaxInt64, math.MinInt64
 	for _, id := range ids {
 		n, err := o.AuthOrder(id)
 		if err != nil {
-			return 0, fmt.Errorf("%w: %s: %v", errNoEvent, id, err)
+			return 0, 0, fmt.Errorf("%w: %s: %v", errNoEvent, id, err)
 		}
-		low = min(low, n)
+		low, high = min(low, n), max(high, n)
 	}
-	return low, nil
+	return low, high, nil
 }
 
 // authChainAbove is authChain leaving out the events numbered below floor (and
