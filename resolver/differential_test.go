@@ -242,7 +242,8 @@ func TestAuthOrderIsTopological(t *testing.T) {
 // conflicted subgraph of the merge's conflicted events is the same from the
 // ancestors walk alone, from the descendants walk alone, and by brute force here
 // (every event of the conflicted events' auth chains whose own auth chain holds a
-// conflicted event).
+// conflicted event); so is step 1's power subset of a full conflicted set (the
+// subgraph and the conflicted events' auth events).
 func TestConflictedSubgraphWalks(t *testing.T) {
 	opts := gen.DefaultOptions()
 	opts.Seed, opts.Events, opts.Servers, opts.RoomVersion = 11, 1500, 5, "12"
@@ -271,7 +272,7 @@ func TestConflictedSubgraphWalks(t *testing.T) {
 		chains[id] = c
 		return c
 	}
-	merges, nonTrivial := 0, 0
+	merges, nonTrivial, nonTrivialX := 0, 0, 0
 	for _, id := range ids {
 		maps := mergeInputs(t, room, id)
 		if maps == nil {
@@ -311,9 +312,45 @@ func TestConflictedSubgraphWalks(t *testing.T) {
 		if len(want) > len(conflicted) {
 			nonTrivial++
 		}
+		// Step 1's power subset of a full conflicted set: here the subgraph and
+		// the conflicted events' auth events.
+		full := map[string]bool{}
+		for x := range want {
+			full[x] = true
+		}
+		for c := range conflicted {
+			auth, err := r.AuthEvents(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range auth {
+				full[a] = true
+			}
+		}
+		var power []string
+		for f := range full {
+			if isPower(t, r, f) {
+				power = append(power, f)
+			}
+		}
+		wantX := map[string]bool{}
+		for f := range full {
+			for _, p := range power {
+				if f == p || chainOf(p)[f] {
+					wantX[f] = true
+				}
+			}
+		}
+		if len(wantX) > len(power) {
+			nonTrivialX++
+		}
 		for _, d := range []string{"up", "down"} {
-			restore := resolver.ForceSubgraphDirection(d)
+			restore := resolver.ForceWalk(d)
 			got, err := resolver.ConflictedSubgraph(r, conflicted)
+			if err != nil {
+				t.Fatalf("%s: walk %s: %v", id, d, err)
+			}
+			x, err := resolver.PowerSubset(r, sortedKeys(full))
 			restore()
 			if err != nil {
 				t.Fatalf("%s: walk %s: %v", id, d, err)
@@ -321,13 +358,34 @@ func TestConflictedSubgraphWalks(t *testing.T) {
 			if fmt.Sprint(sortedKeys(got)) != fmt.Sprint(sortedKeys(want)) {
 				t.Fatalf("merge %s, walk %s: subgraph %v, want %v", id, d, sortedKeys(got), sortedKeys(want))
 			}
+			sort.Strings(x)
+			if fmt.Sprint(x) != fmt.Sprint(sortedKeys(wantX)) {
+				t.Fatalf("merge %s, walk %s: power subset %v, want %v", id, d, x, sortedKeys(wantX))
+			}
 		}
 		merges++
 	}
-	if nonTrivial < 10 {
-		t.Fatalf("%d of %d merges have a subgraph beyond their conflicted events: too few to test", nonTrivial, merges)
+	if nonTrivial < 10 || nonTrivialX < 10 {
+		t.Fatalf("of %d merges, %d have a subgraph beyond their conflicted events and %d a power subset beyond its power events: too few to test", merges, nonTrivial, nonTrivialX)
 	}
-	t.Logf("%d merges, %d with a subgraph beyond the conflicted events", merges, nonTrivial)
+	t.Logf("%d merges, %d with a subgraph beyond the conflicted events, %d with a power subset beyond its power events", merges, nonTrivial, nonTrivialX)
+}
+
+// isPower: the spec's power events (v2 "Power events"), and m.room.create.
+func isPower(t testing.TB, r *resolver.Resolver, id string) bool {
+	t.Helper()
+	p, err := r.Event(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch p.Type() {
+	case "m.room.power_levels", "m.room.join_rules", "m.room.create":
+		return *p.StateKey() == ""
+	case "m.room.member":
+		m, _ := p.Membership()
+		return (m == "leave" || m == "ban") && string(p.SenderID()) != *p.StateKey()
+	}
+	return false
 }
 
 func sortedKeys(m map[string]bool) []string {

@@ -142,49 +142,77 @@ func conflictedSubgraph(st *stateRes, conflicted map[string]bool) (map[string]bo
 	if err != nil {
 		return nil, err
 	}
-	up := &subgraphWalk{st: st, conflicted: conflicted, next: st.authEventsOf, seen: map[string]bool{}, stack: slices.Clone(ids)}
-	if o, ok := st.src.(AuthOrderer); ok && floor != noFloor {
-		up.keep = func(id string) (bool, error) {
+	w, _, err := st.lockstep(ids, floor, ids, top)
+	if err != nil {
+		return nil, err
+	}
+	w.targets = conflicted
+	out := map[string]bool{}
+	for id := range conflicted {
+		out[id] = true
+	}
+	for id := range w.seen {
+		r, err := w.reaches(id)
+		if err != nil {
+			return nil, err
+		}
+		if r {
+			out[id] = true
+		}
+	}
+	return out, nil
+}
+
+// lockstep walks the auth graph from upFrom towards ancestors, leaving out events
+// numbered below floor, and, when the source is an AuthOrderer and an
+// authChildLister and floor is set, from downFrom towards descendants, leaving out
+// events numbered top or higher, one event of each in turn, and returns the walk
+// that closes first (up: whether it is the ancestors walk). Without an AuthOrderer
+// the ancestors walk covers whole auth chains.
+func (st *stateRes) lockstep(upFrom []string, floor int64, downFrom []string, top int64) (w *reachWalk, up bool, err error) {
+	o, ordered := st.src.(AuthOrderer)
+	anc := &reachWalk{next: st.authEventsOf, seen: map[string]bool{}, stack: slices.Clone(upFrom)}
+	if ordered && floor != noFloor {
+		anc.keep = func(id string) (bool, error) {
 			n, err := o.AuthOrder(id)
 			return n >= floor, err
 		}
 	}
-	down := (*subgraphWalk)(nil)
-	if c, ok := st.src.(authChildLister); ok && up.keep != nil && subgraphDirection != subgraphUp {
-		o := st.src.(AuthOrderer)
-		down = &subgraphWalk{st: st, conflicted: conflicted, next: c.AuthChildren, seen: map[string]bool{}, stack: slices.Clone(ids),
+	var desc *reachWalk
+	if c, ok := st.src.(authChildLister); ok && anc.keep != nil && walkDirection != walkUp {
+		desc = &reachWalk{next: c.AuthChildren, seen: map[string]bool{}, stack: slices.Clone(downFrom),
 			keep: func(id string) (bool, error) {
 				n, err := o.AuthOrder(id)
 				return n < top, err
 			}}
 	}
 	for {
-		if down == nil || subgraphDirection != subgraphDown {
-			if up.done() {
-				return up.subgraph()
+		if desc == nil || walkDirection != walkDown {
+			if anc.done() {
+				return anc, true, nil
 			}
-			if err := up.step(); err != nil {
-				return nil, err
+			if err := anc.step(); err != nil {
+				return nil, false, err
 			}
 		}
-		if down != nil {
-			if down.done() {
-				return down.subgraph()
+		if desc != nil {
+			if desc.done() {
+				return desc, false, nil
 			}
-			if err := down.step(); err != nil {
-				return nil, err
+			if err := desc.step(); err != nil {
+				return nil, false, err
 			}
 		}
 	}
 }
 
-// subgraphDirection forces one walk of conflictedSubgraph (tests compare them).
-var subgraphDirection = subgraphEither
+// walkDirection forces one walk of lockstep (tests compare them).
+var walkDirection = walkEither
 
 const (
-	subgraphEither = iota
-	subgraphUp
-	subgraphDown
+	walkEither = iota
+	walkUp
+	walkDown
 )
 
 // authChildLister is implemented by event sources that can list the events
@@ -195,22 +223,22 @@ type authChildLister interface {
 	AuthChildren(eventID string) ([]string, error)
 }
 
-// subgraphWalk is one direction of conflictedSubgraph's search: from the
-// conflicted events along next (auth events: ancestors; auth children:
-// descendants), over the events keep admits.
-type subgraphWalk struct {
-	st         *stateRes
-	conflicted map[string]bool
-	next       func(id string) ([]string, error)
-	keep       func(id string) (bool, error) // nil: every event
-	seen       map[string]bool               // reached and kept
-	stack      []string
+// reachWalk is one walk of lockstep: from its start events along next (auth
+// events: ancestors; auth children: descendants), over the events keep admits.
+type reachWalk struct {
+	next  func(id string) ([]string, error)
+	keep  func(id string) (bool, error) // nil: every event
+	seen  map[string]bool               // reached and kept
+	stack []string
+	// After the walk: targets, and which events lead to one (memo of reaches).
+	targets map[string]bool
+	memo    map[string]int8 // 1 visiting, 2 reaches, 3 does not
 }
 
-func (w *subgraphWalk) done() bool { return len(w.stack) == 0 }
+func (w *reachWalk) done() bool { return len(w.stack) == 0 }
 
 // step expands one event of the walk.
-func (w *subgraphWalk) step() error {
+func (w *reachWalk) step() error {
 	cur := w.stack[len(w.stack)-1]
 	w.stack = w.stack[:len(w.stack)-1]
 	next, err := w.next(cur)
@@ -236,57 +264,45 @@ func (w *subgraphWalk) step() error {
 	return nil
 }
 
-// subgraph returns, once the walk is done, the conflicted events and the events
-// reached that lead on (along next, within the walk) to a conflicted event: for
-// the ancestors walk, the reached events that descend from a conflicted one; for
-// the descendants walk, those that are ancestors of one.
-func (w *subgraphWalk) subgraph() (map[string]bool, error) {
-	reaches := map[string]bool{}
-	state := map[string]int{} // 1 visiting, 2 done
-	var visit func(id string) (bool, error)
-	visit = func(id string) (bool, error) {
-		if state[id] == 2 {
-			return reaches[id], nil
+// reaches reports, once the walk is done, whether a path from id along next
+// through events of the walk ends at a target: for the ancestors walk, whether
+// id descends from a target; for the descendants walk, whether it is an ancestor
+// of one.
+func (w *reachWalk) reaches(id string) (bool, error) {
+	if w.memo == nil {
+		w.memo = map[string]int8{}
+	}
+	switch w.memo[id] {
+	case 1:
+		return false, fmt.Errorf("%w: auth_events cycle at %s", ErrResolution, id)
+	case 2:
+		return true, nil
+	case 3:
+		return false, nil
+	}
+	w.memo[id] = 1
+	next, err := w.next(id)
+	if err != nil {
+		return false, err
+	}
+	r := false
+	for _, a := range next {
+		if w.targets[a] {
+			r = true
 		}
-		if state[id] == 1 {
-			return false, fmt.Errorf("%w: auth_events cycle at %s", ErrResolution, id)
-		}
-		state[id] = 1
-		next, err := w.next(id)
-		if err != nil {
-			return false, err
-		}
-		r := false
-		for _, a := range next {
-			if w.conflicted[a] {
-				r = true
+		if w.seen[a] {
+			ra, err := w.reaches(a)
+			if err != nil {
+				return false, err
 			}
-			if w.seen[a] {
-				ra, err := visit(a)
-				if err != nil {
-					return false, err
-				}
-				r = r || ra
-			}
-		}
-		state[id] = 2
-		reaches[id] = r
-		return r, nil
-	}
-	out := map[string]bool{}
-	for id := range w.conflicted {
-		out[id] = true
-	}
-	for id := range w.seen {
-		r, err := visit(id)
-		if err != nil {
-			return nil, err
-		}
-		if r {
-			out[id] = true
+			r = r || ra
 		}
 	}
-	return out, nil
+	w.memo[id] = 3
+	if r {
+		w.memo[id] = 2
+	}
+	return r, nil
 }
 
 // findCreate returns the room's m.room.create from the maps or their auth events.

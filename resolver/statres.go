@@ -115,34 +115,51 @@ func resolveV2(in v2Input, src EventSource) (map[Key]string, error) {
 
 // powerSubset returns step 1's set: the power events of the full conflicted set
 // (ids; full holds the same as a set) and the events of their auth chains that
-// are in the full conflicted set.
+// are in the full conflicted set. With an AuthOrderer source no event below the
+// full set's lowest is walked, and (lockstep) a walk down from the full set's
+// other events, bounded by the highest power event, may close first: the events
+// it finds to be ancestors of a power event are those of the auth chains.
 func (st *stateRes) powerSubset(ids []string, full map[string]bool) ([]string, error) {
-	inX := map[string]bool{}
-	var power []string
+	var power, others []string
+	powerSet := map[string]bool{}
 	for _, id := range ids {
 		if isPowerEvent(st.pdus[id]) {
-			inX[id] = true
 			power = append(power, id)
+			powerSet[id] = true
+		} else {
+			others = append(others, id)
 		}
 	}
-	// One walk over the union of their auth chains, below the full conflicted
-	// set's lowest event only when the source numbers events (AuthOrderer).
 	floor, _, err := st.orderRange(ids)
 	if err != nil {
 		return nil, err
 	}
-	chain, err := st.authChainAbove(floor, power...)
+	_, top, err := st.orderRange(power)
 	if err != nil {
 		return nil, err
 	}
-	for _, a := range chain {
-		if full[a] {
-			inX[a] = true
-		}
+	w, up, err := st.lockstep(power, floor, others, top)
+	if err != nil {
+		return nil, err
 	}
-	x := make([]string, 0, len(inX))
-	for id := range inX {
-		x = append(x, id)
+	x := power
+	if up {
+		for a := range w.seen {
+			if full[a] && !powerSet[a] {
+				x = append(x, a)
+			}
+		}
+		return x, nil
+	}
+	w.targets = powerSet
+	for _, id := range others {
+		r, err := w.reaches(id)
+		if err != nil {
+			return nil, err
+		}
+		if r {
+			x = append(x, id)
+		}
 	}
 	return x, nil
 }
