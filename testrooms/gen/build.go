@@ -180,14 +180,42 @@ func (r *room) authorise(e *event, before pmap) (err error) {
 		}
 		authPDUs = append(authPDUs, r.events[a].pdu)
 	}
-	if err := allowed(e.pdu, authPDUs); err != nil {
+	if err := r.allowed(e.pdu, authPDUs); err != nil {
 		return err
 	}
 	state := r.authState(e.pdu, before)
 	if sameEvents(state, authPDUs) {
 		return nil // the same check again: the auth events are the state's entries
 	}
-	return allowed(e.pdu, state)
+	return r.allowed(e.pdu, state)
+}
+
+// allowed is allowed with the outcomes of plain events remembered: for an event
+// that is neither a state event nor a redaction, the authorization rules (spec,
+// room versions 10-12, rule "otherwise") read only its type, its sender and the
+// auth events (the sender's membership, the power levels, the create event), so
+// one outcome serves every event with the same three.
+func (r *room) allowed(pdu gomatrixserverlib.PDU, authPDUs []gomatrixserverlib.PDU) error {
+	if pdu.StateKey() != nil || pdu.Type() == spec.MRoomRedaction {
+		return allowed(pdu, authPDUs)
+	}
+	key := make([]byte, 0, 256)
+	key = append(append(key, pdu.Type()...), 0)
+	key = append(append(key, pdu.SenderID()...), 0)
+	ids := make([]string, len(authPDUs))
+	for i, a := range authPDUs {
+		ids[i] = a.EventID()
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		key = append(key, id...)
+	}
+	if err, ok := r.plainAllowed[string(key)]; ok {
+		return err
+	}
+	err := allowed(pdu, authPDUs)
+	r.plainAllowed[string(key)] = err
+	return err
 }
 
 // sameEvents reports whether a and b hold the same events (each list has at most
@@ -260,5 +288,5 @@ func (r *room) softFails(e *event) (failed bool) {
 	if sameEvents(state, r.pdus(e.auth)) {
 		return false // authorise already allowed it against these very events
 	}
-	return allowed(e.pdu, state) != nil
+	return r.allowed(e.pdu, state) != nil
 }

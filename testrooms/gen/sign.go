@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/matrix-org/gomatrixserverlib"
+	"github.com/matrix-org/gomatrixserverlib/spec"
 )
 
 // buildEvent builds, hashes and signs an event as gomatrixserverlib's
@@ -70,12 +72,30 @@ func (r *room) buildEvent(proto *gomatrixserverlib.ProtoEvent, ts int64, origin 
 	signAt := len(full)
 	full = append(full, rest...)
 
-	redacted, err := r.ver.RedactEventJSON(full)
-	if err != nil {
-		return nil, nil, err
-	}
-	if redacted, err = gomatrixserverlib.CanonicalJSON(redacted); err != nil {
-		return nil, nil, err
+	var redacted []byte
+	if proto.StateKey == nil && proto.Type != spec.MRoomRedaction {
+		// A plain event's redacted form is itself with empty content, and (room
+		// versions 11 and up) without "origin": written directly, already canonical.
+		// (Redactions keep content.redacts from version 11.)
+		redacted = make([]byte, 0, len(full))
+		redacted = append(redacted, `{"auth_events":`...)
+		redacted = appendStrings(redacted, proto.AuthEvents.([]string))
+		redacted = append(redacted, `,"content":{},"depth":`...)
+		redacted = strconv.AppendInt(redacted, proto.Depth, 10)
+		redacted = append(redacted, full[len(head):len(head)+len(full)-len(unhashed)]...) // ,"hashes":{...}
+		t := tail
+		if !r.redactionKeepsOrigin() {
+			t = t[len(`,"origin":`)+len(appendCanonicalString(nil, origin)):]
+		}
+		redacted = append(redacted, t...)
+		redacted = append(redacted, rest...)
+	} else {
+		if redacted, err = r.ver.RedactEventJSON(full); err != nil {
+			return nil, nil, err
+		}
+		if redacted, err = gomatrixserverlib.CanonicalJSON(redacted); err != nil {
+			return nil, nil, err
+		}
 	}
 	ref := sha256.Sum256(redacted)
 	eventID := "$" + base64.RawURLEncoding.EncodeToString(ref[:])
@@ -86,6 +106,20 @@ func (r *room) buildEvent(proto *gomatrixserverlib.ProtoEvent, ts int64, origin 
 		return nil, nil, fmt.Errorf("gen: parse built event: %w", err)
 	}
 	return pdu, &signing{unsigned: full, at: signAt, redacted: redacted, origin: origin, key: key}, nil
+}
+
+// redactionKeepsOrigin reports whether the room version's redaction algorithm
+// keeps the top-level "origin" key (room versions up to 10; spec, "Redactions"),
+// as gomatrixserverlib's RedactEventJSON does it (asked once per room).
+func (r *room) redactionKeepsOrigin() bool {
+	if r.keepsOrigin == 0 {
+		r.keepsOrigin = -1
+		out, err := r.ver.RedactEventJSON([]byte(`{"content":{},"origin":"a","type":"m.room.message"}`))
+		if err == nil && bytes.Contains(out, []byte(`"origin"`)) {
+			r.keepsOrigin = 1
+		}
+	}
+	return r.keepsOrigin == 1
 }
 
 // signing is an event's signature in the making: unsigned is its JSON without

@@ -110,7 +110,10 @@ type room struct {
 
 	plCache map[int32]*gomatrixserverlib.PowerLevelContent
 	jrCache map[int32]string
-	memo    map[string]pmap // resolve results by sorted prev set
+	// plainAllowed: authorization outcomes of plain events (see room.allowed).
+	plainAllowed map[string]error
+	keepsOrigin  int8            // see redactionKeepsOrigin: 0 not asked yet, 1 yes, -1 no
+	memo         map[string]pmap // resolve results by sorted prev set
 	// resCache carries what the resolver learns about events (power levels
 	// parents, mainlines, authorization outcomes) from one resolution to the next.
 	resCache *resolver.Cache
@@ -149,15 +152,16 @@ func newRoom(opts Options) (*room, error) {
 		return nil, fmt.Errorf("gen: %w", err)
 	}
 	r := &room{
-		opts:     opts,
-		rng:      rand.New(rand.NewPCG(opts.Seed, 0x6d747864622d6765)),
-		ver:      ver,
-		byID:     map[string]int32{},
-		ts:       startTS + int64(opts.Seed%1_000_000)*1000, // distinct v12 room IDs per seed
-		plCache:  map[int32]*gomatrixserverlib.PowerLevelContent{},
-		jrCache:  map[int32]string{},
-		memo:     map[string]pmap{},
-		resCache: resolver.NewCache(),
+		opts:         opts,
+		rng:          rand.New(rand.NewPCG(opts.Seed, 0x6d747864622d6765)),
+		ver:          ver,
+		byID:         map[string]int32{},
+		ts:           startTS + int64(opts.Seed%1_000_000)*1000, // distinct v12 room IDs per seed
+		plCache:      map[int32]*gomatrixserverlib.PowerLevelContent{},
+		jrCache:      map[int32]string{},
+		plainAllowed: map[string]error{},
+		memo:         map[string]pmap{},
+		resCache:     resolver.NewCache(),
 	}
 	perServer := (opts.Members*5/4 + opts.Servers - 1) / opts.Servers
 	perServer = max(perServer, 4)

@@ -189,8 +189,9 @@ func (r *room) write(dir, name string) (*Meta, error) {
 	for _, x := range sampled {
 		meta.ExpectedState.Entries += r.events[x].after.size
 	}
+	keys := r.stateKeyRanks()
 	if err := writeLinesParallel(filepath.Join(dir, "expected_state.jsonl"), len(sampled), func() lineFunc {
-		enc := &stateEncoder{r: r, keys: map[string][]byte{}}
+		enc := &stateEncoder{r: r, keys: keys}
 		return func(i int) ([]byte, error) {
 			e := r.events[sampled[i]]
 			return enc.stateLine(nil, e.id, e.after), nil
@@ -379,29 +380,55 @@ func (r *room) writeBackfill(path string, tips []int32) error {
 // encoded keys and a sort buffer across lines.
 type stateEncoder struct {
 	r    *room
-	keys map[string][]byte // state key -> its JSON string
-	ents []pent
+	keys *keyRanks
+	ents []uint64 // rank<<32 | event index
+}
+
+// keyRanks numbers the room's state keys in sorted order.
+type keyRanks struct {
+	rank []int32  // by event index: the rank of its state key, or -1
+	json [][]byte // by rank: the key as a JSON string
+}
+
+// stateKeyRanks ranks the state keys of every state event of the room. A state
+// map's entry k -> v has events[v].key == k, so an entry's rank is rank[v].
+func (r *room) stateKeyRanks() *keyRanks {
+	var keys []string
+	for _, e := range r.events {
+		if e.key != "" {
+			keys = append(keys, e.key)
+		}
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	kr := &keyRanks{rank: make([]int32, len(r.events)), json: make([][]byte, len(keys))}
+	for i, k := range keys {
+		kr.json[i] = appendJSONString(nil, k)
+	}
+	for i, e := range r.events {
+		kr.rank[i] = -1
+		if e.key != "" {
+			j, _ := slices.BinarySearch(keys, e.key)
+			kr.rank[i] = int32(j)
+		}
+	}
+	return kr
 }
 
 func (s *stateEncoder) stateLine(b []byte, id string, st pmap) []byte {
 	s.ents = s.ents[:0]
-	st.each(func(k string, v int32) { s.ents = append(s.ents, pent{k: k, v: v}) })
-	slices.SortFunc(s.ents, func(a, b pent) int { return strings.Compare(a.k, b.k) })
+	st.each(func(_ string, v int32) { s.ents = append(s.ents, uint64(s.keys.rank[v])<<32|uint64(uint32(v))) })
+	slices.Sort(s.ents)
 	b = append(b, `{"event_id":`...)
 	b = appendJSONString(b, id)
 	b = append(b, `,"state":{`...)
-	for i, e := range s.ents {
+	for i, x := range s.ents {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		kj, ok := s.keys[e.k]
-		if !ok {
-			kj = appendJSONString(nil, e.k)
-			s.keys[e.k] = kj
-		}
-		b = append(b, kj...)
+		b = append(b, s.keys.json[x>>32]...)
 		b = append(b, ':')
-		b = appendJSONString(b, s.r.events[e.v].id)
+		b = appendJSONString(b, s.r.events[int32(uint32(x))].id)
 	}
 	return append(b, "}}"...)
 }
