@@ -465,6 +465,9 @@ type Cache struct {
 	// allowed: authCheckKey(event, auth events) -> whether the rules allowed it.
 	// Cleared when it reaches maxAuthChecks entries.
 	allowed map[string]bool
+	// needed: event ID -> the state keys the authorization rules read for it
+	// (gomatrixserverlib.StateNeededForAuth). Cleared at maxAuthChecks entries.
+	needed map[string][]gomatrixserverlib.StateKeyTuple
 }
 
 // maxAuthChecks bounds Cache.allowed (an entry is about 150-500 bytes: the event
@@ -473,7 +476,8 @@ const maxAuthChecks = 1 << 16
 
 // NewCache returns an empty Cache.
 func NewCache() *Cache {
-	return &Cache{plParent: map[string]string{}, mainline: map[string]map[string]int64{}, allowed: map[string]bool{}}
+	return &Cache{plParent: map[string]string{}, mainline: map[string]map[string]int64{}, allowed: map[string]bool{},
+		needed: map[string][]gomatrixserverlib.StateKeyTuple{}}
 }
 
 // authCheckKey names one authorization check: the event ID, then the IDs of the
@@ -635,7 +639,7 @@ func (st *stateRes) iterativeAuthChecks(ids []string) error {
 				byKey[keyOf(ae)] = ae
 			}
 		}
-		for _, t := range gomatrixserverlib.StateNeededForAuth([]gomatrixserverlib.PDU{p}).Tuples() {
+		for _, t := range st.neededForAuth(p) {
 			sid, ok, err := st.lookup(Key{t.EventType, t.StateKey})
 			if err != nil {
 				return err
@@ -656,6 +660,20 @@ func (st *stateRes) iterativeAuthChecks(ids []string) error {
 		}
 	}
 	return nil
+}
+
+// neededForAuth returns the state keys the authorization rules read for p
+// (gomatrixserverlib.StateNeededForAuth), remembered in the cache.
+func (st *stateRes) neededForAuth(p gomatrixserverlib.PDU) []gomatrixserverlib.StateKeyTuple {
+	if t, ok := st.cache.needed[p.EventID()]; ok {
+		return t
+	}
+	if len(st.cache.needed) >= maxAuthChecks {
+		clear(st.cache.needed)
+	}
+	t := gomatrixserverlib.StateNeededForAuth([]gomatrixserverlib.PDU{p}).Tuples()
+	st.cache.needed[p.EventID()] = t
+	return t
 }
 
 // allowed runs gomatrixserverlib's authorization rules with the given auth events;

@@ -419,6 +419,7 @@ func (s *stateEncoder) stateLine(b []byte, id string, st pmap) []byte {
 	s.ents = s.ents[:0]
 	st.each(func(_ string, v int32) { s.ents = append(s.ents, uint64(s.keys.rank[v])<<32|uint64(uint32(v))) })
 	slices.Sort(s.ents)
+	b = slices.Grow(b, len(s.ents)*112)
 	b = append(b, `{"event_id":`...)
 	b = appendJSONString(b, id)
 	b = append(b, `,"state":{`...)
@@ -427,8 +428,10 @@ func (s *stateEncoder) stateLine(b []byte, id string, st pmap) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, s.keys.json[x>>32]...)
-		b = append(b, ':')
-		b = appendJSONString(b, s.r.events[int32(uint32(x))].id)
+		// Event IDs are "$" and unpadded URL-safe base64: nothing to escape.
+		b = append(b, `:"`...)
+		b = append(b, s.r.events[int32(uint32(x))].id...)
+		b = append(b, '"')
 	}
 	return append(b, "}}"...)
 }
