@@ -123,6 +123,7 @@ func (r *room) create(s *server, prevs []int32, before pmap, d draft) (int32, er
 		}
 	}
 	idx := int32(len(r.events))
+	r.setJump(e, idx)
 	if _, dup := r.byID[e.id]; dup {
 		return 0, fmt.Errorf("gen: duplicate event ID %s", e.id)
 	}
@@ -144,6 +145,22 @@ func (r *room) create(s *server, prevs []int32, before pmap, d draft) (int32, er
 	}
 	r.accept(s, idx)
 	return idx, nil
+}
+
+// setJump sets the jump pointer of event idx (e) from its prevSame link: skew-binary
+// jumps, so that a lineage's ancestor at any depth is found in O(log depth) steps
+// (authView.sameKeyAncestor).
+func (r *room) setJump(e *event, idx int32) {
+	e.jump = idx
+	p := e.prevSame
+	if p < 0 {
+		return
+	}
+	e.jump = p
+	j := r.events[p].jump
+	if jj := r.events[j].jump; r.events[p].sdepth-r.events[j].sdepth == r.events[j].sdepth-r.events[jj].sdepth {
+		e.jump = jj
+	}
 }
 
 // noteMembership keeps the per-user membership hints and the joined count.

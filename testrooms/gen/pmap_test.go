@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"testing"
+	"time"
 )
 
 // TestPmapModel checks the persistent map against a Go map, and that old versions
@@ -104,5 +105,58 @@ func TestPmapDelete(t *testing.T) {
 	diff(old, m, func(string) { n++ })
 	if n != 500 {
 		t.Fatalf("diff %d keys, want 500", n)
+	}
+}
+
+// TestSameKeyAncestor checks the jump-pointer ancestor test against walking
+// prevSame links, on random lineage forests (printed seed).
+func TestSameKeyAncestor(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 3))
+	r := &room{}
+	for i := range 5000 {
+		e := &event{prevSame: -1}
+		if i > 0 && rng.IntN(20) > 0 {
+			// Mostly extend a recent event (long lineages), sometimes branch off
+			// an old one.
+			p := int32(i - 1 - rng.IntN(min(i, 3)))
+			if rng.IntN(10) == 0 {
+				p = int32(rng.IntN(i))
+			}
+			e.prevSame, e.sdepth = p, r.events[p].sdepth+1
+		}
+		r.setJump(e, int32(i))
+		r.events = append(r.events, e)
+	}
+	v := authView{room: r}
+	naive := func(z, u int32) bool {
+		for ; u >= 0; u = r.events[u].prevSame {
+			if u == z {
+				return true
+			}
+		}
+		return false
+	}
+	hits := 0
+	for range 200000 {
+		u := int32(rng.IntN(len(r.events)))
+		z := int32(rng.IntN(int(u) + 1))
+		if rng.IntN(2) == 0 { // an ancestor of u, or u
+			z = u
+			for n := rng.IntN(int(r.events[u].sdepth) + 1); n > 0; n-- {
+				z = r.events[z].prevSame
+			}
+		}
+		want := naive(z, u)
+		if got := v.sameKeyAncestor(z, u); got != want {
+			t.Fatalf("seed %d: sameKeyAncestor(%d, %d) = %v, want %v", seed, z, u, got, want)
+		}
+		if want {
+			hits++
+		}
+	}
+	if hits < 50000 {
+		t.Fatalf("only %d of the pairs were ancestors", hits)
 	}
 }

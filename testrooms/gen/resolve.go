@@ -198,15 +198,10 @@ type authView struct {
 	*room
 	base   pmap
 	keySet map[string]bool
-	walked map[string]int32 // per key: the lowest event of u's lineage marked so far
 }
 
 func (r *room) newAuthView(base pmap, keySet map[string]bool) authView {
-	r.lineGen++
-	for len(r.lineMark) < len(r.events) {
-		r.lineMark = append(r.lineMark, 0)
-	}
-	return authView{room: r, base: base, keySet: keySet, walked: map[string]int32{}}
+	return authView{room: r, base: base, keySet: keySet}
 }
 
 // unconflictedOf returns the unconflicted state event with e's key, if any.
@@ -218,26 +213,19 @@ func (v authView) unconflictedOf(e *event) (int32, bool) {
 }
 
 // sameKeyAncestor reports whether z is u or reached from u through prevSame links
-// (u is the unconflicted event with z's key). Each key's lineage is walked once
-// per resolution, marking what it passes.
+// (u is the unconflicted event with z's key): u's ancestor at z's lineage depth,
+// found through the jump pointers, is z.
 func (v authView) sameKeyAncestor(z, u int32) bool {
-	if v.lineMark[z] == v.lineGen {
-		return true
-	}
-	key := v.events[z].key
-	cur, ok := v.walked[key]
-	if !ok {
-		cur = u
-		v.lineMark[cur] = v.lineGen
-	}
 	dz := v.events[z].sdepth
-	for cur >= 0 && v.events[cur].sdepth > dz {
-		if cur = v.events[cur].prevSame; cur >= 0 {
-			v.lineMark[cur] = v.lineGen
+	a := u
+	for v.events[a].sdepth > dz {
+		if j := v.events[a].jump; v.events[j].sdepth >= dz {
+			a = j
+		} else {
+			a = v.events[a].prevSame
 		}
 	}
-	v.walked[key] = cur
-	return v.lineMark[z] == v.lineGen
+	return a == z
 }
 
 func (v authView) index(id string) (int32, error) {

@@ -33,6 +33,7 @@ type event struct {
 	// levels, previous membership of the target), or -1; sdepth counts those links.
 	prevSame int32
 	sdepth   int32
+	jump     int32 // a same-key ancestor further up (itself at the lineage's root)
 	// kids are the accepted state events created so far that cite this one in
 	// auth_events (see AuthChildren).
 	kids     []string
@@ -121,10 +122,6 @@ type room struct {
 	res      resolveStats
 	err      error   // the first resolution failure
 	signer   *signer // while run runs
-	// lineMark[i] == lineGen: event i is on a same-key lineage walked by the
-	// current resolution's authView.
-	lineMark []uint32
-	lineGen  uint32
 }
 
 type stats struct {
