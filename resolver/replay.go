@@ -45,7 +45,9 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 	if err != nil {
 		return fmt.Errorf("%w: event %s: auth events: %v", ErrRejected, pdu.EventID(), err)
 	}
-	if err := gomatrixserverlib.Allowed(pdu, ae, roomstate.UserIDForSender); err != nil {
+	err = gomatrixserverlib.Allowed(pdu, ae, roomstate.UserIDForSender)
+	r.cache.note(pdu, authPDUs, err == nil)
+	if err != nil {
 		return fmt.Errorf("%w: event %s: against its auth events: %v", ErrRejected, pdu.EventID(), err)
 	}
 
@@ -68,7 +70,9 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 	if err != nil {
 		return fmt.Errorf("%w: event %s: state before: %v", ErrRejected, pdu.EventID(), err)
 	}
-	if err := gomatrixserverlib.Allowed(pdu, se, roomstate.UserIDForSender); err != nil {
+	err = gomatrixserverlib.Allowed(pdu, se, roomstate.UserIDForSender)
+	r.cache.note(pdu, statePDUs, err == nil)
+	if err != nil {
 		return fmt.Errorf("%w: event %s: against the state before it: %v", ErrRejected, pdu.EventID(), err)
 	}
 	return nil

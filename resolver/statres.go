@@ -462,16 +462,17 @@ func (st *stateRes) reverseTopologicalPowerOrder(ids []string) ([]string, error)
 type Cache struct {
 	plParent map[string]string           // event ID -> its power levels auth event ("" if none)
 	mainline map[string]map[string]int64 // power levels event -> mainline positions, oldest = 1
-	// allowed: authCheckKey(event, auth events) -> whether the rules allowed it.
-	// Cleared when it reaches maxAuthChecks entries.
-	allowed map[string]bool
+	// allowed: authCheckKey(event, auth events) -> whether the rules allowed it;
+	// when it reaches maxAuthChecks entries it becomes allowedOld (still read) and
+	// a new one starts, so the most recent checks are kept.
+	allowed, allowedOld map[string]bool
 	// needed: event ID -> the state keys the authorization rules read for it
 	// (gomatrixserverlib.StateNeededForAuth). Cleared at maxAuthChecks entries.
 	needed map[string][]gomatrixserverlib.StateKeyTuple
 }
 
-// maxAuthChecks bounds Cache.allowed (an entry is about 150-500 bytes: the event
-// ID and its auth events' IDs).
+// maxAuthChecks bounds each generation of Cache.allowed (an entry is about 150-500
+// bytes: the event ID and its auth events' IDs).
 const maxAuthChecks = 1 << 16
 
 // NewCache returns an empty Cache.
@@ -501,15 +502,72 @@ func authCheckKey(id string, byKey map[Key]gomatrixserverlib.PDU) string {
 // allowedCached is allowed with its outcome kept in the Cache.
 func (st *stateRes) allowedCached(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU) bool {
 	k := authCheckKey(p.EventID(), byKey)
-	if ok, hit := st.cache.allowed[k]; hit {
+	if ok, hit := st.cache.lookupAllowed(k); hit {
 		return ok
 	}
 	ok := allowed(p, byKey) == nil
-	if len(st.cache.allowed) >= maxAuthChecks {
-		clear(st.cache.allowed)
-	}
-	st.cache.allowed[k] = ok
+	st.cache.noteAllowed(k, ok)
 	return ok
+}
+
+func (c *Cache) lookupAllowed(k string) (ok, hit bool) {
+	if ok, hit = c.allowed[k]; !hit {
+		ok, hit = c.allowedOld[k]
+	}
+	return ok, hit
+}
+
+func (c *Cache) noteAllowed(k string, ok bool) {
+	if len(c.allowed) >= maxAuthChecks {
+		c.allowedOld, c.allowed = c.allowed, make(map[string]bool, maxAuthChecks)
+	}
+	c.allowed[k] = ok
+}
+
+// byStateKey indexes events by state key; ok is false when two share one (or an
+// event is not a state event).
+func byStateKey(events []gomatrixserverlib.PDU) (byKey map[Key]gomatrixserverlib.PDU, ok bool) {
+	byKey = make(map[Key]gomatrixserverlib.PDU, len(events))
+	for _, e := range events {
+		if e.StateKey() == nil {
+			return nil, false
+		}
+		k := keyOf(e)
+		if _, dup := byKey[k]; dup {
+			return nil, false
+		}
+		byKey[k] = e
+	}
+	return byKey, true
+}
+
+// Authorized reports whether the authorization rules (gomatrixserverlib.Allowed,
+// the room version's rules; spec, "Authorization rules") allow p against
+// authEvents, one event per state key, and keeps the outcome in c: the iterative
+// auth checks of later resolutions with c look it up instead of checking p against
+// the same events again (an event's check against its own auth events is the common
+// case). A panic in the rules counts as not allowed. Auth events that share a
+// state key, or include a non-state event, are checked without the cache.
+func (c *Cache) Authorized(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) bool {
+	byKey, ok := byStateKey(authEvents)
+	if !ok {
+		return allowedList(p, authEvents) == nil
+	}
+	k := authCheckKey(p.EventID(), byKey)
+	if ok, hit := c.lookupAllowed(k); hit {
+		return ok
+	}
+	ok = allowed(p, byKey) == nil
+	c.noteAllowed(k, ok)
+	return ok
+}
+
+// note records the outcome of a check of p against authEvents made elsewhere
+// (Resolver.Authorize keeps gomatrixserverlib's reason for its error).
+func (c *Cache) note(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU, ok bool) {
+	if byKey, distinct := byStateKey(authEvents); distinct {
+		c.noteAllowed(authCheckKey(p.EventID(), byKey), ok)
+	}
 }
 
 // plAuthEventID returns the m.room.power_levels among an event's auth events, or "".
@@ -678,16 +736,21 @@ func (st *stateRes) neededForAuth(p gomatrixserverlib.PDU) []gomatrixserverlib.S
 
 // allowed runs gomatrixserverlib's authorization rules with the given auth events;
 // a panic inside them counts as not allowed.
-func allowed(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU) (err error) {
+func allowed(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU) error {
+	list := make([]gomatrixserverlib.PDU, 0, len(byKey))
+	for _, e := range byKey {
+		list = append(list, e)
+	}
+	return allowedList(p, list)
+}
+
+// allowedList is allowed for a list of auth events.
+func allowedList(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU) (err error) {
 	defer func() {
 		if rec := recover(); rec != nil {
 			err = fmt.Errorf("%w: event %s: gomatrixserverlib panicked: %v", ErrRejected, p.EventID(), rec)
 		}
 	}()
-	list := make([]gomatrixserverlib.PDU, 0, len(byKey))
-	for _, e := range byKey {
-		list = append(list, e)
-	}
 	ae, err := gomatrixserverlib.NewAuthEvents(list)
 	if err != nil {
 		return err

@@ -207,14 +207,19 @@ func (r *room) authorise(e *event, before pmap) (err error) {
 	return r.allowed(e.pdu, state)
 }
 
-// allowed is allowed with the outcomes of plain events remembered: for an event
-// that is neither a state event nor a redaction, the authorization rules (spec,
-// room versions 10-12, rule "otherwise") read only its type, its sender and the
-// auth events (the sender's membership, the power levels, the create event), so
-// one outcome serves every event with the same three.
+// allowed checks pdu against authPDUs. The outcomes of state events and
+// redactions go through the resolver's Cache, where state resolution's iterative
+// auth checks find them (most check an event against its own auth events). For a
+// plain event (neither a state event nor a redaction) the authorization rules (spec,
+// room versions 10-12, the rules after the membership ones) read only its type,
+// its sender and the auth events (the sender's membership, the power levels, the
+// create event), so one outcome serves every plain event with the same three.
 func (r *room) allowed(pdu gomatrixserverlib.PDU, authPDUs []gomatrixserverlib.PDU) error {
 	if pdu.StateKey() != nil || pdu.Type() == spec.MRoomRedaction {
-		return allowed(pdu, authPDUs)
+		if !r.resCache.Authorized(pdu, authPDUs) {
+			return fmt.Errorf("%w: %s against %d auth events", errRejected, pdu.EventID(), len(authPDUs))
+		}
+		return nil
 	}
 	key := make([]byte, 0, 256)
 	key = append(append(key, pdu.Type()...), 0)
