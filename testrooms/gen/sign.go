@@ -105,7 +105,7 @@ func (r *room) buildEvent(proto *gomatrixserverlib.ProtoEvent, ts int64, origin 
 	if err != nil {
 		return nil, nil, fmt.Errorf("gen: parse built event: %w", err)
 	}
-	return pdu, &signing{unsigned: full, at: signAt, redacted: redacted, origin: origin, key: key}, nil
+	return pdu, &signing{unsigned: full, idAt: len(head), id: eventID, at: signAt, redacted: redacted, origin: origin, key: key}, nil
 }
 
 // redactionKeepsOrigin reports whether the room version's redaction algorithm
@@ -123,28 +123,37 @@ func (r *room) redactionKeepsOrigin() bool {
 }
 
 // signing is an event's signature in the making: unsigned is its JSON without
-// "signatures", which go at offset at.
+// "signatures", which go at offset at. Once signed, line is its events.jsonl line.
 type signing struct {
 	unsigned []byte
+	idAt     int    // where the line's "event_id" goes (after "depth")
+	id       string // the event ID
 	at       int
 	redacted []byte // what is signed
 	origin   string
 	key      ed25519.PrivateKey
-	sig      []byte
+	line     []byte
 }
 
-// signed returns the event JSON with its signature (after the signer is done).
-func (g *signing) signed() []byte {
-	out := make([]byte, 0, len(g.unsigned)+160)
-	out = append(out, g.unsigned[:g.at]...)
+// sign signs the event and writes its events.jsonl line: the JSON with the
+// signature and the convenience top-level "event_id", in canonical key order
+// ("depth" < "event_id" < "hashes"; "sender" < "signatures" < "state_key").
+func (g *signing) sign() {
+	sig := ed25519.Sign(g.key, g.redacted)
+	out := make([]byte, 0, len(g.unsigned)+len(g.id)+180)
+	out = append(out, g.unsigned[:g.idAt]...)
+	out = append(out, `,"event_id":`...)
+	out = appendCanonicalString(out, g.id)
+	out = append(out, g.unsigned[g.idAt:g.at]...)
 	out = append(out, `,"signatures":{`...)
 	out = appendCanonicalString(out, g.origin)
 	out = append(out, `:{`...)
 	out = appendCanonicalString(out, string(keyID))
 	out = append(out, `:"`...)
-	out = base64.RawStdEncoding.AppendEncode(out, g.sig)
+	out = base64.RawStdEncoding.AppendEncode(out, sig)
 	out = append(out, `"}}`...)
-	return append(out, g.unsigned[g.at:]...)
+	g.line = append(out, g.unsigned[g.at:]...)
+	g.unsigned, g.redacted = nil, nil
 }
 
 // signer signs events on another goroutine while the simulation goes on.
@@ -158,8 +167,7 @@ func startSigner() *signer {
 	go func() {
 		defer close(s.done)
 		for g := range s.jobs {
-			g.sig = ed25519.Sign(g.key, g.redacted)
-			g.redacted = nil
+			g.sign()
 		}
 	}()
 	return s

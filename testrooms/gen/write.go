@@ -82,11 +82,10 @@ type ExpectedSampling struct {
 // line is the events.jsonl line of an event: its PDU JSON with the convenience
 // top-level event_id, keys sorted.
 func (r *room) line(e *event) ([]byte, error) {
-	j := e.pdu.JSON()
 	if e.sign != nil {
-		j = e.sign.signed()
+		return e.sign.line, nil // written by the signer
 	}
-	b, err := sjson.SetBytes(j, "event_id", e.id)
+	b, err := sjson.SetBytes(e.pdu.JSON(), "event_id", e.id)
 	if err != nil {
 		return nil, err
 	}
