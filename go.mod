@@ -3,6 +3,7 @@ module github.com/mtxdb/mtxdb
 go 1.26.0
 
 require (
+	github.com/KimMachineGun/automemlimit v1.0.1
 	github.com/dgraph-io/ristretto/v2 v2.4.2
 	github.com/edsrzf/mmap-go v1.2.0
 	github.com/hashicorp/golang-lru/v2 v2.0.7
@@ -27,6 +28,7 @@ require (
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/oleiade/lane/v2 v2.0.0 // indirect
+	github.com/pbnjay/memory v0.0.0-20210728143218-7b4eea64cf58 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/spf13/cobra"
 
 	"github.com/mtxdb/mtxdb/hamtstore"
@@ -22,6 +23,11 @@ import (
 )
 
 func main() {
+	// A soft memory limit of 60% of the cgroup's (or else the machine's) memory:
+	// the collector works harder near it instead of letting a large generation or
+	// replay grow the heap to GOGC's multiple of the live data. GOMEMLIMIT, when
+	// set, wins; AUTOMEMLIMIT=off turns this off.
+	_, _ = memlimit.Set(memlimit.WithRatio(0.6), memlimit.WithProvider(memlimit.ApplyFallback(memlimit.FromCgroup, memlimit.FromSystem)))
 	root := &cobra.Command{
 		Use:           "mtxdb",
 		Short:         "Matrix room state in append-only packfiles: import, replay, repack, verify",
