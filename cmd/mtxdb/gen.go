@@ -26,17 +26,26 @@ of the DAG, delayed and lost federation traffic) and writes the history in the
 layout of testrooms/real: events.jsonl (arrival order at the origin server),
 expected_state.jsonl, current_state.json and meta.json (counts, forks, rejected
 events, state events by type, the parameters, the server keys). The same options
-give byte-identical output.
+give byte-identical output (meta.json's "room" is DIR's name). The files are
+written to a new directory beside DIR and renamed to DIR at the end, so a failed or
+interrupted run leaves no partial room at DIR.
 
-With --rooms N it writes N rooms (seeds seed..seed+N-1) under DIR/roomNNN and
-DIR/interleaved.jsonl: all their events as the origin server received them.`,
+With --rooms N it writes N rooms (seeds seed..seed+N-1, wrapping after 2^64-1;
+every room signed with the keys of the first seed) under DIR/roomNNN and
+DIR/interleaved.jsonl: all their events as the origin server received them.
+With --backfill it also writes backfill_order.jsonl ({"event_id", "batch"} lines)
+and events_backfill.jsonl (the PDUs in that order, for import --any-order
+--room-version V).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return fmt.Errorf("--out is required")
 			}
 			if rooms < 1 {
-				return fmt.Errorf("--rooms %d: at least 1", rooms)
+				return fmt.Errorf("gen: --rooms %d: at least 1", rooms)
+			}
+			if cmd.Flags().Changed("backfill-batch") && !opts.Backfill {
+				return fmt.Errorf("gen: --backfill-batch applies only with --backfill")
 			}
 			// A stale room or file from an earlier run would sit beside the new ones
 			// (verify then reports rooms the new meta.json does not list).
@@ -91,9 +100,9 @@ DIR/interleaved.jsonl: all their events as the origin server received them.`,
 	f.IntVar(&opts.MaxDelay, "max-delay", opts.MaxDelay, "largest federation delay, in ticks (one event per tick)")
 	f.Float64Var(&opts.Loss, "loss", opts.Loss, "probability a send to one server is lost")
 	f.Float64Var(&opts.BadRate, "bad-rate", opts.BadRate, "share of events from users lacking the permission (rejected)")
-	f.IntVar(&opts.StateBudget, "state-budget", 0, "max state entries in expected_state.jsonl (default 2M; beyond it every k-th event)")
+	f.IntVar(&opts.StateBudget, "state-budget", 0, "state entries to aim for in expected_state.jsonl (default 2M; beyond it every k-th event, and the last event always)")
 	f.StringVar(&opts.Resolver, "resolver", "mtxdb", "state resolution: mtxdb (resolver.ResolveConflicts, spec v2/v2.1) or gmsl (gomatrixserverlib v2, v10/v11 only)")
-	f.BoolVar(&opts.Backfill, "backfill", false, "also write backfill_order.jsonl (reverse-chronological batches)")
+	f.BoolVar(&opts.Backfill, "backfill", false, "also write backfill_order.jsonl and events_backfill.jsonl (reverse-chronological batches)")
 	f.IntVar(&opts.BackfillBatch, "backfill-batch", opts.BackfillBatch, "events per backfill batch")
 	for _, w := range opts.Mix.Weights() {
 		f.Float64Var(w.P, "mix-"+w.Name, *w.P, "relative weight of "+w.Name+" events")

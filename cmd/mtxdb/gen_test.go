@@ -26,12 +26,13 @@ func TestCLIGenRefuses(t *testing.T) {
 		{"--bad-rate", "-0.01"},
 		{"--max-delay", "0"},
 		{"--max-prev-events", "0"},
+		{"--max-prev-events", "21"},
 		{"--backfill-batch", "0"},
 		{"--rooms", "0"},
 		{"--mix-kick", "-1"},
 		{"--mix-message", "NaN"},
 	} {
-		o, code := run(t, "gen", "--out", out, "--events", "20", tc.flag, tc.value)
+		o, code := run(t, "gen", "--out", out, "--events", "20", "--backfill", tc.flag, tc.value)
 		if code != 1 || !strings.Contains(o, tc.flag+" "+tc.value) {
 			t.Errorf("%s %s: exit %d\n%s", tc.flag, tc.value, code, o)
 		}
@@ -43,6 +44,12 @@ func TestCLIGenRefuses(t *testing.T) {
 	}
 	if o, code := run(t, zero...); code != 1 || !strings.Contains(o, "--mix-") {
 		t.Errorf("all mix weights 0: exit %d\n%s", code, o)
+	}
+	if o, code := run(t, "gen", "--out", out, "--events", "20", "--backfill-batch", "5"); code != 1 || !strings.Contains(o, "--backfill-batch applies only with --backfill") {
+		t.Errorf("--backfill-batch without --backfill: exit %d\n%s", code, o)
+	}
+	if o, code := run(t, "gen", "--out", out, "--events", "20", "--mix-message", "1e308", "--mix-join", "1e308"); code != 1 || !strings.Contains(o, "add up to more than") {
+		t.Errorf("mix weights overflowing their sum: exit %d\n%s", code, o)
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Fatal("a refused gen created --out")

@@ -43,7 +43,7 @@ func smallOptions(version string, seed uint64) Options {
 // re-parses for its version (content hash, event ID = reference hash) and its
 // signatures verify against the generated keys; import and replay with roomstate
 // and resolver reproduce expected_state.jsonl, the forward extremities and the
-// current state with 0 mismatches.
+// current state with 0 mismatches, from events.jsonl and from the backfill order.
 func TestGenerateReplay(t *testing.T) {
 	for _, v := range []string{"10", "11", "12"} {
 		for seed := *flagSeed; seed < *flagSeed+2; seed++ {
@@ -65,7 +65,10 @@ func TestGenerateReplay(t *testing.T) {
 				requireSameFiles(t, dir, again)
 
 				checkPDUs(t, dir, meta)
-				replayAndCompare(t, dir)
+				replayAndCompare(t, dir, "events.jsonl", roomstate.ImportOptions{})
+				// The backfill order (newest first; the create event after every
+				// accepted event) imports and replays to the same states.
+				replayAndCompare(t, dir, "events_backfill.jsonl", roomstate.ImportOptions{AnyOrder: true, RoomVersion: v})
 			})
 		}
 	}
@@ -134,12 +137,12 @@ func checkPDUs(t *testing.T, dir string, meta *Meta) {
 	require.Equal(t, meta.Counts.Events, n)
 }
 
-func replayAndCompare(t *testing.T, dir string) {
+func replayAndCompare(t *testing.T, dir, file string, opts roomstate.ImportOptions) {
 	t.Helper()
 	st := roomstate.New(packstore.NewMemStorage())
-	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
+	f, err := os.Open(filepath.Join(dir, file))
 	require.NoError(t, err)
-	_, err = st.Import(f, dir, roomstate.ImportOptions{})
+	_, err = st.Import(f, dir, opts)
 	f.Close()
 	require.NoError(t, err)
 	exp, err := testrooms.LoadExpected(dir)

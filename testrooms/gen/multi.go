@@ -6,16 +6,29 @@ import (
 	"path/filepath"
 )
 
-// GenerateMulti writes n rooms (seeds opts.Seed .. opts.Seed+n-1) to dir/roomNNN
+// GenerateMulti writes n rooms (seeds opts.Seed .. opts.Seed+n-1, wrapping past
+// 2^64-1; every room's servers sign with the keys of opts.KeySeed, or else of
+// opts.Seed, so the rooms share one keyring) to dir/roomNNN
 // and dir/interleaved.jsonl: every room's events in one stream, as one server in
 // all the rooms receives them (merged by the simulated arrival time, rooms in
 // order on ties; each room's own arrival order is kept, so the importer accepts
 // the stream). progress, if set, is called with the number of events created since
 // the previous call.
-func GenerateMulti(opts Options, n int, dir string, progress func(n int)) ([]*Meta, error) {
+//
+// Like Generate, it writes to a new directory beside dir and renames it to dir
+// at the end.
+func GenerateMulti(opts Options, n int, dir string, progress func(n int)) (metas []*Meta, err error) {
 	if err := opts.normalise(); err != nil {
 		return nil, err
 	}
+	err = publish(dir, func(tmp string) (err error) {
+		metas, err = generateMulti(opts, n, tmp, progress)
+		return err
+	})
+	return metas, err
+}
+
+func generateMulti(opts Options, n int, dir string, progress func(n int)) ([]*Meta, error) {
 	type stream struct {
 		sc *bufio.Scanner
 		f  *os.File
@@ -32,6 +45,9 @@ func GenerateMulti(opts Options, n int, dir string, progress func(n int)) ([]*Me
 	for i := range n {
 		o := opts
 		o.Seed = opts.Seed + uint64(i)
+		if o.KeySeed == 0 {
+			o.KeySeed = opts.Seed
+		}
 		r, err := newRoom(o)
 		if err != nil {
 			return nil, err

@@ -92,7 +92,11 @@ func DefaultMix() Mix {
 
 // Options configure one generated room.
 type Options struct {
-	Seed        uint64 `json:"seed"`
+	Seed uint64 `json:"seed"`
+	// KeySeed, if not 0, is the seed the servers' signing keys derive from
+	// instead of Seed (GenerateMulti: the first room's seed, so one keyring
+	// verifies every room of interleaved.jsonl).
+	KeySeed     uint64 `json:"key_seed,omitempty"`
 	Events      int    `json:"events"`
 	Servers     int    `json:"servers"` // 1 to MaxServers
 	RoomVersion string `json:"room_version"`
@@ -176,7 +180,7 @@ func (o *Options) normalise() error {
 		{"--events", o.Events, 10, math.MaxInt, ""},
 		{"--servers", o.Servers, 1, MaxServers, " (the initial m.room.power_levels lists 3 users per server: about 42 KB at 500 servers, over the 65,536-byte PDU limit at 800)"},
 		{"--members", o.Members, 0, MaxMembers, " (0: events/5)"},
-		{"--max-prev-events", o.MaxPrevEvents, 1, math.MaxInt, ""},
+		{"--max-prev-events", o.MaxPrevEvents, 1, 20, " (Synapse creates at most 10 and rejects more than 20 on receipt)"},
 		{"--max-delay", o.MaxDelay, 1, math.MaxInt, ""},
 		{"--state-budget", o.StateBudget, 0, math.MaxInt, " (0: 2 million)"},
 		{"--backfill-batch", o.BackfillBatch, 1, math.MaxInt, ""},
@@ -205,6 +209,9 @@ func (o *Options) normalise() error {
 	}
 	if total == 0 {
 		return fmt.Errorf("gen: every --mix-* weight is 0: at least one must be positive")
+	}
+	if math.IsInf(total, 1) {
+		return fmt.Errorf("gen: the --mix-* weights add up to more than %g: scale them down (only their ratios matter)", math.MaxFloat64)
 	}
 	if o.Members == 0 {
 		o.Members = min(max(o.Events/5, 10), MaxMembers)

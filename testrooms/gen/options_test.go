@@ -24,6 +24,8 @@ func TestNormaliseRefuses(t *testing.T) {
 		{"--members", func(o *Options) { o.Members = -1 }},
 		{"--members", func(o *Options) { o.Members = MaxMembers + 1 }},
 		{"--max-prev-events", func(o *Options) { o.MaxPrevEvents = 0 }},
+		{"--max-prev-events", func(o *Options) { o.MaxPrevEvents = 21 }},
+		{"--mix-*", func(o *Options) { o.Mix = Mix{Message: 1e308, Join: 1e308} }},
 		{"--max-delay", func(o *Options) { o.MaxDelay = 0 }},
 		{"--max-delay", func(o *Options) { o.MaxDelay = -3 }},
 		{"--state-budget", func(o *Options) { o.StateBudget = -1 }},
@@ -82,4 +84,94 @@ func TestMaxServersPDUSize(t *testing.T) {
 		t.Logf("v%s, %d servers: longest PDU %d bytes", v, MaxServers, longest)
 		require.LessOrEqual(t, longest, 65536, "v%s", v)
 	}
+}
+
+// TestEventsExact: a room has exactly --events events, also when the last step
+// draws a power-level conflict (a pair of events) — found by a fresh-user pass:
+// 13 gave 14.
+func TestEventsExact(t *testing.T) {
+	for _, n := range []int{13, 14, 101, 600} {
+		o := DefaultOptions()
+		o.Events, o.RoomVersion = n, "10"
+		o.Mix = Mix{Join: 1, PowerConflict: 1}
+		m, err := Generate(o, filepath.Join(t.TempDir(), "r"), nil)
+		require.NoError(t, err)
+		require.Equal(t, n, m.Counts.Events, "--events %d", n)
+	}
+}
+
+// TestConcurrentRunsOneDir: two runs on one --out directory: one wins, the other
+// fails, and the directory holds the winner's complete room with nothing left
+// beside it — found by a fresh-user pass (both exited 0 over a mixed
+// expected_state.jsonl).
+func TestConcurrentRunsOneDir(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "room")
+	type result struct {
+		m   *Meta
+		err error
+	}
+	results := make(chan result, 2)
+	for seed := range uint64(2) {
+		go func() {
+			o := DefaultOptions()
+			o.Seed, o.Events = seed+1, 300
+			m, err := Generate(o, dir, nil)
+			results <- result{m, err}
+		}()
+	}
+	var failed int
+	var won *Meta
+	for range 2 {
+		res := <-results
+		if res.err != nil {
+			failed++
+			require.Contains(t, res.err.Error(), dir)
+		} else {
+			won = res.m
+		}
+	}
+	require.Equal(t, 1, failed, "exactly one of the two runs must fail")
+	got, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	require.NoError(t, err)
+	require.Contains(t, string(got), won.RoomID)
+	f, err := os.Open(filepath.Join(dir, "expected_state.jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	lines := 0
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		lines++
+	}
+	require.Equal(t, won.ExpectedState.Lines, lines)
+	ents, err := os.ReadDir(parent)
+	require.NoError(t, err)
+	require.Len(t, ents, 1, "a temporary directory was left beside the room")
+}
+
+// TestMultiRoomOneKeyring: every room of a multi-room run lists the same server
+// keys (interleaved.jsonl is what one server receives; one keyring verifies it),
+// and interleaved.jsonl holds every room's events.
+func TestMultiRoomOneKeyring(t *testing.T) {
+	o := DefaultOptions()
+	o.Seed, o.Events = 7, 100
+	dir := filepath.Join(t.TempDir(), "multi")
+	metas, err := GenerateMulti(o, 3, dir, nil)
+	require.NoError(t, err)
+	require.Len(t, metas, 3)
+	total := 0
+	for _, m := range metas {
+		require.Equal(t, metas[0].ServerKeys, m.ServerKeys, "room %s", m.Room)
+		total += m.Counts.Events
+	}
+	require.NotEqual(t, metas[0].RoomID, metas[1].RoomID)
+	f, err := os.Open(filepath.Join(dir, "interleaved.jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	lines := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		lines++
+	}
+	require.Equal(t, total, lines)
 }

@@ -163,7 +163,11 @@ func newRoom(opts Options) (*room, error) {
 	perServer := (opts.Members*5/4 + opts.Servers - 1) / opts.Servers
 	perServer = max(perServer, 4)
 	for i := range opts.Servers {
-		s := &server{idx: i, name: serverName(i), key: deriveKey(opts.Seed, i)}
+		keySeed := opts.Seed
+		if opts.KeySeed != 0 {
+			keySeed = opts.KeySeed
+		}
+		s := &server{idx: i, name: serverName(i), key: deriveKey(keySeed, i)}
 		for j := range perServer {
 			s.users = append(s.users, len(r.users))
 			r.users = append(r.users, user{

@@ -240,7 +240,7 @@ func (r *room) write(dir, name string) (*Meta, error) {
 		if err := r.writeBackfill(filepath.Join(dir, "backfill_order.jsonl"), tips); err != nil {
 			return nil, err
 		}
-		meta.Notes = append(meta.Notes, "backfill_order.jsonl: the order a server backfilling from the forward extremities receives the events, in reverse-chronological batches (by depth) of options.backfill_batch.")
+		meta.Notes = append(meta.Notes, "backfill_order.jsonl: the order a server backfilling from the forward extremities receives the events, in reverse-chronological batches (by depth) of options.backfill_batch, as {\"event_id\", \"batch\"} lines; events_backfill.jsonl: the PDUs in that order (import with --any-order --room-version). The create event comes after every accepted event; only rejected events, which no accepted event points at, follow it.")
 	}
 	mb, err := json.MarshalIndent(meta, "", " ")
 	if err != nil {
@@ -366,11 +366,17 @@ func (r *room) writeBackfill(path string, tips []int32) error {
 			order = append(order, int32(i))
 		}
 	}
-	return writeLines(path, len(order), func(i int) ([]byte, error) {
+	if err := writeLines(path, len(order), func(i int) ([]byte, error) {
 		return json.Marshal(struct {
 			EventID string `json:"event_id"`
 			Batch   int    `json:"batch"`
 		}{r.events[order[i]].id, i / r.opts.BackfillBatch})
+	}); err != nil {
+		return err
+	}
+	// The same order as PDUs, ready for import --any-order.
+	return writeLinesParallel(filepath.Join(filepath.Dir(path), "events_backfill.jsonl"), len(order), func() lineFunc {
+		return func(i int) ([]byte, error) { return r.line(r.events[order[i]]) }
 	})
 }
 
