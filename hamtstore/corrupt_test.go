@@ -165,12 +165,7 @@ func TestStoreCorrupt(t *testing.T) {
 		// A root whose child IDs are swapped decodes fine, but the keys
 		// below sit under the wrong slots: Check finds it.
 		store, _, n := setup()
-		bad := n.clone()
-		bad.children[0], bad.children[1] = bad.children[1], bad.children[0]
-		bad.children[0].n, bad.children[1].n = nil, nil
-		data := bad.encode()
-		id := NodeIDOf(data)
-		noErr(t, store.PutNodes([]EncodedNode{{ID: id, Data: data}}))
+		id := storeSwapped(t, store, n)
 		err := NewReader(store).Check(id)
 		errIs(t, err, ErrCorrupt)
 		isTrue(t, strings.Contains(err.Error(), "but the node is under slot"), "%v", err)
@@ -201,3 +196,77 @@ type failStore struct{ err error }
 
 func (f failStore) GetNode(NodeID) ([]byte, error)     { return nil, f.err }
 func (f failStore) PutNodes(nodes []EncodedNode) error { return f.err }
+
+// TestCheckShared: CheckShared over two roots that differ by one key reads only
+// the second root's new path and visits only its entries; a corrupt node shared
+// by both fails both; a known-good child moved to another slot is still caught
+// (the memo is keyed by position, not by ID alone).
+func TestCheckShared(t *testing.T) {
+	store := NewMemNodeStore()
+	a := buildMap(t, store, 2000)
+	b, err := Set(store, nil, a, []byte("one more key"), Value{7})
+	noErr(t, err)
+
+	r := NewReader(store)
+	visits := 0
+	count := func([]byte, Value) error { visits++; return nil }
+	noErr(t, r.CheckShared(a, count))
+	equal(t, 2000, visits, "entries visited in the first root")
+	readA := r.NodesRead()
+	visits = 0
+	noErr(t, r.CheckShared(b, count))
+	readB := r.NodesRead() - readA
+	isTrue(t, readB <= 4, "second root read %d nodes (first: %d)", readB, readA)
+	isTrue(t, visits >= 1 && visits < 100, "second root visited %d entries", visits)
+
+	boom := errors.New("bad entry")
+	err = NewReader(store).CheckShared(b, func(k []byte, _ Value) error {
+		if string(k) == "key 1234" {
+			return boom
+		}
+		return nil
+	})
+	errIs(t, err, boom)
+
+	// Corrupt a child of a's root (shared with b: the new key went elsewhere or
+	// not; either way one of a's children is shared).
+	n, err := NewReader(store).root(a)
+	noErr(t, err)
+	nb, err := NewReader(store).root(b)
+	noErr(t, err)
+	shared := -1
+	for i, c := range n.children {
+		if i < len(nb.children) && nb.children[i].id == c.id {
+			shared = i
+		}
+	}
+	isTrue(t, shared >= 0, "no child shared between the two roots")
+	data, _ := store.Raw(n.children[shared].id)
+	bad := append([]byte(nil), data...)
+	bad[len(bad)-1] ^= 1
+	store.Replace(n.children[shared].id, bad)
+	r = NewReader(store)
+	errIs(t, r.CheckShared(a, nil), ErrCorrupt)
+	errIs(t, r.CheckShared(b, nil), ErrCorrupt)
+	store.Replace(n.children[shared].id, data)
+
+	// Swap two children of a's root: each moved child was checked (at its own
+	// slot) through a, and must fail at the other.
+	r = NewReader(store)
+	noErr(t, r.CheckShared(a, nil))
+	err = r.CheckShared(storeSwapped(t, store, n), nil)
+	errIs(t, err, ErrCorrupt)
+	isTrue(t, strings.Contains(err.Error(), "but the node is under slot"), "%v", err)
+}
+
+// storeSwapped stores a copy of n with its first two children swapped and returns
+// its ID.
+func storeSwapped(t testing.TB, store NodeStore, n *node) NodeID {
+	bad := n.clone()
+	bad.children[0], bad.children[1] = bad.children[1], bad.children[0]
+	bad.children[0].n, bad.children[1].n = nil, nil
+	data := bad.encode()
+	id := NodeIDOf(data)
+	noErr(t, store.PutNodes([]EncodedNode{{ID: id, Data: data}}))
+	return id
+}

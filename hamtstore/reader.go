@@ -16,6 +16,8 @@ type Reader struct {
 	store NodeStore
 	nodes map[NodeID]*node // every decoded node, by ID
 	reads int
+	// checked: subtrees CheckShared has passed, with their key counts.
+	checked map[checkedKey]int
 }
 
 // NewReader returns a Reader over store.

@@ -164,7 +164,20 @@ type CompareResult struct {
 func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (CompareResult, error) {
 	var res CompareResult
 	rd := room.NewReader()
+	memo := roomstate.EntryMemo{}
 	cmp := func(event string, ours, rec map[string]string) {
+		if len(ours) == len(rec) {
+			same := true
+			for k, v := range rec {
+				if w, ok := ours[k]; !ok || w != v {
+					same = false
+					break
+				}
+			}
+			if same {
+				return // the common case: no need to sort the keys
+			}
+		}
 		keys := map[string]bool{}
 		for k := range ours {
 			keys[k] = true
@@ -205,7 +218,7 @@ func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (Compar
 		if err != nil {
 			return res, err
 		}
-		ours, err := room.StateEntries(rd, root)
+		ours, err := room.StateEntriesMemo(rd, root, memo)
 		if err != nil {
 			return res, err
 		}
@@ -227,7 +240,7 @@ func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (Compar
 		}
 	}
 	if len(exp.Current) > 0 {
-		ours, err := room.StateEntries(rd, room.Head().CurrentState)
+		ours, err := room.StateEntriesMemo(rd, room.Head().CurrentState, memo)
 		if err != nil {
 			return res, err
 		}
