@@ -33,7 +33,17 @@ func FuzzDecodeNode(f *testing.F) {
 		_, _ = r.Len(id)
 		_ = r.Iterate(id, func([]byte, Value) error { return nil })
 		_, _, _ = r.Get(id, []byte("a"))
-		_ = r.Check(id)
+		errCheck := r.Check(id)
+		visits := 0
+		errShared := NewReader(store).CheckShared(id, func([]byte, Value) error { visits++; return nil })
+		if (errCheck == nil) != (errShared == nil) {
+			t.Fatalf("Check: %v, CheckShared: %v", errCheck, errShared)
+		}
+		if errShared == nil {
+			if n, err := NewReader(store).Len(id); err != nil || n != visits {
+				t.Fatalf("CheckShared visited %d entries, Len %d (%v)", visits, n, err)
+			}
+		}
 		_ = r.Diff(id, EmptyRoot, func([]byte, *Value, *Value) error { return nil })
 		_, _ = Set(store, r, id, []byte("a"), Value{1})
 		_, _ = Delete(store, r, id, []byte("a"))
