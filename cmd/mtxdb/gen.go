@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -56,6 +58,31 @@ and events_backfill.jsonl (the PDUs in that order, for import --any-order
 			case len(ents) > 0:
 				return fmt.Errorf("--out %s is not empty; give a new or empty directory", out)
 			}
+			if fi, err := os.Stat(out); err == nil && fi.IsDir() {
+				// An existing (empty) --out is replaced by the new room at the end:
+				// refuse now what cannot be replaced (a mount point, the root).
+				abs, _ := filepath.Abs(out)
+				if pfi, err := os.Stat(filepath.Dir(abs)); err != nil || abs == filepath.Dir(abs) || !sameDevice(fi, pfi) {
+					return fmt.Errorf("gen: --out %s is a mount point or the root: give a directory inside it", out)
+				}
+			}
+			// SIGINT/SIGTERM: remove the room being written beside --out, then exit
+			// as the signal would (a SIGKILLed run's directory is removed by the
+			// next run on the same --out).
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			go func() {
+				sig, ok := <-sigs
+				if !ok {
+					return
+				}
+				for _, d := range gen.TempDirs(out) {
+					os.RemoveAll(d)
+				}
+				fmt.Fprintf(os.Stderr, "mtxdb: gen: %v: stopped, nothing written to %s\n", sig, out)
+				os.Exit(128 + int(sig.(syscall.Signal)))
+			}()
 			start := time.Now()
 			// The generator allocates much short-lived JSON and keeps every event:
 			// collect less often (about 1 GB at 100k events).
@@ -108,4 +135,11 @@ and events_backfill.jsonl (the PDUs in that order, for import --any-order
 		f.Float64Var(w.P, "mix-"+w.Name, *w.P, "relative weight of "+w.Name+" events")
 	}
 	return c
+}
+
+// sameDevice reports whether two files are on the same file system.
+func sameDevice(a, b os.FileInfo) bool {
+	sa, ok1 := a.Sys().(*syscall.Stat_t)
+	sb, ok2 := b.Sys().(*syscall.Stat_t)
+	return !ok1 || !ok2 || sa.Dev == sb.Dev
 }

@@ -230,10 +230,14 @@ func (r *room) step() error {
 	}
 	k := r.pickKind()
 	if k == kPowerConflict && len(r.events)+2 <= r.opts.Events {
-		return r.powerConflict(s)
+		if made, err := r.powerConflict(s); made || err != nil {
+			return err
+		}
+		// No admin could change the power levels here: the tick goes on as
+		// for any kind whose preconditions fail (Mix).
 	}
 	if k == kPowerConflict {
-		k = kPower // one event left: a conflict's pair would pass --events
+		k = kPower // one event left (a conflict's pair would pass --events), or none made
 	}
 	v := r.viewOf(s)
 	if k == kJoin && r.joined < r.opts.Members && r.joinRule(v.before) != "public" {
@@ -467,16 +471,16 @@ func (r *room) powerDraft(v view, target int) (draft, bool) {
 
 // powerConflict has admins on two servers change the same user's power level in
 // the same tick, each from its own view, before either hears of the other.
-func (r *room) powerConflict(a *server) error {
+func (r *room) powerConflict(a *server) (made bool, err error) {
 	others := slices.DeleteFunc(slices.Clone(r.servers), func(s *server) bool { return s == a || !s.joined })
 	if len(others) == 0 {
-		return nil
+		return false, nil
 	}
 	b := others[r.rng.IntN(len(others))]
 	va, vb := r.viewOf(a), r.viewOf(b)
 	da, ok := r.powerDraft(va, -1)
 	if !ok {
-		return nil
+		return false, nil
 	}
 	target := -1
 	if ui, ok := r.userIndex(firstChangedUser(r, va.before, da)); ok {
@@ -488,15 +492,15 @@ func (r *room) powerConflict(a *server) error {
 		db, ok = r.draftFor(kKick, vb)
 	}
 	if _, err := r.emit(va, da); err != nil {
-		return err
+		return true, err
 	}
 	if ok {
 		r.stats.conflicts++
 		if _, err := r.emit(vb, db); err != nil {
-			return err
+			return true, err
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // firstChangedUser returns the user whose level a power-level draft changes.

@@ -6,6 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 )
 
 // Generate simulates one room with opts and writes it to dir. progress, if set, is
@@ -32,15 +35,31 @@ func Generate(opts Options, dir string, progress func(done int)) (*Meta, error) 
 	return meta, err
 }
 
-// publish has write fill a new directory beside dir (".<name>.gen-*", removed if
-// anything fails) and renames it to dir, which must not exist or be empty.
+// publish has write fill a new directory beside dir (".<name>.gen-<pid>-*",
+// removed if anything fails) and renames it to dir, which must not exist or be an
+// empty directory (whose permissions the room keeps). A symlink is followed.
+// Directories of earlier runs killed before they finished (their process is
+// gone) are removed first; TempDirs names this process's, for a signal handler.
 func publish(dir string, write func(tmp string) error) error {
-	dir = filepath.Clean(dir)
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Lstat(dir); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		if dir, err = filepath.EvalSymlinks(dir); err != nil {
+			return fmt.Errorf("gen: %w", err)
+		}
+	}
+	mode := fs.FileMode(0o755)
+	if fi, err := os.Stat(dir); err == nil {
+		mode = fi.Mode().Perm()
+	}
 	parent := filepath.Dir(dir)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".gen-")
+	removeStale(dir)
+	tmp, err := os.MkdirTemp(parent, fmt.Sprintf(".%s.gen-%d-", filepath.Base(dir), os.Getpid()))
 	if err != nil {
 		return err
 	}
@@ -48,7 +67,7 @@ func publish(dir string, write func(tmp string) error) error {
 		os.RemoveAll(tmp)
 		return err
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	if err := os.Chmod(tmp, mode); err != nil {
 		os.RemoveAll(tmp)
 		return err
 	}
@@ -56,13 +75,43 @@ func publish(dir string, write func(tmp string) error) error {
 	// fails on one with files; of two runs, the second's Rename then fails).
 	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		os.RemoveAll(tmp)
-		return fmt.Errorf("gen: %s: %w (another run's output?)", dir, err)
+		if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("gen: %s: %w (another run's output?)", dir, err)
+		}
+		return fmt.Errorf("gen: cannot replace the empty directory %s (%w): give a path that does not exist yet", dir, err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		os.RemoveAll(tmp)
 		return fmt.Errorf("gen: %s: %w (another run's output?)", dir, err)
 	}
 	return nil
+}
+
+// TempDirs returns the directories this process is writing beside dir (for a
+// caller that exits on a signal and removes them).
+func TempDirs(dir string) []string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil
+	}
+	m, _ := filepath.Glob(filepath.Join(filepath.Dir(abs), fmt.Sprintf(".%s.gen-%d-*", filepath.Base(abs), os.Getpid())))
+	return m
+}
+
+// removeStale removes the ".<name>.gen-<pid>-*" directories beside dir whose
+// process no longer runs (killed runs).
+func removeStale(dir string) {
+	m, _ := filepath.Glob(filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+".gen-*"))
+	for _, p := range m {
+		rest := strings.TrimPrefix(filepath.Base(p), "."+filepath.Base(dir)+".gen-")
+		pid, err := strconv.Atoi(rest[:max(0, strings.IndexByte(rest, '-'))])
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(p)
+		}
+	}
 }
 
 // RoomName is the directory name of room i of a multi-room run.
