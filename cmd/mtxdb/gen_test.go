@@ -1,10 +1,14 @@
 package main
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mtxdb/mtxdb/testrooms/gen"
 )
@@ -67,5 +71,43 @@ func TestCLIGenRefuses(t *testing.T) {
 	}
 	if o, code := run(t, "gen", "--out", empty, "--events", "20", "--servers", "2"); code != 0 {
 		t.Fatalf("empty --out: exit %d\n%s", code, o)
+	}
+}
+
+// TestCLIGenSignalCleansUp: SIGTERM while gen writes its files (a real process,
+// stopped once its directory beside --out holds events.jsonl) exits 143 and leaves
+// nothing: neither --out nor the directory beside it.
+func TestCLIGenSignalCleansUp(t *testing.T) {
+	parent := t.TempDir()
+	cmd := exec.Command(bin, "gen", "--seed", "3", "--events", "20000", "--out", filepath.Join(parent, "out"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	caught := false
+	for !caught {
+		select {
+		case err := <-done:
+			t.Fatalf("gen finished (%v) before its writing phase was seen", err)
+		case <-time.After(2 * time.Millisecond):
+		}
+		m, _ := filepath.Glob(filepath.Join(parent, ".out.gen-*", "events.jsonl"))
+		caught = len(m) > 0
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 143 {
+		t.Fatalf("after SIGTERM: %v, want exit status 143", err)
+	}
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		t.Errorf("left behind: %s", e.Name())
 	}
 }
