@@ -23,6 +23,7 @@ package resolver
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -167,23 +168,13 @@ func (r *Resolver) eventIDOf(v hamtstore.Value) (string, error) {
 // authChain returns the union of the auth chains of the given events, read from
 // metadata records, not PDUs.
 func (r *Resolver) authChain(eventIDs []string) (map[string]bool, error) {
-	seen := map[string]bool{}
-	stack := append([]string(nil), eventIDs...)
-	for len(stack) > 0 {
-		id := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		m, err := r.meta(id)
-		if err != nil {
+	w := &reachWalk{next: r.AuthEvents, seen: map[string]bool{}, stack: slices.Clone(eventIDs)}
+	for !w.done() {
+		if err := w.step(); err != nil {
 			return nil, err
 		}
-		for _, a := range m.AuthEvents {
-			if !seen[a] {
-				seen[a] = true
-				stack = append(stack, a)
-			}
-		}
 	}
-	return seen, nil
+	return w.seen, nil
 }
 
 // authTypes are the state types the authorization rules read.

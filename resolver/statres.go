@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/matrix-org/gomatrixserverlib"
@@ -200,9 +201,16 @@ func (st *stateRes) lookup(k Key) (string, bool, error) {
 }
 
 // authChain returns the union of the auth chains of events (closure over
-// auth_events, not including the events unless one is in another's chain).
+// auth_events, not including the events unless one is in another's chain),
+// sorted.
 func (st *stateRes) authChain(ids ...string) ([]string, error) {
-	return st.authChainAbove(noFloor, ids...)
+	w := &reachWalk{next: st.authEventsOf, seen: map[string]bool{}, stack: slices.Clone(ids)}
+	for !w.done() {
+		if err := w.step(); err != nil {
+			return nil, err
+		}
+	}
+	return sortedIDs(w.seen), nil
 }
 
 // AuthOrderer is implemented by event sources that number a room's events so
@@ -238,41 +246,6 @@ func (st *stateRes) orderRange(ids []string) (low, high int64, err error) {
 		low, high = min(low, n), max(high, n)
 	}
 	return low, high, nil
-}
-
-// authChainAbove is authChain leaving out the events numbered below floor (and
-// so their auth chains) when the source is an AuthOrderer.
-func (st *stateRes) authChainAbove(floor int64, ids ...string) ([]string, error) {
-	o, _ := st.src.(AuthOrderer)
-	seen := map[string]bool{}
-	stack := append([]string(nil), ids...)
-	var out []string
-	for len(stack) > 0 {
-		cur := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		auth, err := st.authEventsOf(cur)
-		if err != nil {
-			return nil, err
-		}
-		for _, a := range auth {
-			if seen[a] {
-				continue
-			}
-			seen[a] = true
-			if floor != noFloor && o != nil {
-				n, err := o.AuthOrder(a)
-				if err != nil {
-					return nil, fmt.Errorf("%w: %s: %v", errNoEvent, a, err)
-				}
-				if n < floor {
-					continue
-				}
-			}
-			out = append(out, a)
-			stack = append(stack, a)
-		}
-	}
-	return out, nil
 }
 
 // authEventLister is implemented by event sources that can give an event's
@@ -500,13 +473,13 @@ func authCheckKey(id string, byKey map[Key]gomatrixserverlib.PDU) string {
 }
 
 // allowedCached is allowed with its outcome kept in the Cache.
-func (st *stateRes) allowedCached(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU) bool {
+func (c *Cache) allowedCached(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU) bool {
 	k := authCheckKey(p.EventID(), byKey)
-	if ok, hit := st.cache.lookupAllowed(k); hit {
+	if ok, hit := c.lookupAllowed(k); hit {
 		return ok
 	}
 	ok := allowed(p, byKey) == nil
-	st.cache.noteAllowed(k, ok)
+	c.noteAllowed(k, ok)
 	return ok
 }
 
@@ -553,13 +526,7 @@ func (c *Cache) Authorized(p gomatrixserverlib.PDU, authEvents []gomatrixserverl
 	if !ok {
 		return allowedList(p, authEvents) == nil
 	}
-	k := authCheckKey(p.EventID(), byKey)
-	if ok, hit := c.lookupAllowed(k); hit {
-		return ok
-	}
-	ok = allowed(p, byKey) == nil
-	c.noteAllowed(k, ok)
-	return ok
+	return c.allowedCached(p, byKey)
 }
 
 // note records the outcome of a check of p against authEvents made elsewhere
@@ -713,7 +680,7 @@ func (st *stateRes) iterativeAuthChecks(ids []string) error {
 		if st.privilegedCreators && st.in.create != nil {
 			byKey[Key{spec.MRoomCreate, ""}] = st.in.create
 		}
-		if st.allowedCached(p, byKey) {
+		if st.cache.allowedCached(p, byKey) {
 			st.overlay[keyOf(p)] = id
 		}
 	}
