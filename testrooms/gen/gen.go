@@ -41,14 +41,9 @@ func Generate(opts Options, dir string, progress func(done int)) (*Meta, error) 
 // Directories of earlier runs killed before they finished (their process is
 // gone) are removed first; TempDirs names this process's, for a signal handler.
 func publish(dir string, write func(tmp string) error) error {
-	dir, err := filepath.Abs(dir)
+	dir, err := outPath(dir)
 	if err != nil {
 		return err
-	}
-	if fi, err := os.Lstat(dir); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-		if dir, err = filepath.EvalSymlinks(dir); err != nil {
-			return fmt.Errorf("gen: %w", err)
-		}
 	}
 	mode := fs.FileMode(0o755)
 	if fi, err := os.Stat(dir); err == nil {
@@ -90,12 +85,27 @@ func publish(dir string, write func(tmp string) error) error {
 // TempDirs returns the directories this process is writing beside dir (for a
 // caller that exits on a signal and removes them).
 func TempDirs(dir string) []string {
-	abs, err := filepath.Abs(dir)
+	abs, err := outPath(dir)
 	if err != nil {
 		return nil
 	}
 	m, _ := filepath.Glob(filepath.Join(filepath.Dir(abs), fmt.Sprintf(".%s.gen-%d-*", filepath.Base(abs), os.Getpid())))
 	return m
+}
+
+// outPath is the directory a room for dir is published at: dir made absolute, a
+// symlink followed.
+func outPath(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if fi, err := os.Lstat(dir); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		if dir, err = filepath.EvalSymlinks(dir); err != nil {
+			return "", fmt.Errorf("gen: %w", err)
+		}
+	}
+	return dir, nil
 }
 
 // removeStale removes the ".<name>.gen-<pid>-*" directories beside dir whose
