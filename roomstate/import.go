@@ -132,7 +132,8 @@ func (imp *importer) run(in io.Reader) error {
 		if _, err := dec.Token(); err != nil {
 			return &ImportError{Source: imp.source, Line: 1, Element: true, Err: fmt.Errorf("%w: %v", ErrMalformedPDU, err)}
 		}
-		for n := 1; dec.More(); n++ {
+		n := 1
+		for ; dec.More(); n++ {
 			var raw json.RawMessage
 			if err := dec.Decode(&raw); err != nil {
 				return &ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: %v", ErrMalformedPDU, err)}
@@ -140,6 +141,14 @@ func (imp *importer) run(in io.Reader) error {
 			if err := imp.one(raw, n, true); err != nil {
 				return err
 			}
+		}
+		// The array must end with "]" and nothing but white space may follow:
+		// a second array or trailing bytes would otherwise be dropped unread.
+		if tok, err := dec.Token(); err != nil || tok != json.Delim(']') {
+			return &ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: the array does not end with ] after element %d (%v)", ErrMalformedPDU, n-1, err)}
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return &ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: data after the closing ] of the array", ErrMalformedPDU)}
 		}
 		return nil
 	}

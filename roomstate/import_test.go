@@ -145,6 +145,23 @@ func TestImportJSONArray(t *testing.T) {
 	_, err = st.Import(bytes.NewReader([]byte(bad)), "arr.json", roomstate.ImportOptions{})
 	require.ErrorIs(t, err, roomstate.ErrMalformedPDU)
 	require.Contains(t, err.Error(), "arr.json element 9")
+
+	// A broken end is an error, not a silent stop (found by a fresh-user pass:
+	// a second array's events were dropped with exit 0).
+	for name, in := range map[string]string{
+		"no closing ]":   "[" + strings.Join(lines[:3], ","),
+		"trailing bytes": "[" + strings.Join(lines[:3], ",") + "]garbage",
+		"second array":   "[" + strings.Join(lines[:3], ",") + "] [" + lines[3] + "]",
+	} {
+		e, st := openStore(t, t.TempDir())
+		_, err := st.Import(strings.NewReader(in), "arr.json", roomstate.ImportOptions{})
+		e.Close()
+		require.ErrorIs(t, err, roomstate.ErrMalformedPDU, name)
+	}
+	e2, st2 := openStore(t, t.TempDir())
+	defer e2.Close()
+	_, err = st2.Import(strings.NewReader("[" + strings.Join(lines[:3], ",") + "]\n \n"), "arr.json", roomstate.ImportOptions{})
+	require.NoError(t, err, "white space after the array")
 }
 
 // TestImportV1Identity: a v1 PDU must name itself; reusing a stored v1 event ID with
