@@ -160,7 +160,7 @@ func TestImportJSONArray(t *testing.T) {
 	}
 	e2, st2 := openStore(t, t.TempDir())
 	defer e2.Close()
-	_, err = st2.Import(strings.NewReader("[" + strings.Join(lines[:3], ",") + "]\n \n"), "arr.json", roomstate.ImportOptions{})
+	_, err = st2.Import(strings.NewReader("["+strings.Join(lines[:3], ",")+"]\n \n"), "arr.json", roomstate.ImportOptions{})
 	require.NoError(t, err, "white space after the array")
 }
 

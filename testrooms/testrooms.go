@@ -114,11 +114,21 @@ func LoadExpected(dir string) (*Expected, error) {
 			Counts             struct {
 				Events int `json:"events"`
 			} `json:"counts"`
+			// Generated rooms say how many lines expected_state.jsonl has.
+			ExpectedState struct {
+				Lines int `json:"lines"`
+			} `json:"expected_state"`
 		}
 		if err := json.Unmarshal(b, &m); err != nil {
 			return nil, fmt.Errorf("testrooms: %s/meta.json: %w", dir, err)
 		}
 		exp.RoomID, exp.ForwardExtremities, exp.Events = m.RoomID, m.ForwardExtremities, m.Counts.Events
+		if n := m.ExpectedState.Lines; n > 0 && n != len(exp.After) {
+			return nil, fmt.Errorf("testrooms: %s/expected_state.jsonl has %d states, meta.json expected_state.lines says %d", dir, len(exp.After), n)
+		}
+	}
+	if len(exp.After) == 0 && len(exp.Current) == 0 {
+		return nil, fmt.Errorf("testrooms: %s records no state (expected_state.jsonl is empty and there is no current_state.json): nothing to compare", dir)
 	}
 	return exp, nil
 }

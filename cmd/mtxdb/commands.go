@@ -411,7 +411,7 @@ func loadExpectedDirs(paths []string) (map[string][]*testrooms.Expected, error) 
 				return nil, err
 			}
 			if exp.RoomID == "" {
-				return nil, fmt.Errorf("%s: meta.json names no room_id", d)
+				return nil, fmt.Errorf("%s: no meta.json naming the room_id", d)
 			}
 			out[exp.RoomID] = append(out[exp.RoomID], exp)
 		}

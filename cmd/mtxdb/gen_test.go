@@ -111,3 +111,41 @@ func TestCLIGenSignalCleansUp(t *testing.T) {
 		t.Errorf("left behind: %s", e.Name())
 	}
 }
+
+// TestCLIVerifyDamagedExpectations: recorded state that lost lines, or records
+// nothing at all, is refused instead of passing with fewer (or no) comparisons —
+// found by a fresh-user pass (compared_events=0 mismatches=0, exit 0).
+func TestCLIVerifyDamagedExpectations(t *testing.T) {
+	dir := t.TempDir()
+	roomDir, store := filepath.Join(dir, "r"), filepath.Join(dir, "s")
+	if o, code := run(t, "gen", "--out", roomDir, "--events", "200", "--servers", "2"); code != 0 {
+		t.Fatalf("gen: exit %d\n%s", code, o)
+	}
+	if o, code := run(t, "import", "--store", store, roomDir); code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, o)
+	}
+	if o, code := run(t, "replay", "--store", store); code != 0 {
+		t.Fatalf("replay: exit %d\n%s", code, o)
+	}
+	exp := filepath.Join(roomDir, "expected_state.jsonl")
+	b, err := os.ReadFile(exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	if err := os.WriteFile(exp, []byte(strings.Join(lines[1:], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if o, code := run(t, "verify", "--store", store, "--expected", roomDir); code == 0 || !strings.Contains(o, "expected_state.lines says") {
+		t.Errorf("one line dropped: exit %d\n%s", code, o)
+	}
+	if err := os.WriteFile(exp, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(roomDir, "current_state.json")); err != nil {
+		t.Fatal(err)
+	}
+	if o, code := run(t, "verify", "--store", store, "--expected", roomDir); code == 0 || !strings.Contains(o, "has 0 states") {
+		t.Errorf("nothing recorded: exit %d\n%s", code, o)
+	}
+}

@@ -27,9 +27,13 @@ func Generate(opts Options, dir string, progress func(done int)) (*Meta, error) 
 	if err := r.run(progress); err != nil {
 		return nil, err
 	}
+	name := filepath.Base(dir)
+	if abs, err := outPath(dir); err == nil {
+		name = filepath.Base(abs) // "--out ." names the directory, not "."
+	}
 	var meta *Meta
 	err = publish(dir, func(tmp string) (err error) {
-		meta, err = r.write(tmp, filepath.Base(dir))
+		meta, err = r.write(tmp, name)
 		return err
 	})
 	return meta, err
