@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/matrix-org/gomatrixserverlib"
@@ -29,7 +30,7 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 	}()
 	var authPDUs []gomatrixserverlib.PDU
 	for _, id := range pdu.AuthEventIDs() {
-		if r.rejected[id] {
+		if r.Rejected(id) {
 			return fmt.Errorf("%w: event %s: auth event %s was rejected", ErrRejected, pdu.EventID(), id)
 		}
 		p, err := r.pdu(id)
@@ -52,8 +53,9 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 	}
 
 	var statePDUs []gomatrixserverlib.PDU
-	for _, t := range gomatrixserverlib.StateNeededForAuth([]gomatrixserverlib.PDU{pdu}).Tuples() {
-		id, ok, err := r.room.Lookup(r.rd, before, t.EventType, t.StateKey)
+	same := true // the state before gives exactly the auth events, key for key
+	for _, t := range r.cache.neededFor(pdu) {
+		id, ok, err := r.lookup(before, Key{t.EventType, t.StateKey})
 		if err != nil {
 			return err
 		}
@@ -66,6 +68,12 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 		}
 		statePDUs = append(statePDUs, p)
 	}
+	if same = sameByKey(authPDUs, statePDUs); same {
+		// The rules read the same event for every key they ask: the outcome is the
+		// one just computed (gomatrixserverlib.Allowed is a function of the event
+		// and those events).
+		return nil
+	}
 	se, err := gomatrixserverlib.NewAuthEvents(statePDUs)
 	if err != nil {
 		return fmt.Errorf("%w: event %s: state before: %v", ErrRejected, pdu.EventID(), err)
@@ -76,6 +84,29 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 		return fmt.Errorf("%w: event %s: against the state before it: %v", ErrRejected, pdu.EventID(), err)
 	}
 	return nil
+}
+
+// sameByKey reports whether two lists of state events hold, key for key, the same
+// events, each key once.
+func sameByKey(a, b []gomatrixserverlib.PDU) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		if x.StateKey() == nil {
+			return false
+		}
+		n := 0
+		for _, y := range a {
+			if y.StateKey() != nil && keyOf(y) == keyOf(x) {
+				n++
+			}
+		}
+		if n != 1 || !slices.ContainsFunc(b, func(y gomatrixserverlib.PDU) bool { return y.EventID() == x.EventID() }) {
+			return false
+		}
+	}
+	return true
 }
 
 // ReplayOptions tune Replay.
@@ -142,20 +173,36 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 		return ReplayResult{}, err
 	}
 	r.OnResolve = opts.OnResolve
-	ids, err := room.EventIDs()
+	// Load the auth index up front, so its one pass over the room is not charged
+	// to the first resolution.
+	g, err := r.graph()
 	if err != nil {
 		return ReplayResult{}, err
 	}
-	// Build the auth index (metadata of every event, auth children) up front, so its
-	// one pass over the room is not charged to the first resolution.
-	if _, err := r.AuthChildren(""); err != nil {
-		return ReplayResult{}, err
-	}
-	r.replayed = make(map[string]bool, len(ids))
-	after := make(map[string]hamtstore.NodeID, len(ids))
-	computed := map[string]bool{}
-	referenced := map[string]bool{}
-	var res ReplayResult
+	n := len(g.ids)
+	rp := &replay{r: r, g: g, opts: opts, after: make([]hamtstore.NodeID, n), hasAfter: make([]bool, n),
+		computed: make([]bool, n), referenced: make([]bool, n), dropped: make([]bool, n)}
+	return rp.run()
+}
+
+// replay is the state of one Replay: per event (by graph index) the state after it
+// once known, and what the walk learnt. Slices of the room's size hold a few bytes
+// per event; states are roots, never maps.
+type replay struct {
+	r          *Resolver
+	g          *graph
+	opts       ReplayOptions
+	res        ReplayResult
+	after      []hamtstore.NodeID
+	hasAfter   []bool
+	computed   []bool // state computed in this run
+	referenced []bool // named in prev_events by an accepted event
+	dropped    []bool // state record dropped by the keep rule
+}
+
+func (rp *replay) run() (ReplayResult, error) {
+	r, g, room, opts := rp.r, rp.g, rp.r.room, rp.opts
+	n := len(g.ids)
 	var batchIDs []string
 	var batch []roomstate.EventState
 	flush := func() error {
@@ -166,137 +213,141 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 		batchIDs, batch = batchIDs[:0], batch[:0]
 		return err
 	}
-	order, err := r.replayOrder(ids)
+	order, err := rp.replayOrder()
 	if err != nil {
-		return res, err
+		return rp.res, err
 	}
-	res.Outliers = len(ids) - len(order)
+	g.pos = make([]int32, n)
+	for i := range g.pos {
+		g.pos[i] = -1
+	}
+	for p, i := range order {
+		g.pos[i] = int32(p)
+	}
+	g.sortKidsByPosition()
+	rp.res.Outliers = n - len(order)
 	h0 := room.Head()
-	dropped := map[string]bool{} // state record dropped by the keep rule
-	late := map[string]bool{}    // arrived after the keep rule was set, or descends from such an event
-	afterOf := func(id string) (hamtstore.NodeID, error) {
-		return rederive(r, id, after, dropped, &res)
+	var late []bool // arrived after the keep rule was set, or descends from such an event
+	if h0.StateEvery > 0 {
+		late = make([]bool, n)
 	}
-	for i, id := range order {
-		m, err := r.meta(id)
-		if err != nil {
-			return res, err
-		}
-		if i%readerResetEvery == readerResetEvery-1 {
+	for p, i := range order {
+		r.upTo = int32(p) - 1
+		id := g.ids[i]
+		if p%readerResetEvery == readerResetEvery-1 {
 			r.rd.Reset() // bound the decoded nodes kept; later reads go to the store
 		}
-		if h0.StateEvery > 0 {
-			late[id] = m.Seq >= h0.StateKeptBelow
-			for _, p := range m.PrevEvents {
-				late[id] = late[id] || late[p]
-			}
-			for _, a := range m.AuthEvents {
-				late[id] = late[id] || late[a]
+		prevs, auths := g.g.Prev(int(i)), g.g.Auth(int(i))
+		if late != nil {
+			late[i] = uint32(i) >= h0.StateKeptBelow
+			for _, x := range slices.Concat(prevs, auths) {
+				late[i] = late[i] || late[x]
 			}
 		}
 		if !opts.Force {
-			kept, err := keepStored(r, m, after, computed, referenced)
-			if err == nil && !kept && h0.StateEvery > 0 && !late[id] && !h0.KeepsState(m) {
-				kept, err = keepDropped(r, m, computed, referenced)
-				if kept {
-					dropped[id] = true
-					res.NotKept++
+			kept, err := rp.keepStored(i)
+			if err == nil && !kept && h0.StateEvery > 0 && !late[i] && !h0.KeepsState(rp.metaForKeep(i)) {
+				if kept = rp.keepDropped(i); kept {
+					rp.dropped[i] = true
+					rp.res.NotKept++
 				}
 			}
 			if err != nil {
-				return res, err
+				return rp.res, err
 			}
 			if kept {
-				r.replayed[id] = true
-				res.Events++
-				if r.rejected[id] {
-					res.Rejected++
+				rp.res.Events++
+				if r.rejectedAt(i) {
+					rp.res.Rejected++
 				}
 				if opts.Progress != nil {
-					opts.Progress(i+1, len(ids))
+					opts.Progress(p+1, n)
 				}
 				continue
 			}
 		}
-		computed[id] = true
-		res.Computed++
-		prevRoots := make([]hamtstore.NodeID, 0, len(m.PrevEvents))
-		for _, p := range m.PrevEvents {
-			root, err := afterOf(p)
+		rp.computed[i] = true
+		rp.res.Computed++
+		prevRoots := make([]hamtstore.NodeID, 0, len(prevs))
+		for _, x := range prevs {
+			root, err := rp.afterOf(x)
 			if err != nil {
-				return res, fmt.Errorf("resolver: room %s: event %s: %w", room.ID(), id, err)
+				return rp.res, fmt.Errorf("resolver: room %s: event %s: %w", room.ID(), id, err)
 			}
 			prevRoots = append(prevRoots, root)
 		}
 		before, err := r.Resolve(prevRoots)
 		if err != nil {
-			return res, fmt.Errorf("event %s: %w", id, err)
+			return rp.res, fmt.Errorf("event %s: %w", id, err)
 		}
 		pdu, err := r.pdu(id)
 		if err != nil {
-			return res, err
+			return rp.res, err
 		}
 		st := roomstate.EventState{Before: before, After: before}
 		if aerr := r.Authorize(pdu, before); aerr != nil {
 			if !errors.Is(aerr, ErrRejected) {
-				return res, aerr
+				return rp.res, aerr
 			}
 			st.Rejected, st.Reason = true, aerr.Error()
-			r.rejected[id] = true
-			res.Rejected++
+			r.setRejected(i, true)
+			rp.res.Rejected++
 		} else {
-			for _, p := range m.PrevEvents {
-				referenced[p] = true
+			r.setRejected(i, false)
+			for _, x := range prevs {
+				rp.referenced[x] = true
 			}
-			if m.IsState {
-				st.After, err = hamtstore.Set(room.Nodes(), r.rd, before, roomstate.StateKey(m.Type, m.StateKey),
+			if k := g.keyOf(i); k >= 0 {
+				st.After, err = hamtstore.Set(room.Nodes(), r.rd, before, roomstate.StateKey(g.keys[k].Type, g.keys[k].StateKey),
 					hamtstore.Value(roomstate.EventRecordID(id)))
 				if err != nil {
-					return res, fmt.Errorf("resolver: room %s: event %s: write state: %w", room.ID(), id, err)
+					return rp.res, fmt.Errorf("resolver: room %s: event %s: write state: %w", room.ID(), id, err)
 				}
 			}
 		}
-		after[id] = st.After
-		r.replayed[id] = true
+		rp.after[i], rp.hasAfter[i] = st.After, true
 		batchIDs = append(batchIDs, id)
 		batch = append(batch, st)
 		if len(batchIDs) >= opts.BatchSize {
 			if err := flush(); err != nil {
-				return res, err
+				return rp.res, err
 			}
 		}
-		res.Events++
+		rp.res.Events++
 		if opts.Progress != nil {
-			opts.Progress(i+1, len(ids))
+			opts.Progress(p+1, n)
 		}
 	}
 	if err := flush(); err != nil {
-		return res, err
+		return rp.res, err
 	}
+	r.upTo = int32(len(order))
 
-	if res.Computed == 0 && room.Head().Replayed {
+	if rp.res.Computed == 0 && room.Head().Replayed {
 		h := room.Head()
-		res.ForwardExtremities, res.CurrentState = h.ForwardExtremities, h.CurrentState
-		return res, nil // nothing new: the stored head stands
+		rp.res.ForwardExtremities, rp.res.CurrentState = h.ForwardExtremities, h.CurrentState
+		return rp.res, nil // nothing new: the stored head stands
 	}
 	var fwd []string
-	var fwdRoots []hamtstore.NodeID
-	for _, id := range order {
-		if !r.rejected[id] && !referenced[id] {
-			fwd = append(fwd, id)
+	fwdIdx := map[string]int32{}
+	for _, i := range order {
+		if !r.rejectedAt(i) && !rp.referenced[i] {
+			fwd = append(fwd, g.ids[i])
+			fwdIdx[g.ids[i]] = i
 		}
 	}
 	sort.Strings(fwd)
+	var fwdRoots []hamtstore.NodeID
 	for _, id := range fwd {
-		root, err := afterOf(id)
+		root, err := rp.afterOf(fwdIdx[id])
 		if err != nil {
-			return res, fmt.Errorf("resolver: room %s: forward extremity: %w", room.ID(), err)
+			return rp.res, fmt.Errorf("resolver: room %s: forward extremity: %w", room.ID(), err)
 		}
 		fwdRoots = append(fwdRoots, root)
 	}
 	cur, err := r.Resolve(fwdRoots)
 	if err != nil {
-		return res, fmt.Errorf("current state: %w", err)
+		return rp.res, fmt.Errorf("current state: %w", err)
 	}
 	h := room.Head()
 	h.ForwardExtremities, h.CurrentState, h.Replayed = fwd, cur, true
@@ -304,39 +355,44 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 		h.StateEvery, h.StateKeptBelow = 0, 0 // every state record was written again
 	}
 	if err := room.SetHead(h); err != nil {
-		return res, err
+		return rp.res, err
 	}
 	if err := room.Sync(); err != nil {
-		return res, err
+		return rp.res, err
 	}
-	res.Resolutions, res.ConflictedKeys = r.Resolutions, r.ConflictedKeys
-	res.AuthDifference, res.FullConflicted = r.AuthDifference, r.FullConflicted
-	res.ForwardExtremities, res.CurrentState = fwd, cur
-	return res, nil
+	rp.res.Resolutions, rp.res.ConflictedKeys = r.Resolutions, r.ConflictedKeys
+	rp.res.AuthDifference, rp.res.FullConflicted = r.AuthDifference, r.FullConflicted
+	rp.res.ForwardExtremities, rp.res.CurrentState = fwd, cur
+	return rp.res, nil
 }
 
 // readerResetEvery bounds the HAMT nodes a replay keeps decoded: the reader is reset
 // every so many events (the nodes a later event needs are read again from the store).
 const readerResetEvery = 4096
 
+// metaForKeep is what Head.KeepsState reads of an event.
+func (rp *replay) metaForKeep(i int32) roomstate.EventMeta {
+	return roomstate.EventMeta{Seq: uint32(i), IsState: rp.g.keyOf(i) >= 0, EventID: rp.g.ids[i]}
+}
+
 // keepStored uses an event's stored state record when it has one and none of its
 // prev_events was computed in this run; it records what Replay tracks per event.
-func keepStored(r *Resolver, m roomstate.EventMeta, after map[string]hamtstore.NodeID,
-	computed, referenced map[string]bool) (bool, error) {
-	for _, p := range m.PrevEvents {
-		if computed[p] {
+func (rp *replay) keepStored(i int32) (bool, error) {
+	prevs := rp.g.g.Prev(int(i))
+	for _, x := range prevs {
+		if rp.computed[x] {
 			return false, nil
 		}
 	}
-	st, ok, err := r.room.EventState(m.EventID)
+	st, ok, err := rp.r.room.EventState(rp.g.ids[i])
 	if err != nil || !ok {
 		return false, err
 	}
-	after[m.EventID] = st.After
-	r.rejected[m.EventID] = st.Rejected
+	rp.after[i], rp.hasAfter[i] = st.After, true
+	rp.r.setRejected(i, st.Rejected)
 	if !st.Rejected {
-		for _, p := range m.PrevEvents {
-			referenced[p] = true
+		for _, x := range prevs {
+			rp.referenced[x] = true
 		}
 	}
 	return true, nil
@@ -346,47 +402,45 @@ func keepStored(r *Resolver, m roomstate.EventMeta, after map[string]hamtstore.N
 // an every-k repack drop, unless one of its prev_events was computed in this run (then
 // it is computed and its record written again). Such an event was accepted (the
 // repack keeps rejected events' records), so it references its prev_events.
-func keepDropped(r *Resolver, m roomstate.EventMeta, computed, referenced map[string]bool) (bool, error) {
-	for _, p := range m.PrevEvents {
-		if computed[p] {
-			return false, nil
+func (rp *replay) keepDropped(i int32) bool {
+	prevs := rp.g.g.Prev(int(i))
+	for _, x := range prevs {
+		if rp.computed[x] {
+			return false
 		}
 	}
-	r.rejected[m.EventID] = false
-	for _, p := range m.PrevEvents {
-		referenced[p] = true
+	rp.r.setRejected(i, false)
+	for _, x := range prevs {
+		rp.referenced[x] = true
 	}
-	return true, nil
+	return true
 }
 
-// rederive returns the state after an event: from after, or, for an event whose
-// state record was dropped, recomputed as the resolution of the states after its
+// afterOf returns the state after an event: known, or, for an event whose state
+// record was dropped, recomputed as the resolution of the states after its
 // prev_events (a dropped event is an accepted non-state event, so its state after
 // is its state before), walking up through dropped ancestors to stored states. The
-// states recomputed are cached in after; nothing is written.
-func rederive(r *Resolver, id string, after map[string]hamtstore.NodeID, dropped map[string]bool, res *ReplayResult) (hamtstore.NodeID, error) {
-	if root, ok := after[id]; ok {
-		return root, nil
+// states recomputed are kept; nothing is written.
+func (rp *replay) afterOf(i int32) (hamtstore.NodeID, error) {
+	if rp.hasAfter[i] {
+		return rp.after[i], nil
 	}
-	stack := []string{id}
+	stack := []int32{i}
 	for len(stack) > 0 {
 		x := stack[len(stack)-1]
-		if _, ok := after[x]; ok {
+		if rp.hasAfter[x] {
 			stack = stack[:len(stack)-1]
 			continue
 		}
-		if !dropped[x] {
-			return hamtstore.NodeID{}, fmt.Errorf("prev_event %s not replayed before it", x)
+		if !rp.dropped[x] {
+			return hamtstore.NodeID{}, fmt.Errorf("prev_event %s not replayed before it", rp.g.ids[x])
 		}
-		m, err := r.meta(x)
-		if err != nil {
-			return hamtstore.NodeID{}, err
-		}
-		roots := make([]hamtstore.NodeID, 0, len(m.PrevEvents))
+		prevs := rp.g.g.Prev(int(x))
+		roots := make([]hamtstore.NodeID, 0, len(prevs))
 		pending := false
-		for _, p := range m.PrevEvents {
-			if root, ok := after[p]; ok {
-				roots = append(roots, root)
+		for _, p := range prevs {
+			if rp.hasAfter[p] {
+				roots = append(roots, rp.after[p])
 			} else {
 				stack = append(stack, p)
 				pending = true
@@ -395,95 +449,105 @@ func rederive(r *Resolver, id string, after map[string]hamtstore.NodeID, dropped
 		if pending {
 			continue
 		}
-		root, err := r.Resolve(roots)
+		root, err := rp.r.Resolve(roots)
 		if err != nil {
-			return hamtstore.NodeID{}, fmt.Errorf("event %s (state not kept): %w", x, err)
+			return hamtstore.NodeID{}, fmt.Errorf("event %s (state not kept): %w", rp.g.ids[x], err)
 		}
-		after[x] = root
-		res.Rederived++
+		rp.after[x], rp.hasAfter[x] = root, true
+		rp.res.Rederived++
 		stack = stack[:len(stack)-1]
 	}
-	return after[id], nil
+	return rp.after[i], nil
 }
 
 // replayOrder returns the events whose prev and auth events are all present,
 // parents before children, ties broken by arrival (Kahn's algorithm over
 // prev_events and auth_events).
-func (r *Resolver) replayOrder(ids []string) ([]string, error) {
-	present := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		present[id] = true
+func (rp *replay) replayOrder() ([]int32, error) {
+	g := rp.g
+	n := len(g.ids)
+	pending := make([]int32, n)
+	childOff := make([]int32, n+1)
+	outlier := make([]bool, n)
+	var missing []int32
+	parentsOf := func(i int) []int32 {
+		ps := slices.Concat(g.g.Prev(i), g.g.Auth(i))
+		slices.Sort(ps)
+		return slices.Compact(ps)
 	}
-	pending := make(map[string]int, len(ids))
-	children := make(map[string][]string, len(ids))
-	seq := make(map[string]uint32, len(ids))
-	var missing []string
-	for _, id := range ids {
-		m, err := r.meta(id)
-		if err != nil {
-			return nil, err
-		}
-		seq[id] = m.Seq
-		parents := map[string]bool{}
-		for _, p := range append(append([]string(nil), m.PrevEvents...), m.AuthEvents...) {
-			if !present[p] {
-				missing = append(missing, id)
-				break
+	for i := range n {
+		for _, p := range parentsOf(i) {
+			if p < 0 {
+				missing = append(missing, int32(i))
+				continue
 			}
-			parents[p] = true
-		}
-		for p := range parents {
-			pending[id]++
-			children[p] = append(children[p], id)
+			childOff[p+1]++
 		}
 	}
-	outlier := map[string]bool{}
-	for _, id := range missing { // an outlier's descendants are outliers too
-		stack := []string{id}
+	for i := range n {
+		childOff[i+1] += childOff[i]
+	}
+	children := make([]int32, childOff[n])
+	fill := slices.Clone(childOff[:n])
+	for i := range n {
+		ps := parentsOf(i)
+		if len(ps) > 0 && ps[0] < 0 {
+			continue // an outlier: its present parents do not wait for it
+		}
+		for _, p := range ps {
+			children[fill[p]] = int32(i)
+			fill[p]++
+			pending[i]++
+		}
+	}
+	kids := func(x int32) []int32 { return children[childOff[x]:fill[x]] }
+	for _, i := range missing { // an outlier's descendants are outliers too
+		stack := []int32{i}
 		for len(stack) > 0 {
 			x := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
 			if !outlier[x] {
 				outlier[x] = true
-				stack = append(stack, children[x]...)
+				stack = append(stack, kids(x)...)
 			}
 		}
 	}
-	ready := &seqHeap{seq: seq}
-	for _, id := range ids {
-		if pending[id] == 0 && !outlier[id] {
-			heap.Push(ready, id)
+	nOut := 0
+	ready := &indexHeap{}
+	for i := range n {
+		if outlier[i] {
+			nOut++
+		} else if pending[i] == 0 {
+			heap.Push(ready, int32(i))
 		}
 	}
-	order := make([]string, 0, len(ids)-len(outlier))
+	order := make([]int32, 0, n-nOut)
 	for ready.Len() > 0 {
-		id := heap.Pop(ready).(string)
-		order = append(order, id)
-		for _, c := range children[id] {
+		i := heap.Pop(ready).(int32)
+		order = append(order, i)
+		for _, c := range kids(i) {
 			if pending[c]--; pending[c] == 0 && !outlier[c] {
 				heap.Push(ready, c)
 			}
 		}
 	}
-	if len(order)+len(outlier) != len(ids) {
+	if len(order)+nOut != n {
 		return nil, fmt.Errorf("resolver: room %s: prev/auth events form a cycle among %d events",
-			r.room.ID(), len(ids)-len(order)-len(outlier))
+			rp.r.room.ID(), n-len(order)-nOut)
 	}
 	return order, nil
 }
 
-// seqHeap pops the event that arrived first.
-type seqHeap struct {
-	ids []string
-	seq map[string]uint32
-}
+// indexHeap pops the event that arrived first (the lowest index).
+type indexHeap []int32
 
-func (h *seqHeap) Len() int           { return len(h.ids) }
-func (h *seqHeap) Less(i, j int) bool { return h.seq[h.ids[i]] < h.seq[h.ids[j]] }
-func (h *seqHeap) Swap(i, j int)      { h.ids[i], h.ids[j] = h.ids[j], h.ids[i] }
-func (h *seqHeap) Push(x any)         { h.ids = append(h.ids, x.(string)) }
-func (h *seqHeap) Pop() any {
-	x := h.ids[len(h.ids)-1]
-	h.ids = h.ids[:len(h.ids)-1]
+func (h indexHeap) Len() int           { return len(h) }
+func (h indexHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h indexHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *indexHeap) Push(x any)        { *h = append(*h, x.(int32)) }
+func (h *indexHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
 	return x
 }

@@ -21,6 +21,7 @@
 package resolver
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -62,21 +63,27 @@ type ResolutionStats struct {
 	Duration       time.Duration
 }
 
-// Resolver resolves and authorises events of one room. It caches parsed PDUs and
-// metadata for its lifetime. Not safe for concurrent use.
+// Resolver resolves and authorises events of one room. It caches parsed PDUs (a
+// bounded LRU) and, from first use, the room's dense auth index (graph: ~150 bytes
+// per event) for its lifetime. Not safe for concurrent use.
 type Resolver struct {
-	room     *roomstate.Room
-	rd       *hamtstore.Reader
-	algo     gomatrixserverlib.StateResAlgorithm
-	pdus     *lru.Cache[string, gomatrixserverlib.PDU] // parsed PDUs, bounded
-	metas    map[string]roomstate.EventMeta            // the room's auth index, grows to the room
-	rejected map[string]bool                           // rejection status known so far (replay sets it)
-	children map[string][]string
-	// authDepth: event ID -> auth depth (AuthOrder), filled on use.
-	authDepth map[string]int64
-	replayed  map[string]bool // during Replay: events whose state is known so far
-	create    gomatrixserverlib.PDU
-	cache     *Cache
+	room *roomstate.Room
+	rd   *hamtstore.Reader
+	algo gomatrixserverlib.StateResAlgorithm
+	pdus *lru.Cache[string, gomatrixserverlib.PDU] // parsed PDUs, bounded
+	g    *graph                                    // the room's auth index, built on first use
+	// rej is the rejection status per graph index: 0 not known yet (read the
+	// state record), 1 accepted, 2 rejected.
+	rej []uint8
+	// upTo is, during Replay, the replay position of the last event replayed: auth
+	// children not replayed yet are left out (they are in no state being resolved).
+	upTo   int32
+	create gomatrixserverlib.PDU
+	cache  *Cache
+	// memo: resolved snapshot by the sorted set of input snapshots (a snapshot is
+	// content-addressed, so a set always resolves to the same root). Most events
+	// that change no state share the state before them, so merges repeat sets.
+	memo map[string]hamtstore.NodeID
 
 	// OnResolve, if set, is called after each resolution of two or more distinct
 	// snapshots with what it cost.
@@ -85,6 +92,12 @@ type Resolver struct {
 
 	Stats
 }
+
+const (
+	rejUnknown uint8 = iota
+	rejAccepted
+	rejRejected
+)
 
 // New returns a resolver for room. It fails for a room version gomatrixserverlib does
 // not know.
@@ -98,34 +111,72 @@ func New(room *roomstate.Room) (*Resolver, error) {
 		return nil, err
 	}
 	return &Resolver{
-		room:     room,
-		rd:       room.NewReader(),
-		algo:     verImpl.StateResAlgorithm(),
-		pdus:     pdus,
-		cache:    NewCache(),
-		metas:    map[string]roomstate.EventMeta{},
-		rejected: map[string]bool{},
+		room:  room,
+		rd:    room.NewReader(),
+		algo:  verImpl.StateResAlgorithm(),
+		pdus:  pdus,
+		cache: NewCache(),
+		memo:  map[string]hamtstore.NodeID{},
 	}, nil
 }
 
 // pduCacheSize bounds the parsed PDUs a Resolver keeps (a PDU is about 1-2 KB parsed).
 const pduCacheSize = 20_000
 
+// maxResolveMemo bounds Resolver.memo (an entry is ~50-100 bytes).
+const maxResolveMemo = 1 << 16
+
 // Reader returns the resolver's HAMT reader (its decoded nodes are shared).
 func (r *Resolver) Reader() *hamtstore.Reader { return r.rd }
+
+// graph returns the room's auth index, loading it on first use.
+func (r *Resolver) graph() (*graph, error) {
+	if r.g == nil {
+		g, err := newGraph(r.room)
+		if err != nil {
+			return nil, err
+		}
+		r.g, r.rej = g, make([]uint8, len(g.ids))
+	}
+	return r.g, nil
+}
+
+// index returns the graph index of an event of the room.
+func (r *Resolver) index(eventID string) (*graph, int32, error) {
+	g, err := r.graph()
+	if err != nil {
+		return nil, 0, err
+	}
+	i, err := g.idx(eventID)
+	return g, i, err
+}
 
 // Event implements EventSource over the room's stored PDUs.
 func (r *Resolver) Event(eventID string) (gomatrixserverlib.PDU, error) { return r.pdu(eventID) }
 
 // Rejected implements EventSource: the event's rejection as replay recorded it.
 func (r *Resolver) Rejected(eventID string) bool {
-	if rej, ok := r.rejected[eventID]; ok {
-		return rej
+	_, i, err := r.index(eventID)
+	return err == nil && r.rejectedAt(i)
+}
+
+// rejectedAt is Rejected by graph index.
+func (r *Resolver) rejectedAt(i int32) bool {
+	if r.rej[i] == rejUnknown {
+		st, ok, err := r.room.EventState(r.g.ids[i])
+		r.rej[i] = rejAccepted
+		if err == nil && ok && st.Rejected {
+			r.rej[i] = rejRejected
+		}
 	}
-	st, ok, err := r.room.EventState(eventID)
-	rej := err == nil && ok && st.Rejected
-	r.rejected[eventID] = rej
-	return rej
+	return r.rej[i] == rejRejected
+}
+
+func (r *Resolver) setRejected(i int32, rejected bool) {
+	r.rej[i] = rejAccepted
+	if rejected {
+		r.rej[i] = rejRejected
+	}
 }
 
 func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
@@ -135,7 +186,11 @@ func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
 	if p, ok := r.pdus.Get(eventID); ok {
 		return p, nil
 	}
-	p, err := r.room.Event(eventID)
+	redacted := true // unknown: parse and check as at import
+	if g, i, err := r.index(eventID); err == nil {
+		redacted = g.g.Redacted[i]
+	}
+	p, err := r.room.StoredEvent(eventID, redacted)
 	if err != nil {
 		return nil, err
 	}
@@ -144,29 +199,34 @@ func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
 	return p, nil
 }
 
-func (r *Resolver) meta(eventID string) (roomstate.EventMeta, error) {
-	if m, ok := r.metas[eventID]; ok {
-		return m, nil
-	}
-	m, err := r.room.Meta(eventID)
-	if err != nil {
-		return m, err
-	}
-	r.metas[eventID] = m
-	return m, nil
-}
-
+// eventIDOf returns the event a snapshot value names.
 func (r *Resolver) eventIDOf(v hamtstore.Value) (string, error) {
+	g, err := r.graph()
+	if err != nil {
+		return "", err
+	}
+	if i, ok := g.byRecord[packstore.ID(v)]; ok {
+		return g.ids[i], nil
+	}
 	m, err := r.room.MetaByRecord(packstore.ID(v))
 	if err != nil {
 		return "", err
 	}
-	r.metas[m.EventID] = m
 	return m.EventID, nil
 }
 
+// lookup returns the event at a key of a snapshot.
+func (r *Resolver) lookup(root hamtstore.NodeID, k Key) (string, bool, error) {
+	v, ok, err := r.rd.Get(root, roomstate.StateKey(k.Type, k.StateKey))
+	if err != nil || !ok {
+		return "", false, err
+	}
+	id, err := r.eventIDOf(v)
+	return id, err == nil, err
+}
+
 // authChain returns the union of the auth chains of the given events, read from
-// metadata records, not PDUs.
+// the auth index, not PDUs.
 func (r *Resolver) authChain(eventIDs []string) (map[string]bool, error) {
 	w := &reachWalk{next: r.AuthEvents, seen: map[string]bool{}, stack: slices.Clone(eventIDs)}
 	for !w.done() {
@@ -205,6 +265,34 @@ func (r *Resolver) Resolve(roots []hamtstore.NodeID) (hamtstore.NodeID, error) {
 	case 1:
 		return uniq[0], nil
 	}
+	memoKey := rootSetKey(uniq)
+	if root, ok := r.memo[memoKey]; ok {
+		return root, nil
+	}
+	root, err := r.resolve(uniq)
+	if err != nil {
+		return root, err
+	}
+	if len(r.memo) >= maxResolveMemo {
+		clear(r.memo)
+	}
+	r.memo[memoKey] = root
+	return root, nil
+}
+
+// rootSetKey names a set of snapshots: their IDs, sorted, concatenated.
+func rootSetKey(roots []hamtstore.NodeID) string {
+	s := slices.Clone(roots)
+	slices.SortFunc(s, func(a, b hamtstore.NodeID) int { return bytes.Compare(a[:], b[:]) })
+	b := make([]byte, 0, len(s)*len(hamtstore.NodeID{}))
+	for _, x := range s {
+		b = append(b, x[:]...)
+	}
+	return string(b)
+}
+
+// resolve resolves two or more distinct snapshots.
+func (r *Resolver) resolve(uniq []hamtstore.NodeID) (hamtstore.NodeID, error) {
 	r.Resolutions++
 	if r.OnResolve != nil {
 		start, before, nodes := time.Now(), r.Stats, r.rd.NodesRead()
@@ -282,18 +370,18 @@ func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) ([]
 		if conflictedKey[k] {
 			return "", false, nil
 		}
-		v, ok, err := r.rd.Get(base, roomstate.StateKey(k.Type, k.StateKey))
-		if err != nil || !ok {
-			return "", false, err
-		}
-		id, err := r.eventIDOf(v)
-		return id, err == nil, err
+		return r.lookup(base, k)
 	}
 	var err error
 	if in.Create, err = r.createEvent(base); err != nil {
 		return nil, err
 	}
-	res, err := ResolveConflicts(in, r, r)
+	g, err := r.graph()
+	if err != nil {
+		return nil, err
+	}
+	view := &resView{r: r, g: g, unconflicted: in.Unconflicted, memo: map[int32]int32{}}
+	res, err := ResolveConflicts(in, r, view)
 	if err != nil {
 		return nil, fmt.Errorf("room %s: %w", r.room.ID(), err)
 	}
@@ -312,109 +400,129 @@ func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) ([]
 
 // AuthOrder implements AuthOrderer with the event's auth depth: 0 for an event
 // without auth events, otherwise one more than the deepest of its auth events
-// (computed from the metadata records and kept for the resolver's lifetime). It
-// fails for an event whose auth chain is not stored or has a cycle.
+// (computed from the auth index and kept for the resolver's lifetime). It fails
+// for an event not in the room or whose auth chain has a cycle.
 func (r *Resolver) AuthOrder(eventID string) (int64, error) {
-	if d, ok := r.authDepth[eventID]; ok {
-		return d, nil
+	g, i, err := r.index(eventID)
+	if err != nil {
+		return 0, err
 	}
-	if r.authDepth == nil {
-		r.authDepth = map[string]int64{}
-	}
-	// Depth-first with an explicit stack (a membership history can be thousands of
-	// events deep). An event is expanded (its auth events pushed) once; an expanded
-	// event met again before it is done is on the current path: a cycle (bad data).
-	expanded := map[string]bool{}
-	stack := []string{eventID}
-	for len(stack) > 0 {
-		id := stack[len(stack)-1]
-		if _, done := r.authDepth[id]; done {
-			stack = stack[:len(stack)-1]
-			continue
-		}
-		m, err := r.meta(id)
-		if err != nil {
-			return 0, err
-		}
-		if !expanded[id] {
-			expanded[id] = true
-			pushed := false
-			for _, a := range m.AuthEvents {
-				if _, done := r.authDepth[a]; done {
-					continue
-				}
-				if expanded[a] {
-					return 0, fmt.Errorf("%w: auth_events cycle at %s", ErrResolution, a)
-				}
-				stack = append(stack, a)
-				pushed = true
-			}
-			if pushed {
-				continue
-			}
-		}
-		depth := int64(0)
-		for _, a := range m.AuthEvents {
-			depth = max(depth, r.authDepth[a]+1)
-		}
-		r.authDepth[id] = depth
-		stack = stack[:len(stack)-1]
-	}
-	return r.authDepth[eventID], nil
+	return g.authDepth(i)
 }
 
-// AuthEvents implements AuthIndex from the metadata records.
+// AuthEvents implements AuthIndex from the auth index.
 func (r *Resolver) AuthEvents(eventID string) ([]string, error) {
-	m, err := r.meta(eventID)
-	return m.AuthEvents, err
+	g, i, err := r.index(eventID)
+	if err != nil {
+		return nil, err
+	}
+	return g.authIDs[i], nil
 }
 
 // AuthChildren implements AuthIndex: the state events that cite eventID in their
-// auth_events, from an index of the whole room built on first use. Non-state events
-// are left out: nothing may cite them as auth events, so they lead to no event of a
-// state. During a replay, events not replayed yet are left out too (they are in no
-// state being resolved).
+// auth_events, from the auth index. Non-state events are left out: nothing may
+// cite them as auth events, so they lead to no event of a state. During a replay,
+// events not replayed yet are left out too (they are in no state being resolved).
+// The returned slice must not be modified.
 func (r *Resolver) AuthChildren(eventID string) ([]string, error) {
-	if r.children == nil {
-		ids, err := r.room.EventIDs()
-		if err != nil {
-			return nil, err
-		}
-		r.children = make(map[string][]string, len(ids))
-		for _, id := range ids {
-			m, err := r.meta(id)
-			if err != nil {
-				return nil, err
-			}
-			if !m.IsState {
-				continue
-			}
-			for _, a := range m.AuthEvents {
-				r.children[a] = append(r.children[a], id)
-			}
-		}
+	g, i, err := r.index(eventID)
+	if err != nil {
+		return nil, err
 	}
-	kids := r.children[eventID]
-	if r.replayed == nil {
-		return kids, nil
-	}
-	out := kids[:0:0]
-	for _, k := range kids {
-		if r.replayed[k] {
-			out = append(out, k)
-		}
-	}
-	return out, nil
+	return g.children(i, r.upTo), nil
 }
 
-// StateKeyOf implements AuthIndex from the metadata records.
+// StateKeyOf implements AuthIndex from the auth index.
 func (r *Resolver) StateKeyOf(eventID string) (Key, bool, error) {
-	m, err := r.meta(eventID)
+	g, i, err := r.index(eventID)
 	if err != nil {
 		return Key{}, false, err
 	}
-	return Key{m.Type, m.StateKey}, m.IsState, nil
+	if k := g.keyOf(i); k >= 0 {
+		return g.keys[k], true, nil
+	}
+	return Key{}, false, nil
 }
+
+// resView is the AuthIndex of one resolution's auth difference. It answers as the
+// room's auth index does, except where it knows an event z to be a same-key
+// ancestor of the unconflicted state event u of z's key (z = u, or z reached from u
+// through the auth event with u's key: previous power levels, a member's previous
+// membership): such a z is u or in u's auth chain, so in every state's full auth
+// chain.
+//
+//   - AuthEvents(z) is empty: the walk includes z but does not go on through it.
+//     The difference stays the same: an event x outside that closure is reached by
+//     the same paths (a path through z would make x an ancestor of u), and an event
+//     strictly inside it is left out of the difference by ResolveConflicts either
+//     way (u descends from it), while z itself is still reached wherever it was.
+//   - AuthChildren(z), for z != u, is [u]: the only question asked of it is whether
+//     an event of the unconflicted map descends from z, and u is one.
+//
+// Without this every resolution walks the room's power-levels and membership
+// histories, which grow with the room. Same-key ancestry is answered by jump
+// pointers (graph.sameKeyAncestor) in O(log lineage).
+type resView struct {
+	r            *Resolver
+	g            *graph
+	unconflicted func(Key) (string, bool, error)
+	memo         map[int32]int32 // key index -> unconflicted event index, -1 for none
+}
+
+// unconflictedOf returns the unconflicted state event with i's key, if any.
+func (v *resView) unconflictedOf(i int32) (int32, bool, error) {
+	k := v.g.keyOf(i)
+	if k < 0 {
+		return 0, false, nil
+	}
+	u, ok := v.memo[k]
+	if !ok {
+		u = -1
+		id, found, err := v.unconflicted(v.g.keys[k])
+		if err != nil {
+			return 0, false, err
+		}
+		if found {
+			if u, err = v.g.idx(id); err != nil {
+				return 0, false, err
+			}
+		}
+		v.memo[k] = u
+	}
+	return u, u >= 0, nil
+}
+
+func (v *resView) AuthEvents(eventID string) ([]string, error) {
+	i, err := v.g.idx(eventID)
+	if err != nil {
+		return nil, err
+	}
+	u, ok, err := v.unconflictedOf(i)
+	if err != nil {
+		return nil, err
+	}
+	if ok && v.g.sameKeyAncestor(i, u) {
+		return nil, nil
+	}
+	return v.g.authIDs[i], nil
+}
+
+func (v *resView) AuthChildren(eventID string) ([]string, error) {
+	i, err := v.g.idx(eventID)
+	if err != nil {
+		return nil, err
+	}
+	u, ok, err := v.unconflictedOf(i)
+	if err != nil {
+		return nil, err
+	}
+	if ok && u != i && v.g.sameKeyAncestor(i, u) {
+		return v.g.ids[u : u+1], nil
+	}
+	return v.g.children(i, v.r.upTo), nil
+}
+
+func (v *resView) StateKeyOf(eventID string) (Key, bool, error) { return v.r.StateKeyOf(eventID) }
 
 // createEvent returns the room's m.room.create, from a snapshot or else the arrival
 // log's first event.
@@ -422,7 +530,7 @@ func (r *Resolver) createEvent(root hamtstore.NodeID) (gomatrixserverlib.PDU, er
 	if r.create != nil {
 		return r.create, nil
 	}
-	id, ok, err := r.room.Lookup(r.rd, root, spec.MRoomCreate, "")
+	id, ok, err := r.lookup(root, Key{spec.MRoomCreate, ""})
 	if err != nil {
 		return nil, err
 	}

@@ -690,14 +690,20 @@ func (st *stateRes) iterativeAuthChecks(ids []string) error {
 // neededForAuth returns the state keys the authorization rules read for p
 // (gomatrixserverlib.StateNeededForAuth), remembered in the cache.
 func (st *stateRes) neededForAuth(p gomatrixserverlib.PDU) []gomatrixserverlib.StateKeyTuple {
-	if t, ok := st.cache.needed[p.EventID()]; ok {
+	return st.cache.neededFor(p)
+}
+
+// neededFor returns gomatrixserverlib.StateNeededForAuth's tuples for p,
+// remembered by event ID.
+func (c *Cache) neededFor(p gomatrixserverlib.PDU) []gomatrixserverlib.StateKeyTuple {
+	if t, ok := c.needed[p.EventID()]; ok {
 		return t
 	}
-	if len(st.cache.needed) >= maxAuthChecks {
-		clear(st.cache.needed)
+	if len(c.needed) >= maxAuthChecks {
+		clear(c.needed)
 	}
 	t := gomatrixserverlib.StateNeededForAuth([]gomatrixserverlib.PDU{p}).Tuples()
-	st.cache.needed[p.EventID()] = t
+	c.needed[p.EventID()] = t
 	return t
 }
 

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/spf13/cobra"
@@ -35,8 +36,22 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().Var(&readAhead, "read-ahead", "access-pattern hint for the shard mappings: random (MADV_RANDOM plus read-ahead of forward runs) or kernel (no hint)")
+	var cpuProfile string
+	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the command to this file (go tool pprof reads it)")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if cpuProfile == "" {
+			return nil
+		}
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		return pprof.StartCPUProfile(f)
+	}
+	defer pprof.StopCPUProfile() // a no-op when no profile was started
 	root.AddCommand(importCmd(), replayCmd(), verifyCmd(), repackCmd(), statsCmd(), benchRepackCmd(), demoCmd(), stateCmd(), benchResolverCmd(), genCmd())
 	if err := root.Execute(); err != nil {
+		pprof.StopCPUProfile()
 		var ee exitError
 		if errors.As(err, &ee) {
 			os.Exit(int(ee)) // the command printed what was wrong
