@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -9,18 +10,28 @@ import (
 )
 
 // AuthIndex answers the auth-graph questions the auth difference needs without
-// parsing PDUs. Resolver implements it over metadata records; callers that hold a
-// room in memory (the testrooms generator) implement it over their own arrays.
-// ResolveConflicts uses it only for the auth difference; the rest of the algorithm
-// reads auth_events from the EventSource (or, when the source has an
-// AuthEvents(eventID) method, from that), which must be the events' real edges.
+// parsing PDUs, over dense handles (int32) for the events of one room: the walks
+// it serves visit thousands of events per resolution in large rooms, and sets of
+// handles cost a fraction of sets of event IDs. Resolver implements it over the
+// room's graph records; callers that hold a room in memory (the testrooms
+// generator) implement it over their own arrays. ResolveConflicts uses it only
+// for the auth difference; the rest of the algorithm reads auth_events from the
+// EventSource (or, when the source has an AuthEvents(eventID) method, from that),
+// which must be the events' real edges.
 type AuthIndex interface {
-	// AuthEvents returns the auth_events of an event.
-	AuthEvents(eventID string) ([]string, error)
-	// AuthChildren returns the events that cite eventID in their auth_events.
-	AuthChildren(eventID string) ([]string, error)
-	// StateKeyOf returns an event's (type, state_key) and whether it is a state event.
-	StateKeyOf(eventID string) (Key, bool, error)
+	// Handle returns the handle of an event of the room.
+	Handle(eventID string) (int32, error)
+	// ID returns the event ID of a handle.
+	ID(h int32) string
+	// AuthEventsOf returns the auth_events of an event; a negative handle is an
+	// auth event the room does not hold (an error if the walk reaches it).
+	AuthEventsOf(h int32) []int32
+	// AuthChildrenOf returns the events that cite h in their auth_events (state
+	// events suffice: nothing cites another event as an auth event).
+	AuthChildrenOf(h int32) []int32
+	// StateKeyOfHandle returns an event's (type, state_key) and whether it is a
+	// state event.
+	StateKeyOfHandle(h int32) (Key, bool)
 }
 
 // ConflictInput describes one resolution by its conflicted part only.
@@ -126,24 +137,36 @@ func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolut
 // authDifference returns the events in some but not all of the states' full auth
 // chains, in sorted order.
 func authDifference(perState [][]string, unconflicted func(Key) (string, bool, error), idx AuthIndex) ([]string, error) {
-	ad := &authDiff{idx: idx, unconflicted: unconflicted, lineage: map[Key]*lineage{}, memo: map[string]bool{}}
-	if err := ad.findFloors(perState); err != nil {
+	ad := &authDiff{idx: idx, unconflicted: unconflicted, lineage: map[Key]*lineage{}, memo: map[int32]bool{},
+		uHandle: map[Key]int32{}}
+	handles := make([][]int32, len(perState))
+	for i, ids := range perState {
+		handles[i] = make([]int32, len(ids))
+		for j, id := range ids {
+			h, err := idx.Handle(id)
+			if err != nil {
+				return nil, err
+			}
+			handles[i][j] = h
+		}
+	}
+	if err := ad.findFloors(handles); err != nil {
 		return nil, err
 	}
-	chains := make([]map[string]bool, len(perState))
-	union := map[string]bool{}
-	for i, ids := range perState {
-		c, err := ad.chainOf(ids)
+	chains := make([]map[int32]bool, len(handles))
+	union := map[int32]bool{}
+	for i, hs := range handles {
+		c, err := ad.chainOf(hs)
 		if err != nil {
 			return nil, err
 		}
 		chains[i] = c
-		for id := range c {
-			union[id] = true
+		for h := range c {
+			union[h] = true
 		}
 	}
 	var diff []string
-	for _, x := range sortedIDs(union) {
+	for x := range union {
 		missing := false
 		for _, c := range chains {
 			if !c[x] {
@@ -159,9 +182,10 @@ func authDifference(perState [][]string, unconflicted func(Key) (string, bool, e
 			return nil, err
 		}
 		if !in {
-			diff = append(diff, x)
+			diff = append(diff, idx.ID(x))
 		}
 	}
+	sort.Strings(diff)
 	return diff, nil
 }
 
@@ -170,14 +194,19 @@ type authDiff struct {
 	idx          AuthIndex
 	unconflicted func(Key) (string, bool, error)
 	lineage      map[Key]*lineage
-	memo         map[string]bool // inUnconflictedChain answers
+	memo         map[int32]bool // inUnconflictedChain answers
+	uHandle      map[Key]int32  // the unconflicted event by key, -1 for none
 	// floors are events known to be in every state's full auth chain although no
 	// unconflicted event is above them (see findFloors).
-	floors map[string]bool
+	floors map[int32]bool
 }
 
 // maxFloorStates bounds the states findFloors handles (one bit per state).
 const maxFloorStates = 64
+
+// errNotInRoom is returned when an auth-graph walk reaches an auth event the
+// room does not hold.
+var errNotInRoom = errors.New("resolver: auth event not in the room")
 
 // findFloors finds, for each conflicted key that every state gives a value, the
 // floor of the key's lineage: the highest event reached from every state's value
@@ -191,40 +220,38 @@ const maxFloorStates = 64
 // The values' lineages are walked in lockstep from the values down; the first event
 // every walk has passed is their lowest common same-key ancestor (a walk passes it
 // before anything below it).
-func (ad *authDiff) findFloors(perState [][]string) error {
-	ad.floors = map[string]bool{}
+func (ad *authDiff) findFloors(perState [][]int32) error {
+	ad.floors = map[int32]bool{}
 	n := len(perState)
 	if n < 2 || n > maxFloorStates {
 		return nil
 	}
-	values := map[Key][]string{}
-	for i, ids := range perState {
-		for _, id := range ids {
-			k, isState, err := ad.idx.StateKeyOf(id)
-			if err != nil {
-				return err
-			}
+	values := map[Key][]int32{}
+	for i, hs := range perState {
+		for _, h := range hs {
+			k, isState := ad.idx.StateKeyOfHandle(h)
 			if isState && len(values[k]) == i {
-				values[k] = append(values[k], id)
+				values[k] = append(values[k], h)
 			}
 		}
 	}
 	all := uint64(1)<<n - 1
+	const none = -1
 	for k, vals := range values {
 		if len(vals) != n {
 			continue // some state has no value for k
 		}
 		cur := slices.Clone(vals)
-		passed := map[string]uint64{}
-		common := ""
-		for live := n; live > 0 && common == ""; {
+		passed := map[int32]uint64{}
+		common := int32(none)
+		for live := n; live > 0 && common == none; {
 			live = 0
 			for i, c := range cur {
-				if c == "" {
+				if c == none {
 					continue
 				}
 				if passed[c]&(1<<i) != 0 {
-					cur[i] = "" // a same-key cycle (bad data): stop this walk
+					cur[i] = none // a same-key cycle (bad data): stop this walk
 					continue
 				}
 				passed[c] |= 1 << i
@@ -236,69 +263,79 @@ func (ad *authDiff) findFloors(perState [][]string) error {
 				if err != nil {
 					return err
 				}
-				if cur[i] = next; next != "" {
+				if cur[i] = next; next != none {
 					live++
 				}
 			}
 		}
-		if common != "" && slices.Contains(vals, common) {
+		if common != none && slices.Contains(vals, common) {
 			p, err := ad.sameKeyParent(common, k)
 			if err != nil {
 				return err
 			}
 			common = p
 		}
-		if common != "" {
+		if common != none {
 			ad.floors[common] = true
 		}
 	}
 	return nil
 }
 
-// sameKeyParent returns the auth event of id with key k, or "".
-func (ad *authDiff) sameKeyParent(id string, k Key) (string, error) {
-	auth, err := ad.idx.AuthEvents(id)
-	if err != nil {
-		return "", err
-	}
-	for _, a := range auth {
-		ak, isState, err := ad.idx.StateKeyOf(a)
-		if err != nil {
-			return "", err
+// sameKeyParent returns the auth event of h with key k, or -1.
+func (ad *authDiff) sameKeyParent(h int32, k Key) (int32, error) {
+	for _, a := range ad.idx.AuthEventsOf(h) {
+		if a < 0 {
+			return -1, fmt.Errorf("%w: an auth event of %s", errNotInRoom, ad.idx.ID(h))
 		}
-		if isState && ak == k {
+		if ak, isState := ad.idx.StateKeyOfHandle(a); isState && ak == k {
 			return a, nil
 		}
 	}
-	return "", nil
+	return -1, nil
 }
 
 // lineage is the unconflicted event u of one key and the events reached from u
 // through auth events of the same key (its previous power levels, a member's
 // previous membership): every one of them but u is in u's auth chain.
 type lineage struct {
-	u      string // "" when the key is not in the unconflicted map
-	events map[string]bool
+	u      int32 // -1 when the key is not in the unconflicted map
+	events map[int32]bool
+}
+
+// unconflictedHandle returns the unconflicted event of a key, -1 for none.
+func (ad *authDiff) unconflictedHandle(k Key) (int32, error) {
+	if u, ok := ad.uHandle[k]; ok {
+		return u, nil
+	}
+	u := int32(-1)
+	id, found, err := ad.unconflicted(k)
+	if err != nil {
+		return 0, err
+	}
+	if found {
+		if u, err = ad.idx.Handle(id); err != nil {
+			return 0, err
+		}
+	}
+	ad.uHandle[k] = u
+	return u, nil
 }
 
 // inLineage reports whether z is the unconflicted event of its key (self) or in that
 // event's same-key lineage below it (below).
-func (ad *authDiff) inLineage(z string) (self, below bool, err error) {
-	key, isState, err := ad.idx.StateKeyOf(z)
-	if err != nil || !isState {
-		return false, false, err
+func (ad *authDiff) inLineage(z int32) (self, below bool, err error) {
+	key, isState := ad.idx.StateKeyOfHandle(z)
+	if !isState {
+		return false, false, nil
 	}
 	lin, ok := ad.lineage[key]
 	if !ok {
-		lin = &lineage{events: map[string]bool{}}
-		u, found, err := ad.unconflicted(key)
-		if err != nil {
+		lin = &lineage{events: map[int32]bool{}}
+		if lin.u, err = ad.unconflictedHandle(key); err != nil {
 			return false, false, err
 		}
-		if found {
-			lin.u = u
-		}
-		for cur := lin.u; cur != "" && !lin.events[cur]; {
+		for cur := lin.u; cur >= 0 && !lin.events[cur]; {
 			lin.events[cur] = true
 			if cur, err = ad.sameKeyParent(cur, key); err != nil {
 				return false, false, err
@@ -306,7 +343,7 @@ func (ad *authDiff) inLineage(z string) (self, below bool, err error) {
 		}
 		ad.lineage[key] = lin
 	}
-	if lin.u == "" || !lin.events[z] {
+	if lin.u < 0 || !lin.events[z] {
 		return false, false, nil
 	}
 	return z == lin.u, z != lin.u, nil
@@ -316,17 +353,17 @@ func (ad *authDiff) inLineage(z string) (self, below bool, err error) {
 // below an event of the unconflicted map or of its same-key lineage: such an event's
 // own auth chain is part of every state's full auth chain, so none of it can be in
 // the auth difference (the event itself is kept and tested like any other).
-func (ad *authDiff) chainOf(ids []string) (map[string]bool, error) {
-	seen := map[string]bool{}
-	stack := append([]string(nil), ids...)
+func (ad *authDiff) chainOf(hs []int32) (map[int32]bool, error) {
+	seen := map[int32]bool{}
+	stack := slices.Clone(hs)
 	for len(stack) > 0 {
-		id := stack[len(stack)-1]
+		h := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if seen[id] { // reached through the walk, not a starting event
-			if ad.floors[id] {
+		if seen[h] { // reached through the walk, not a starting event
+			if ad.floors[h] {
 				continue
 			}
-			self, below, err := ad.inLineage(id)
+			self, below, err := ad.inLineage(h)
 			if err != nil {
 				return nil, err
 			}
@@ -334,11 +371,10 @@ func (ad *authDiff) chainOf(ids []string) (map[string]bool, error) {
 				continue
 			}
 		}
-		auth, err := ad.idx.AuthEvents(id)
-		if err != nil {
-			return nil, err
-		}
-		for _, a := range auth {
+		for _, a := range ad.idx.AuthEventsOf(h) {
+			if a < 0 {
+				return nil, fmt.Errorf("%w: an auth event of %s", errNotInRoom, ad.idx.ID(h))
+			}
 			if !seen[a] {
 				seen[a] = true
 				stack = append(stack, a)
@@ -350,9 +386,9 @@ func (ad *authDiff) chainOf(ids []string) (map[string]bool, error) {
 
 // inUnconflictedChain reports whether some event of the unconflicted map has x in its
 // auth chain: at once when x is in the same-key lineage below an unconflicted event,
-// otherwise by walking auth_events edges forward from x (AuthChildren) until an
+// otherwise by walking auth_events edges forward from x (AuthChildrenOf) until an
 // unconflicted event is met.
-func (ad *authDiff) inUnconflictedChain(x string) (bool, error) {
+func (ad *authDiff) inUnconflictedChain(x int32) (bool, error) {
 	if v, ok := ad.memo[x]; ok {
 		return v, nil
 	}
@@ -365,16 +401,12 @@ func (ad *authDiff) inUnconflictedChain(x string) (bool, error) {
 		ad.memo[x] = true
 		return true, nil
 	}
-	seen := map[string]bool{x: true}
-	queue := []string{x}
+	seen := map[int32]bool{x: true}
+	queue := []int32{x}
 	for len(queue) > 0 {
 		cur := queue[0]
 		queue = queue[1:]
-		kids, err := ad.idx.AuthChildren(cur)
-		if err != nil {
-			return false, err
-		}
-		for _, k := range kids {
+		for _, k := range ad.idx.AuthChildrenOf(cur) {
 			if seen[k] {
 				continue
 			}
@@ -383,16 +415,12 @@ func (ad *authDiff) inUnconflictedChain(x string) (bool, error) {
 				ad.memo[x] = true
 				return true, nil
 			}
-			key, isState, err := ad.idx.StateKeyOf(k)
-			if err != nil {
-				return false, err
-			}
-			if isState {
-				id, ok, err := ad.unconflicted(key)
+			if key, isState := ad.idx.StateKeyOfHandle(k); isState {
+				u, err := ad.unconflictedHandle(key)
 				if err != nil {
 					return false, err
 				}
-				if ok && id == k {
+				if u == k {
 					ad.memo[x] = true
 					return true, nil
 				}

@@ -128,15 +128,21 @@ func (g *graph) keyOf(i int32) int32 { return g.g.Key[i] }
 // children returns the auth children of i (state events citing it), restricted
 // during a replay to those already replayed (g.pos set, kids sorted by position).
 func (g *graph) children(i int32, upTo int32) []string {
+	lo := g.kidsOff[i]
+	return g.kidIDs[lo : lo+int32(len(g.childHandles(i, upTo)))]
+}
+
+// childHandles is children by handle.
+func (g *graph) childHandles(i int32, upTo int32) []int32 {
 	lo, hi := g.kidsOff[i], g.kidsOff[i+1]
 	if g.pos == nil {
-		return g.kidIDs[lo:hi]
+		return g.kids[lo:hi]
 	}
 	end := lo
 	for end < hi && g.pos[g.kids[end]] >= 0 && g.pos[g.kids[end]] <= upTo {
 		end++
 	}
-	return g.kidIDs[lo:end]
+	return g.kids[lo:end]
 }
 
 // sortKidsByPosition orders each event's auth children by replay position (those

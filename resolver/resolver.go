@@ -382,6 +382,9 @@ func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) ([]
 	}
 	view := &resView{r: r, g: g, unconflicted: in.Unconflicted, memo: map[int32]int32{}}
 	res, err := ResolveConflicts(in, r, view)
+	if err == nil {
+		err = view.err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("room %s: %w", r.room.ID(), err)
 	}
@@ -467,62 +470,61 @@ type resView struct {
 	g            *graph
 	unconflicted func(Key) (string, bool, error)
 	memo         map[int32]int32 // key index -> unconflicted event index, -1 for none
+	err          error           // the first failed unconflicted lookup (reported after the walk)
 }
 
 // unconflictedOf returns the unconflicted state event with i's key, if any.
-func (v *resView) unconflictedOf(i int32) (int32, bool, error) {
+func (v *resView) unconflictedOf(i int32) (int32, bool) {
 	k := v.g.keyOf(i)
 	if k < 0 {
-		return 0, false, nil
+		return 0, false
 	}
 	u, ok := v.memo[k]
 	if !ok {
 		u = -1
 		id, found, err := v.unconflicted(v.g.keys[k])
-		if err != nil {
-			return 0, false, err
+		if err != nil && v.err == nil {
+			v.err = err
 		}
 		if found {
-			if u, err = v.g.idx(id); err != nil {
-				return 0, false, err
+			if x, ok := v.g.index[id]; ok {
+				u = x
 			}
 		}
 		v.memo[k] = u
 	}
-	return u, u >= 0, nil
+	return u, u >= 0
 }
 
-func (v *resView) AuthEvents(eventID string) ([]string, error) {
-	i, err := v.g.idx(eventID)
-	if err != nil {
-		return nil, err
+// Handle implements AuthIndex: the graph index.
+func (v *resView) Handle(eventID string) (int32, error) { return v.g.idx(eventID) }
+
+// ID implements AuthIndex.
+func (v *resView) ID(h int32) string { return v.g.ids[h] }
+
+// AuthEventsOf implements AuthIndex (see resView).
+func (v *resView) AuthEventsOf(h int32) []int32 {
+	if u, ok := v.unconflictedOf(h); ok && v.g.sameKeyAncestor(h, u) {
+		return nil
 	}
-	u, ok, err := v.unconflictedOf(i)
-	if err != nil {
-		return nil, err
-	}
-	if ok && v.g.sameKeyAncestor(i, u) {
-		return nil, nil
-	}
-	return v.g.authIDs[i], nil
+	return v.g.g.Auth(int(h))
 }
 
-func (v *resView) AuthChildren(eventID string) ([]string, error) {
-	i, err := v.g.idx(eventID)
-	if err != nil {
-		return nil, err
+// AuthChildrenOf implements AuthIndex (see resView).
+func (v *resView) AuthChildrenOf(h int32) []int32 {
+	if u, ok := v.unconflictedOf(h); ok && u != h && v.g.sameKeyAncestor(h, u) {
+		return []int32{u}
 	}
-	u, ok, err := v.unconflictedOf(i)
-	if err != nil {
-		return nil, err
-	}
-	if ok && u != i && v.g.sameKeyAncestor(i, u) {
-		return v.g.ids[u : u+1], nil
-	}
-	return v.g.children(i, v.r.upTo), nil
+	return v.g.childHandles(h, v.r.upTo)
 }
 
-func (v *resView) StateKeyOf(eventID string) (Key, bool, error) { return v.r.StateKeyOf(eventID) }
+// StateKeyOfHandle implements AuthIndex.
+func (v *resView) StateKeyOfHandle(h int32) (Key, bool) {
+	if k := v.g.keyOf(h); k >= 0 {
+		return v.g.keys[k], true
+	}
+	return Key{}, false
+}
 
 // createEvent returns the room's m.room.create, from a snapshot or else the arrival
 // log's first event.

@@ -138,6 +138,7 @@ func (r *room) create(s *server, prevs []int32, before pmap, d draft) (int32, er
 		e.after = before.set(e.key, idx)
 		for _, a := range e.auth {
 			r.events[a].kids = append(r.events[a].kids, e.id)
+			r.events[a].kidIdx = append(r.events[a].kidIdx, idx)
 		}
 		if e.member != "" {
 			r.noteMembership(d.stateKey, e.member)

@@ -228,7 +228,8 @@ func (v authView) sameKeyAncestor(z, u int32) bool {
 	return a == z
 }
 
-func (v authView) index(id string) (int32, error) {
+// Handle implements resolver.AuthIndex: the event index.
+func (v authView) Handle(id string) (int32, error) {
 	i, ok := v.byID[id]
 	if !ok {
 		return 0, fmt.Errorf("gen: no event %s", id)
@@ -236,28 +237,31 @@ func (v authView) index(id string) (int32, error) {
 	return i, nil
 }
 
-// AuthEvents implements resolver.AuthIndex (see authView).
-func (v authView) AuthEvents(id string) ([]string, error) {
-	i, err := v.index(id)
-	if err != nil {
-		return nil, err
-	}
+// ID implements resolver.AuthIndex.
+func (v authView) ID(i int32) string { return v.events[i].id }
+
+// AuthEventsOf implements resolver.AuthIndex (see authView).
+func (v authView) AuthEventsOf(i int32) []int32 {
 	if u, ok := v.unconflictedOf(v.events[i]); ok && v.sameKeyAncestor(i, u) {
-		return nil, nil
+		return nil
 	}
-	return v.events[i].authIDs, nil
+	return v.events[i].auth
 }
 
-// AuthChildren implements resolver.AuthIndex (see authView and room.AuthChildren).
-func (v authView) AuthChildren(id string) ([]string, error) {
-	i, err := v.index(id)
-	if err != nil {
-		return nil, err
-	}
+// AuthChildrenOf implements resolver.AuthIndex (see authView and room.AuthChildren).
+func (v authView) AuthChildrenOf(i int32) []int32 {
 	if u, ok := v.unconflictedOf(v.events[i]); ok && u != i && v.sameKeyAncestor(i, u) {
-		return []string{v.events[u].id}, nil
+		return []int32{u}
 	}
-	return v.events[i].kids, nil
+	return v.events[i].kidIdx
+}
+
+// StateKeyOfHandle implements resolver.AuthIndex.
+func (v authView) StateKeyOfHandle(i int32) (resolver.Key, bool) {
+	if k := v.events[i].key; k != "" {
+		return splitKey(k), true
+	}
+	return resolver.Key{}, false
 }
 
 // Event implements resolver.EventSource.

@@ -37,6 +37,7 @@ type event struct {
 	// kids are the accepted state events created so far that cite this one in
 	// auth_events (see AuthChildren).
 	kids     []string
+	kidIdx   []int32 // the same, as indices
 	key      string // state key "type\x00state_key", "" for non-state events
 	member   string // membership of an m.room.member event
 	rejected bool
