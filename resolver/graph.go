@@ -34,13 +34,12 @@ type graph struct {
 	keyIndex map[Key]int32            // Key -> interned index
 	pos      []int32                  // during Replay: position in the replay order (-1: not replayed)
 	unknown  map[string]struct{}      // IDs named by edges but not in the room
-	cost     struct{ lineageSteps int } // for tests and profiles
 }
 
 // lineageLink is one event's place in its key's lineage.
 type lineageLink struct {
 	parent int32 // the auth event with the same key, -1 for none, -2 not computed
-	jump   int32 // skew-binary jump pointer (itself at the lineage's root)
+	jump   int32 // skew-binary jump pointer (itself at the lineage's root), -1 not computed
 	sdepth int32 // lineage depth (0 at the root)
 }
 
@@ -52,6 +51,11 @@ func newGraph(room *roomstate.Room) (*graph, error) {
 	if err != nil {
 		return nil, err
 	}
+	return indexGraph(rg), nil
+}
+
+// indexGraph builds the index over a room's dense DAG.
+func indexGraph(rg *roomstate.Graph) *graph {
 	n := len(rg.IDs)
 	g := &graph{ids: rg.IDs, g: rg, keys: make([]Key, len(rg.Keys)), keyIndex: make(map[Key]int32, len(rg.Keys)),
 		index: make(map[string]int32, n), byRecord: make(map[packstore.ID]int32, n)}
@@ -108,10 +112,10 @@ func newGraph(room *roomstate.Room) (*graph, error) {
 	g.lin = make([]lineageLink, n)
 	g.depth = make([]int32, n)
 	for i := range g.lin {
-		g.lin[i].parent = linUnknown
+		g.lin[i] = lineageLink{parent: linUnknown, jump: -1}
 		g.depth[i] = -1
 	}
-	return g, nil
+	return g
 }
 
 // idx returns the index of an event of the room.
@@ -191,7 +195,7 @@ func (g *graph) sameKeyParent(i int32) int32 {
 
 // link fills the lineage link of i (and of its same-key ancestors that lack it).
 func (g *graph) link(i int32) lineageLink {
-	if g.lin[i].parent != linUnknown && (g.lin[i].parent < 0 || g.lin[i].jump >= 0) {
+	if g.lin[i].jump >= 0 {
 		return g.lin[i]
 	}
 	// Walk down to a linked ancestor (or the root), then fill upwards.
@@ -199,20 +203,20 @@ func (g *graph) link(i int32) lineageLink {
 	for cur := i; ; {
 		p := g.sameKeyParent(cur)
 		path = append(path, cur)
-		if p < 0 || len(path) > len(g.ids) {
+		if p < 0 {
 			break
 		}
-		if g.lin[p].jump >= 0 || (g.lin[p].parent == -1) {
-			if g.lin[p].parent == -1 {
-				g.lin[p].jump, g.lin[p].sdepth = p, 0
-			}
+		if len(path) > len(g.ids) { // a same-key cycle (bad data): cut it here
+			g.lin[cur].parent = -1
+			break
+		}
+		if g.lin[p].jump >= 0 {
 			break
 		}
 		cur = p
 	}
 	for j := len(path) - 1; j >= 0; j-- {
 		v := path[j]
-		g.cost.lineageSteps++
 		p := g.lin[v].parent
 		if p < 0 {
 			g.lin[v].jump, g.lin[v].sdepth = v, 0

@@ -89,6 +89,9 @@ type Resolver struct {
 	// snapshots with what it cost.
 	OnResolve func(ResolutionStats)
 	touched   map[string]bool // PDUs used by the current resolution, when OnResolve is set
+	// ResolutionTimes, if set, receives the wall time of every resolution computed
+	// (not answered from the memo).
+	ResolutionTimes *[]time.Duration
 
 	Stats
 }
@@ -269,9 +272,13 @@ func (r *Resolver) Resolve(roots []hamtstore.NodeID) (hamtstore.NodeID, error) {
 	if root, ok := r.memo[memoKey]; ok {
 		return root, nil
 	}
+	start := time.Now()
 	root, err := r.resolve(uniq)
 	if err != nil {
 		return root, err
+	}
+	if r.ResolutionTimes != nil {
+		*r.ResolutionTimes = append(*r.ResolutionTimes, time.Since(start))
 	}
 	if len(r.memo) >= maxResolveMemo {
 		clear(r.memo)

@@ -442,6 +442,9 @@ type Cache struct {
 	// needed: event ID -> the state keys the authorization rules read for it
 	// (gomatrixserverlib.StateNeededForAuth). Cleared at maxAuthChecks entries.
 	needed map[string][]gomatrixserverlib.StateKeyTuple
+	// plain: outcome of a plain event's check by (room, type, sender, auth events)
+	// (allowedOnce). Cleared at maxAuthChecks entries.
+	plain map[string]error
 }
 
 // maxAuthChecks bounds each generation of Cache.allowed (an entry is about 150-500
@@ -451,7 +454,7 @@ const maxAuthChecks = 1 << 16
 // NewCache returns an empty Cache.
 func NewCache() *Cache {
 	return &Cache{plParent: map[string]string{}, mainline: map[string]map[string]int64{}, allowed: map[string]bool{},
-		needed: map[string][]gomatrixserverlib.StateKeyTuple{}}
+		needed: map[string][]gomatrixserverlib.StateKeyTuple{}, plain: map[string]error{}}
 }
 
 // authCheckKey names one authorization check: the event ID, then the IDs of the
@@ -527,6 +530,43 @@ func (c *Cache) Authorized(p gomatrixserverlib.PDU, authEvents []gomatrixserverl
 		return allowedList(p, authEvents) == nil
 	}
 	return c.allowedCached(p, byKey)
+}
+
+// allowedOnce checks p against authEvents with gomatrixserverlib's authorization
+// rules and returns the reason it is not allowed. The outcome of a state event or
+// redaction is noted for the iterative auth checks (note). A plain event (neither
+// a state event nor a redaction) is checked once per (room, type, sender, auth
+// events): the rules read nothing else of it (spec, "Authorization rules", the
+// rules after the membership ones: the sender's membership, the event type's
+// required power level, the create event's m.federate), so one outcome serves
+// every plain event with the same four, as the room generator does.
+func (c *Cache) allowedOnce(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error {
+	if p.StateKey() != nil || p.Type() == spec.MRoomRedaction {
+		err := allowedList(p, authEvents)
+		c.note(p, authEvents, err == nil)
+		return err
+	}
+	ids := make([]string, len(authEvents))
+	for i, a := range authEvents {
+		ids[i] = a.EventID()
+	}
+	slices.Sort(ids)
+	key := make([]byte, 0, 256)
+	key = append(append(key, p.RoomID().String()...), 0)
+	key = append(append(key, p.Type()...), 0)
+	key = append(append(key, p.SenderID()...), 0)
+	for _, id := range ids {
+		key = append(append(key, id...), 0)
+	}
+	if err, ok := c.plain[string(key)]; ok {
+		return err
+	}
+	err := allowedList(p, authEvents)
+	if len(c.plain) >= maxAuthChecks {
+		clear(c.plain)
+	}
+	c.plain[string(key)] = err
+	return err
 }
 
 // note records the outcome of a check of p against authEvents made elsewhere

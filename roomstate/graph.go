@@ -104,6 +104,22 @@ func (b *graphBuilder) add(m *EventMeta) error {
 	return nil
 }
 
+// GraphOf builds a Graph from metadata records in arrival order (metas[i] is
+// the event with Seq i). For tests and tools that hold events in memory.
+func GraphOf(metas []EventMeta) (*Graph, error) {
+	ids := make([]string, len(metas))
+	for i, m := range metas {
+		ids[i] = m.EventID
+	}
+	b := newGraphBuilder(ids)
+	for i := range metas {
+		if err := b.add(&metas[i]); err != nil {
+			return nil, err
+		}
+	}
+	return b.g, nil
+}
+
 // Graph loads the room's DAG in dense form from the metadata records, in arrival
 // order. Cost: one metadata read per event.
 func (r *Room) Graph() (*Graph, error) {

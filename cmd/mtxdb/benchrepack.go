@@ -314,7 +314,7 @@ func benchRepack(out io.Writer, gens []string, real string, realRooms int, work 
 	}
 	rooms, err := st.Rooms()
 	if err == nil {
-		_, err = replayRooms(rooms, false, out)
+		_, err = replayRooms(rooms, false, out, nil)
 	}
 	if err != nil {
 		eng.Close()

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -184,7 +185,7 @@ imported, with --plan, --liveness and --every as in mtxdb repack.`,
 				}
 				rooms = append(rooms, r)
 			}
-			tot, err := replayRooms(rooms, false, out)
+			tot, err := replayRooms(rooms, false, out, nil)
 			if err != nil {
 				return err
 			}
@@ -292,12 +293,15 @@ It prints one summary line; use verify --expected to compare with recorded state
 				return err
 			}
 			defer eng.Close()
-			tot, err := replayRooms(rooms, force, cmd.OutOrStdout())
+			var durs []time.Duration
+			tot, err := replayRooms(rooms, force, cmd.OutOrStdout(), &durs)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "replay: rooms=%d events=%d computed=%d rejected=%d outliers=%d state_not_kept=%d rederived=%d resolutions=%d conflicted_keys=%d auth_difference=%d\n",
-				len(rooms), tot.Events, tot.Computed, tot.Rejected, tot.Outliers, tot.NotKept, tot.Rederived, tot.Resolutions, tot.ConflictedKeys, tot.AuthDifference)
+			p50, p99 := percentile(durs, 0.50), percentile(durs, 0.99)
+			fmt.Fprintf(cmd.OutOrStdout(), "replay: rooms=%d events=%d computed=%d rejected=%d outliers=%d state_not_kept=%d rederived=%d resolutions=%d conflicted_keys=%d auth_difference=%d resolution_p50_us=%d resolution_p99_us=%d\n",
+				len(rooms), tot.Events, tot.Computed, tot.Rejected, tot.Outliers, tot.NotKept, tot.Rederived, tot.Resolutions, tot.ConflictedKeys, tot.AuthDifference,
+				p50.Microseconds(), p99.Microseconds())
 			return nil
 		},
 	}
@@ -307,7 +311,18 @@ It prints one summary line; use verify --expected to compare with recorded state
 	return c
 }
 
-func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer) (resolver.ReplayResult, error) {
+// percentile returns the q-quantile (nearest rank) of ds, 0 for none; ds is sorted.
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
+}
+
+// replayRooms replays each room; times, if set, receives the wall time of every
+// resolution that was computed (not those answered from the resolver's memo).
+func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]time.Duration) (resolver.ReplayResult, error) {
 	var tot resolver.ReplayResult
 	total := 0
 	for _, r := range rooms {
@@ -316,7 +331,7 @@ func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer) (resolver.R
 	bar := newProgress(out, int64(total), "replay", false)
 	defer bar.finish()
 	for _, r := range rooms {
-		res, err := resolver.Replay(r, resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { bar.add(1) }})
+		res, err := resolver.Replay(r, resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { bar.add(1) }, ResolutionTimes: times})
 		if err != nil {
 			return tot, fmt.Errorf("replay room %s: %w", r.ID(), err)
 		}

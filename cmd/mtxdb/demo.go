@@ -71,7 +71,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 			fmt.Fprintf(out, "demo: imported room_dirs=%d rooms=%d events=%d into %s\n", dirs, len(rooms), imported, store)
 
 			// 2. Replay.
-			rep, err := replayRooms(rooms, false, out)
+			rep, err := replayRooms(rooms, false, out, nil)
 			if err != nil {
 				return err
 			}
