@@ -4,7 +4,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: bench-repack all deps build demo test test-dendrite vet fuzz bench bench-resolver crash crash-bitflips clean
+.PHONY: bench-replay bench-repack all deps build demo test test-dendrite vet fuzz bench bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -101,6 +101,15 @@ clean:
 REPACK_EVENTS ?= 100000
 REPACK_GEN    ?= /tmp/mtxdb-repack-gen-$(REPACK_EVENTS)
 REPACK_RUNS   ?= 5
+# Replay at room scale (issue 14): gen, import, replay and verify --expected of
+# generated rooms (VERSION:EVENTS), each a process of its own, measured side by
+# side; writes docs/bench/replay.{json,md,png}. With the 1M-event room
+# (BENCH_REPLAY_ROOMS=12:10000,12:100000,10:100000,12:1000000) it takes about an
+# hour here and 14 GB of memory for the generation.
+BENCH_REPLAY_ROOMS ?= 12:10000,12:100000,10:100000
+bench-replay: build
+	cd bench && $(GO) run ./cmd/benchreplay -mtxdb ../bin/mtxdb -rooms $(BENCH_REPLAY_ROOMS) -out ../docs/bench
+
 bench-repack: build
 	test -f $(REPACK_GEN)/backfill_order.jsonl || ./bin/mtxdb gen --out $(REPACK_GEN) --events $(REPACK_EVENTS) --seed 1 --backfill
 	./bin/mtxdb bench-repack --gen $(REPACK_GEN) --real testrooms/real --runs $(REPACK_RUNS) --out docs/bench --label -$(REPACK_EVENTS)
