@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sort"
+	"sync"
 
 	"github.com/matrix-org/gomatrixserverlib"
 
@@ -113,6 +115,82 @@ type importer struct {
 	rooms   map[string]*pendingRoom
 	res     ImportResult
 	pending int
+	// queued PDUs, parsed on several goroutines (prepare) before one stores
+	// them in order.
+	queued []queuedPDU
+}
+
+// queuedPDU is one PDU of the input with what prepare learnt of it.
+type queuedPDU struct {
+	raw     []byte
+	line    int
+	element bool
+	version gomatrixserverlib.RoomVersion // the version pdu was parsed for ("" when not parsed)
+	pdu     gomatrixserverlib.PDU
+	err     error
+}
+
+// parseAhead is how many PDUs are parsed together, spread over the cores.
+const parseAhead = 256
+
+// queue adds a PDU; every parseAhead PDUs the queue is parsed and stored.
+func (imp *importer) queue(raw []byte, line int, element bool) error {
+	imp.queued = append(imp.queued, queuedPDU{raw: raw, line: line, element: element})
+	if len(imp.queued) >= parseAhead {
+		return imp.drain()
+	}
+	return nil
+}
+
+// drain parses the queued PDUs in parallel (JSON decoding and the content and
+// reference hashes: most of an import's CPU), then stores them in input order
+// exactly as one PDU at a time would: a PDU's errors are reported when its turn
+// comes, after everything before it was stored.
+func (imp *importer) drain() error {
+	q := imp.queued
+	imp.queued = imp.queued[:0:0]
+	imp.prepare(q)
+	for i := range q {
+		if err := imp.one(&q[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepare parses each queued PDU whose room version is known before any of them
+// is stored: a room already in this import, a create event (its content names the
+// version) or the AnyOrder version. The others are parsed by one, in turn.
+func (imp *importer) prepare(q []queuedPDU) {
+	workers := min(runtime.GOMAXPROCS(0), len(q))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(q); i += workers {
+				h, err := readHeader(q[i].raw)
+				if err != nil {
+					continue
+				}
+				var v gomatrixserverlib.RoomVersion
+				if pr, ok := imp.rooms[h.RoomID]; ok && pr != nil {
+					v = gomatrixserverlib.RoomVersion(pr.head.RoomVersion)
+				} else if h.Type == "m.room.create" && h.StateKey != nil && *h.StateKey == "" {
+					if v, err = createRoomVersion(h); err != nil {
+						continue
+					}
+				} else if imp.opts.RoomVersion != "" {
+					v = gomatrixserverlib.RoomVersion(imp.opts.RoomVersion)
+				} else {
+					continue
+				}
+				q[i].pdu, q[i].err = ParsePDU(v, q[i].raw)
+				q[i].version = v
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func (imp *importer) run(in io.Reader) error {
@@ -138,9 +216,12 @@ func (imp *importer) run(in io.Reader) error {
 			if err := dec.Decode(&raw); err != nil {
 				return &ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: %v", ErrMalformedPDU, err)}
 			}
-			if err := imp.one(raw, n, true); err != nil {
+			if err := imp.queue(raw, n, true); err != nil {
 				return err
 			}
+		}
+		if err := imp.drain(); err != nil {
+			return err
 		}
 		// The array must end with "]" and nothing but white space may follow:
 		// a second array or trailing bytes would otherwise be dropped unread.
@@ -158,15 +239,18 @@ func (imp *importer) run(in io.Reader) error {
 		if len(b) > 0 {
 			line++
 			if t := bytes.TrimSpace(b); len(t) > 0 {
-				if perr := imp.one(t, line, false); perr != nil {
+				if perr := imp.queue(t, line, false); perr != nil {
 					return perr
 				}
 			}
 		}
 		if err == io.EOF {
-			return nil
+			return imp.drain()
 		}
 		if err != nil {
+			if derr := imp.drain(); derr != nil {
+				return derr
+			}
 			return &ImportError{Source: imp.source, Line: line + 1, Err: err}
 		}
 	}
@@ -187,7 +271,8 @@ func peekNonSpace(br *bufio.Reader) (byte, error) {
 }
 
 // one imports a single PDU.
-func (imp *importer) one(raw []byte, line int, element bool) error {
+func (imp *importer) one(q *queuedPDU) error {
+	raw, line, element := q.raw, q.line, q.element
 	fail := func(eventID string, err error) error {
 		return &ImportError{Source: imp.source, Line: line, Element: element, EventID: eventID, Err: err}
 	}
@@ -229,7 +314,10 @@ func (imp *importer) one(raw []byte, line int, element bool) error {
 			return fail(h.EventID, err)
 		}
 	}
-	pdu, err := ParsePDU(version, raw)
+	pdu, err := q.pdu, q.err
+	if q.version == "" || q.version != version {
+		pdu, err = ParsePDU(version, raw)
+	}
 	if err != nil {
 		return fail(h.EventID, err)
 	}
