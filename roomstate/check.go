@@ -36,6 +36,14 @@ func (r *Room) Check() (CheckResult, error) {
 	for _, id := range ids {
 		known[id] = true
 	}
+	g, err := r.Graph()
+	if err != nil {
+		return res, err
+	}
+	index := make(map[string]int32, len(ids))
+	for i, id := range ids {
+		index[id] = int32(i)
+	}
 	rd := r.NewReader()
 	roots := map[hamtstore.NodeID]bool{}
 	checkRoot := func(root hamtstore.NodeID, what string) error {
@@ -56,10 +64,13 @@ func (r *Room) Check() (CheckResult, error) {
 		}
 		return nil
 	}
-	for _, id := range ids {
+	for i, id := range ids {
 		m, err := r.Meta(id)
 		if err != nil {
 			return res, err
+		}
+		if d := g.diffMeta(i, &m, index); d != "" {
+			return res, fmt.Errorf("%w: room %s: the graph record of event %s disagrees with its metadata: %s", ErrCorruptRecord, r.head.RoomID, id, d)
 		}
 		if _, err := r.Event(id); err != nil {
 			return res, err
@@ -123,4 +134,37 @@ func (r *Room) Check() (CheckResult, error) {
 	}
 	res.Snapshots = len(roots)
 	return res, nil
+}
+
+// diffMeta describes how event i of g differs from its metadata record, "" when
+// it does not (index: event ID -> arrival index).
+func (g *Graph) diffMeta(i int, m *EventMeta, index map[string]int32) string {
+	key, isState := StatePair{}, g.Key[i] >= 0
+	if isState {
+		key = g.Keys[g.Key[i]]
+	}
+	switch {
+	case isState != m.IsState || (isState && key != StatePair{m.Type, m.StateKey}):
+		return fmt.Sprintf("key %v (state %v), metadata %v (state %v)", key, isState, StatePair{m.Type, m.StateKey}, m.IsState)
+	case g.Redacted[i] != m.Redacted:
+		return fmt.Sprintf("redacted %v, metadata %v", g.Redacted[i], m.Redacted)
+	case len(g.Prev(i)) != len(m.PrevEvents) || len(g.Auth(i)) != len(m.AuthEvents):
+		return fmt.Sprintf("%d prev and %d auth events, metadata %d and %d", len(g.Prev(i)), len(g.Auth(i)), len(m.PrevEvents), len(m.AuthEvents))
+	}
+	check := func(what string, got []int32, want []string, missing func(j int) string) string {
+		for j, id := range want {
+			x, ok := index[id]
+			if !ok {
+				x = -1
+			}
+			if got[j] != x || (x < 0 && missing(j) != id) {
+				return fmt.Sprintf("%s %d is %d, metadata %s", what, j, got[j], id)
+			}
+		}
+		return ""
+	}
+	if d := check("prev_event", g.Prev(i), m.PrevEvents, func(j int) string { return g.MissingPrev(i, j) }); d != "" {
+		return d
+	}
+	return check("auth_event", g.Auth(i), m.AuthEvents, func(j int) string { return g.MissingAuth(i, j) })
 }

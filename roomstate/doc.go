@@ -14,6 +14,7 @@
 //	state record ID      = H("mtxdb/state\x00" || E)
 //	room head ID         = H("mtxdb/head")                 (one per collection)
 //	arrival log chunk i  = H("mtxdb/log\x00"   || u32le(i))
+//	graph record i       = H("mtxdb/graph\x00" || u32le(i))  (one per log chunk)
 //	HAMT node ID         = H(encoded node)                 (hamtstore)
 //
 // A state snapshot is a hamtstore root. Its keys are StateKey(event_type, state_key)
@@ -38,6 +39,33 @@
 //	head v2   'H' 2 | the fields of version 1 | state_every u32 (K >= 1) |
 //	          state_kept_below u32 (<= events)   (written only when K > 0)
 //	log chunk 'L' 1 | event_ids strs            (arrival order, one chunk per import batch)
+//	graph     'G' 1 | base u32 | count u32 | count x entry   (the events of log chunk i)
+//	  entry   flags u8 (bit0 state event, bit1 redacted) | [type str | state_key str]
+//	          (state events only) | prev count u32 | prev u32 each | auth count u32 |
+//	          auth u32 each | missing strs
+//
+// # Graph records (the room's auth index, issue 14)
+//
+// Beside each arrival-log chunk, import writes a graph record: the DAG of the
+// chunk's events in dense form, edges as arrival indexes (base is the index of
+// the chunk's first event), state keys in full. An edge to an event the room did
+// not hold at import (AnyOrder) is 0xFFFFFFFF and its event ID follows, in
+// prev-then-auth order, in missing; loading resolves it when the event has
+// arrived since. Room.Graph loads a room's whole graph with one read per import
+// batch (1,000 events by default) instead of a metadata read per event; the
+// resolver builds its auth index (auth children, same-key lineages with jump
+// pointers, auth depths) from it. Why a CSR sidecar and not Synapse's chain cover:
+// the questions state resolution asks of the graph here (auth difference from the
+// conflicted events' chains cut at the unconflicted map's lineages, the v2.1
+// conflicted subgraph by lockstep walks, same-key ancestry) are answered by short
+// walks over dense arrays and O(log) jump pointers; a chain cover answers
+// arbitrary reachability in O(chains) but must be maintained as chains and links
+// on every insert, and the walks it would replace are no longer what replay
+// spends its time on (docs/bench/replay.md). A room imported before graph records
+// existed has none (graph record 0 absent): its graph comes from the metadata
+// records, and imports into it write none. Verify (Room.Check) compares every
+// event's graph entry with its metadata record; RoomRecords lists the graph
+// records so that a repack keeps them.
 //
 // For a rejected event, after == before: it does not change the room state (spec,
 // "Server-Server API, Rejection").

@@ -1,7 +1,12 @@
 package roomstate
 
 import (
+	"errors"
 	"fmt"
+	"math"
+
+	"github.com/mtxdb/mtxdb/internal/bin"
+	"github.com/mtxdb/mtxdb/packstore"
 )
 
 // StatePair is an interned (event_type, state_key).
@@ -66,41 +71,88 @@ func newGraphBuilder(ids []string) *graphBuilder {
 
 // add appends the next event (its index is the number of events added before).
 func (b *graphBuilder) add(m *EventMeta) error {
-	g := b.g
-	i := int32(len(g.Key))
-	if int(i) >= len(g.IDs) || g.IDs[i] != m.EventID {
+	i := int32(len(b.g.Key))
+	if int(i) >= len(b.g.IDs) || b.g.IDs[i] != m.EventID {
 		return fmt.Errorf("%w: event %d of the arrival log is not %s", ErrCorruptRecord, i, m.EventID)
 	}
+	e := graphEntry{isState: m.IsState, redacted: m.Redacted, key: StatePair{m.Type, m.StateKey}}
+	for _, p := range m.PrevEvents {
+		e.prev = append(e.prev, graphEdgeMissing)
+		e.missing = append(e.missing, p)
+	}
+	for _, a := range m.AuthEvents {
+		e.auth = append(e.auth, graphEdgeMissing)
+		e.missing = append(e.missing, a)
+	}
+	return b.addEntry(&e)
+}
+
+// graphEdgeMissing marks, in a graph record, an edge to an event the room did not
+// hold when the record was written; its ID follows in the entry's missing list.
+const graphEdgeMissing = math.MaxUint32
+
+// graphEntry is one event of a graph record.
+type graphEntry struct {
+	isState, redacted bool
+	key               StatePair
+	prev, auth        []uint32 // indexes, graphEdgeMissing for the IDs in missing
+	missing           []string // in prev-then-auth order
+}
+
+// addEntry appends the next event; a missing edge whose event the room now holds
+// is resolved to it.
+func (b *graphBuilder) addEntry(e *graphEntry) error {
+	g := b.g
+	i := int32(len(g.Key))
 	k := int32(-1)
-	if m.IsState {
-		p := StatePair{m.Type, m.StateKey}
+	if e.isState {
 		var ok bool
-		if k, ok = b.keyIdx[p]; !ok {
+		if k, ok = b.keyIdx[e.key]; !ok {
 			k = int32(len(g.Keys))
-			g.Keys = append(g.Keys, p)
-			b.keyIdx[p] = k
+			g.Keys = append(g.Keys, e.key)
+			b.keyIdx[e.key] = k
 		}
 	}
 	g.Key = append(g.Key, k)
-	g.Redacted = append(g.Redacted, m.Redacted)
-	for j, p := range m.PrevEvents {
-		x, ok := b.index[p]
-		if !ok {
-			x = -1
-			g.missing[edgeRef{i, int32(-1 - j)}] = p
+	g.Redacted = append(g.Redacted, e.redacted)
+	next := 0
+	edge := func(x uint32, pos int32) (int32, error) {
+		if x != graphEdgeMissing {
+			if int(x) >= len(g.IDs) {
+				return 0, fmt.Errorf("%w: graph record: event %s names event %d of %d", ErrCorruptRecord, g.IDs[i], x, len(g.IDs))
+			}
+			return int32(x), nil
 		}
-		g.prev = append(g.prev, x)
+		if next >= len(e.missing) {
+			return 0, fmt.Errorf("%w: graph record: event %s: missing edge without an ID", ErrCorruptRecord, g.IDs[i])
+		}
+		id := e.missing[next]
+		next++
+		if y, ok := b.index[id]; ok {
+			return y, nil
+		}
+		g.missing[edgeRef{i, pos}] = id
+		return -1, nil
+	}
+	for j, x := range e.prev {
+		y, err := edge(x, int32(-1-j))
+		if err != nil {
+			return err
+		}
+		g.prev = append(g.prev, y)
 	}
 	g.prevOff = append(g.prevOff, int32(len(g.prev)))
-	for j, a := range m.AuthEvents {
-		x, ok := b.index[a]
-		if !ok {
-			x = -1
-			g.missing[edgeRef{i, int32(j)}] = a
+	for j, x := range e.auth {
+		y, err := edge(x, int32(j))
+		if err != nil {
+			return err
 		}
-		g.auth = append(g.auth, x)
+		g.auth = append(g.auth, y)
 	}
 	g.authOff = append(g.authOff, int32(len(g.auth)))
+	if next != len(e.missing) {
+		return fmt.Errorf("%w: graph record: event %s: %d IDs for %d missing edges", ErrCorruptRecord, g.IDs[i], len(e.missing), next)
+	}
 	return nil
 }
 
@@ -120,22 +172,211 @@ func GraphOf(metas []EventMeta) (*Graph, error) {
 	return b.g, nil
 }
 
-// Graph loads the room's DAG in dense form from the metadata records, in arrival
-// order. Cost: one metadata read per event.
+// graphChunkID is the record ID of the graph record of arrival-log chunk i.
+func graphChunkID(i uint32) packstore.ID {
+	var b [4]byte
+	b[0], b[1], b[2], b[3] = byte(i), byte(i>>8), byte(i>>16), byte(i>>24)
+	return hashID([]byte("mtxdb/graph\x00"), b[:])
+}
+
+// encodeGraphChunk encodes the graph record of the events base.. (see doc.go).
+func encodeGraphChunk(base uint32, entries []graphEntry) []byte {
+	var e bin.Encoder
+	e.U8(kindGraph)
+	e.U8(recordVersion)
+	e.U32(base)
+	e.U32(uint32(len(entries)))
+	for i := range entries {
+		x := &entries[i]
+		var f uint8
+		if x.isState {
+			f |= 1
+		}
+		if x.redacted {
+			f |= 2
+		}
+		e.U8(f)
+		if x.isState {
+			e.Str(x.key.Type)
+			e.Str(x.key.StateKey)
+		}
+		for _, edges := range [][]uint32{x.prev, x.auth} {
+			e.U32(uint32(len(edges)))
+			for _, v := range edges {
+				e.U32(v)
+			}
+		}
+		e.Strs(x.missing)
+	}
+	return e.B
+}
+
+// decodeGraphChunk decodes a graph record; every count is checked against the
+// bytes left before anything is allocated.
+func decodeGraphChunk(b []byte) (base uint32, entries []graphEntry, err error) {
+	d := bin.NewDecoder(b)
+	if err := checkKind(d, kindGraph, "graph record"); err != nil {
+		return 0, nil, err
+	}
+	base = d.U32("base")
+	n := d.U32("count")
+	if d.Err() == nil && uint64(n) > uint64(len(b))/13 { // an entry takes at least 13 bytes
+		return 0, nil, fmt.Errorf("%w: graph record declares %d events in %d bytes", ErrCorruptRecord, n, len(b))
+	}
+	entries = make([]graphEntry, 0, n)
+	for k := uint32(0); k < n && d.Err() == nil; k++ {
+		var x graphEntry
+		f := d.U8("flags")
+		if f&^3 != 0 {
+			return 0, nil, fmt.Errorf("%w: graph record: event %d: unknown flags %#x", ErrCorruptRecord, base+k, f)
+		}
+		x.isState, x.redacted = f&1 != 0, f&2 != 0
+		if x.isState {
+			x.key.Type = d.Str("type")
+			x.key.StateKey = d.Str("state_key")
+		}
+		for _, dst := range []*[]uint32{&x.prev, &x.auth} {
+			c := d.U32("edge count")
+			if d.Err() != nil || uint64(c) > uint64(len(b))/4 {
+				return 0, nil, fmt.Errorf("%w: graph record: event %d: bad edge count %d (%v)", ErrCorruptRecord, base+k, c, d.Err())
+			}
+			*dst = make([]uint32, c)
+			for j := range *dst {
+				(*dst)[j] = d.U32("edge")
+			}
+		}
+		x.missing = d.Strs("missing edges")
+		entries = append(entries, x)
+	}
+	if err := d.Finish(); err != nil {
+		return 0, nil, fmt.Errorf("%w: graph record: %v", ErrCorruptRecord, err)
+	}
+	return base, entries, nil
+}
+
+// hasGraphRecords reports whether the room's events have graph records (rooms
+// imported before they existed have none: their graph comes from the metadata).
+func (r *Room) hasGraphRecords() (bool, error) {
+	if r.head.LogChunks == 0 {
+		return false, nil
+	}
+	_, err := getKind(r.s.eng, r.coll, graphChunkID(0), ReadMeta)
+	if errors.Is(err, packstore.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Graph loads the room's DAG in dense form: from the graph records (one per
+// arrival-log chunk, written at import: a read per import batch), or, for a room
+// imported before graph records existed, from the metadata records (a read per
+// event).
 func (r *Room) Graph() (*Graph, error) {
 	ids, err := r.EventIDs()
 	if err != nil {
 		return nil, err
 	}
 	b := newGraphBuilder(ids)
-	for _, id := range ids {
-		m, err := r.Meta(id)
-		if err != nil {
-			return nil, err
+	has, err := r.hasGraphRecords()
+	if err != nil {
+		return nil, fmt.Errorf("roomstate: room %s: graph record 0: %w", r.head.RoomID, err)
+	}
+	if !has {
+		for _, id := range ids {
+			m, err := r.Meta(id)
+			if err != nil {
+				return nil, err
+			}
+			if err := b.add(&m); err != nil {
+				return nil, fmt.Errorf("room %s: %w", r.head.RoomID, err)
+			}
 		}
-		if err := b.add(&m); err != nil {
-			return nil, fmt.Errorf("room %s: %w", r.head.RoomID, err)
+		return b.g, nil
+	}
+	for c := uint32(0); c < r.head.LogChunks; c++ {
+		raw, err := getKind(r.s.eng, r.coll, graphChunkID(c), ReadMeta)
+		if err != nil {
+			return nil, fmt.Errorf("roomstate: room %s: graph record %d: %w", r.head.RoomID, c, err)
+		}
+		base, entries, err := decodeGraphChunk(raw)
+		if err != nil {
+			return nil, fmt.Errorf("room %s, graph record %d: %w", r.head.RoomID, c, err)
+		}
+		if int(base) != len(b.g.Key) || len(b.g.Key)+len(entries) > len(ids) {
+			return nil, fmt.Errorf("%w: room %s: graph record %d holds events %d..%d, expected from %d of %d",
+				ErrCorruptRecord, r.head.RoomID, c, base, int(base)+len(entries), len(b.g.Key), len(ids))
+		}
+		for k := range entries {
+			if err := b.addEntry(&entries[k]); err != nil {
+				return nil, fmt.Errorf("room %s: %w", r.head.RoomID, err)
+			}
 		}
 	}
+	if len(b.g.Key) != len(ids) {
+		return nil, fmt.Errorf("%w: room %s: graph records hold %d events, the arrival log %d", ErrCorruptRecord, r.head.RoomID, len(b.g.Key), len(ids))
+	}
 	return b.g, nil
+}
+
+// Diff describes the first difference between two graphs of one room (events,
+// keys, flags, edges and the IDs of missing edges), "" when they are equal. For
+// tests and verify.
+func (g *Graph) Diff(o *Graph) string {
+	if len(g.Key) != len(o.Key) {
+		return fmt.Sprintf("%d events, the other %d", len(g.Key), len(o.Key))
+	}
+	index := make(map[string]int32, len(o.IDs))
+	for i, id := range o.IDs {
+		index[id] = int32(i)
+	}
+	for i := range g.Key {
+		if g.IDs[i] != o.IDs[i] {
+			return fmt.Sprintf("event %d is %s, the other %s", i, g.IDs[i], o.IDs[i])
+		}
+		m := o.meta(i)
+		if d := g.diffMeta(i, &m, index); d != "" {
+			return fmt.Sprintf("event %s: %s", g.IDs[i], d)
+		}
+	}
+	return ""
+}
+
+// meta returns what the metadata record of event i says of its edges and key.
+func (g *Graph) meta(i int) EventMeta {
+	m := EventMeta{EventID: g.IDs[i], IsState: g.Key[i] >= 0, Redacted: g.Redacted[i]}
+	if m.IsState {
+		m.Type, m.StateKey = g.Keys[g.Key[i]].Type, g.Keys[g.Key[i]].StateKey
+	}
+	for j, x := range g.Prev(i) {
+		if x >= 0 {
+			m.PrevEvents = append(m.PrevEvents, g.IDs[x])
+		} else {
+			m.PrevEvents = append(m.PrevEvents, g.MissingPrev(i, j))
+		}
+	}
+	for j, x := range g.Auth(i) {
+		if x >= 0 {
+			m.AuthEvents = append(m.AuthEvents, g.IDs[x])
+		} else {
+			m.AuthEvents = append(m.AuthEvents, g.MissingAuth(i, j))
+		}
+	}
+	return m
+}
+
+// GraphFromMetadata loads the room's graph from its metadata records (a read per
+// event), as for a room imported before graph records existed. For tests and
+// verify, which compare it with Graph.
+func (r *Room) GraphFromMetadata() (*Graph, error) {
+	ids, err := r.EventIDs()
+	if err != nil {
+		return nil, err
+	}
+	metas := make([]EventMeta, len(ids))
+	for i, id := range ids {
+		if metas[i], err = r.Meta(id); err != nil {
+			return nil, err
+		}
+	}
+	return GraphOf(metas)
 }

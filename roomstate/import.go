@@ -72,9 +72,14 @@ type ImportResult struct {
 // pendingRoom is a room being written by an import: its head as it will be after the
 // batch, the events already known, and the records of the unsynced batch.
 type pendingRoom struct {
-	room    *Room
-	head    Head
-	known   map[string]bool // every event ID in the store or in this batch
+	room  *Room
+	head  Head
+	known map[string]uint32 // every event ID in the store or in this batch -> arrival index
+	// graph: the batch's entries of its graph record (written beside its
+	// arrival-log chunk); noGraph: a room imported before graph records existed
+	// (its graph comes from the metadata records, so none is written).
+	graph   []graphEntry
+	noGraph bool
 	batch   []packstore.Record
 	batchID []string
 	raw     map[string][]byte // PDU JSON of the unsynced batch, by event ID
@@ -334,7 +339,7 @@ func (imp *importer) one(q *queuedPDU) error {
 			}
 			pr = &pendingRoom{
 				head:  Head{RoomID: roomID, RoomVersion: string(version)},
-				known: map[string]bool{},
+				known: map[string]uint32{},
 				isNew: true,
 			}
 			pr.room = &Room{s: imp.s, coll: CollectionID(roomID), head: pr.head}
@@ -344,7 +349,7 @@ func (imp *importer) one(q *queuedPDU) error {
 	if h.RoomID != "" && roomID != h.RoomID {
 		return fail(eventID, fmt.Errorf("%w: room_id %s parsed as %s", ErrMalformedPDU, h.RoomID, roomID))
 	}
-	if pr.known[eventID] {
+	if _, dup := pr.known[eventID]; dup {
 		if err := imp.checkDuplicate(pr, version, pdu, raw); err != nil {
 			return fail(eventID, err)
 		}
@@ -367,12 +372,12 @@ func (imp *importer) one(q *queuedPDU) error {
 	}
 	if !imp.opts.AnyOrder {
 		for _, p := range pdu.PrevEventIDs() {
-			if !pr.known[p] {
+			if _, ok := pr.known[p]; !ok {
 				return fail(eventID, fmt.Errorf("%w: %s", ErrMissingPrevEvent, p))
 			}
 		}
 		for _, a := range pdu.AuthEventIDs() {
-			if !pr.known[a] {
+			if _, ok := pr.known[a]; !ok {
 				return fail(eventID, fmt.Errorf("%w: %s", ErrMissingAuthEvent, a))
 			}
 		}
@@ -400,7 +405,8 @@ func (imp *importer) one(q *queuedPDU) error {
 		pr.raw = map[string][]byte{}
 	}
 	pr.raw[eventID] = raw
-	pr.known[eventID] = true
+	pr.known[eventID] = pr.head.Events
+	pr.graph = append(pr.graph, pr.graphEntry(&m))
 	pr.head.Events++
 	pr.head.Replayed = false
 	// Forward extremities as a homeserver keeps them on receipt: the new event
@@ -422,6 +428,27 @@ func (imp *importer) one(q *queuedPDU) error {
 		return imp.flush()
 	}
 	return nil
+}
+
+// graphEntry is the graph-record entry of an event being imported: its edges as
+// arrival indexes of the events known so far, the others by ID (AnyOrder).
+func (pr *pendingRoom) graphEntry(m *EventMeta) graphEntry {
+	e := graphEntry{isState: m.IsState, redacted: m.Redacted, key: StatePair{m.Type, m.StateKey}}
+	edges := func(ids []string) []uint32 {
+		out := make([]uint32, len(ids))
+		for j, id := range ids {
+			if x, ok := pr.known[id]; ok {
+				out[j] = x
+			} else {
+				out[j] = graphEdgeMissing
+				e.missing = append(e.missing, id)
+			}
+		}
+		return out
+	}
+	e.prev = edges(m.PrevEvents)
+	e.auth = edges(m.AuthEvents)
+	return e
 }
 
 // checkDuplicate compares a PDU with the stored event of the same ID. For v1/v2
@@ -478,10 +505,15 @@ func (imp *importer) room(roomID string) (*pendingRoom, error) {
 	if err != nil {
 		return nil, err
 	}
-	pr := &pendingRoom{room: r, head: r.Head(), known: make(map[string]bool, len(ids))}
-	for _, id := range ids {
-		pr.known[id] = true
+	pr := &pendingRoom{room: r, head: r.Head(), known: make(map[string]uint32, len(ids))}
+	for i, id := range ids {
+		pr.known[id] = uint32(i)
 	}
+	has, err := r.hasGraphRecords()
+	if err != nil {
+		return nil, fmt.Errorf("roomstate: room %s: graph record 0: %w", roomID, err)
+	}
+	pr.noGraph = len(ids) > 0 && !has
 	// Without AnyOrder a stored room began with its m.room.create; with it, look.
 	pr.sawCreate = len(ids) > 0 && !imp.opts.AnyOrder
 	for _, id := range ids {
@@ -516,6 +548,10 @@ func (imp *importer) flush() error {
 		pr := imp.rooms[id]
 		h := pr.head
 		recs := append(pr.batch, packstore.Record{ID: logChunkID(h.LogChunks), Data: encodeLogChunk(pr.batchID)})
+		if !pr.noGraph {
+			base := h.Events - uint32(len(pr.batchID))
+			recs = append(recs, packstore.Record{ID: graphChunkID(h.LogChunks), Data: encodeGraphChunk(base, pr.graph)})
+		}
 		h.LogChunks++
 		sort.Strings(h.ForwardExtremities)
 		recs = append(recs, packstore.Record{ID: headRecordID, Data: encodeHead(&h)})
@@ -524,7 +560,7 @@ func (imp *importer) flush() error {
 		}
 		pr.head = h
 		pr.room.head = h
-		pr.batch, pr.batchID, pr.raw = nil, nil, nil
+		pr.batch, pr.batchID, pr.raw, pr.graph = nil, nil, nil, nil
 	}
 	imp.pending = 0
 	if err := imp.s.eng.Sync(); err != nil {

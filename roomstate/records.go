@@ -25,6 +25,7 @@ const (
 	kindState = 'S'
 	kindHead  = 'H'
 	kindLog   = 'L'
+	kindGraph = 'G'
 )
 
 func hashID(parts ...[]byte) packstore.ID {

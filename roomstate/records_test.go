@@ -17,7 +17,51 @@ func sampleRecords() [][]byte {
 	kept := h // a version 2 head: with an every-k keep rule
 	kept.StateEvery, kept.StateKeptBelow = 4, 3
 	return [][]byte{encodeMeta(&m), encodeState(&s), encodeHead(&h), encodeHead(&kept), encodeLogChunk([]string{"$a", "$b"}),
-		encodeEvent("$a", []byte(`{"type":"m.room.message"}`)), StateKey("m.room.member", "@u:s")}
+		encodeEvent("$a", []byte(`{"type":"m.room.message"}`)), StateKey("m.room.member", "@u:s"), encodeGraphChunk(3, sampleGraph())}
+}
+
+func sampleGraph() []graphEntry {
+	return []graphEntry{
+		{isState: true, key: StatePair{"m.room.member", "@u:s"}, prev: []uint32{0, graphEdgeMissing}, auth: []uint32{1}, missing: []string{"$later"}},
+		{redacted: true, prev: []uint32{3}, auth: []uint32{}, missing: []string{}},
+	}
+}
+
+// TestGraphRecordCorrupt: a graph record round-trips; every cut of it fails to
+// decode; a load that finds an edge past the room's events, a record that
+// starts elsewhere than the events before it, or more events than the arrival
+// log, says which (ErrCorruptRecord).
+func TestGraphRecordCorrupt(t *testing.T) {
+	b := encodeGraphChunk(3, sampleGraph())
+	base, got, err := decodeGraphChunk(b)
+	if err != nil || base != 3 || !reflect.DeepEqual(got, sampleGraph()) {
+		t.Fatalf("round trip: base %d, %+v, %v", base, got, err)
+	}
+	for n := range len(b) {
+		if _, _, err := decodeGraphChunk(b[:n]); !errors.Is(err, ErrCorruptRecord) {
+			t.Fatalf("cut at %d of %d: %v", n, len(b), err)
+		}
+	}
+	ids := []string{"$0", "$1", "$2", "$3", "$4"}
+	for _, tc := range []struct {
+		name    string
+		entries []graphEntry
+	}{
+		{"edge past the events", []graphEntry{{prev: []uint32{9}}}},
+		{"missing edge without its ID", []graphEntry{{prev: []uint32{graphEdgeMissing}}}},
+		{"an ID without a missing edge", []graphEntry{{prev: []uint32{0}, missing: []string{"$x"}}}},
+	} {
+		bld := newGraphBuilder(ids)
+		var err error
+		for i := range tc.entries {
+			if err = bld.addEntry(&tc.entries[i]); err != nil {
+				break
+			}
+		}
+		if !errors.Is(err, ErrCorruptRecord) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
 }
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -91,6 +135,7 @@ func FuzzDecodeRecords(f *testing.F) {
 		_, _ = decodeState(b)
 		_, _ = decodeHead(b)
 		_, _ = decodeLogChunk(b)
+		_, _, _ = decodeGraphChunk(b)
 		_, _, _ = decodeEvent(b)
 		_, _, _ = SplitStateKey(b)
 	})

@@ -431,11 +431,17 @@ func (r *Room) snapshotEntry(k []byte, v hamtstore.Value) (EventMeta, error) {
 }
 
 // RoomRecords returns the IDs of the room-level records: the head, then the arrival
-// log chunks in order.
+// log chunks in order, each followed by its graph record when the room has them
+// (a room imported before graph records existed has none; a failure to read the
+// first is taken as present, so that a repack meets it and reports it).
 func (r *Room) RoomRecords() []packstore.ID {
 	ids := []packstore.ID{headRecordID}
+	has, err := r.hasGraphRecords()
 	for i := uint32(0); i < r.head.LogChunks; i++ {
 		ids = append(ids, logChunkID(i))
+		if has || err != nil {
+			ids = append(ids, graphChunkID(i))
+		}
 	}
 	return ids
 }
