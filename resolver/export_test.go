@@ -37,3 +37,11 @@ func PowerSubset(src EventSource, ids []string) ([]string, error) {
 	}
 	return st.powerSubset(ids, full)
 }
+
+// AllowedOnce is Cache.allowedOnce.
+func (c *Cache) AllowedOnce(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU) error {
+	return c.allowedOnce(p, auth)
+}
+
+// AllowedList runs the authorization rules without any cache.
+func AllowedList(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU) error { return allowedList(p, auth) }

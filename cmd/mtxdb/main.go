@@ -36,8 +36,20 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().Var(&readAhead, "read-ahead", "access-pattern hint for the shard mappings: random (MADV_RANDOM plus read-ahead of forward runs) or kernel (no hint)")
-	var cpuProfile string
+	var cpuProfile, memProfile string
 	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the command to this file (go tool pprof reads it)")
+	root.PersistentFlags().StringVar(&memProfile, "memprofile", "", "write a heap profile (live objects at the command's end) to this file")
+	root.PersistentPostRunE = func(*cobra.Command, []string) error {
+		if memProfile == "" {
+			return nil
+		}
+		f, err := os.Create(memProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return pprof.Lookup("heap").WriteTo(f, 0)
+	}
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
 		if cpuProfile == "" {
 			return nil
