@@ -18,14 +18,14 @@ import (
 	"github.com/mtxdb/mtxdb/testrooms/gen"
 )
 
-// TestPlainOutcomeShared checks the premise of Cache.allowedOnce: the
-// authorization rules decide a plain event (not a state event, not a redaction)
-// from its room, type, sender and auth events alone. For every plain event of the
-// real rooms and of a generated v12 room (bans, kicks, power-level changes and
-// rejections included), checked against its own auth events, and for variants of
-// it with other content (empty, another msgtype, membership-like fields, a large
-// body), gomatrixserverlib's outcome with no cache must equal the cached outcome
-// of the first event with the same four.
+// TestPlainOutcomeShared checks Cache.allowedOnce against the rules without a
+// cache: they decide a plain event (not a state event, not a redaction) from its
+// room, type, sender and auth events alone, and the cache's key holds all four.
+// Every plain event of the real rooms and of a generated v12 room (bans, kicks,
+// power-level changes and rejections included) is checked against its own auth
+// events, with variants of other content (empty, another msgtype,
+// membership-like fields, a large body: the same key), of another sender and of
+// another type (other keys), through one cache per room.
 func TestPlainOutcomeShared(t *testing.T) {
 	dirs, err := filepath.Glob(filepath.Join(testrooms.Dir(), "real", "room*"))
 	require.NoError(t, err)
@@ -51,26 +51,32 @@ func TestPlainOutcomeShared(t *testing.T) {
 					auth = append(auth, ae)
 				}
 			}
-			cached := cache.AllowedOnce(p, auth) == nil
 			variants := []gomatrixserverlib.PDU{p}
 			for i, c := range contents {
-				variants = append(variants, withContent(t, p, c, i))
+				variants = append(variants, withField(t, p, "content", c, i))
 			}
+			// Another sender and another type: other keys, which must not share
+			// the outcome of this event's.
+			variants = append(variants, withField(t, p, "sender", `"@stranger:elsewhere.test"`, 10),
+				withField(t, p, "type", `"org.example.custom"`, 11),
+				withField(t, p, "type", `"m.room.name"`, 12), // 50 in the default power levels
+				withField(t, p, "type", `"m.room.power_levels"`, 13))
 			for _, v := range variants {
-				if got := resolver.AllowedList(v, auth) == nil; got != cached {
-					t.Fatalf("%s: event %s (content %s): allowed %v, the cached outcome for its room, type, sender and auth events %v",
-						dir, p.EventID(), v.Content(), got, cached)
+				want := resolver.AllowedList(v, auth) == nil
+				if got := cache.AllowedOnce(v, auth) == nil; got != want {
+					t.Fatalf("%s: event %s (%s %s, content %s): cached outcome %v, the rules say %v",
+						dir, p.EventID(), v.Type(), v.SenderID(), v.Content(), got, want)
 				}
 				checked++
-			}
-			if cached {
-				allowed++
-			} else {
-				rejected++
+				if want {
+					allowed++
+				} else {
+					rejected++
+				}
 			}
 		}
 	}
-	t.Logf("%d checks: %d plain events allowed, %d not", checked, allowed, rejected)
+	t.Logf("%d checks: %d allowed, %d not", checked, allowed, rejected)
 	require.Positive(t, allowed)
 	require.Positive(t, rejected, "no plain event was refused: the comparison tests half the rules")
 }
@@ -112,12 +118,12 @@ func loadPDUs(t *testing.T, dir string) pduSet {
 	return set
 }
 
-// withContent returns p with its content replaced (a new event ID).
-func withContent(t *testing.T, p gomatrixserverlib.PDU, content string, i int) gomatrixserverlib.PDU {
+// withField returns p with one top-level field replaced (a new event ID).
+func withField(t *testing.T, p gomatrixserverlib.PDU, field, value string, i int) gomatrixserverlib.PDU {
 	t.Helper()
 	var m map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(p.JSON(), &m))
-	m["content"] = json.RawMessage(content)
+	m[field] = json.RawMessage(value)
 	b, err := json.Marshal(m)
 	require.NoError(t, err)
 	verImpl, err := gomatrixserverlib.GetRoomVersion(p.Version())

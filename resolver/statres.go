@@ -534,14 +534,25 @@ func (c *Cache) Authorized(p gomatrixserverlib.PDU, authEvents []gomatrixserverl
 
 // allowedOnce checks p against authEvents with gomatrixserverlib's authorization
 // rules and returns the reason it is not allowed. The outcome of a state event or
-// redaction is noted for the iterative auth checks (note). A plain event (neither
-// a state event nor a redaction) is checked once per (room, type, sender, auth
-// events): the rules read nothing else of it (spec, "Authorization rules", the
+// redaction is noted for the iterative auth checks (note). A plain event (no
+// state key, and not of a type whose rules gomatrixserverlib picks by type:
+// create, aliases, member, power levels, redaction) is checked once per (room,
+// type, sender, auth events): the rules read nothing else of it (spec, "Authorization rules", the
 // rules after the membership ones: the sender's membership, the event type's
 // required power level, the create event's m.federate), so one outcome serves
 // every plain event with the same four, as the room generator does.
 func (c *Cache) allowedOnce(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error {
-	if p.StateKey() != nil || p.Type() == spec.MRoomRedaction {
+	switch p.Type() {
+	case spec.MRoomCreate, spec.MRoomAliases, spec.MRoomMember, spec.MRoomPowerLevels, spec.MRoomRedaction:
+		// gomatrixserverlib picks its rules by type, state key or not: these
+		// types' rules read the content even without a state key.
+		err := allowedList(p, authEvents)
+		if p.StateKey() != nil {
+			c.note(p, authEvents, err == nil)
+		}
+		return err
+	}
+	if p.StateKey() != nil {
 		err := allowedList(p, authEvents)
 		c.note(p, authEvents, err == nil)
 		return err
