@@ -229,7 +229,7 @@ func (rp *replay) run() (ReplayResult, error) {
 	for p, i := range order {
 		r.upTo = int32(p) - 1
 		id := g.ids[i]
-		pf.take(p)
+		pf.take()
 		if p%readerResetEvery == readerResetEvery-1 {
 			r.rd.Reset() // bound the decoded nodes kept; later reads go to the store
 		}
@@ -367,9 +367,10 @@ func (rp *replay) run() (ReplayResult, error) {
 // runs beside resolution on a second core. Each parsed PDU enters the
 // resolver's cache when the replay reaches its event.
 type prefetcher struct {
-	r    *Resolver
-	out  chan prefetched
-	done chan struct{}
+	r      *Resolver
+	out    chan prefetched
+	done   chan struct{} // closed by stop
+	exited chan struct{} // closed when the goroutine has returned
 }
 
 type prefetched struct {
@@ -386,9 +387,10 @@ func (rp *replay) prefetch(order []int32, on bool) *prefetcher {
 	if !on {
 		return nil
 	}
-	pf := &prefetcher{r: rp.r, out: make(chan prefetched, prefetchWindow), done: make(chan struct{})}
+	pf := &prefetcher{r: rp.r, out: make(chan prefetched, prefetchWindow), done: make(chan struct{}), exited: make(chan struct{})}
 	g, room := rp.g, rp.r.room
 	go func() {
+		defer close(pf.exited)
 		defer close(pf.out)
 		for _, i := range order {
 			p, err := room.StoredEvent(g.ids[i], g.g.Redacted[i])
@@ -405,8 +407,8 @@ func (rp *replay) prefetch(order []int32, on bool) *prefetcher {
 	return pf
 }
 
-// take receives the PDU of the event at replay position p and caches it.
-func (pf *prefetcher) take(p int) {
+// take receives the PDU of the next event of the replay order and caches it.
+func (pf *prefetcher) take() {
 	if pf == nil {
 		return
 	}
@@ -418,10 +420,12 @@ func (pf *prefetcher) take(p int) {
 	}
 }
 
-// stop ends the prefetching goroutine.
+// stop ends the prefetching goroutine and waits for it (no read of the store is
+// left running when Replay returns: the caller may close it).
 func (pf *prefetcher) stop() {
 	if pf != nil {
 		close(pf.done)
+		<-pf.exited
 	}
 }
 
