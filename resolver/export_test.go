@@ -45,3 +45,52 @@ func (c *Cache) AllowedOnce(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PD
 
 // AllowedList runs the authorization rules without any cache.
 func AllowedList(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU) error { return allowedList(p, auth) }
+
+// AuthDifferenceOf is the auth difference ResolveConflicts computes for the
+// given whole state maps through the Resolver's per-resolution view of its
+// auth index (the conflicted keys, per-state conflicted events and unconflicted
+// map taken from the maps as Resolve takes them from snapshots).
+func AuthDifferenceOf(r *Resolver, maps []StateMap) ([]string, error) {
+	keys := map[Key]bool{}
+	for _, m := range maps {
+		for k := range m {
+			keys[k] = true
+		}
+	}
+	conflicted := map[Key]bool{}
+	for k := range keys {
+		v0, ok0 := maps[0][k]
+		for _, m := range maps[1:] {
+			if v, ok := m[k]; ok != ok0 || v != v0 {
+				conflicted[k] = true
+			}
+		}
+	}
+	perState := make([][]string, len(maps))
+	for _, k := range sortedKeys(func() map[Key]string {
+		out := map[Key]string{}
+		for k := range conflicted {
+			out[k] = ""
+		}
+		return out
+	}()) {
+		for i, m := range maps {
+			if id, ok := m[k]; ok {
+				perState[i] = append(perState[i], id)
+			}
+		}
+	}
+	unconflicted := func(k Key) (string, bool, error) {
+		if conflicted[k] {
+			return "", false, nil
+		}
+		id, ok := maps[0][k]
+		return id, ok, nil
+	}
+	g, err := r.graph()
+	if err != nil {
+		return nil, err
+	}
+	view := &resView{r: r, g: g, unconflicted: unconflicted, memo: map[int32]int32{}}
+	return authDifference(perState, unconflicted, view)
+}
