@@ -11,4 +11,5 @@ const (
 	madvRandom     = unix.MADV_RANDOM
 	madvSequential = unix.MADV_SEQUENTIAL
 	madvWillneed   = unix.MADV_WILLNEED
+	madvDontneed   = unix.MADV_DONTNEED
 )

@@ -10,4 +10,5 @@ const (
 	madvRandom     = 0
 	madvSequential = 0
 	madvWillneed   = 0
+	madvDontneed   = 0
 )

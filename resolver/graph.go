@@ -1,7 +1,9 @@
 package resolver
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/roomstate"
@@ -142,11 +144,17 @@ func (g *graph) childHandles(i int32, upTo int32) []int32 {
 	if g.pos == nil {
 		return g.kids[lo:hi]
 	}
-	end := lo
-	for end < hi && g.pos[g.kids[end]] >= 0 && g.pos[g.kids[end]] <= upTo {
-		end++
-	}
-	return g.kids[lo:end]
+	// Kids are sorted by replay position, those never replayed (-1) last: the
+	// ones replayed so far are a prefix, found by binary search (the create
+	// event and each power levels event have most of the room as kids).
+	ks := g.kids[lo:hi]
+	n, _ := slices.BinarySearchFunc(ks, upTo, func(k int32, upTo int32) int {
+		if p := g.pos[k]; p >= 0 && p <= upTo {
+			return -1
+		}
+		return 1
+	})
+	return ks[:n]
 }
 
 // sortKidsByPosition orders each event's auth children by replay position (those
@@ -162,12 +170,7 @@ func (g *graph) sortKidsByPosition() {
 			}
 			return 1 << 40
 		}
-		// insertion sort: kid lists are short and nearly sorted already (index order)
-		for a := 1; a < len(ks); a++ {
-			for b := a; b > 0 && posOf(ks[b]) < posOf(ks[b-1]); b-- {
-				ks[b], ks[b-1] = ks[b-1], ks[b]
-			}
-		}
+		slices.SortStableFunc(ks, func(a, b int32) int { return cmp.Compare(posOf(a), posOf(b)) })
 		for j := lo; j < hi; j++ {
 			g.kidIDs[j] = g.ids[g.kids[j]]
 		}

@@ -231,7 +231,12 @@ func (rp *replay) run() (ReplayResult, error) {
 		id := g.ids[i]
 		pf.take()
 		if p%readerResetEvery == readerResetEvery-1 {
-			r.rd.Reset() // bound the decoded nodes kept; later reads go to the store
+			// Bound the decoded nodes kept (later reads go to the store) and the
+			// store's pages mapped into the process (a replay reads every PDU).
+			r.rd.Reset()
+			if err := room.ReleaseMapped(); err != nil {
+				return rp.res, err
+			}
 		}
 		prevs, auths := g.g.Prev(int(i)), g.g.Auth(int(i))
 		if late != nil {

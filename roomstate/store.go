@@ -101,6 +101,16 @@ func (r *Room) SetHead(h Head) error {
 	return nil
 }
 
+// ReleaseMapped drops the store's file mappings from the process's resident set
+// when the engine can (packstore PackfileStorage.ReleaseMapped); a no-op
+// otherwise. Long scans call it now and then to bound their RSS.
+func (r *Room) ReleaseMapped() error {
+	if e, ok := r.s.eng.(interface{ ReleaseMapped() error }); ok {
+		return e.ReleaseMapped()
+	}
+	return nil
+}
+
 // Sync makes everything written so far durable (packstore Sync).
 func (r *Room) Sync() error {
 	if err := r.s.eng.Sync(); err != nil {
