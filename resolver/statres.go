@@ -433,8 +433,14 @@ func (st *stateRes) reverseTopologicalPowerOrder(ids []string) ([]string, error)
 // PDU each in a room). A Resolver keeps one for its lifetime; callers of
 // ResolveConflicts may pass one (ConflictInput.Cache). Not safe for concurrent use.
 type Cache struct {
-	plParent map[string]string           // event ID -> its power levels auth event ("" if none)
-	mainline map[string]map[string]int64 // power levels event -> mainline positions, oldest = 1
+	// plParent: event ID -> its power levels auth event ("" if none). Cleared at
+	// maxPLParents entries.
+	plParent map[string]string
+	// mainline: power levels event -> its mainline's positions, oldest = 1, for
+	// the last few power levels events asked (at most maxMainlines: one map per
+	// power levels event of a room grows with the square of their number, 4,608
+	// in a generated 1M-event room).
+	mainline map[string]map[string]int64
 	// allowed: authCheckKey(event, auth events) -> whether the rules allowed it;
 	// when it reaches maxAuthChecks entries it becomes allowedOld (still read) and
 	// a new one starts, so the most recent checks are kept.
@@ -446,6 +452,12 @@ type Cache struct {
 	// (allowedOnce). Cleared at maxAuthChecks entries.
 	plain map[string]error
 }
+
+// maxMainlines bounds Cache.mainline; maxPLParents bounds Cache.plParent.
+const (
+	maxMainlines = 4
+	maxPLParents = 1 << 18
+)
 
 // maxAuthChecks bounds each generation of Cache.allowed (an entry is about 150-500
 // bytes: the event ID and its auth events' IDs).
@@ -608,6 +620,9 @@ func (st *stateRes) plAuthEventID(id string) (string, error) {
 			break
 		}
 	}
+	if len(st.cache.plParent) >= maxPLParents {
+		clear(st.cache.plParent)
+	}
 	st.cache.plParent[id] = pl
 	return pl, nil
 }
@@ -635,6 +650,9 @@ func (st *stateRes) mainlinePositions(plID string) (map[string]int64, error) {
 	pos := make(map[string]int64, len(mainline))
 	for i, id := range mainline {
 		pos[id] = int64(len(mainline) - i)
+	}
+	if len(st.cache.mainline) >= maxMainlines {
+		clear(st.cache.mainline)
 	}
 	st.cache.mainline[plID] = pos
 	return pos, nil
