@@ -627,6 +627,15 @@ func (st *stateRes) plAuthEventID(id string) (string, error) {
 	return pl, nil
 }
 
+// mainlineIndex is implemented by event sources that answer mainline membership
+// from an index instead of a map of the whole mainline per power levels event
+// (Resolver: the same-key lineage of the power levels key, with jump pointers):
+// whether event x is on the mainline of power levels event pl, and its position
+// there (oldest = 1).
+type mainlineIndex interface {
+	MainlinePosition(pl, x string) (pos int64, on bool, err error)
+}
+
 // mainlinePositions returns the mainline of a power levels event as positions,
 // oldest = 1 (spec, v2 "Mainline ordering").
 func (st *stateRes) mainlinePositions(plID string) (map[string]int64, error) {
@@ -668,7 +677,13 @@ func (st *stateRes) mainlineOrder(ids []string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ok {
+	onMainline := func(id string) (int64, bool, error) {
+		v, ok := position[id]
+		return v, ok, nil
+	}
+	if mi, indexed := st.src.(mainlineIndex); ok && indexed {
+		onMainline = func(id string) (int64, bool, error) { return mi.MainlinePosition(plID, id) }
+	} else if ok {
 		if position, err = st.mainlinePositions(plID); err != nil {
 			return nil, err
 		}
@@ -688,7 +703,9 @@ func (st *stateRes) mainlineOrder(ids []string) ([]string, error) {
 				pos = v
 				break
 			}
-			if v, ok := position[cur]; ok {
+			if v, ok, err := onMainline(cur); err != nil {
+				return nil, err
+			} else if ok {
 				pos = v
 				break
 			}
