@@ -462,6 +462,25 @@ func (r *Resolver) MainlinePosition(pl, x string) (int64, bool, error) {
 	return int64(g.link(j).sdepth) + 1, true, nil
 }
 
+// PowerLevelsAuthEvent returns the m.room.power_levels ("" state key) among an
+// event's auth_events, "" for none, from the auth index (the first in auth_events
+// order, as gomatrixserverlib's reading of the PDU gives it).
+func (r *Resolver) PowerLevelsAuthEvent(eventID string) (string, error) {
+	g, i, err := r.index(eventID)
+	if err != nil {
+		return "", err
+	}
+	for j, a := range g.g.Auth(int(i)) {
+		if a < 0 {
+			return "", fmt.Errorf("%w: event %s: auth event %s is not in the room", errNoEvent, eventID, g.g.MissingAuth(int(i), j))
+		}
+		if k := g.keyOf(a); k >= 0 && g.keys[k] == (Key{spec.MRoomPowerLevels, ""}) {
+			return g.ids[a], nil
+		}
+	}
+	return "", nil
+}
+
 // StateKeyOf implements AuthIndex from the auth index.
 func (r *Resolver) StateKeyOf(eventID string) (Key, bool, error) {
 	g, i, err := r.index(eventID)

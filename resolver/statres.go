@@ -605,6 +605,9 @@ func (st *stateRes) plAuthEventID(id string) (string, error) {
 	if pl, ok := st.cache.plParent[id]; ok {
 		return pl, nil
 	}
+	if li, ok := st.src.(plAuthLister); ok {
+		return li.PowerLevelsAuthEvent(id)
+	}
 	p, err := st.event(id)
 	if err != nil {
 		return "", err
@@ -625,6 +628,12 @@ func (st *stateRes) plAuthEventID(id string) (string, error) {
 	}
 	st.cache.plParent[id] = pl
 	return pl, nil
+}
+
+// plAuthLister is implemented by event sources that name an event's
+// m.room.power_levels auth event from an index, without parsing PDUs (Resolver).
+type plAuthLister interface {
+	PowerLevelsAuthEvent(eventID string) (string, error)
 }
 
 // mainlineIndex is implemented by event sources that answer mainline membership
