@@ -263,7 +263,11 @@
 // a completed Sync (or Close) fsynced: the shard sizes of a decodable
 // checkpoint and the frame named by every CRC-valid delta entry, of any
 // generation (syncedFloor). A shard file shorter than that is an ErrCorrupt
-// error from Open naming the file and both lengths. A delta entry whose
+// error from Open naming the file and both lengths; a shard file that is
+// missing although a checkpoint or delta entry names a synced frame in it
+// is an ErrCorrupt error naming the file (retirement writes a checkpoint
+// and an empty delta without the shard before deleting it, so such a file
+// was lost, not retired). Open writes nothing in either case. A delta entry whose
 // frame on disk does not match it (a damaged synced frame) is still
 // applied: Open succeeds, OpenReport.Damaged lists it, and reading that
 // record returns ErrCorrupt naming shard file and offset.

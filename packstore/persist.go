@@ -119,13 +119,21 @@ func syncedFloor(files indexFiles) map[uint16]int64 {
 	return floor
 }
 
-// checkFloorLocked fails Open with ErrCorrupt when an existing shard file
-// is shorter than the index files say was synced. (A listed shard that is
-// missing altogether is not an error here: repack retires shards before it
-// writes the next checkpoint. The full scan then rebuilds the index.)
+// checkFloorLocked fails Open with ErrCorrupt when a shard file is shorter
+// than the index files say was synced, or missing although they name a
+// synced frame in it. Retirement writes a checkpoint (and an empty delta)
+// that no longer names a shard before it deletes the file, so a shard the
+// index files prove synced frames in is never legitimately missing: its
+// acknowledged records were lost, and Open must not serve the store without
+// them (nor write a fresh checkpoint that hides the loss).
 func (s *PackfileStorage) checkFloorLocked(floor map[uint16]int64) error {
 	for _, id := range sortedKeys16(floor) {
-		if sh := s.shards[id].Load(); sh != nil && sh.size < floor[id] {
+		sh := s.shards[id].Load()
+		if sh == nil && floor[id] > HeaderSize {
+			return fmt.Errorf("%w: shard %d (%s) is missing from %s: the index files say %d bytes of it were synced",
+				ErrCorrupt, id, shardFileName(id), s.opts.Dir, floor[id])
+		}
+		if sh != nil && sh.size < floor[id] {
 			return fmt.Errorf("%w: shard %d (%s): the index files say %d bytes were synced, the file has %d",
 				ErrCorrupt, id, filepath.Base(sh.path), floor[id], sh.size)
 		}
