@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -338,8 +339,9 @@ func (s *PackfileStorage) deltaEntryContinuesLocked(m frameMeta, covered loc) er
 
 // deltaEntryMatchesLocked checks (structurally, without the frame CRC, which
 // reads verify) that the frame on disk is the one a delta entry names.
-func (s *PackfileStorage) deltaEntryMatchesLocked(m frameMeta) error {
+func (s *PackfileStorage) deltaEntryMatchesLocked(m frameMeta) (err error) {
 	sh := s.shards[m.at.shard].Load()
+	defer sh.faultToError(int64(m.at.off), debug.SetPanicOnFault(true), &err)
 	fv, err := decodeFrameCRC(sh.mm[m.at.off:], false)
 	if err != nil || fv.Size != m.size || fv.Coll != m.coll || (fv.Flags&FlagReset != 0) != m.reset || !m.reset && fv.ID != m.id {
 		return sh.corruptf(int64(m.at.off), "synced frame (index.delta: %d bytes, collection %s) does not match the bytes on disk (%v)", m.size, m.coll, err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -417,8 +418,9 @@ func (s *PackfileStorage) scanShardLocked(sh *shard, from, synced int64, last bo
 			err = aerr
 		}
 	}()
-	b := sh.mm
 	off := from
+	defer sh.faultToError(off, debug.SetPanicOnFault(true), &err)
+	b := sh.mm
 	for off < int64(len(b)) {
 		fv, err := decodeFrameCRC(b[off:], sh.crc)
 		if err != nil {
