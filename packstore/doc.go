@@ -12,7 +12,12 @@
 // is the pack ID (0..4095) in five decimal digits. Shards are created as
 // shard-NNNNN.mtdb.tmp, fsynced and renamed, then the directory is fsynced,
 // so a published shard always has a complete header; Open deletes leftover
-// .tmp files. Pack IDs only grow; retired shards leave gaps.
+// .tmp files. Pack IDs only grow; retired shards leave gaps. A shard file
+// whose header is bad (empty, short, zero-filled, damaged) and that holds
+// no acknowledged data (no checkpoint or delta entry names a synced frame
+// in it, and a checkpoint decodes or the file has nothing past a header) is
+// renamed to NAME.quarantined-UNIXNANO and listed in OpenReport.Quarantined;
+// with acknowledged data at stake the bad header fails Open (ErrCorrupt).
 //
 // LOCK holds the decimal pid of the process that has the store open, and
 // that process holds an exclusive flock(2) on it from the start of Open to

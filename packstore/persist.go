@@ -48,6 +48,12 @@ type OpenReport struct {
 	// names the shard file and offset). Open still succeeds; reading those
 	// records returns ErrCorrupt, and Check fails.
 	Damaged []error
+	// Quarantined lists the shard files with a bad header (empty, short,
+	// zero-filled or damaged: typically a crash while one was created)
+	// that held no acknowledged data and were renamed aside, as
+	// "NAME renamed to NAME.quarantined-UNIXNANO: why". A bad header on a
+	// shard that may hold acknowledged data fails Open instead.
+	Quarantined []string
 }
 
 // indexFiles are the raw checkpoint and delta files as Open read them.
@@ -217,7 +223,7 @@ func (s *PackfileStorage) loadIndexLocked(ids []uint16, files indexFiles) (cover
 	for id, n := range extent {
 		if sh := s.shards[id].Load(); sh == nil || sh.size < n {
 			s.report.CheckpointErr = fmt.Errorf("packstore: %s lists shard %d (%d bytes) that is missing or shorter on disk", checkpointFile, id, n)
-			if sh == nil {
+			if sh == nil && n > HeaderSize {
 				// Retirement writes a checkpoint without a shard before it deletes
 				// the file, so a listed shard that is gone was lost, not retired.
 				s.report.MissingShard = fmt.Errorf("%w: shard %d (%s) is listed in %s but missing",

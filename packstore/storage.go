@@ -285,12 +285,10 @@ func (s *PackfileStorage) rebuildLocked() error {
 		}
 	}
 	slices.Sort(ids)
-	for _, id := range ids {
-		sh, err := s.openShard(id)
-		if err != nil {
-			return err
-		}
-		s.shards[id].Store(sh)
+	files := s.readIndexFiles()
+	floor := syncedFloor(files)
+	if ids, err = s.openShardsLocked(ids, files, floor); err != nil {
+		return err
 	}
 	if len(ids) == 0 {
 		// A new store, unless index files say shards existed: then they were
@@ -309,8 +307,6 @@ func (s *PackfileStorage) rebuildLocked() error {
 		s.report.Source = "scan"
 		return s.writeCheckpointLocked()
 	}
-	files := s.readIndexFiles()
-	floor := syncedFloor(files)
 	if err := s.checkFloorLocked(floor); err != nil {
 		return err
 	}
@@ -355,17 +351,71 @@ func (s *PackfileStorage) rebuildLocked() error {
 	return nil
 }
 
-// openShard opens and maps an existing shard file after validating its header.
-func (s *PackfileStorage) openShard(id uint16) (*shard, error) {
+// openShardsLocked opens the shard files ids (sorted) and returns the IDs
+// of those it opened. A file whose header is bad (empty, short, zero-filled
+// or damaged: a crash while creating a shard, a stray file) is quarantined
+// when no acknowledged data is at stake: the index files name no synced
+// frame in it (floor) and either a checkpoint decodes (so it would list
+// the shard's synced bytes) or the file holds nothing past a header. It is
+// renamed aside to NAME.quarantined-UNIXNANO (never deleted), the directory
+// is fsynced, and OpenReport.Quarantined says so. Otherwise the bad header
+// fails Open with ErrCorrupt naming the file, as before.
+func (s *PackfileStorage) openShardsLocked(ids []uint16, files indexFiles, floor map[uint16]int64) ([]uint16, error) {
+	ckptOK := false
+	if files.ckptErr == nil {
+		_, err := decodeCheckpoint(files.ckpt)
+		ckptOK = err == nil
+	}
+	kept := ids[:0]
+	for _, id := range ids {
+		sh, size, err := s.openShard(id)
+		if err == nil {
+			s.shards[id].Store(sh)
+			kept = append(kept, id)
+			continue
+		}
+		if !errors.Is(err, errBadHeader) || floor[id] > HeaderSize || !ckptOK && size > HeaderSize {
+			return nil, err
+		}
+		if err := s.quarantineLocked(id, err); err != nil {
+			return nil, err
+		}
+	}
+	return kept, nil
+}
+
+// quarantineLocked renames the shard file id aside and reports why.
+func (s *PackfileStorage) quarantineLocked(id uint16, why error) error {
+	name := shardFileName(id)
+	to := fmt.Sprintf("%s.quarantined-%d", name, time.Now().UnixNano())
+	if err := s.fs.Rename(filepath.Join(s.opts.Dir, name), filepath.Join(s.opts.Dir, to)); err != nil {
+		return fmt.Errorf("packstore: quarantine %s: %w", name, err)
+	}
+	if err := syncDir(s.fs, s.opts.Dir); err != nil {
+		return err
+	}
+	s.report.Quarantined = append(s.report.Quarantined, fmt.Sprintf("%s renamed to %s: %v", name, to, why))
+	return nil
+}
+
+// errBadHeader marks openShard's errors about the header itself (as
+// opposed to I/O errors), which openShardsLocked may quarantine.
+var errBadHeader = errors.New("bad shard header")
+
+// openShard opens and maps an existing shard file after validating its
+// header. It also returns the file size (for openShardsLocked); a header
+// that fails validation is an ErrCorrupt error that also matches
+// errBadHeader.
+func (s *PackfileStorage) openShard(id uint16) (*shard, int64, error) {
 	path := filepath.Join(s.opts.Dir, shardFileName(id))
 	f, err := s.fs.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
-		return nil, fmt.Errorf("packstore: %w", err)
+		return nil, 0, fmt.Errorf("packstore: %w", err)
 	}
 	size, err := f.Size()
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("packstore: %w", err)
+		return nil, 0, fmt.Errorf("packstore: %w", err)
 	}
 	sh := newShardState(id, path, f, size, true, &s.opts)
 	hdr := make([]byte, HeaderSize)
@@ -376,15 +426,15 @@ func (s *PackfileStorage) openShard(id uint16) (*shard, error) {
 	}
 	if err != nil {
 		f.Close()
-		return nil, sh.corruptf(0, "%v", err)
+		return nil, size, fmt.Errorf("%w (%w)", sh.corruptf(0, "%v", err), errBadHeader)
 	}
 	sh.crc = h.Features&FeatureNoCRC == 0
 	sh.verify = sh.verify && sh.crc
 	if err := sh.remap(sh.size); err != nil {
 		f.Close()
-		return nil, err
+		return nil, size, err
 	}
-	return sh, nil
+	return sh, size, nil
 }
 
 // createShard creates a new shard file through a temporary name (see
