@@ -172,6 +172,13 @@ func (s *PackfileStorage) View(coll, id ID, fn func(b []byte) error) error {
 // is absent. It probes every ID first, then reads the candidate frames
 // sorted by (shard, offset), so the physical reads move forward through the
 // pool. It does not take the writer lock.
+//
+// A record that cannot be read (its frame fails the checks, or reading it
+// fails) does not fail the batch: every other record is still returned,
+// and the error is a *RecordErrors holding one error per requested ID (nil
+// where the record was read or is absent); it matches ErrCorrupt through
+// errors.Is (IsCorruption) when a failure was corruption. Only ErrClosed
+// fails the whole batch (the slice is then nil).
 func (s *PackfileStorage) GetMany(coll ID, ids []ID) ([][]byte, error) {
 	type cand struct {
 		l loc
@@ -203,28 +210,85 @@ func (s *PackfileStorage) GetMany(coll ID, ids []ID) ([][]byte, error) {
 			}
 			return a.i - b.i
 		})
-		var err error
+		var errs []error // per request index, allocated on the first failure
+		var err error    // a failure of the whole batch (retried if a shard was retired)
 		for _, cd := range cands {
 			if out[cd.i] != nil {
 				continue
 			}
-			var data []byte
-			var ok bool
-			data, ok, err = s.readRecord(cd.l, coll, ids[cd.i], ReadUntagged)
+			data, ok, rerr := s.readRecord(cd.l, coll, ids[cd.i], ReadUntagged)
+			switch {
+			case errors.Is(rerr, errShardGone):
+				err = rerr
+			case rerr != nil:
+				// This candidate may be a tag collision and a later one the
+				// record: the error stands only if none is.
+				if errs == nil {
+					errs = make([]error, len(ids))
+				}
+				if errs[cd.i] == nil {
+					errs[cd.i] = rerr
+				}
+			case ok:
+				out[cd.i] = data
+				if errs != nil {
+					errs[cd.i] = nil
+				}
+			default:
+				s.collisions.Add(1)
+			}
 			if err != nil {
 				break
 			}
-			if ok {
-				out[cd.i] = data
-			} else {
-				s.collisions.Add(1)
-			}
 		}
 		if err == nil {
+			if slices.ContainsFunc(errs, func(e error) bool { return e != nil }) {
+				return out, &RecordErrors{Errs: errs}
+			}
 			return out, nil
 		}
 		if retry, err := s.retryable(err, attempt); !retry {
 			return nil, err
 		}
 	}
+}
+
+// RecordErrors is the error GetMany returns when some records of a batch
+// could not be read while the others were. Errs has one entry per
+// requested ID, in request order: nil where the record was read or is
+// absent, otherwise why it could not be read (an ErrCorrupt error naming
+// shard file and offset, or an I/O error). It unwraps to the non-nil
+// errors, so errors.Is(err, ErrCorrupt) and IsCorruption hold when any
+// failure was corruption. GetMany does not modify it after returning it:
+// it is safe for concurrent reads.
+type RecordErrors struct {
+	Errs []error
+}
+
+// Error says how many records failed and quotes the first failure.
+func (e *RecordErrors) Error() string {
+	n, first := 0, -1
+	for i, err := range e.Errs {
+		if err != nil {
+			n++
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	if first < 0 {
+		return "packstore: no record failed"
+	}
+	return fmt.Sprintf("packstore: %d of %d records could not be read; request index %d: %v", n, len(e.Errs), first, e.Errs[first])
+}
+
+// Unwrap returns the non-nil per-record errors.
+func (e *RecordErrors) Unwrap() []error {
+	var out []error
+	for _, err := range e.Errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
 }
