@@ -18,6 +18,15 @@ var (
 	// ErrTooLarge is returned when a payload cannot fit in one shard
 	// (Options.MaxShardBytes minus the shard header and the frame overhead).
 	ErrTooLarge = errors.New("packstore: record too large for a shard")
+	// ErrRepackApplied is wrapped (together with the cause) by the error
+	// Repack returns when the repack has taken effect, its copies and reset
+	// markers durable and its new index live, but a later step failed:
+	// retiring the shards it emptied, or writing the index checkpoint or
+	// delta. The returned RepackStats is complete; what was left undone
+	// costs disk space or a longer next Open, never records, and the next
+	// Repack, Sync or Close retries it. A Repack error that does not match
+	// ErrRepackApplied left the in-memory index as it was.
+	ErrRepackApplied = errors.New("packstore: repack applied, but a later step failed")
 )
 
 // Errors returned by any operation.

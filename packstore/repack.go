@@ -46,9 +46,15 @@ type repackJob struct {
 // a record listed twice in one collection, or a listed record that does not
 // exist is an error (wrapping ErrNotFound for a missing record), and a plan
 // that would pass the shard limit returns ErrShardLimit. An empty plan just
-// syncs and retires garbage shards. If an error is returned after copying
-// started the in-memory index stays the old one; a reopen may show some
-// collections repacked (their marker reached disk) and others not.
+// syncs and retires garbage shards.
+//
+// Errors: until the reset markers are durable, an error leaves the
+// in-memory index the old one (after a failed fsync the store refuses
+// further writes, and a reopen may show some collections repacked, their
+// marker having reached disk, and others not). Once they are durable the
+// repack has taken effect and the new index is live: a failure after that
+// (retiring shards, writing the index checkpoint or delta) is returned
+// wrapped with ErrRepackApplied, with complete stats.
 func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	var st RepackStats
 	s.mu.Lock()
@@ -147,12 +153,15 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	}
 	s.repackProgress.Store(-1)
 	st.ShardsRetired, st.BytesRetired, err = s.retireLocked()
-	if err != nil {
-		return st, err
+	if err == nil {
+		// The old checkpoint may list retired shards: replace it now, so that
+		// only a crash in this window costs a full scan at the next open.
+		err = s.flushDeltaLocked()
 	}
-	// The old checkpoint may list retired shards: replace it now, so that
-	// only a crash in this window costs a full scan at the next open.
-	return st, s.flushDeltaLocked()
+	if err != nil {
+		return st, fmt.Errorf("%w: %w", ErrRepackApplied, err)
+	}
+	return st, nil
 }
 
 // planJobsLocked validates a plan and resolves each record's location.
