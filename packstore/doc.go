@@ -294,6 +294,9 @@
 // where (TruncatedFile, TruncatedAt) and how much (TruncatedBytes). Any
 // other bad frame or header is an ErrCorrupt error naming the shard file
 // and offset; nothing is truncated.
+// With Options.ReadOnly recovery happens in memory only: the torn tail is
+// reported (OpenReport.TailNotCut) and left on disk, nothing is truncated,
+// quarantined, deleted or written, and LOCK is held shared.
 // Frames covered by the checkpoint are not re-read at open: damage there is
 // found by the read that needs the frame (ErrCorrupt naming shard and
 // offset; every other record stays readable) and by Check.

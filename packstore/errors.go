@@ -18,6 +18,9 @@ var (
 	// ErrTooLarge is returned when a payload cannot fit in one shard
 	// (Options.MaxShardBytes minus the shard header and the frame overhead).
 	ErrTooLarge = errors.New("packstore: record too large for a shard")
+	// ErrReadOnly is returned by Put, PutMany, DeleteCollection and Repack
+	// on a store opened with Options.ReadOnly.
+	ErrReadOnly = errors.New("packstore: store opened read-only")
 	// ErrRepackApplied is wrapped (together with the cause) by the error
 	// Repack returns when the repack has taken effect, its copies and reset
 	// markers durable and its new index live, but a later step failed:

@@ -40,9 +40,12 @@ type OpenReport struct {
 	// TruncatedFile the shard file's name and TruncatedAt the offset it was
 	// cut at. Only bytes past what the index files say was synced (so never
 	// acknowledged by a Sync) are ever truncated.
+	// With Options.ReadOnly the tail is only found, not cut (TailNotCut):
+	// the frames before TruncatedAt are served, the file is unchanged.
 	TruncatedBytes int64
 	TruncatedFile  string
 	TruncatedAt    int64
+	TailNotCut     bool
 	// Damaged lists the frames that the index files say were synced but
 	// whose bytes on disk do not match (each error wraps ErrCorrupt and
 	// names the shard file and offset). Open still succeeds; reading those

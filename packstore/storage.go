@@ -38,6 +38,22 @@ type Options struct {
 	// none / writeonly / full). The zero value is ChecksumFull.
 	Checksum ChecksumMode
 
+	// ReadOnly opens the store without changing anything on disk, as
+	// bbolt's and mdbx_chk's checks do: the directory must exist; no file is
+	// created, written, truncated, renamed or deleted; shard files are
+	// opened read-only. Recovery runs in memory only: a torn tail of the
+	// last shard is reported in OpenReport (TruncatedAt, TruncatedBytes,
+	// with TailNotCut set) and the frames before it are served, a shard
+	// file that a read-write Open would quarantine is reported and skipped,
+	// leftover .tmp files stay. The lock on LOCK is shared (flock LOCK_SH)
+	// and never upgraded: any number of read-only opens may run together,
+	// a read-write Open fails with ErrLocked while one runs, and a
+	// read-only Open fails with ErrLocked while a read-write one runs (if
+	// the directory has no LOCK file, none is taken). Put, PutMany,
+	// DeleteCollection and Repack return ErrReadOnly; Sync and Close write
+	// nothing.
+	ReadOnly bool
+
 	// ReadAhead is the access-pattern hint for the shard mappings (Linux
 	// only; elsewhere no hint is given). The zero value, ReadAheadRandom,
 	// is the default: MADV_RANDOM, so a cold read faults in one 4 KiB page
@@ -230,10 +246,12 @@ func Open(opts Options) (*PackfileStorage, error) {
 		s.maxShards = MaxShards
 	}
 	s.maxData = int(opts.MaxShardBytes) - HeaderSize - FrameOverhead
-	if err := s.fs.MkdirAll(opts.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("packstore: %w", err)
+	if !opts.ReadOnly {
+		if err := s.fs.MkdirAll(opts.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("packstore: %w", err)
+		}
 	}
-	lock, err := lockDir(opts.Dir)
+	lock, err := lockDir(opts.Dir, opts.ReadOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +291,7 @@ func (s *PackfileStorage) rebuildLocked() error {
 	var ids []uint16
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasSuffix(name, ".tmp") && (strings.HasPrefix(name, "shard-") || strings.HasPrefix(name, "index.")) {
+		if strings.HasSuffix(name, ".tmp") && (strings.HasPrefix(name, "shard-") || strings.HasPrefix(name, "index.")) && !s.opts.ReadOnly {
 			// An interrupted shard creation or checkpoint; never published.
 			if err := s.fs.Remove(filepath.Join(s.opts.Dir, name)); err != nil {
 				return fmt.Errorf("packstore: %w", err)
@@ -297,6 +315,9 @@ func (s *PackfileStorage) rebuildLocked() error {
 			return err
 		} else if n > 0 {
 			return fmt.Errorf("%w: %s lists %d shard files and none exists in %s", ErrCorrupt, checkpointFile, n, s.opts.Dir)
+		}
+		if s.opts.ReadOnly {
+			return fmt.Errorf("packstore: read-only open: %s holds no shard file (a read-only open creates nothing)", s.opts.Dir)
 		}
 		sh, err := s.createShard(0)
 		if err != nil {
@@ -332,6 +353,9 @@ func (s *PackfileStorage) rebuildLocked() error {
 		}
 	}
 	s.active = s.shards[ids[len(ids)-1]].Load()
+	if s.opts.ReadOnly {
+		return nil // nothing is written: no roll, no checkpoint, no delta file
+	}
 	if s.active.crc != s.writeCRC() {
 		// The checksum mode changed: a shard's frames all follow its header.
 		if err := s.rollLocked(); err != nil {
@@ -377,6 +401,10 @@ func (s *PackfileStorage) openShardsLocked(ids []uint16, files indexFiles, floor
 		if !errors.Is(err, errBadHeader) || floor[id] > HeaderSize || !ckptOK && size > HeaderSize {
 			return nil, err
 		}
+		if s.opts.ReadOnly {
+			s.report.Quarantined = append(s.report.Quarantined, fmt.Sprintf("%s skipped, not renamed (read-only open): %v", shardFileName(id), err))
+			continue
+		}
 		if err := s.quarantineLocked(id, err); err != nil {
 			return nil, err
 		}
@@ -408,7 +436,11 @@ var errBadHeader = errors.New("bad shard header")
 // errBadHeader.
 func (s *PackfileStorage) openShard(id uint16) (*shard, int64, error) {
 	path := filepath.Join(s.opts.Dir, shardFileName(id))
-	f, err := s.fs.OpenFile(path, os.O_RDWR, 0)
+	flag := os.O_RDWR
+	if s.opts.ReadOnly {
+		flag = os.O_RDONLY
+	}
+	f, err := s.fs.OpenFile(path, flag, 0)
 	if err != nil {
 		return nil, 0, fmt.Errorf("packstore: %w", err)
 	}
@@ -478,6 +510,11 @@ func (s *PackfileStorage) scanShardLocked(sh *shard, from, synced int64, last bo
 				return sh.corruptf(off, "%v (in the %d bytes the index files say were synced)", err, synced)
 			}
 			if last && tornTail(b, off, sh.crc) {
+				if s.opts.ReadOnly {
+					s.report.TruncatedBytes, s.report.TailNotCut = sh.size-off, true
+					s.report.TruncatedFile, s.report.TruncatedAt = filepath.Base(sh.path), off
+					return nil
+				}
 				return s.truncateTail(sh, off)
 			}
 			return sh.corruptf(off, "%v", err)
@@ -808,6 +845,9 @@ func (s *PackfileStorage) writableLocked() error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
+	if s.opts.ReadOnly {
+		return ErrReadOnly
+	}
 	if s.broken != nil {
 		return fmt.Errorf("packstore: store needs reopening after an earlier write failure: %w", s.broken)
 	}
@@ -964,6 +1004,9 @@ func (s *PackfileStorage) DeleteCollection(coll ID) error {
 func (s *PackfileStorage) Sync() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.opts.ReadOnly && !s.closed.Load() {
+		return nil // nothing was written
+	}
 	if err := s.writableLocked(); err != nil {
 		return err
 	}
@@ -1014,7 +1057,7 @@ func (s *PackfileStorage) Close() error {
 		return ErrClosed
 	}
 	err := s.broken
-	if err == nil && (len(s.pending) > 0 || s.deltaN > 0 || s.ckptStale || s.delta == nil) {
+	if err == nil && !s.opts.ReadOnly && (len(s.pending) > 0 || s.deltaN > 0 || s.ckptStale || s.delta == nil) {
 		err = s.writeCheckpointLocked()
 	}
 	if s.delta != nil {
