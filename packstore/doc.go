@@ -19,6 +19,11 @@
 // renamed to NAME.quarantined-UNIXNANO and listed in OpenReport.Quarantined;
 // with acknowledged data at stake the bad header fails Open (ErrCorrupt).
 //
+// Open creates the directory 0700 and every file 0600 (Options.Perm
+// widens both, say to 0640/0750): shards hold private rooms' events. It does
+// not change an existing store's modes, but lists a directory or file that
+// grants more than Options.Perm in OpenReport.Warnings.
+//
 // LOCK holds the decimal pid of the process that has the store open, and
 // that process holds an exclusive flock(2) on it from the start of Open to
 // Close: one process per store. A second Open (in any process) fails with

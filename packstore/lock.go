@@ -47,8 +47,8 @@ type dirLock struct{ f *os.File }
 // into the LOCK file (for the holder's identity in ErrLocked only; the
 // lock itself is the flock). With shared (a read-only open) it opens an
 // existing LOCK read-only, takes a shared lock and writes nothing; without
-// a LOCK file it takes no lock (nil, nil).
-func lockDir(dir string, shared bool) (*dirLock, error) {
+// a LOCK file it takes no lock (nil, nil). A new LOCK file gets mode perm.
+func lockDir(dir string, shared bool, perm os.FileMode) (*dirLock, error) {
 	path := filepath.Join(dir, lockFile)
 	flag, how := os.O_RDWR|os.O_CREATE, unix.LOCK_EX
 	if shared {
@@ -57,7 +57,7 @@ func lockDir(dir string, shared bool) (*dirLock, error) {
 		}
 		flag, how = os.O_RDONLY, unix.LOCK_SH
 	}
-	f, err := os.OpenFile(path, flag, 0o644)
+	f, err := os.OpenFile(path, flag, perm)
 	if shared && errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

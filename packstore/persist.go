@@ -57,6 +57,10 @@ type OpenReport struct {
 	// "NAME renamed to NAME.quarantined-UNIXNANO: why". A bad header on a
 	// shard that may hold acknowledged data fails Open instead.
 	Quarantined []string
+	// Warnings are conditions Open did not refuse but a caller should
+	// show: a store directory or files that grant more than Options.Perm
+	// (other local users may read the rooms).
+	Warnings []string
 }
 
 // indexFiles are the raw checkpoint and delta files as Open read them.
@@ -466,7 +470,7 @@ func (s *PackfileStorage) writeFileAtomic(name string, b []byte, keep bool) erro
 // and fsyncs the directory. It returns the open file.
 func (s *PackfileStorage) publishFile(path string, b []byte) (vfile, error) {
 	tmp := path + ".tmp"
-	f, err := s.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := s.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, s.opts.Perm)
 	if err != nil {
 		return nil, fmt.Errorf("packstore: %w", err)
 	}

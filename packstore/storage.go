@@ -38,6 +38,17 @@ type Options struct {
 	// none / writeonly / full). The zero value is ChecksumFull.
 	Checksum ChecksumMode
 
+	// Perm is the permission of the files the store creates (shards, index
+	// files, LOCK); the directory, when Open creates it, gets Perm plus an
+	// execute bit for each class that may read. 0 means 0600 (directory
+	// 0700): shards hold private rooms' events, so by default only the
+	// owner may read them, as PostgreSQL keeps its data directory. Set 0640
+	// (or wider) to let a group read. The process umask still applies.
+	// Open does not change an existing store's modes; when the directory
+	// or a file in it grants more than Perm (say 0755 and 0644 from an
+	// older version), OpenReport.Warnings says so and Open proceeds.
+	Perm os.FileMode
+
 	// ReadOnly opens the store without changing anything on disk, as
 	// bbolt's and mdbx_chk's checks do: the directory must exist; no file is
 	// created, written, truncated, renamed or deleted; shard files are
@@ -246,12 +257,15 @@ func Open(opts Options) (*PackfileStorage, error) {
 		s.maxShards = MaxShards
 	}
 	s.maxData = int(opts.MaxShardBytes) - HeaderSize - FrameOverhead
+	if opts.Perm == 0 {
+		s.opts.Perm = defaultPerm
+	}
 	if !opts.ReadOnly {
-		if err := s.fs.MkdirAll(opts.Dir, 0o755); err != nil {
+		if err := s.fs.MkdirAll(opts.Dir, dirPerm(s.opts.Perm)); err != nil {
 			return nil, fmt.Errorf("packstore: %w", err)
 		}
 	}
-	lock, err := lockDir(opts.Dir, opts.ReadOnly)
+	lock, err := lockDir(opts.Dir, opts.ReadOnly, s.opts.Perm)
 	if err != nil {
 		return nil, err
 	}
@@ -308,6 +322,7 @@ func (s *PackfileStorage) rebuildLocked() error {
 	if ids, err = s.openShardsLocked(ids, files, floor); err != nil {
 		return err
 	}
+	s.warnPermsLocked(ents)
 	if len(ids) == 0 {
 		// A new store, unless index files say shards existed: then they were
 		// lost, and writing a fresh index over them would hide it.
@@ -424,6 +439,40 @@ func (s *PackfileStorage) quarantineLocked(id uint16, why error) error {
 	}
 	s.report.Quarantined = append(s.report.Quarantined, fmt.Sprintf("%s renamed to %s: %v", name, to, why))
 	return nil
+}
+
+// defaultPerm is the permission of files a store creates when
+// Options.Perm is 0: owner read and write only.
+const defaultPerm os.FileMode = 0o600
+
+// dirPerm returns the directory permission for file permission perm: an
+// execute (search) bit for each class that may read.
+func dirPerm(perm os.FileMode) os.FileMode {
+	perm &= os.ModePerm
+	return perm | (perm&0o444)>>2
+}
+
+// warnPermsLocked adds an OpenReport warning when the store directory or one
+// of its files grants more than Options.Perm allows: a store created by an
+// older version (0755 and 0644) lets every local user read every room.
+func (s *PackfileStorage) warnPermsLocked(ents []os.DirEntry) {
+	if fi, err := os.Stat(s.opts.Dir); err == nil {
+		if extra := fi.Mode().Perm() &^ dirPerm(s.opts.Perm); extra != 0 {
+			s.report.Warnings = append(s.report.Warnings, fmt.Sprintf(
+				"store directory %s has mode %04o, more than %04o (Options.Perm %04o): other local users may read it; chmod %04o %s",
+				s.opts.Dir, fi.Mode().Perm(), dirPerm(s.opts.Perm), s.opts.Perm, dirPerm(s.opts.Perm), s.opts.Dir))
+		}
+	}
+	var wide []string
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&^s.opts.Perm != 0 {
+			wide = append(wide, fmt.Sprintf("%s %04o", e.Name(), fi.Mode().Perm()))
+		}
+	}
+	if len(wide) > 0 {
+		s.report.Warnings = append(s.report.Warnings, fmt.Sprintf(
+			"%d files in %s grant more than mode %04o (Options.Perm): %s", len(wide), s.opts.Dir, s.opts.Perm, strings.Join(wide[:min(len(wide), 5)], ", ")))
+	}
 }
 
 // errBadHeader marks openShard's errors about the header itself (as

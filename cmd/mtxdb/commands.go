@@ -59,6 +59,9 @@ func openStoreMode(dir string, create, readOnly bool) (*packstore.PackfileStorag
 		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: index files not used (%v; %v), index rebuilt from %s\n",
 			dir, r.CheckpointErr, r.DeltaErr, r.Source)
 	}
+	for _, w := range r.Warnings {
+		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s\n", w)
+	}
 	for _, q := range r.Quarantined {
 		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: quarantined a shard file with a bad header and no acknowledged data: %s\n", dir, q)
 	}
