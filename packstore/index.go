@@ -35,8 +35,23 @@ type loc struct {
 	off   uint32
 }
 
+// less orders locations by pack ID, then offset: a physical order for
+// batching reads, not the stream order (see pos).
 func (l loc) less(o loc) bool {
 	return l.shard < o.shard || (l.shard == o.shard && l.off < o.off)
+}
+
+// pos is a position in the global append stream: a shard's sequence
+// number (format 0x06; the pack ID before) and an offset. Unlike pack IDs,
+// sequence numbers are never reused, so a pos names the same place after
+// the shard holding it was retired and its pack ID reused.
+type pos struct {
+	seq uint32
+	off uint32
+}
+
+func (p pos) less(o pos) bool {
+	return p.seq < o.seq || (p.seq == o.seq && p.off < o.off)
 }
 
 func idTag(id ID) uint64 {

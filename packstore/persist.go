@@ -94,6 +94,14 @@ func (s *PackfileStorage) listedShards() (int, error) {
 	return 0, nil
 }
 
+// oldIndexFormat reports whether the checkpoint or delta was written in
+// version 0x01 (Open then replaces both at once, so that no 0x02 entry is
+// ever appended to a 0x01 file).
+func (f indexFiles) oldIndexFormat() bool {
+	return f.ckptErr == nil && len(f.ckpt) > 4 && f.ckpt[4] == checkpointVersionV1 ||
+		f.deltaErr == nil && len(f.delta) > 4 && f.delta[4] == deltaVersionV1
+}
+
 func (s *PackfileStorage) readIndexFiles() indexFiles {
 	var f indexFiles
 	f.ckpt, f.ckptErr = s.readWhole(checkpointFile)
@@ -105,7 +113,10 @@ func (s *PackfileStorage) readIndexFiles() indexFiles {
 // files prove were fsynced before a Sync (or Close) returned: the shard
 // sizes a decodable checkpoint lists, and the end of every frame named by a
 // CRC-valid delta entry (of any generation: a frame once synced stays
-// synced, and pack IDs are never reused). Bytes below the floor were
+// synced; a delta never outlives a retirement, since retirement writes a
+// checkpoint and a fresh delta before it deletes a shard file and frees its
+// pack ID, so every entry names the shard that holds that pack ID now).
+// Bytes below the floor were
 // acknowledged, so missing or damaged ones are corruption, never a torn
 // tail.
 func syncedFloor(files indexFiles) map[uint16]int64 {
@@ -256,7 +267,7 @@ func (s *PackfileStorage) loadIndexLocked(ids []uint16, files indexFiles) (cover
 		if m.kind == metaData {
 			sh.noteData(m.coll, m.at.off)
 		} else {
-			sh.noteReset(m.coll, m.at)
+			sh.noteReset(m.coll, m.pos)
 		}
 	}
 	s.gen = cp.gen
@@ -268,8 +279,8 @@ func (s *PackfileStorage) loadIndexLocked(ids []uint16, files indexFiles) (cover
 	}
 	// Every shard below the covered position must be exactly what the
 	// checkpoint and delta describe, or hold no frames at all.
-	for _, id := range ids {
-		if id >= covered.shard {
+	for _, id := range ids { // stream order
+		if id == covered.shard {
 			break
 		}
 		n, known := extent[id]
@@ -333,13 +344,13 @@ func (s *PackfileStorage) replayDeltaLocked(files indexFiles, gen uint64, covere
 // current one is complete) and lies inside the shard files.
 func (s *PackfileStorage) deltaEntryContinuesLocked(m frameMeta, covered loc) error {
 	if m.at != covered {
-		cur := s.shards[covered.shard].Load()
-		if m.at.shard <= covered.shard || m.at.off != HeaderSize || cur == nil || cur.size != int64(covered.off) {
+		cur, next := s.shards[covered.shard].Load(), s.shards[m.at.shard].Load()
+		if cur == nil || next == nil || next.seq <= cur.seq || m.at.off != HeaderSize || cur.size != int64(covered.off) {
 			return fmt.Errorf("entry at %d/%d does not continue %d/%d", m.at.shard, m.at.off, covered.shard, covered.off)
 		}
-		for id := covered.shard + 1; id < m.at.shard; id++ {
-			if sh := s.shards[id].Load(); sh != nil && sh.size != HeaderSize {
-				return fmt.Errorf("entry at %d/%d skips frames of shard %d", m.at.shard, m.at.off, id)
+		for i := range s.shards { // shards between the two in stream order
+			if sh := s.shards[i].Load(); sh != nil && sh.seq > cur.seq && sh.seq < next.seq && sh.size != HeaderSize {
+				return fmt.Errorf("entry at %d/%d skips frames of shard %d", m.at.shard, m.at.off, sh.id)
 			}
 		}
 	}
@@ -423,7 +434,7 @@ func (s *PackfileStorage) writeCheckpointLocked() error {
 			cp.meta = append(cp.meta, ckptMeta{kind: metaData, shard: sh.id, coll: coll, at: loc{sh.id, sh.colls[coll]}})
 		}
 		for _, coll := range sortedKeys(sh.resets) {
-			cp.meta = append(cp.meta, ckptMeta{kind: metaReset, shard: sh.id, coll: coll, at: sh.resets[coll]})
+			cp.meta = append(cp.meta, ckptMeta{kind: metaReset, shard: sh.id, coll: coll, pos: sh.resets[coll]})
 		}
 	}
 	for _, coll := range s.Collections() {

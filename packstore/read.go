@@ -50,18 +50,19 @@ func (s *PackfileStorage) readRecord(l loc, coll, id ID, kind ReadKind) (data []
 // mapped frame bytes (owned=false: valid only during fn, while the shard's
 // read lock keeps it mapped).
 func (s *PackfileStorage) viewRecord(l loc, coll, id ID, kind ReadKind, fn func(b []byte, owned bool) error) error {
+	sh := s.shards[l.shard].Load()
+	if sh == nil {
+		return errShardGone
+	}
+	p := pos{seq: sh.seq, off: l.off} // the cache key: pack IDs are reused, sequence numbers are not
 	if s.cache != nil {
-		if e, ok := s.cache.get(l); ok && e.coll == coll {
+		if e, ok := s.cache.get(p); ok && e.coll == coll {
 			if e.id != id {
 				return nil
 			}
 			s.reads.cacheHit(kind)
 			return fn(e.data, false)
 		}
-	}
-	sh := s.shards[l.shard].Load()
-	if sh == nil {
-		return errShardGone
 	}
 	off := int64(l.off)
 	return sh.withFrame(off, func(fv frameView) error {
@@ -77,7 +78,7 @@ func (s *PackfileStorage) viewRecord(l loc, coll, id ID, kind ReadKind, fn func(
 		}
 		if fv.Flags&FlagZstd == 0 {
 			if s.cache != nil {
-				s.cache.put(l, coll, id, fv.Payload)
+				s.cache.put(p, coll, id, fv.Payload)
 			}
 			return fn(fv.Payload, false)
 		}
@@ -86,7 +87,7 @@ func (s *PackfileStorage) viewRecord(l loc, coll, id ID, kind ReadKind, fn func(
 			return err
 		}
 		if s.cache != nil {
-			s.cache.put(l, coll, id, data)
+			s.cache.put(p, coll, id, data)
 		}
 		return fn(data, true)
 	})
@@ -95,20 +96,25 @@ func (s *PackfileStorage) viewRecord(l loc, coll, id ID, kind ReadKind, fn func(
 // find probes coll's current index generation for id and calls visit on
 // each candidate location in probe order until one reports found. It
 // retries with a fresh generation when a concurrent repack retired a shard
-// the loaded generation pointed to. It returns ErrNotFound, ErrClosed or
-// visit's error.
+// the loaded generation pointed to (see staleRead). It returns ErrNotFound,
+// ErrClosed or visit's error.
 func (s *PackfileStorage) find(coll, id ID, visit func(l loc) (found bool, err error)) error {
 	var cands [4]loc
 	for attempt := 0; ; attempt++ {
 		if s.closed.Load() {
 			return ErrClosed
 		}
+		epoch := s.retirements.Load()
 		c := s.collectionLoad(coll)
 		if c == nil {
 			return ErrNotFound
 		}
 		var err error
-		for _, l := range c.table.Load().candidates(id, cands[:0]) {
+		probe := c.table.Load().candidates(id, cands[:0])
+		if s.testHookProbed != nil {
+			s.testHookProbed()
+		}
+		for _, l := range probe {
 			var found bool
 			if found, err = visit(l); err != nil {
 				break
@@ -119,12 +125,27 @@ func (s *PackfileStorage) find(coll, id ID, visit func(l loc) (found bool, err e
 			s.collisions.Add(1)
 		}
 		if err == nil {
-			return ErrNotFound
+			err = ErrNotFound
+		}
+		if s.staleRead(epoch, attempt) {
+			continue
 		}
 		if retry, err := s.retryable(err, attempt); !retry {
 			return err
 		}
 	}
+}
+
+// staleRead reports whether a read that failed (or found nothing) may have
+// followed a stale slot: a shard was retired since the reader loaded the
+// retirement count epoch, so a slot it read may name a pack ID that a new
+// shard has taken since, and the frame it read there is another. Retrying
+// with a fresh index generation is then the answer, up to maxReadRetries.
+// Reads that succeed need no check: a frame with the requested collection,
+// record ID and a valid CRC in the new shard is a copy of the record
+// written after the reader started.
+func (s *PackfileStorage) staleRead(epoch uint64, attempt int) bool {
+	return attempt < maxReadRetries && s.retirements.Load() != epoch
 }
 
 // retryable reports whether a read failed because a concurrent repack
@@ -188,6 +209,7 @@ func (s *PackfileStorage) GetMany(coll ID, ids []ID) ([][]byte, error) {
 		if s.closed.Load() {
 			return nil, ErrClosed
 		}
+		epoch := s.retirements.Load()
 		out := make([][]byte, len(ids))
 		c := s.collectionLoad(coll)
 		if c == nil {
@@ -242,7 +264,11 @@ func (s *PackfileStorage) GetMany(coll ID, ids []ID) ([][]byte, error) {
 			}
 		}
 		if err == nil {
-			if slices.ContainsFunc(errs, func(e error) bool { return e != nil }) {
+			failed := slices.ContainsFunc(errs, func(e error) bool { return e != nil })
+			if (failed || slices.ContainsFunc(out, func(b []byte) bool { return b == nil })) && s.staleRead(epoch, attempt) {
+				continue
+			}
+			if failed {
 				return out, &RecordErrors{Errs: errs}
 			}
 			return out, nil

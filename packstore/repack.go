@@ -1,6 +1,7 @@
 package packstore
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 )
@@ -92,14 +93,17 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	}
 	tables := make([]*lossyTable, len(jobs))
 	bytes := make([]int64, len(jobs))
-	starts := make([]loc, len(jobs))
+	starts := make([]pos, len(jobs))
 	for i, j := range jobs {
 		s.repackProgress.Store(int64(i))
 		t, start, n, err := s.copyJobLocked(j)
 		if err != nil {
 			return st, err
 		}
-		tables[i], starts[i], bytes[i] = t, start, n
+		tables[i], bytes[i] = t, n
+		if len(j.ids) > 0 {
+			starts[i] = s.posOf(start)
+		}
 		st.CollectionsRepacked++
 		st.RecordsCopied += len(j.ids)
 		st.BytesCopied += n
@@ -111,7 +115,7 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	}
 	if len(jobs) > 0 {
 		markers := make([]outFrame, len(jobs))
-		end := s.endLocked()
+		end := s.endPosLocked()
 		for i, j := range jobs {
 			p := starts[i]
 			if len(j.ids) == 0 {
@@ -287,6 +291,7 @@ func (s *PackfileStorage) retireLocked() (int, int64, error) {
 			cand[sh.id] = sh
 		}
 	}
+	slices.SortFunc(all, func(a, b *shard) int { return cmp.Compare(a.seq, b.seq) }) // stream order
 	for changed := true; changed; {
 		changed = false
 		for id, sh := range cand {
@@ -307,6 +312,7 @@ func (s *PackfileStorage) retireLocked() (int, int64, error) {
 		// Detach the shards and write a checkpoint without them before any file
 		// is removed: a shard the checkpoint lists is then never legitimately
 		// missing, so Open can treat a missing one as lost data.
+		s.retirements.Add(1) // before any pack ID can be taken again
 		for _, id := range ids {
 			s.shards[id].Store(nil)
 		}
@@ -338,17 +344,18 @@ func (s *PackfileStorage) retireLocked() (int, int64, error) {
 }
 
 // markerNeededLocked reports whether sh holds a reset marker that still
-// shadows a data frame in another surviving shard. all is sorted by pack ID.
+// shadows a data frame in another surviving shard. all is in stream order
+// (sorted by sequence number).
 func (s *PackfileStorage) markerNeededLocked(sh *shard, all []*shard, cand map[uint16]*shard) bool {
 	for x, p := range sh.resets {
 		for _, lower := range all {
-			if lower.id > p.shard {
+			if lower.seq > p.seq {
 				break
 			}
 			if _, dying := cand[lower.id]; dying || lower == sh {
 				continue
 			}
-			if first, ok := lower.colls[x]; ok && (lower.id < p.shard || first < p.off) {
+			if first, ok := lower.colls[x]; ok && (lower.seq < p.seq || first < p.off) {
 				return true
 			}
 		}

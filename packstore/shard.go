@@ -42,6 +42,7 @@ var errShardGone = errors.New("packstore: shard retired")
 // (seal, retire, close) waits for them.
 type shard struct {
 	id   uint16
+	seq  uint32 // stream sequence number (header; fixed)
 	path string
 
 	mu     sync.RWMutex // guards f, mm and gone against unmap/close
@@ -66,13 +67,13 @@ type shard struct {
 	size   int64         // bytes of complete frames (file size)
 	live   int           // index slots (all collections) pointing here
 	colls  map[ID]uint32 // collection -> offset of its first data frame here
-	resets map[ID]loc    // collection -> largest position P of its reset markers here
+	resets map[ID]pos    // collection -> largest position P of its reset markers here
 }
 
-func newShardState(id uint16, path string, f vfile, size int64, crc bool, opts *Options) *shard {
-	return &shard{id: id, path: path, f: f, size: size, synced: true, crc: crc,
+func newShardState(id uint16, seq uint32, path string, f vfile, size int64, crc bool, opts *Options) *shard {
+	return &shard{id: id, seq: seq, path: path, f: f, size: size, synced: true, crc: crc,
 		verify: opts.Checksum == ChecksumFull && crc, raMode: opts.ReadAhead, raMax: opts.readAheadMax(),
-		colls: make(map[ID]uint32), resets: make(map[ID]loc)}
+		colls: make(map[ID]uint32), resets: make(map[ID]pos)}
 }
 
 // noteData records a data frame of coll at off (retirement metadata).
@@ -83,7 +84,7 @@ func (s *shard) noteData(coll ID, off uint32) {
 }
 
 // noteReset records a reset marker for coll with position p.
-func (s *shard) noteReset(coll ID, p loc) {
+func (s *shard) noteReset(coll ID, p pos) {
 	if o, ok := s.resets[coll]; !ok || o.less(p) {
 		s.resets[coll] = p
 	}

@@ -1,8 +1,10 @@
 package packstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -190,10 +192,14 @@ type PackfileStorage struct {
 	shards     [MaxShards]atomic.Pointer[shard] // by pack ID; nil = absent
 	colls      sync.Map                         // ID -> *collection
 	collisions atomic.Uint64                    // index tag collisions seen
-	fs         vfs
-	cache      *nodeCache // nil when Options.CacheBytes is 0
-	reads      readStats  // read budget by kind (readstats.go)
-	lock       *dirLock   // the store directory's LOCK, held until Close
+	// retirements counts retireLocked's detachments of shards: a reader
+	// that saw it change may have followed a slot naming a pack ID that a
+	// new shard took since (read.go staleRead).
+	retirements atomic.Uint64
+	fs          vfs
+	cache       *nodeCache // nil when Options.CacheBytes is 0
+	reads       readStats  // read budget by kind (readstats.go)
+	lock        *dirLock   // the store directory's LOCK, held until Close
 
 	// repackProgress is the index of the collection plan a running repack
 	// is copying, -1 when none (exported as a Prometheus gauge).
@@ -201,6 +207,10 @@ type PackfileStorage struct {
 	// testHookAfterMarkers, when set, runs after a repack appended its
 	// reset markers and before it syncs them (crash tests).
 	testHookAfterMarkers func()
+	// testHookProbed, when set, runs in find between probing the index and
+	// reading the candidate frames (tests of stale slots). Set it before
+	// any reader starts.
+	testHookProbed func()
 
 	// mu serializes writers. It guards active, the writer-only fields of
 	// every shard and collection, stores into published index tables, and
@@ -322,6 +332,10 @@ func (s *PackfileStorage) rebuildLocked() error {
 	if ids, err = s.openShardsLocked(ids, files, floor); err != nil {
 		return err
 	}
+	// From here on ids is in stream order (sequence numbers).
+	if err := s.sortBySeqLocked(ids); err != nil {
+		return err
+	}
 	s.warnPermsLocked(ents)
 	if len(ids) == 0 {
 		// A new store, unless index files say shards existed: then they were
@@ -334,7 +348,7 @@ func (s *PackfileStorage) rebuildLocked() error {
 		if s.opts.ReadOnly {
 			return fmt.Errorf("packstore: read-only open: %s holds no shard file (a read-only open creates nothing)", s.opts.Dir)
 		}
-		sh, err := s.createShard(0)
+		sh, err := s.createShard(0, 0)
 		if err != nil {
 			return err
 		}
@@ -355,8 +369,9 @@ func (s *PackfileStorage) rebuildLocked() error {
 		s.report.Source = "scan"
 		covered = loc{shard: ids[0], off: HeaderSize}
 	}
+	coveredSeq := s.shards[covered.shard].Load().seq
 	for i, id := range ids {
-		if id < covered.shard {
+		if s.shards[id].Load().seq < coveredSeq {
 			continue
 		}
 		from := int64(HeaderSize)
@@ -377,7 +392,7 @@ func (s *PackfileStorage) rebuildLocked() error {
 			return err
 		}
 	}
-	if s.report.Source == "scan" || len(s.pending) > 0 || s.report.DeltaErr != nil {
+	if s.report.Source == "scan" || len(s.pending) > 0 || s.report.DeltaErr != nil || files.oldIndexFormat() {
 		// Frames written by an earlier process may not be fsynced yet.
 		s.active.synced = false
 		return s.writeCheckpointLocked()
@@ -498,7 +513,7 @@ func (s *PackfileStorage) openShard(id uint16) (*shard, int64, error) {
 		f.Close()
 		return nil, 0, fmt.Errorf("packstore: %w", err)
 	}
-	sh := newShardState(id, path, f, size, true, &s.opts)
+	sh := newShardState(id, 0, path, f, size, true, &s.opts)
 	hdr := make([]byte, HeaderSize)
 	n, _ := f.ReadAt(hdr, 0)
 	h, err := decodeHeader(hdr[:n])
@@ -509,6 +524,7 @@ func (s *PackfileStorage) openShard(id uint16) (*shard, int64, error) {
 		f.Close()
 		return nil, size, fmt.Errorf("%w (%w)", sh.corruptf(0, "%v", err), errBadHeader)
 	}
+	sh.seq = h.Seq
 	sh.crc = h.Features&FeatureNoCRC == 0
 	sh.verify = sh.verify && sh.crc
 	if err := sh.remap(sh.size); err != nil {
@@ -521,10 +537,10 @@ func (s *PackfileStorage) openShard(id uint16) (*shard, int64, error) {
 // createShard creates a new shard file through a temporary name (see
 // publishFile), so that a published shard file always has a complete,
 // fsynced header.
-func (s *PackfileStorage) createShard(id uint16) (*shard, error) {
+func (s *PackfileStorage) createShard(id uint16, seq uint32) (*shard, error) {
 	path := filepath.Join(s.opts.Dir, shardFileName(id))
 	crc := s.opts.Checksum != ChecksumNone
-	h := shardHeader{PackID: id, Created: time.Now().UnixNano()}
+	h := shardHeader{PackID: id, Seq: seq, Created: time.Now().UnixNano()}
 	if !crc {
 		h.Features |= FeatureNoCRC
 	}
@@ -532,7 +548,30 @@ func (s *PackfileStorage) createShard(id uint16) (*shard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newShardState(id, path, f, HeaderSize, crc, &s.opts), nil
+	return newShardState(id, seq, path, f, HeaderSize, crc, &s.opts), nil
+}
+
+// sortBySeqLocked sorts the opened shards ids into stream order, by
+// sequence number. Two shards with one sequence number (a copied file, say)
+// leave the order of their frames unknown: ErrCorrupt naming both.
+func (s *PackfileStorage) sortBySeqLocked(ids []uint16) error {
+	slices.SortFunc(ids, func(a, b uint16) int { return cmp.Compare(s.shards[a].Load().seq, s.shards[b].Load().seq) })
+	for i := 1; i < len(ids); i++ {
+		if a, b := s.shards[ids[i-1]].Load(), s.shards[ids[i]].Load(); a.seq == b.seq {
+			return fmt.Errorf("%w: shards %s and %s have the same sequence number %d", ErrCorrupt, filepath.Base(a.path), filepath.Base(b.path), a.seq)
+		}
+	}
+	return nil
+}
+
+// posOf returns the stream position of a frame location (its shard exists).
+func (s *PackfileStorage) posOf(l loc) pos {
+	return pos{seq: s.shards[l.shard].Load().seq, off: l.off}
+}
+
+// endPosLocked is endLocked as a stream position.
+func (s *PackfileStorage) endPosLocked() pos {
+	return pos{seq: s.active.seq, off: uint32(s.active.size)}
 }
 
 // scanShardLocked replays the frames of a mapped shard from offset from on
@@ -568,7 +607,7 @@ func (s *PackfileStorage) scanShardLocked(sh *shard, from, synced int64, last bo
 			}
 			return sh.corruptf(off, "%v", err)
 		}
-		m := metaOf(fv, loc{shard: sh.id, off: uint32(off)})
+		m := metaOf(fv, loc{shard: sh.id, off: uint32(off)}, sh.seq)
 		if err := s.applyMetaLocked(m); err != nil {
 			return err
 		}
@@ -605,13 +644,14 @@ func (s *PackfileStorage) truncateTail(sh *shard, off int64) error {
 	return sh.remap(off)
 }
 
-// metaOf returns what the index needs of a decoded frame at a location.
-func metaOf(fv frameView, at loc) frameMeta {
+// metaOf returns what the index needs of a decoded frame at a location in
+// the shard with sequence number seq.
+func metaOf(fv frameView, at loc, seq uint32) frameMeta {
 	m := frameMeta{at: at, size: fv.Size, coll: fv.Coll, id: fv.ID}
 	if fv.Flags&FlagReset != 0 {
 		m.reset, m.pos = true, fv.ResetPos
 		if !fv.HasPos {
-			m.pos = at // version 0x04 marker
+			m.pos = pos{seq: seq, off: at.off} // version 0x04 marker
 		}
 	}
 	return m
@@ -632,7 +672,7 @@ func (s *PackfileStorage) applyMetaLocked(m frameMeta) error {
 // dropBeforeLocked applies a reset marker: it forgets every index entry of
 // coll located before p, publishing a rebuilt table for the entries at or
 // after p (a repack's copy), or dropping the collection if none remain.
-func (s *PackfileStorage) dropBeforeLocked(coll ID, p loc) error {
+func (s *PackfileStorage) dropBeforeLocked(coll ID, p pos) error {
 	c := s.collectionLoad(coll)
 	if c == nil {
 		return nil
@@ -640,7 +680,7 @@ func (s *PackfileStorage) dropBeforeLocked(coll ID, p loc) error {
 	t := c.table.Load()
 	kept := 0
 	t.each(func(l loc) {
-		if !l.less(p) {
+		if !s.posOf(l).less(p) {
 			kept++
 		}
 	})
@@ -655,7 +695,7 @@ func (s *PackfileStorage) dropBeforeLocked(coll ID, p loc) error {
 		if err != nil {
 			return
 		}
-		if l.less(p) {
+		if s.posOf(l).less(p) {
 			s.shards[l.shard].Load().live--
 			return
 		}
@@ -757,7 +797,7 @@ type outFrame struct {
 	coll   ID
 	id     ID
 	marker bool
-	pos    loc // a marker's position P
+	pos    pos // a marker's position P
 	b      []byte
 }
 
@@ -769,24 +809,46 @@ func (s *PackfileStorage) endLocked() loc {
 }
 
 // checkFitLocked reports ErrShardLimit if appending frames of the given
-// sizes (after an optional roll to a fresh shard) would need a pack ID past
-// the limit. It writes nothing.
+// sizes (after an optional roll to a fresh shard) would need more new
+// shards than there are free pack IDs below the limit (IDs of retired
+// shards are free again). It writes nothing.
 func (s *PackfileStorage) checkFitLocked(roll bool, sizes func(yield func(int) bool)) error {
-	id, cur := int(s.active.id), s.active.size
+	need, cur := 0, s.active.size
 	if roll && cur > HeaderSize {
-		id, cur = id+1, HeaderSize
+		need, cur = need+1, HeaderSize
 	}
 	max := s.opts.MaxShardBytes
 	for n := range sizes {
 		if cur+int64(n) > max {
-			id, cur = id+1, HeaderSize
+			need, cur = need+1, HeaderSize
 		}
 		cur += int64(n)
 	}
-	if id >= s.maxShards {
-		return fmt.Errorf("%w: writing would need pack id %d (limit %d shards)", ErrShardLimit, id, s.maxShards)
+	if free := s.freeIDsLocked(); need > free {
+		return fmt.Errorf("%w: writing would need %d new shards, %d pack IDs are free (limit %d shards)", ErrShardLimit, need, free, s.maxShards)
 	}
 	return nil
+}
+
+// freeIDsLocked counts the pack IDs below the limit that no shard holds.
+func (s *PackfileStorage) freeIDsLocked() int {
+	n := 0
+	for i := range s.maxShards {
+		if s.shards[i].Load() == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// nextIDLocked returns the lowest pack ID no shard holds, or false.
+func (s *PackfileStorage) nextIDLocked() (uint16, bool) {
+	for i := range s.maxShards {
+		if s.shards[i].Load() == nil {
+			return uint16(i), true
+		}
+	}
+	return 0, false
 }
 
 // appendLocked writes frames to the global append stream, rolling to a new
@@ -846,11 +908,18 @@ func (s *PackfileStorage) appendLocked(frames []outFrame) ([]loc, error) {
 }
 
 // rollLocked seals the active shard (fsync, map in full) and starts the next.
+//
+// The next shard takes the lowest free pack ID (one a retired shard left,
+// or the next unused) and the next sequence number, which orders it after
+// every shard before it whatever its pack ID (doc.go "Append stream").
 func (s *PackfileStorage) rollLocked() error {
 	a := s.active
-	next := int(a.id) + 1
-	if next >= s.maxShards {
-		return fmt.Errorf("%w: writing would need pack id %d (limit %d shards)", ErrShardLimit, next, s.maxShards)
+	next, ok := s.nextIDLocked()
+	if !ok {
+		return fmt.Errorf("%w: no free pack ID (limit %d shards)", ErrShardLimit, s.maxShards)
+	}
+	if a.seq == math.MaxUint32 {
+		return fmt.Errorf("%w: shard sequence numbers exhausted", ErrShardLimit)
 	}
 	if err := s.syncActiveLocked(); err != nil {
 		return err
@@ -858,7 +927,7 @@ func (s *PackfileStorage) rollLocked() error {
 	if err := a.remap(a.size); err != nil {
 		return err
 	}
-	sh, err := s.createShard(uint16(next))
+	sh, err := s.createShard(next, a.seq+1)
 	if err != nil {
 		return err
 	}
@@ -1005,7 +1074,7 @@ func (s *PackfileStorage) PutMany(coll ID, recs []Record) error {
 }
 
 // markerFrameLocked returns a reset marker frame for coll with position p.
-func (s *PackfileStorage) markerFrameLocked(coll ID, p loc) outFrame {
+func (s *PackfileStorage) markerFrameLocked(coll ID, p pos) outFrame {
 	return outFrame{coll: coll, marker: true, pos: p, b: appendMarker(nil, coll, p, s.writeCRC())}
 }
 
@@ -1036,7 +1105,7 @@ func (s *PackfileStorage) DeleteCollection(coll ID) error {
 	if s.collectionLoad(coll) == nil {
 		return nil
 	}
-	fr := []outFrame{s.markerFrameLocked(coll, s.endLocked())}
+	fr := []outFrame{s.markerFrameLocked(coll, s.endPosLocked())}
 	if err := s.checkFitLocked(false, frameSizes(fr)); err != nil {
 		return err
 	}
