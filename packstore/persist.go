@@ -119,29 +119,47 @@ func (s *PackfileStorage) readIndexFiles() indexFiles {
 // Bytes below the floor were
 // acknowledged, so missing or damaged ones are corruption, never a torn
 // tail.
-func syncedFloor(files indexFiles) map[uint16]int64 {
-	floor := map[uint16]int64{}
+//
+// must lists the shards that may hold acknowledged frames the index files
+// do not name: the delta is fsynced lazily (flushDeltaLocked), so the
+// shard that was active when they were last made durable may have received
+// synced frames since, whose entries a power loss dropped. That shard is
+// the checkpoint's covered shard or the shard of the last entryShard entry
+// (written and fsynced when the shard was created, before any frame). Such
+// a shard missing is corruption even when its floor shows no frame.
+func syncedFloor(files indexFiles) (floor map[uint16]int64, must map[uint16]bool) {
+	floor, must = map[uint16]int64{}, map[uint16]bool{}
 	if files.ckptErr == nil {
 		if cp, err := decodeCheckpoint(files.ckpt); err == nil {
 			for _, sh := range cp.shards {
 				floor[sh.id] = max(floor[sh.id], int64(sh.size))
 			}
+			must[cp.covered.shard] = true
 		}
 	}
 	if files.deltaErr != nil {
-		return floor
+		return floor, must
 	}
 	if _, err := decodeDeltaHeader(files.delta); err != nil {
-		return floor
+		return floor, must
 	}
+	last, created := uint16(0), false
 	for off := deltaHeaderLen; off+deltaEntryLen <= len(files.delta); off += deltaEntryLen {
 		m, err := decodeDeltaEntry(files.delta[off:])
 		if err != nil {
 			break // a torn delta tail: never acknowledged
 		}
+		if m.newShard {
+			last, created = m.at.shard, true
+			floor[m.at.shard] = max(floor[m.at.shard], HeaderSize)
+			continue
+		}
 		floor[m.at.shard] = max(floor[m.at.shard], int64(m.at.off)+int64(m.size))
 	}
-	return floor
+	if created {
+		must[last] = true
+	}
+	return floor, must
 }
 
 // checkFloorLocked fails Open with ErrCorrupt when a shard file is shorter
@@ -151,12 +169,16 @@ func syncedFloor(files indexFiles) map[uint16]int64 {
 // index files prove synced frames in is never legitimately missing: its
 // acknowledged records were lost, and Open must not serve the store without
 // them (nor write a fresh checkpoint that hides the loss).
-func (s *PackfileStorage) checkFloorLocked(floor map[uint16]int64) error {
+func (s *PackfileStorage) checkFloorLocked(floor map[uint16]int64, must map[uint16]bool) error {
 	for _, id := range sortedKeys16(floor) {
 		sh := s.shards[id].Load()
 		if sh == nil && floor[id] > HeaderSize {
 			return fmt.Errorf("%w: shard %d (%s) is missing from %s: the index files say %d bytes of it were synced",
 				ErrCorrupt, id, shardFileName(id), s.opts.Dir, floor[id])
+		}
+		if sh == nil && must[id] {
+			return fmt.Errorf("%w: shard %d (%s) is missing from %s: it was the active shard when the index files were last made durable, so it may hold synced records",
+				ErrCorrupt, id, shardFileName(id), s.opts.Dir)
 		}
 		if sh != nil && sh.size < floor[id] {
 			return fmt.Errorf("%w: shard %d (%s): the index files say %d bytes were synced, the file has %d",
@@ -318,6 +340,15 @@ func (s *PackfileStorage) replayDeltaLocked(files indexFiles, gen uint64, covere
 	n := 0
 	for off := int64(deltaHeaderLen); off < int64(len(b)); off += deltaEntryLen {
 		m, err := decodeDeltaEntry(b[off:])
+		if err == nil && m.newShard {
+			// A shard's creation, not a frame: its frames follow as entries.
+			if sh := s.shards[m.at.shard].Load(); sh == nil || sh.seq != m.seq {
+				s.report.DeltaErr = s.indexCorruptf(deltaFile, off, "shard %d (sequence %d) created here is not the shard file on disk", m.at.shard, m.seq)
+				break
+			}
+			n++
+			continue
+		}
 		if err == nil {
 			err = s.deltaEntryContinuesLocked(m, covered)
 		}
@@ -387,17 +418,34 @@ func (s *PackfileStorage) resetIndexLocked() {
 	s.report.DeltaEntries = 0
 }
 
-// flushDeltaLocked appends the pending delta entries to the delta file and
-// fsyncs it, or writes a new checkpoint when there is no usable delta file
-// or the delta has grown past its limit. Callers have fsynced the shards.
-func (s *PackfileStorage) flushDeltaLocked() error {
-	if len(s.pending) == 0 && s.delta != nil && !s.ckptStale {
+// deltaLazyBytes bounds the delta bytes written since its last fsync:
+// past it, flushDeltaLocked fsyncs the delta even when not asked to.
+const deltaLazyBytes = 64 << 10
+
+// flushDeltaLocked appends the pending delta entries to the delta file, or
+// writes a new checkpoint when there is no usable delta file or the delta
+// has grown past its limit. Callers have fsynced the shards. With durable
+// (a roll, Close) the delta is fsynced; otherwise (Sync, Repack) only when
+// deltaLazyBytes were written since its last fsync: a commit costs the
+// shard's fsync alone, and the entries written but not yet fsynced only
+// save scanning after a crash (Open scans the shard bytes they would have
+// covered; see syncedFloor for what still proves synced bytes).
+func (s *PackfileStorage) flushDeltaLocked(durable bool) error {
+	if len(s.pending) == 0 && s.delta != nil && !s.ckptStale && !(durable && s.deltaDirty > 0) {
 		return nil
 	}
-	n := len(s.pending) / deltaEntryLen
-	if s.delta == nil || s.ckptStale || s.deltaN+n > s.deltaLimit {
+	if s.delta == nil || s.ckptStale || s.deltaN+len(s.pending)/deltaEntryLen > s.deltaLimit {
 		return s.writeCheckpointLocked()
 	}
+	return s.writeDeltaLocked(durable)
+}
+
+// writeDeltaLocked appends the pending entries to the open delta file,
+// fsyncing it when durable or when deltaLazyBytes were written since its
+// last fsync. On failure the delta file is closed and dropped: the next
+// flush writes a checkpoint instead.
+func (s *PackfileStorage) writeDeltaLocked(durable bool) error {
+	n := len(s.pending) / deltaEntryLen
 	fail := func(err error) error {
 		s.delta.Close()
 		s.delta = nil // the next flush writes a checkpoint instead
@@ -406,8 +454,12 @@ func (s *PackfileStorage) flushDeltaLocked() error {
 	if _, err := s.delta.WriteAt(s.pending, s.deltaSize); err != nil {
 		return fail(err)
 	}
-	if err := s.delta.Sync(); err != nil {
-		return fail(err)
+	s.deltaDirty += int64(len(s.pending))
+	if durable || s.deltaDirty >= deltaLazyBytes {
+		if err := s.delta.Sync(); err != nil {
+			return fail(err)
+		}
+		s.deltaDirty = 0
 	}
 	s.deltaSize += int64(len(s.pending))
 	s.deltaN += n
@@ -456,7 +508,7 @@ func (s *PackfileStorage) writeCheckpointLocked() error {
 	if err := s.writeFileAtomic(deltaFile, encodeDeltaHeader(gen), true); err != nil {
 		return err
 	}
-	s.gen, s.deltaSize, s.deltaN = gen, deltaHeaderLen, 0
+	s.gen, s.deltaSize, s.deltaN, s.deltaDirty = gen, deltaHeaderLen, 0, 0
 	s.pending = s.pending[:0]
 	s.ckptStale = false
 	return nil

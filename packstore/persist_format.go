@@ -40,6 +40,7 @@ const (
 
 	entryData  = 1 // a data frame
 	entryReset = 2 // a reset marker; the id field holds its position P
+	entryShard = 3 // a new shard (version 0x02): pack ID, offset 4096, size 0, id field: sequence u32 | zero 12
 )
 
 var (
@@ -56,6 +57,10 @@ type frameMeta struct {
 	coll  ID
 	id    ID  // data frame
 	pos   pos // reset marker's P
+	// newShard marks a delta entry that records the creation of shard
+	// at.shard with sequence number seq (entryShard), not a frame.
+	newShard bool
+	seq      uint32
 }
 
 // ckptShard is one shard known to a checkpoint with the bytes it covers.
@@ -299,7 +304,10 @@ func decodeDeltaHeader(b []byte) (uint64, error) {
 func appendDeltaEntry(dst []byte, m frameMeta) []byte {
 	var e [deltaEntryLen]byte
 	e[0] = entryData
-	if m.reset {
+	if m.newShard {
+		e[0] = entryShard
+		binary.LittleEndian.PutUint32(e[28:], m.seq)
+	} else if m.reset {
 		e[0] = entryReset
 		putPos(e[28:], m.pos)
 	} else {
@@ -328,6 +336,12 @@ func decodeDeltaEntry(b []byte) (frameMeta, error) {
 	switch b[0] {
 	case entryData:
 		m.id = ID(b[28:44])
+	case entryShard:
+		m.newShard, m.seq = true, binary.LittleEndian.Uint32(b[28:])
+		if b[1] != 0 || m.at.shard >= MaxShards || m.at.off != HeaderSize || m.size != 0 || m.coll != (ID{}) || [12]byte(b[32:44]) != [12]byte{} {
+			return m, fmt.Errorf("delta shard entry %x invalid", b[:44])
+		}
+		return m, nil
 	case entryReset:
 		m.reset = true
 		m.pos = getPos(b[28:])

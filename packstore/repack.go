@@ -160,7 +160,7 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	if err == nil {
 		// The old checkpoint may list retired shards: replace it now, so that
 		// only a crash in this window costs a full scan at the next open.
-		err = s.flushDeltaLocked()
+		err = s.flushDeltaLocked(false)
 	}
 	if err != nil {
 		return st, fmt.Errorf("%w: %w", ErrRepackApplied, err)

@@ -227,6 +227,7 @@ type PackfileStorage struct {
 	delta      vfile  // open delta file; nil: the next flush writes a checkpoint
 	deltaSize  int64  // bytes of delta file written
 	deltaN     int    // entries in the delta file
+	deltaDirty int64  // delta bytes written since its last fsync
 	deltaLimit int    // entries after which a checkpoint replaces the delta
 	pending    []byte // encoded delta entries of frames not yet in the delta
 	ckptStale  bool   // shards were retired: the next flush writes a checkpoint
@@ -328,8 +329,8 @@ func (s *PackfileStorage) rebuildLocked() error {
 	}
 	slices.Sort(ids)
 	files := s.readIndexFiles()
-	floor := syncedFloor(files)
-	if ids, err = s.openShardsLocked(ids, files, floor); err != nil {
+	floor, must := syncedFloor(files)
+	if ids, err = s.openShardsLocked(ids, files, floor, must); err != nil {
 		return err
 	}
 	// From here on ids is in stream order (sequence numbers).
@@ -357,7 +358,7 @@ func (s *PackfileStorage) rebuildLocked() error {
 		s.report.Source = "scan"
 		return s.writeCheckpointLocked()
 	}
-	if err := s.checkFloorLocked(floor); err != nil {
+	if err := s.checkFloorLocked(floor, must); err != nil {
 		return err
 	}
 	covered, ok := s.loadIndexLocked(ids, files)
@@ -414,7 +415,7 @@ func (s *PackfileStorage) rebuildLocked() error {
 // renamed aside to NAME.quarantined-UNIXNANO (never deleted), the directory
 // is fsynced, and OpenReport.Quarantined says so. Otherwise the bad header
 // fails Open with ErrCorrupt naming the file, as before.
-func (s *PackfileStorage) openShardsLocked(ids []uint16, files indexFiles, floor map[uint16]int64) ([]uint16, error) {
+func (s *PackfileStorage) openShardsLocked(ids []uint16, files indexFiles, floor map[uint16]int64, must map[uint16]bool) ([]uint16, error) {
 	ckptOK := false
 	if files.ckptErr == nil {
 		_, err := decodeCheckpoint(files.ckpt)
@@ -428,7 +429,7 @@ func (s *PackfileStorage) openShardsLocked(ids []uint16, files indexFiles, floor
 			kept = append(kept, id)
 			continue
 		}
-		if !errors.Is(err, errBadHeader) || floor[id] > HeaderSize || !ckptOK && size > HeaderSize {
+		if !errors.Is(err, errBadHeader) || floor[id] > HeaderSize || must[id] || !ckptOK && size > HeaderSize {
 			return nil, err
 		}
 		if s.opts.ReadOnly {
@@ -933,6 +934,23 @@ func (s *PackfileStorage) rollLocked() error {
 	}
 	s.shards[next].Store(sh)
 	s.active = sh
+	if s.opts.ReadOnly || s.gen == 0 {
+		return nil // Open: it writes a checkpoint next
+	}
+	// Record the new shard (and the frames of the sealed one, fsynced
+	// above) durably before any frame goes into it: Syncs write the delta
+	// lazily, so this entry is what makes a lost file of this shard
+	// detectable (syncedFloor's must). Never a checkpoint here: a roll can
+	// fall in the middle of a batch whose frames are not indexed yet. With
+	// no delta file open (a failed delta write dropped it), the next flush
+	// writes a checkpoint, whose covered shard is this one.
+	s.pending = appendDeltaEntry(s.pending, frameMeta{at: loc{shard: next, off: HeaderSize}, newShard: true, seq: sh.seq})
+	if s.delta != nil {
+		// On failure the delta file is dropped and the next flush writes a
+		// checkpoint instead (returning its error if the disk still fails):
+		// this put need not fail for it.
+		_ = s.writeDeltaLocked(true)
+	}
 	return nil
 }
 
@@ -1138,7 +1156,7 @@ func (s *PackfileStorage) Sync() error {
 			return err
 		}
 	}
-	return s.flushDeltaLocked()
+	return s.flushDeltaLocked(false)
 }
 
 // remapStep is how far the active shard may grow past its mapping before
