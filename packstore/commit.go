@@ -54,7 +54,8 @@ func (s *PackfileStorage) endLocked() loc {
 // checkFitLocked reports ErrShardLimit if appending frames of the given
 // sizes (after an optional roll to a fresh shard) would need more new
 // shards than there are free pack IDs below the limit (IDs of retired
-// shards are free again). It writes nothing.
+// shards are free again). Short of IDs, it first retires the shards
+// nothing references (retireLocked); otherwise it writes nothing.
 func (s *PackfileStorage) checkFitLocked(roll bool, sizes func(yield func(int) bool)) error {
 	need, cur := 0, s.active.size
 	if roll && cur > HeaderSize {
@@ -67,7 +68,17 @@ func (s *PackfileStorage) checkFitLocked(roll bool, sizes func(yield func(int) b
 		}
 		cur += int64(n)
 	}
-	if free := s.freeIDsLocked(); need > free {
+	free := s.freeIDsLocked()
+	if need > free {
+		// A repack that died before retiring leaves the shards it emptied
+		// holding their pack IDs (each crash mid-repack can leave one or
+		// two): retire what nothing references, then count again.
+		if _, _, err := s.retireLocked(); err != nil {
+			return err
+		}
+		free = s.freeIDsLocked()
+	}
+	if need > free {
 		return fmt.Errorf("%w: writing would need %d new shards, %d pack IDs are free (limit %d shards)", ErrShardLimit, need, free, s.maxShards)
 	}
 	return nil

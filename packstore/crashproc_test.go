@@ -187,7 +187,8 @@ func startChild(t *testing.T, child string, env ...string) (*exec.Cmd, <-chan st
 }
 
 // superviseChild reads a child's stdout lines until it exits, calling
-// onLine for each; a line containing "error" fails the test. It SIGKILLs
+// onLine for each; a line containing "error" kills the child, is passed to
+// onLine and fails the test. It SIGKILLs
 // the child when timer fires (nil: never), calling onKill first if set;
 // onLine may return a new timer (nil keeps the current one). It waits for
 // the child and reports whether it killed it.
@@ -203,6 +204,7 @@ func superviseChild(t *testing.T, cmd *exec.Cmd, lines <-chan string, timer <-ch
 			if strings.Contains(l, "error") {
 				cmd.Process.Kill()
 				cmd.Wait()
+				onLine(l) // the child is gone: onLine may open the store to report
 				t.Fatalf("child: %s", l)
 			}
 			if next := onLine(l); next != nil {

@@ -11,8 +11,10 @@ var (
 
 // Errors returned by writes.
 var (
-	// ErrShardLimit is returned when a write would need a shard with pack ID
-	// 4096 or above (the index slot has 12 bits for the shard). Nothing of the
+	// ErrShardLimit is returned when a write would need a new shard while
+	// all 4096 pack IDs (the index slot has 12 bits for the shard) are held
+	// by shards that are still referenced; retired shards free theirs, and
+	// the write first retires any shard nothing references. Nothing of the
 	// failing batch is written.
 	ErrShardLimit = errors.New("packstore: shard limit reached (4096 shards)")
 	// ErrTooLarge is returned when a payload cannot fit in one shard
