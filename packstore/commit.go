@@ -68,6 +68,9 @@ func (s *PackfileStorage) checkFitLocked(roll bool, sizes func(yield func(int) b
 		}
 		cur += int64(n)
 	}
+	if need == 0 {
+		return nil
+	}
 	free := s.freeIDsLocked()
 	if need > free {
 		// A repack that died before retiring leaves the shards it emptied
@@ -276,9 +279,7 @@ func (s *PackfileStorage) encodeFrames(coll ID, recs []Record) ([]outFrame, erro
 	var wg sync.WaitGroup
 	for w := range workers {
 		lo, hi := w*len(recs)/workers, (w+1)*len(recs)/workers
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		encode := func() {
 			size := 0
 			for _, r := range recs[lo:hi] {
 				size += FrameOverhead + len(r.Data)
@@ -295,6 +296,15 @@ func (s *PackfileStorage) encodeFrames(coll ID, recs []Record) ([]outFrame, erro
 				}
 				frames[i] = outFrame{coll: coll, id: r.ID, b: buf[start:len(buf):len(buf)]}
 			}
+		}
+		if workers == 1 {
+			encode() // a small batch (a commit's): no goroutine hand-off
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			encode()
 		}()
 	}
 	wg.Wait()
