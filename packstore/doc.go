@@ -358,8 +358,14 @@
 // (b) it is not the active shard, and (c) for every reset marker it holds
 // for a collection X with position P, no other surviving shard holds a data
 // frame of X located before P (else a rebuild by scan would resurrect it;
-// each shard remembers the offset of its first frame per collection). Retirement runs only
-// after the repack output and the active shard are fsynced; shards are
-// unmapped (after in-flight reads) before deletion and the directory is
-// fsynced after.
+// each shard remembers the offset of its first frame per collection;
+// "before" is in (sequence number, offset) order). Retirement runs only
+// after the repack output and the active shard are fsynced, and it writes a
+// checkpoint (and an empty delta) without the shards before it deletes any
+// file; shards are unmapped (after in-flight reads) before deletion and the
+// directory is fsynced after. Their pack IDs are then free for new shards.
+// A write that needs a new shard while no pack ID is free first retires
+// whatever nothing references (a repack killed before retiring leaves its
+// emptied inputs behind), and fails with ErrShardLimit only if that frees
+// too few.
 package packstore
