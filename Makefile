@@ -53,11 +53,14 @@ fuzz: deps
 CRASHPOINTS ?= 1000
 CRASHSEGMENT ?= 100
 REPACKKILLS ?= 100
+# REUSEROUNDS rounds of put, sync, repack with the shard limit lowered to 16
+# and SIGKILLs at random moments (issue 17: pack IDs are reused).
+REUSEROUNDS ?= 10000
 crash: deps
-	PACKSTORE_CRASH_POINTS=$(CRASHPOINTS) PACKSTORE_CRASH_SEGMENT=$(CRASHSEGMENT) PACKSTORE_REPACKKILL_POINTS=$(REPACKKILLS) PACKSTORE_LONG=1 \
+	PACKSTORE_CRASH_POINTS=$(CRASHPOINTS) PACKSTORE_CRASH_SEGMENT=$(CRASHSEGMENT) PACKSTORE_REPACKKILL_POINTS=$(REPACKKILLS) PACKSTORE_REUSE_ROUNDS=$(REUSEROUNDS) PACKSTORE_LONG=1 \
 	  $(GO) test -count=1 -timeout 120m \
-	  -run '^(TestCrashProcess|TestRepackKillProcess|TestRepackCrashAtEveryFrameBoundary|TestCheckpointTruncatedEveryOffset|TestDeltaTruncatedEveryOffset)$$' \
-	  -v ./packstore/ | grep -E '^(crash summary|repack kill summary|--- |ok|FAIL)'
+	  -run '^(TestCrashProcess|TestRepackKillProcess|TestPackIDReuseKill|TestRepackCrashAtEveryFrameBoundary|TestCheckpointTruncatedEveryOffset|TestDeltaTruncatedEveryOffset)$$' \
+	  -v ./packstore/ | grep -E '^(crash summary|repack kill summary|reuse summary|--- |ok|FAIL)'
 
 crash-bitflips: deps
 	PACKSTORE_LONG=1 $(GO) test -count=1 -timeout 90m -run '^TestIndexFileBitFlips$$' -v ./packstore/ | grep -E '^(--- |ok|FAIL)'

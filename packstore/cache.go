@@ -7,10 +7,11 @@ import (
 )
 
 // nodeCache is the byte-bounded cache of decoded payloads (seed "The
-// storage engine trait": NodeCache), a ristretto v2 cache keyed by frame
-// location. Frames are immutable and a location is never reused within a
-// process (pack IDs only grow; a failed write's bytes are never indexed),
-// so entries need no invalidation: a superseded or deleted record is simply
+// storage engine trait": NodeCache), a ristretto v2 cache keyed by stream
+// position (shard sequence number, offset). Frames are immutable and a
+// position is never reused (sequence numbers only grow, even where a new
+// shard takes a retired shard's pack ID; a failed write's bytes are never
+// indexed), so entries need no invalidation: a superseded or deleted record is simply
 // no longer reached through the index. Each entry keeps the frame's
 // collection and record ID, checked on every hit. Safe for concurrent use.
 type nodeCache struct {
@@ -38,11 +39,11 @@ func newNodeCache(maxBytes int64) (*nodeCache, error) {
 	return &nodeCache{c: c}, nil
 }
 
-func cacheKey(l loc) uint64 { return uint64(l.shard)<<32 | uint64(l.off) }
+func cacheKey(p pos) uint64 { return uint64(p.seq)<<32 | uint64(p.off) }
 
-// get returns the cached entry at l, counting a hit or a miss.
-func (nc *nodeCache) get(l loc) (*cacheEntry, bool) {
-	e, ok := nc.c.Get(cacheKey(l))
+// get returns the cached entry at p, counting a hit or a miss.
+func (nc *nodeCache) get(p pos) (*cacheEntry, bool) {
+	e, ok := nc.c.Get(cacheKey(p))
 	if ok {
 		nc.hits.Add(1)
 	} else {
@@ -51,10 +52,10 @@ func (nc *nodeCache) get(l loc) (*cacheEntry, bool) {
 	return e, ok
 }
 
-// put caches a private copy of data for the frame at l.
-func (nc *nodeCache) put(l loc, coll, id ID, data []byte) {
+// put caches a private copy of data for the frame at p.
+func (nc *nodeCache) put(p pos, coll, id ID, data []byte) {
 	e := &cacheEntry{coll: coll, id: id, data: append([]byte{}, data...)}
-	nc.c.Set(cacheKey(l), e, int64(len(data))+cacheEntryOverhead)
+	nc.c.Set(cacheKey(p), e, int64(len(data))+cacheEntryOverhead)
 }
 
 func (nc *nodeCache) close() { nc.c.Close() }

@@ -106,26 +106,13 @@ func TestCrashProcess(t *testing.T) {
 		}
 		cmd, lines := startChild(t, "TestCrashChild", "PACKSTORE_CRASH_DIR="+dir,
 			fmt.Sprintf("PACKSTORE_CRASH_NEXT=%d", acked), fmt.Sprintf("PACKSTORE_CRASH_SEED=%d", seed+uint64(kill)))
-		timer := time.After(time.Duration(20+r.IntN(150)) * time.Millisecond)
 		childAcked := acked
-	wait:
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					break wait
-				}
-				if n, ok := strings.CutPrefix(l, "synced "); ok {
-					childAcked, _ = strconv.Atoi(n)
-				} else if strings.Contains(l, "error") {
-					t.Fatalf("child: %s", l)
-				}
-			case <-timer:
-				cmd.Process.Signal(syscall.SIGKILL)
-				timer = nil
+		superviseChild(t, cmd, lines, time.After(time.Duration(20+r.IntN(150))*time.Millisecond), func(l string) <-chan time.Time {
+			if n, ok := strings.CutPrefix(l, "synced "); ok {
+				childAcked, _ = strconv.Atoi(n)
 			}
-		}
-		cmd.Wait()
+			return nil
+		}, nil)
 		kills++
 		acked = childAcked
 		s, err := Open(Options{Dir: dir, MaxShardBytes: 64 << 10, Compress: true})
@@ -197,6 +184,40 @@ func startChild(t *testing.T, child string, env ...string) (*exec.Cmd, <-chan st
 		close(lines)
 	}()
 	return cmd, lines
+}
+
+// superviseChild reads a child's stdout lines until it exits, calling
+// onLine for each; a line containing "error" kills the child, is passed to
+// onLine and fails the test. It SIGKILLs
+// the child when timer fires (nil: never), calling onKill first if set;
+// onLine may return a new timer (nil keeps the current one). It waits for
+// the child and reports whether it killed it.
+func superviseChild(t *testing.T, cmd *exec.Cmd, lines <-chan string, timer <-chan time.Time, onLine func(l string) <-chan time.Time, onKill func()) (killed bool) {
+	t.Helper()
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				cmd.Wait()
+				return killed
+			}
+			if strings.Contains(l, "error") {
+				cmd.Process.Kill()
+				cmd.Wait()
+				onLine(l) // the child is gone: onLine may open the store to report
+				t.Fatalf("child: %s", l)
+			}
+			if next := onLine(l); next != nil {
+				timer = next
+			}
+		case <-timer:
+			if onKill != nil {
+				onKill()
+			}
+			cmd.Process.Signal(syscall.SIGKILL)
+			timer, killed = nil, true
+		}
+	}
 }
 
 // seqOf finds the sequence number of a record ID below limit, or -1.

@@ -173,7 +173,7 @@ func TestCorruptionTable(t *testing.T) {
 	}
 	rows := []row{
 		{"header magic", 0, func(b []byte) int64 { b[0] = 'X'; return 0 }, "bad magic"},
-		{"header version", 1, func(b []byte) int64 { b[headerVersionOff] = 6; return 0 }, "unsupported version"},
+		{"header version", 1, func(b []byte) int64 { b[headerVersionOff] = 7; return 0 }, "unsupported version"},
 		{"header crc", 0, func(b []byte) int64 { b[headerCRCOff] ^= 1; return 0 }, "header crc"},
 		{"header padding", 0, func(b []byte) int64 { b[100] = 1; return 0 }, "header crc"},
 		{"header pack id", 0, func(b []byte) int64 {

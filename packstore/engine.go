@@ -37,7 +37,8 @@ type StorageEngine interface {
 	Get(coll, id ID) ([]byte, error)
 	// GetMany returns one entry per requested ID, in request order; an entry
 	// is nil when the record is absent. Physical reads are issued in
-	// (shard, offset) order.
+	// (shard, offset) order. A record that cannot be read does not fail the
+	// batch: the others are returned with a *RecordErrors naming it.
 	GetMany(coll ID, ids []ID) ([][]byte, error)
 	// Put appends one record (superseding an existing record of that ID).
 	Put(coll, id ID, data []byte) error

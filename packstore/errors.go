@@ -11,13 +11,27 @@ var (
 
 // Errors returned by writes.
 var (
-	// ErrShardLimit is returned when a write would need a shard with pack ID
-	// 4096 or above (the index slot has 12 bits for the shard). Nothing of the
+	// ErrShardLimit is returned when a write would need a new shard while
+	// all 4096 pack IDs (the index slot has 12 bits for the shard) are held
+	// by shards that are still referenced; retired shards free theirs, and
+	// the write first retires any shard nothing references. Nothing of the
 	// failing batch is written.
 	ErrShardLimit = errors.New("packstore: shard limit reached (4096 shards)")
 	// ErrTooLarge is returned when a payload cannot fit in one shard
 	// (Options.MaxShardBytes minus the shard header and the frame overhead).
 	ErrTooLarge = errors.New("packstore: record too large for a shard")
+	// ErrReadOnly is returned by Put, PutMany, DeleteCollection and Repack
+	// on a store opened with Options.ReadOnly.
+	ErrReadOnly = errors.New("packstore: store opened read-only")
+	// ErrRepackApplied is wrapped (together with the cause) by the error
+	// Repack returns when the repack has taken effect, its copies and reset
+	// markers durable and its new index live, but a later step failed:
+	// retiring the shards it emptied, or writing the index checkpoint or
+	// delta. The returned RepackStats is complete; what was left undone
+	// costs disk space or a longer next Open, never records, and the next
+	// Repack, Sync or Close retries it. A Repack error that does not match
+	// ErrRepackApplied left the in-memory index as it was.
+	ErrRepackApplied = errors.New("packstore: repack applied, but a later step failed")
 )
 
 // Errors returned by any operation.

@@ -80,6 +80,10 @@ func (fs *faultFS) OpenFile(name string, flag int, perm os.FileMode) (vfile, err
 	}
 	if statErr != nil && flag&os.O_CREATE != 0 {
 		fs.dirOps = append(fs.dirOps, dirOp{kind: 'c', path: name})
+		// A new file under a name an earlier file was renamed away from
+		// (index.ckpt.tmp, or a shard's .tmp once pack IDs are reused) is
+		// not that file: its fsyncs count under its own name.
+		delete(fs.renamed, name)
 	}
 	if _, ok := fs.synced[name]; !ok || flag&os.O_TRUNC != 0 {
 		fi, _ := f.Stat()

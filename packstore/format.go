@@ -20,7 +20,8 @@ const (
 	headerPackIDOff   = 6  // u16 pack ID
 	headerCreatedOff  = 8  // u64 creation time, unix nanoseconds
 	headerFeaturesOff = 16 // u32 feature flags
-	headerPadOff      = 20 // zero padding up to headerCRCOff
+	headerSeqOff      = 20 // u32 stream sequence number (version 0x06)
+	headerPadOff      = 24 // zero padding up to headerCRCOff (from 20 before 0x06)
 	headerCRCOff      = HeaderSize - crcLen
 
 	// FormatVersion is the shard format version written. Versions, in order:
@@ -32,10 +33,20 @@ const (
 	//         repack writes its copy first and the marker after it, so a
 	//         crash in the middle of a repack loses nothing. Feature flag
 	//         FeatureNoCRC (checksum mode "none").
-	// Readers accept both; a 0x04 marker is read as P = its own position.
-	FormatVersion = 0x05
-	// formatVersionV4 is the oldest shard version still read.
+	//   0x06: pack IDs are reused. The header carries the shard's stream
+	//         sequence number (u32 at headerSeqOff, one more than any shard
+	//         before it); the global order of frames is (sequence, offset),
+	//         and a reset marker's P is (sequence u32, offset u32) in the
+	//         same 8 bytes, so it never names a later shard that reused a
+	//         retired pack ID. A 0x04/0x05 shard's sequence is its pack ID
+	//         (their pack IDs only grew), which makes their P bytes (pack
+	//         u16, zero u16) read as the same sequence.
+	// Readers accept all three; a 0x04 marker is read as P = its own position.
+	FormatVersion = 0x06
+	// formatVersionV4 is the oldest shard version still read;
+	// formatVersionV5 the last one whose sequence is its pack ID.
 	formatVersionV4 = 0x04
+	formatVersionV5 = 0x05
 
 	// FeatureNoCRC marks a shard written in checksum mode "none": its frames
 	// carry a zero CRC field that is neither written nor verified.
@@ -112,7 +123,8 @@ func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 type shardHeader struct {
 	Version  byte // FormatVersion when encoding
 	PackID   uint16
-	Created  int64 // unix nanoseconds
+	Seq      uint32 // stream sequence number; the pack ID before 0x06
+	Created  int64  // unix nanoseconds
 	Features uint32
 }
 
@@ -127,6 +139,9 @@ func encodeHeader(h shardHeader) []byte {
 	binary.LittleEndian.PutUint16(b[headerPackIDOff:], h.PackID)
 	binary.LittleEndian.PutUint64(b[headerCreatedOff:], uint64(h.Created))
 	binary.LittleEndian.PutUint32(b[headerFeaturesOff:], h.Features)
+	if b[headerVersionOff] >= FormatVersion {
+		binary.LittleEndian.PutUint32(b[headerSeqOff:], h.Seq)
+	}
 	binary.LittleEndian.PutUint32(b[headerCRCOff:], checksum(b[:headerCRCOff]))
 	return b
 }
@@ -142,7 +157,7 @@ func decodeHeader(b []byte) (shardHeader, error) {
 	if [4]byte(b[headerMagicOff:headerMagicOff+4]) != Magic {
 		return h, fmt.Errorf("bad magic %q", b[headerMagicOff:headerMagicOff+4])
 	}
-	if v := b[headerVersionOff]; v != FormatVersion && v != formatVersionV4 {
+	if v := b[headerVersionOff]; v != FormatVersion && v != formatVersionV5 && v != formatVersionV4 {
 		return h, fmt.Errorf("unsupported version 0x%02x", v)
 	}
 	if want, got := binary.LittleEndian.Uint32(b[headerCRCOff:]), checksum(b[:headerCRCOff]); want != got {
@@ -151,13 +166,21 @@ func decodeHeader(b []byte) (shardHeader, error) {
 	if b[headerReservedOff] != 0 {
 		return h, errors.New("nonzero reserved header byte")
 	}
-	for _, c := range b[headerPadOff:headerCRCOff] {
+	h.Version = b[headerVersionOff]
+	pad := headerPadOff
+	if h.Version < FormatVersion {
+		pad = headerSeqOff
+	}
+	for _, c := range b[pad:headerCRCOff] {
 		if c != 0 {
 			return h, errors.New("nonzero header padding")
 		}
 	}
-	h.Version = b[headerVersionOff]
 	h.PackID = binary.LittleEndian.Uint16(b[headerPackIDOff:])
+	h.Seq = uint32(h.PackID)
+	if h.Version >= FormatVersion {
+		h.Seq = binary.LittleEndian.Uint32(b[headerSeqOff:])
+	}
 	h.Created = int64(binary.LittleEndian.Uint64(b[headerCreatedOff:]))
 	h.Features = binary.LittleEndian.Uint32(b[headerFeaturesOff:])
 	if h.PackID >= MaxShards {
@@ -177,11 +200,23 @@ func appendFrame(dst []byte, flags byte, rawLen int, coll, id ID, payload []byte
 }
 
 // appendMarker appends a reset marker for coll with position p.
-func appendMarker(dst []byte, coll ID, p loc, withCRC bool) []byte {
-	var pos [markerPosLen]byte
-	binary.LittleEndian.PutUint16(pos[0:], p.shard)
-	binary.LittleEndian.PutUint32(pos[4:], p.off)
-	return appendFrameCRC(dst, FlagReset, markerPosLen, coll, ID{}, pos[:], withCRC)
+func appendMarker(dst []byte, coll ID, p pos, withCRC bool) []byte {
+	var b [markerPosLen]byte
+	putPos(b[:], p)
+	return appendFrameCRC(dst, FlagReset, markerPosLen, coll, ID{}, b[:], withCRC)
+}
+
+// putPos writes a stream position as sequence u32 | offset u32 (the bytes
+// a version 0x05 writer wrote as pack u16 | zero u16 | offset u32, its
+// sequence being its pack ID).
+func putPos(b []byte, p pos) {
+	binary.LittleEndian.PutUint32(b, p.seq)
+	binary.LittleEndian.PutUint32(b[4:], p.off)
+}
+
+// getPos decodes the 8 bytes putPos writes.
+func getPos(b []byte) pos {
+	return pos{seq: binary.LittleEndian.Uint32(b), off: binary.LittleEndian.Uint32(b[4:])}
 }
 
 // appendFrameCRC is appendFrame with the CRC optional: without it the CRC
@@ -213,7 +248,7 @@ type frameView struct {
 	Payload []byte // stored payload (compressed when Flags&FlagZstd)
 	// ResetPos is a reset marker's position P; HasPos is false for a
 	// version 0x04 marker, whose P is its own position.
-	ResetPos loc
+	ResetPos pos
 	HasPos   bool
 }
 
@@ -270,9 +305,9 @@ func decodeFrameCRC(b []byte, verify bool) (frameView, error) {
 		case 0:
 		case markerPosLen:
 			p := fv.Payload
-			fv.ResetPos = loc{shard: binary.LittleEndian.Uint16(p), off: binary.LittleEndian.Uint32(p[4:])}
+			fv.ResetPos = getPos(p)
 			fv.HasPos = true
-			if binary.LittleEndian.Uint16(p[2:]) != 0 || fv.ResetPos.shard >= MaxShards || fv.ResetPos.off < HeaderSize || fv.ResetPos.off > MaxShardBytesLimit {
+			if fv.ResetPos.off < HeaderSize || fv.ResetPos.off > MaxShardBytesLimit {
 				return fv, fmt.Errorf("reset marker position %x invalid", p)
 			}
 		default:

@@ -91,7 +91,7 @@ func TestMarkerHexExample(t *testing.T) {
 	for i := range c {
 		c[i] = 0x11
 	}
-	b := appendMarker(nil, c, loc{shard: 3, off: 4096}, true)
+	b := appendMarker(nil, c, pos{seq: 3, off: 4096}, true)
 	got := hex.EncodeToString(b)
 	want := "2d000000" + "02" + "08000000" + "11111111111111111111111111111111" +
 		"00000000000000000000000000000000" + "0300" + "0000" + "00100000" + "6bf8274c"
@@ -99,7 +99,7 @@ func TestMarkerHexExample(t *testing.T) {
 		t.Fatalf("marker = %s\nwant     %s...", got, want)
 	}
 	fv, err := decodeFrame(b)
-	if err != nil || !fv.HasPos || fv.ResetPos != (loc{3, 4096}) {
+	if err != nil || !fv.HasPos || fv.ResetPos != (pos{3, 4096}) {
 		t.Fatalf("decode: %+v %v", fv, err)
 	}
 	t.Logf("marker: %s", got)

@@ -125,3 +125,12 @@ func mustNotFound(t testing.TB, e StorageEngine, coll, id ID) {
 }
 
 func shardPath(dir string, id uint16) string { return dir + "/" + shardFileName(id) }
+
+// envInt returns the integer in environment variable name, or def when it
+// is unset or not a number (the knobs make crash sets).
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return n
+	}
+	return def
+}

@@ -2,6 +2,7 @@ package packstore
 
 import (
 	"encoding/binary"
+	"fmt"
 	"sync/atomic"
 )
 
@@ -35,8 +36,23 @@ type loc struct {
 	off   uint32
 }
 
+// less orders locations by pack ID, then offset: a physical order for
+// batching reads, not the stream order (see pos).
 func (l loc) less(o loc) bool {
 	return l.shard < o.shard || (l.shard == o.shard && l.off < o.off)
+}
+
+// pos is a position in the global append stream: a shard's sequence
+// number (format 0x06; the pack ID before) and an offset. Unlike pack IDs,
+// sequence numbers are never reused, so a pos names the same place after
+// the shard holding it was retired and its pack ID reused.
+type pos struct {
+	seq uint32
+	off uint32
+}
+
+func (p pos) less(o pos) bool {
+	return p.seq < o.seq || (p.seq == o.seq && p.off < o.off)
 }
 
 func idTag(id ID) uint64 {
@@ -182,4 +198,160 @@ func (t *lossyTable) each(fn func(l loc)) {
 			fn(slotLoc(s))
 		}
 	}
+}
+
+// collection is one collection's index state.
+type collection struct {
+	// table is the published index generation; readers load it lock-free.
+	table atomic.Pointer[lossyTable]
+
+	// Writer-only, guarded by PackfileStorage.mu.
+	live      int   // live records
+	liveBytes int64 // frame bytes of live records
+}
+
+func newCollection(bits uint) *collection {
+	c := &collection{}
+	c.table.Store(newTable(bits))
+	return c
+}
+
+// posOf returns the stream position of a frame location (its shard exists).
+func (s *PackfileStorage) posOf(l loc) pos {
+	return pos{seq: s.shards[l.shard].Load().seq, off: l.off}
+}
+
+// applyMetaLocked replays one frame (from a scan or a delta entry).
+func (s *PackfileStorage) applyMetaLocked(m frameMeta) error {
+	sh := s.shards[m.at.shard].Load()
+	if m.reset {
+		sh.noteReset(m.coll, m.pos)
+		return s.dropBeforeLocked(m.coll, m.pos)
+	}
+	sh.noteData(m.coll, m.at.off)
+	c := s.collectionOrCreateLocked(m.coll)
+	return s.indexPutLocked(c, m.id, m.at, m.size)
+}
+
+// dropBeforeLocked applies a reset marker: it forgets every index entry of
+// coll located before p, publishing a rebuilt table for the entries at or
+// after p (a repack's copy), or dropping the collection if none remain.
+func (s *PackfileStorage) dropBeforeLocked(coll ID, p pos) error {
+	c := s.collectionLoad(coll)
+	if c == nil {
+		return nil
+	}
+	t := c.table.Load()
+	kept := 0
+	t.each(func(l loc) {
+		if !s.posOf(l).less(p) {
+			kept++
+		}
+	})
+	if kept == 0 {
+		s.dropCollectionLocked(coll)
+		return nil
+	}
+	nt := newTable(tableBitsFor(kept))
+	var err error
+	var liveBytes int64
+	t.each(func(l loc) {
+		if err != nil {
+			return
+		}
+		if s.posOf(l).less(p) {
+			s.shards[l.shard].Load().live--
+			return
+		}
+		id, size, rerr := s.readID(l)
+		if rerr != nil {
+			err = rerr
+			return
+		}
+		nt.insertUnique(makeSlot(id, l), id)
+		liveBytes += int64(size)
+	})
+	if err != nil {
+		return err
+	}
+	c.live, c.liveBytes = kept, liveBytes
+	c.table.Store(nt)
+	return nil
+}
+
+func (s *PackfileStorage) collectionLoad(coll ID) *collection {
+	v, ok := s.colls.Load(coll)
+	if !ok {
+		return nil
+	}
+	return v.(*collection)
+}
+
+func (s *PackfileStorage) collectionOrCreateLocked(coll ID) *collection {
+	if c := s.collectionLoad(coll); c != nil {
+		return c
+	}
+	c := newCollection(minTableBits)
+	s.colls.Store(coll, c)
+	return c
+}
+
+// dropCollectionLocked forgets a collection's index and its shard references.
+func (s *PackfileStorage) dropCollectionLocked(coll ID) {
+	c := s.collectionLoad(coll)
+	if c == nil {
+		return
+	}
+	c.table.Load().each(func(l loc) { s.shards[l.shard].Load().live-- })
+	s.colls.Delete(coll)
+}
+
+// readID reads the record ID and frame size at l (writer side).
+func (s *PackfileStorage) readID(l loc) (ID, int, error) {
+	sh := s.shards[l.shard].Load()
+	if sh == nil {
+		return ID{}, 0, fmt.Errorf("%w: index references missing shard %d", ErrCorrupt, l.shard)
+	}
+	return sh.frameHead(int64(l.off))
+}
+
+// indexPutLocked points id at l in c's index, superseding an older version.
+func (s *PackfileStorage) indexPutLocked(c *collection, id ID, l loc, size int) error {
+	t := c.table.Load()
+	if t.needsGrow() {
+		nt, err := t.grown(s.readID)
+		if err != nil {
+			return err
+		}
+		c.table.Store(nt)
+		t = nt
+	}
+	old, oldSize, replaced, err := t.upsert(id, l, s.readID, &s.collisions)
+	if err != nil {
+		return err
+	}
+	if replaced {
+		s.shards[old.shard].Load().live--
+		c.liveBytes -= int64(oldSize)
+	} else {
+		c.live++
+	}
+	s.shards[l.shard].Load().live++
+	c.liveBytes += int64(size)
+	return nil
+}
+
+// lookupLocked finds the current location and frame size of id (writer side).
+func (s *PackfileStorage) lookupLocked(c *collection, id ID) (loc, int, bool, error) {
+	for _, l := range c.table.Load().candidates(id, nil) {
+		got, size, err := s.readID(l)
+		if err != nil {
+			return loc{}, 0, false, err
+		}
+		if got == id {
+			return l, size, true, nil
+		}
+		s.collisions.Add(1)
+	}
+	return loc{}, 0, false, nil
 }

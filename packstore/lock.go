@@ -45,14 +45,26 @@ type dirLock struct{ f *os.File }
 
 // lockDir takes the lock without waiting and writes this process's pid
 // into the LOCK file (for the holder's identity in ErrLocked only; the
-// lock itself is the flock).
-func lockDir(dir string) (*dirLock, error) {
+// lock itself is the flock). With shared (a read-only open) it opens an
+// existing LOCK read-only, takes a shared lock and writes nothing; without
+// a LOCK file it takes no lock (nil, nil). A new LOCK file gets mode perm.
+func lockDir(dir string, shared bool, perm os.FileMode) (*dirLock, error) {
 	path := filepath.Join(dir, lockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	flag, how := os.O_RDWR|os.O_CREATE, unix.LOCK_EX
+	if shared {
+		if _, err := os.Stat(dir); err != nil {
+			return nil, fmt.Errorf("packstore: read-only open: %w", err)
+		}
+		flag, how = os.O_RDONLY, unix.LOCK_SH
+	}
+	f, err := os.OpenFile(path, flag, perm)
+	if shared && errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("packstore: lock: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			b, _ := os.ReadFile(path)
@@ -60,6 +72,9 @@ func lockDir(dir string) (*dirLock, error) {
 			return nil, &lockedError{dir: dir, pid: pid}
 		}
 		return nil, fmt.Errorf("packstore: lock %s: %w", path, err)
+	}
+	if shared {
+		return &dirLock{f: f}, nil
 	}
 	pid := []byte(strconv.Itoa(os.Getpid()) + "\n")
 	if err := f.Truncate(0); err == nil {

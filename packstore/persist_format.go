@@ -12,10 +12,16 @@ const (
 	checkpointFile = "index.ckpt"
 	deltaFile      = "index.delta"
 
-	// checkpointVersion: 0x01 first version.
-	checkpointVersion = 0x01
-	// deltaVersion: 0x01 first version.
-	deltaVersion = 0x01
+	// checkpointVersion: 0x01 first version; 0x02 (shard format 0x06) reads
+	// the position of a reset meta entry as sequence u32 | offset u32 in
+	// the bytes 0x01 wrote as pack u16 | zero u16 | offset u32 (identical
+	// for shards before 0x06, whose sequence is their pack ID). Both read.
+	checkpointVersion   = 0x02
+	checkpointVersionV1 = 0x01
+	// deltaVersion: 0x01 first version; 0x02 reads a reset entry's P as
+	// sequence u32 | offset u32, as the checkpoint. Both read.
+	deltaVersion   = 0x02
+	deltaVersionV1 = 0x01
 
 	ckptHeaderLen    = 48 // fixed header, CRC at ckptHeaderCRCOff
 	ckptHeaderCRCOff = ckptHeaderLen - crcLen
@@ -30,10 +36,11 @@ const (
 	deltaEntryCRCOff  = deltaEntryLen - crcLen
 
 	metaData  = 1 // shard holds data frames of coll, first at off
-	metaReset = 2 // shard holds a reset marker for coll with position (pack, off)
+	metaReset = 2 // shard holds a reset marker for coll with position P (seq, off)
 
 	entryData  = 1 // a data frame
 	entryReset = 2 // a reset marker; the id field holds its position P
+	entryShard = 3 // a new shard (version 0x02): pack ID, offset 4096, size 0, id field: sequence u32 | zero 12
 )
 
 var (
@@ -49,7 +56,11 @@ type frameMeta struct {
 	reset bool
 	coll  ID
 	id    ID  // data frame
-	pos   loc // reset marker's P
+	pos   pos // reset marker's P
+	// newShard marks a delta entry that records the creation of shard
+	// at.shard with sequence number seq (entryShard), not a frame.
+	newShard bool
+	seq      uint32
 }
 
 // ckptShard is one shard known to a checkpoint with the bytes it covers.
@@ -63,7 +74,8 @@ type ckptMeta struct {
 	kind  byte
 	shard uint16
 	coll  ID
-	at    loc // metaData: (shard, first offset); metaReset: P
+	at    loc // metaData: (shard, first offset)
+	pos   pos // metaReset: P
 }
 
 // ckptColl is one collection's index generation.
@@ -77,6 +89,7 @@ type ckptColl struct {
 
 // checkpoint is a decoded index checkpoint.
 type checkpoint struct {
+	version byte // checkpointVersion when 0; decoding keeps the file's
 	gen     uint64
 	covered loc // every frame before this position is reflected
 	shards  []ckptShard
@@ -108,6 +121,9 @@ func encodeCheckpoint(c *checkpoint) []byte {
 	b := make([]byte, ckptHeaderLen, n)
 	copy(b, checkpointMagic[:])
 	b[4] = checkpointVersion
+	if c.version != 0 {
+		b[4] = c.version
+	}
 	binary.LittleEndian.PutUint64(b[8:], c.gen)
 	putLoc(b[16:], c.covered)
 	binary.LittleEndian.PutUint32(b[24:], uint32(len(c.shards)))
@@ -124,7 +140,11 @@ func encodeCheckpoint(c *checkpoint) []byte {
 		b = binary.LittleEndian.AppendUint16(b, m.shard)
 		b = append(b, m.coll[:]...)
 		var p [8]byte
-		putLoc(p[:], m.at)
+		if m.kind == metaReset {
+			putPos(p[:], m.pos)
+		} else {
+			putLoc(p[:], m.at)
+		}
 		b = append(b, p[:]...)
 	}
 	for _, cc := range c.colls {
@@ -152,7 +172,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	if [4]byte(b[:4]) != checkpointMagic {
 		return nil, fmt.Errorf("bad checkpoint magic %q", b[:4])
 	}
-	if b[4] != checkpointVersion {
+	if b[4] != checkpointVersion && b[4] != checkpointVersionV1 {
 		return nil, fmt.Errorf("unsupported checkpoint version 0x%02x", b[4])
 	}
 	if want, got := binary.LittleEndian.Uint32(b[ckptHeaderCRCOff:]), checksum(b[:ckptHeaderCRCOff]); want != got {
@@ -161,7 +181,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	if b[5]|b[6]|b[7] != 0 || binary.LittleEndian.Uint32(b[36:]) != 0 || binary.LittleEndian.Uint32(b[40:]) != 0 {
 		return nil, errors.New("nonzero reserved checkpoint header bytes")
 	}
-	c := &checkpoint{gen: binary.LittleEndian.Uint64(b[8:])}
+	c := &checkpoint{version: b[4], gen: binary.LittleEndian.Uint64(b[8:])}
 	var err error
 	if c.covered, err = getLoc(b[16:]); err != nil {
 		return nil, err
@@ -193,7 +213,11 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	for i := range c.meta {
 		e := body[i*ckptMetaLen:]
 		m := ckptMeta{kind: e[0], shard: binary.LittleEndian.Uint16(e[2:]), coll: ID(e[4:20])}
-		if m.at, err = getLoc(e[20:]); err != nil {
+		if m.kind == metaReset {
+			if m.pos = getPos(e[20:]); m.pos.off < HeaderSize || m.pos.off > MaxShardBytesLimit {
+				return nil, fmt.Errorf("checkpoint meta entry %d: invalid position %x", i, e[20:28])
+			}
+		} else if m.at, err = getLoc(e[20:]); err != nil {
 			return nil, fmt.Errorf("checkpoint meta entry %d: %v", i, err)
 		}
 		if _, ok := sizes[m.shard]; !ok || e[1] != 0 || (m.kind != metaData && m.kind != metaReset) || (m.kind == metaData && m.at.shard != m.shard) {
@@ -264,7 +288,7 @@ func decodeDeltaHeader(b []byte) (uint64, error) {
 	if [4]byte(b[:4]) != deltaMagic {
 		return 0, fmt.Errorf("bad delta magic %q", b[:4])
 	}
-	if b[4] != deltaVersion {
+	if b[4] != deltaVersion && b[4] != deltaVersionV1 {
 		return 0, fmt.Errorf("unsupported delta version 0x%02x", b[4])
 	}
 	if want, got := binary.LittleEndian.Uint32(b[deltaHeaderCRCOff:]), checksum(b[:deltaHeaderCRCOff]); want != got {
@@ -280,9 +304,12 @@ func decodeDeltaHeader(b []byte) (uint64, error) {
 func appendDeltaEntry(dst []byte, m frameMeta) []byte {
 	var e [deltaEntryLen]byte
 	e[0] = entryData
-	if m.reset {
+	if m.newShard {
+		e[0] = entryShard
+		binary.LittleEndian.PutUint32(e[28:], m.seq)
+	} else if m.reset {
 		e[0] = entryReset
-		putLoc(e[28:], m.pos)
+		putPos(e[28:], m.pos)
 	} else {
 		copy(e[28:], m.id[:])
 	}
@@ -309,13 +336,18 @@ func decodeDeltaEntry(b []byte) (frameMeta, error) {
 	switch b[0] {
 	case entryData:
 		m.id = ID(b[28:44])
+	case entryShard:
+		m.newShard, m.seq = true, binary.LittleEndian.Uint32(b[28:])
+		if b[1] != 0 || m.at.shard >= MaxShards || m.at.off != HeaderSize || m.size != 0 || m.coll != (ID{}) || [12]byte(b[32:44]) != [12]byte{} {
+			return m, fmt.Errorf("delta shard entry %x invalid", b[:44])
+		}
+		return m, nil
 	case entryReset:
 		m.reset = true
-		p, err := getLoc(b[28:])
-		if err != nil || [8]byte(b[36:44]) != [8]byte{} {
+		m.pos = getPos(b[28:])
+		if m.pos.off < HeaderSize || m.pos.off > MaxShardBytesLimit || [8]byte(b[36:44]) != [8]byte{} {
 			return m, fmt.Errorf("delta reset entry: invalid position %x", b[28:44])
 		}
-		m.pos = p
 	default:
 		return m, fmt.Errorf("delta entry kind %d", b[0])
 	}

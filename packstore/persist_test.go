@@ -162,7 +162,7 @@ func TestDeltaEntryHex(t *testing.T) {
 		t.Fatalf("decode %+v %v", m, err)
 	}
 	cp := encodeCheckpoint(&checkpoint{gen: 1, covered: loc{0, 4096}, shards: []ckptShard{{0, 4096}}})
-	if h := hex.EncodeToString(cp); h != "4d54434b010000000100000000000000000000000010000001000000000000000000000000000000000000002c2fdcd0000000000010000000cf8afc" {
+	if h := hex.EncodeToString(cp); h != "4d54434b02000000010000000000000000000000001000000100000000000000000000000000000000000000a06670b3000000000010000000cf8afc" {
 		t.Fatalf("checkpoint %s", h)
 	}
 	if _, err := decodeCheckpoint(cp); err != nil {

@@ -50,18 +50,19 @@ func (s *PackfileStorage) readRecord(l loc, coll, id ID, kind ReadKind) (data []
 // mapped frame bytes (owned=false: valid only during fn, while the shard's
 // read lock keeps it mapped).
 func (s *PackfileStorage) viewRecord(l loc, coll, id ID, kind ReadKind, fn func(b []byte, owned bool) error) error {
+	sh := s.shards[l.shard].Load()
+	if sh == nil {
+		return errShardGone
+	}
+	p := pos{seq: sh.seq, off: l.off} // the cache key: pack IDs are reused, sequence numbers are not
 	if s.cache != nil {
-		if e, ok := s.cache.get(l); ok && e.coll == coll {
+		if e, ok := s.cache.get(p); ok && e.coll == coll {
 			if e.id != id {
 				return nil
 			}
 			s.reads.cacheHit(kind)
 			return fn(e.data, false)
 		}
-	}
-	sh := s.shards[l.shard].Load()
-	if sh == nil {
-		return errShardGone
 	}
 	off := int64(l.off)
 	return sh.withFrame(off, func(fv frameView) error {
@@ -77,7 +78,7 @@ func (s *PackfileStorage) viewRecord(l loc, coll, id ID, kind ReadKind, fn func(
 		}
 		if fv.Flags&FlagZstd == 0 {
 			if s.cache != nil {
-				s.cache.put(l, coll, id, fv.Payload)
+				s.cache.put(p, coll, id, fv.Payload)
 			}
 			return fn(fv.Payload, false)
 		}
@@ -86,7 +87,7 @@ func (s *PackfileStorage) viewRecord(l loc, coll, id ID, kind ReadKind, fn func(
 			return err
 		}
 		if s.cache != nil {
-			s.cache.put(l, coll, id, data)
+			s.cache.put(p, coll, id, data)
 		}
 		return fn(data, true)
 	})
@@ -95,20 +96,25 @@ func (s *PackfileStorage) viewRecord(l loc, coll, id ID, kind ReadKind, fn func(
 // find probes coll's current index generation for id and calls visit on
 // each candidate location in probe order until one reports found. It
 // retries with a fresh generation when a concurrent repack retired a shard
-// the loaded generation pointed to. It returns ErrNotFound, ErrClosed or
-// visit's error.
+// the loaded generation pointed to (see staleRead). It returns ErrNotFound,
+// ErrClosed or visit's error.
 func (s *PackfileStorage) find(coll, id ID, visit func(l loc) (found bool, err error)) error {
 	var cands [4]loc
 	for attempt := 0; ; attempt++ {
 		if s.closed.Load() {
 			return ErrClosed
 		}
+		epoch := s.retirements.Load()
 		c := s.collectionLoad(coll)
 		if c == nil {
 			return ErrNotFound
 		}
 		var err error
-		for _, l := range c.table.Load().candidates(id, cands[:0]) {
+		probe := c.table.Load().candidates(id, cands[:0])
+		if s.testHookProbed != nil {
+			s.testHookProbed()
+		}
+		for _, l := range probe {
 			var found bool
 			if found, err = visit(l); err != nil {
 				break
@@ -119,12 +125,27 @@ func (s *PackfileStorage) find(coll, id ID, visit func(l loc) (found bool, err e
 			s.collisions.Add(1)
 		}
 		if err == nil {
-			return ErrNotFound
+			err = ErrNotFound
+		}
+		if s.staleRead(epoch, attempt) {
+			continue
 		}
 		if retry, err := s.retryable(err, attempt); !retry {
 			return err
 		}
 	}
+}
+
+// staleRead reports whether a read that failed (or found nothing) may have
+// followed a stale slot: a shard was retired since the reader loaded the
+// retirement count epoch, so a slot it read may name a pack ID that a new
+// shard has taken since, and the frame it read there is another. Retrying
+// with a fresh index generation is then the answer, up to maxReadRetries.
+// Reads that succeed need no check: a frame with the requested collection,
+// record ID and a valid CRC in the new shard is a copy of the record
+// written after the reader started.
+func (s *PackfileStorage) staleRead(epoch uint64, attempt int) bool {
+	return attempt < maxReadRetries && s.retirements.Load() != epoch
 }
 
 // retryable reports whether a read failed because a concurrent repack
@@ -172,6 +193,13 @@ func (s *PackfileStorage) View(coll, id ID, fn func(b []byte) error) error {
 // is absent. It probes every ID first, then reads the candidate frames
 // sorted by (shard, offset), so the physical reads move forward through the
 // pool. It does not take the writer lock.
+//
+// A record that cannot be read (its frame fails the checks, or reading it
+// fails) does not fail the batch: every other record is still returned,
+// and the error is a *RecordErrors holding one error per requested ID (nil
+// where the record was read or is absent); it matches ErrCorrupt through
+// errors.Is (IsCorruption) when a failure was corruption. Only ErrClosed
+// fails the whole batch (the slice is then nil).
 func (s *PackfileStorage) GetMany(coll ID, ids []ID) ([][]byte, error) {
 	type cand struct {
 		l loc
@@ -181,6 +209,7 @@ func (s *PackfileStorage) GetMany(coll ID, ids []ID) ([][]byte, error) {
 		if s.closed.Load() {
 			return nil, ErrClosed
 		}
+		epoch := s.retirements.Load()
 		out := make([][]byte, len(ids))
 		c := s.collectionLoad(coll)
 		if c == nil {
@@ -203,28 +232,89 @@ func (s *PackfileStorage) GetMany(coll ID, ids []ID) ([][]byte, error) {
 			}
 			return a.i - b.i
 		})
-		var err error
+		var errs []error // per request index, allocated on the first failure
+		var err error    // a failure of the whole batch (retried if a shard was retired)
 		for _, cd := range cands {
 			if out[cd.i] != nil {
 				continue
 			}
-			var data []byte
-			var ok bool
-			data, ok, err = s.readRecord(cd.l, coll, ids[cd.i], ReadUntagged)
+			data, ok, rerr := s.readRecord(cd.l, coll, ids[cd.i], ReadUntagged)
+			switch {
+			case errors.Is(rerr, errShardGone):
+				err = rerr
+			case rerr != nil:
+				// This candidate may be a tag collision and a later one the
+				// record: the error stands only if none is.
+				if errs == nil {
+					errs = make([]error, len(ids))
+				}
+				if errs[cd.i] == nil {
+					errs[cd.i] = rerr
+				}
+			case ok:
+				out[cd.i] = data
+				if errs != nil {
+					errs[cd.i] = nil
+				}
+			default:
+				s.collisions.Add(1)
+			}
 			if err != nil {
 				break
 			}
-			if ok {
-				out[cd.i] = data
-			} else {
-				s.collisions.Add(1)
-			}
 		}
 		if err == nil {
+			failed := slices.ContainsFunc(errs, func(e error) bool { return e != nil })
+			if (failed || slices.ContainsFunc(out, func(b []byte) bool { return b == nil })) && s.staleRead(epoch, attempt) {
+				continue
+			}
+			if failed {
+				return out, &RecordErrors{Errs: errs}
+			}
 			return out, nil
 		}
 		if retry, err := s.retryable(err, attempt); !retry {
 			return nil, err
 		}
 	}
+}
+
+// RecordErrors is the error GetMany returns when some records of a batch
+// could not be read while the others were. Errs has one entry per
+// requested ID, in request order: nil where the record was read or is
+// absent, otherwise why it could not be read (an ErrCorrupt error naming
+// shard file and offset, or an I/O error). It unwraps to the non-nil
+// errors, so errors.Is(err, ErrCorrupt) and IsCorruption hold when any
+// failure was corruption. GetMany does not modify it after returning it:
+// it is safe for concurrent reads.
+type RecordErrors struct {
+	Errs []error
+}
+
+// Error says how many records failed and quotes the first failure.
+func (e *RecordErrors) Error() string {
+	n, first := 0, -1
+	for i, err := range e.Errs {
+		if err != nil {
+			n++
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	if first < 0 {
+		return "packstore: no record failed"
+	}
+	return fmt.Sprintf("packstore: %d of %d records could not be read; request index %d: %v", n, len(e.Errs), first, e.Errs[first])
+}
+
+// Unwrap returns the non-nil per-record errors.
+func (e *RecordErrors) Unwrap() []error {
+	var out []error
+	for _, err := range e.Errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
 }

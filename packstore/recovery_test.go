@@ -1,6 +1,7 @@
 package packstore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -166,5 +167,60 @@ func TestUnsyncedTailTruncatedAndReported(t *testing.T) {
 	}
 	if errors.Is(rep.CheckpointErr, ErrCorrupt) || len(rep.Damaged) > 0 {
 		t.Fatalf("report %+v", rep)
+	}
+}
+
+// TestGetManyDamagedRecord (issue 17 item 5): one damaged record in a
+// GetMany batch fails only that record. The other records come back
+// byte-exact and the error is a *RecordErrors whose entry for the damaged
+// record is an ErrCorrupt error naming shard file and offset.
+func TestGetManyDamagedRecord(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir} // no cache: every read is physical
+	s := openStore(t, opts)
+	coll := ID{1}
+	var ids []ID
+	for i := range 10 {
+		ids = append(ids, idN(2, i))
+		if err := s.Put(coll, ids[i], bytes.Repeat([]byte{byte(i)}, 300)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const bad = 6
+	l, _, _, err := s.lookupLocked(s.collectionLoad(coll), ids[bad])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(shardPath(dir, l.shard), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xee}, int64(l.off)+framePayloadOff+10); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s = openStore(t, opts)
+	defer s.Close()
+	got, err := s.GetMany(coll, append(ids, idN(2, 99))) // and one absent
+	var re *RecordErrors
+	if !errors.As(err, &re) || !IsCorruption(err) || len(re.Errs) != len(ids)+1 {
+		t.Fatalf("GetMany with record %d damaged: %d results, %v; want a *RecordErrors", bad, len(got), err)
+	}
+	for i := range ids {
+		switch {
+		case i == bad:
+			if got[i] != nil || !IsCorruption(re.Errs[i]) || !strings.Contains(re.Errs[i].Error(), shardFileName(l.shard)) ||
+				!strings.Contains(re.Errs[i].Error(), fmt.Sprintf("offset %d", l.off)) {
+				t.Fatalf("damaged record: %d bytes, %v", len(got[i]), re.Errs[i])
+			}
+		case re.Errs[i] != nil || !bytes.Equal(got[i], bytes.Repeat([]byte{byte(i)}, 300)):
+			t.Fatalf("record %d: %d bytes, %v", i, len(got[i]), re.Errs[i])
+		}
+	}
+	if got[len(ids)] != nil || re.Errs[len(ids)] != nil {
+		t.Fatalf("absent record: %d bytes, %v", len(got[len(ids)]), re.Errs[len(ids)])
 	}
 }

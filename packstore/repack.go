@@ -1,6 +1,7 @@
 package packstore
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 )
@@ -46,9 +47,15 @@ type repackJob struct {
 // a record listed twice in one collection, or a listed record that does not
 // exist is an error (wrapping ErrNotFound for a missing record), and a plan
 // that would pass the shard limit returns ErrShardLimit. An empty plan just
-// syncs and retires garbage shards. If an error is returned after copying
-// started the in-memory index stays the old one; a reopen may show some
-// collections repacked (their marker reached disk) and others not.
+// syncs and retires garbage shards.
+//
+// Errors: until the reset markers are durable, an error leaves the
+// in-memory index the old one (after a failed fsync the store refuses
+// further writes, and a reopen may show some collections repacked, their
+// marker having reached disk, and others not). Once they are durable the
+// repack has taken effect and the new index is live: a failure after that
+// (retiring shards, writing the index checkpoint or delta) is returned
+// wrapped with ErrRepackApplied, with complete stats.
 func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	var st RepackStats
 	s.mu.Lock()
@@ -86,14 +93,17 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	}
 	tables := make([]*lossyTable, len(jobs))
 	bytes := make([]int64, len(jobs))
-	starts := make([]loc, len(jobs))
+	starts := make([]pos, len(jobs))
 	for i, j := range jobs {
 		s.repackProgress.Store(int64(i))
 		t, start, n, err := s.copyJobLocked(j)
 		if err != nil {
 			return st, err
 		}
-		tables[i], starts[i], bytes[i] = t, start, n
+		tables[i], bytes[i] = t, n
+		if len(j.ids) > 0 {
+			starts[i] = s.posOf(start)
+		}
 		st.CollectionsRepacked++
 		st.RecordsCopied += len(j.ids)
 		st.BytesCopied += n
@@ -105,7 +115,7 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	}
 	if len(jobs) > 0 {
 		markers := make([]outFrame, len(jobs))
-		end := s.endLocked()
+		end := s.endPosLocked()
 		for i, j := range jobs {
 			p := starts[i]
 			if len(j.ids) == 0 {
@@ -147,12 +157,15 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	}
 	s.repackProgress.Store(-1)
 	st.ShardsRetired, st.BytesRetired, err = s.retireLocked()
-	if err != nil {
-		return st, err
+	if err == nil {
+		// The old checkpoint may list retired shards: replace it now, so that
+		// only a crash in this window costs a full scan at the next open.
+		err = s.flushDeltaLocked(false)
 	}
-	// The old checkpoint may list retired shards: replace it now, so that
-	// only a crash in this window costs a full scan at the next open.
-	return st, s.flushDeltaLocked()
+	if err != nil {
+		return st, fmt.Errorf("%w: %w", ErrRepackApplied, err)
+	}
+	return st, nil
 }
 
 // planJobsLocked validates a plan and resolves each record's location.
@@ -278,6 +291,7 @@ func (s *PackfileStorage) retireLocked() (int, int64, error) {
 			cand[sh.id] = sh
 		}
 	}
+	slices.SortFunc(all, func(a, b *shard) int { return cmp.Compare(a.seq, b.seq) }) // stream order
 	for changed := true; changed; {
 		changed = false
 		for id, sh := range cand {
@@ -298,6 +312,7 @@ func (s *PackfileStorage) retireLocked() (int, int64, error) {
 		// Detach the shards and write a checkpoint without them before any file
 		// is removed: a shard the checkpoint lists is then never legitimately
 		// missing, so Open can treat a missing one as lost data.
+		s.retirements.Add(1) // before any pack ID can be taken again
 		for _, id := range ids {
 			s.shards[id].Store(nil)
 		}
@@ -329,17 +344,18 @@ func (s *PackfileStorage) retireLocked() (int, int64, error) {
 }
 
 // markerNeededLocked reports whether sh holds a reset marker that still
-// shadows a data frame in another surviving shard. all is sorted by pack ID.
+// shadows a data frame in another surviving shard. all is in stream order
+// (sorted by sequence number).
 func (s *PackfileStorage) markerNeededLocked(sh *shard, all []*shard, cand map[uint16]*shard) bool {
 	for x, p := range sh.resets {
 		for _, lower := range all {
-			if lower.id > p.shard {
+			if lower.seq > p.seq {
 				break
 			}
 			if _, dying := cand[lower.id]; dying || lower == sh {
 				continue
 			}
-			if first, ok := lower.colls[x]; ok && (lower.id < p.shard || first < p.off) {
+			if first, ok := lower.colls[x]; ok && (lower.seq < p.seq || first < p.off) {
 				return true
 			}
 		}

@@ -47,7 +47,12 @@ func frameBoundaries(t *testing.T, dir string, from loc, last uint16) []loc {
 
 // crashedCopy builds a store directory from snap as a crash at position q
 // of the append stream leaves it: shards below q.shard whole, shard q.shard
-// cut at q.off, later shards absent. Index files are copied as they are.
+// cut at q.off, later shards absent. The checkpoint is copied as it is;
+// the delta keeps only the entries a crash at q can have left: those of
+// frames that end at or before q and of shards created at or before it
+// (entries are written after their frames are fsynced, in stream order; a
+// roll inside the repack writes them). Pack IDs grow in this test, so
+// their order is the stream order.
 func crashedCopy(t *testing.T, snap string, q loc) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -67,6 +72,16 @@ func crashedCopy(t *testing.T, snap string, q loc) string {
 			if id == q.shard {
 				b = b[:q.off]
 			}
+		}
+		if e.Name() == deltaFile {
+			n := deltaHeaderLen
+			for ; n+deltaEntryLen <= len(b); n += deltaEntryLen {
+				m, err := decodeDeltaEntry(b[n:])
+				if err != nil || m.at.shard > q.shard || m.at.shard == q.shard && m.at.off+uint32(m.size) > q.off {
+					break
+				}
+			}
+			b = b[:n]
 		}
 		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644); err != nil {
 			t.Fatal(err)

@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -84,10 +82,7 @@ func TestRepackKillChild(t *testing.T) {
 }
 
 func TestRepackKillProcess(t *testing.T) {
-	points := 4
-	if v := os.Getenv("PACKSTORE_REPACKKILL_POINTS"); v != "" {
-		points, _ = strconv.Atoi(v)
-	}
+	points := envInt("PACKSTORE_REPACKKILL_POINTS", 4)
 	seed := testSeed(t)
 	r := rand.New(rand.NewPCG(seed, 4))
 	dir := t.TempDir()
@@ -95,37 +90,24 @@ func TestRepackKillProcess(t *testing.T) {
 	var repackTime time.Duration = 100 * time.Millisecond
 	for kill := range points {
 		cmd, lines := startChild(t, "TestRepackKillChild", "PACKSTORE_REPACKKILL_DIR="+dir, fmt.Sprintf("PACKSTORE_REPACKKILL_SEED=%d", seed+uint64(kill)))
-		var timer <-chan time.Time
 		inRepack := false
 		var started time.Time
-	wait:
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					break wait
-				}
-				switch {
-				case l == "ready":
-					timer = time.After(time.Duration(r.Int64N(int64(repackTime) * 3)))
-				case l == "start":
-					inRepack, started = true, time.Now()
-				case l == "done":
-					inRepack = false
-					repackTime = time.Since(started)
-				case strings.Contains(l, "error"):
-					cmd.Process.Kill()
-					t.Fatalf("child: %s", l)
-				}
-			case <-timer:
-				cmd.Process.Signal(syscall.SIGKILL)
-				if inRepack {
-					midRepack++
-				}
-				timer = nil
+		superviseChild(t, cmd, lines, nil, func(l string) <-chan time.Time {
+			switch l {
+			case "ready":
+				return time.After(time.Duration(r.Int64N(int64(repackTime) * 3)))
+			case "start":
+				inRepack, started = true, time.Now()
+			case "done":
+				inRepack = false
+				repackTime = time.Since(started)
 			}
-		}
-		cmd.Wait()
+			return nil
+		}, func() {
+			if inRepack {
+				midRepack++
+			}
+		})
 		s, err := Open(repackKillOptions(dir))
 		if err != nil {
 			t.Fatalf("kill %d: reopen: %v", kill, err)

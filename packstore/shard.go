@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 
 	"github.com/edsrzf/mmap-go"
@@ -41,6 +42,7 @@ var errShardGone = errors.New("packstore: shard retired")
 // (seal, retire, close) waits for them.
 type shard struct {
 	id   uint16
+	seq  uint32 // stream sequence number (header; fixed)
 	path string
 
 	mu     sync.RWMutex // guards f, mm and gone against unmap/close
@@ -65,13 +67,13 @@ type shard struct {
 	size   int64         // bytes of complete frames (file size)
 	live   int           // index slots (all collections) pointing here
 	colls  map[ID]uint32 // collection -> offset of its first data frame here
-	resets map[ID]loc    // collection -> largest position P of its reset markers here
+	resets map[ID]pos    // collection -> largest position P of its reset markers here
 }
 
-func newShardState(id uint16, path string, f vfile, size int64, crc bool, opts *Options) *shard {
-	return &shard{id: id, path: path, f: f, size: size, synced: true, crc: crc,
+func newShardState(id uint16, seq uint32, path string, f vfile, size int64, crc bool, opts *Options) *shard {
+	return &shard{id: id, seq: seq, path: path, f: f, size: size, synced: true, crc: crc,
 		verify: opts.Checksum == ChecksumFull && crc, raMode: opts.ReadAhead, raMax: opts.readAheadMax(),
-		colls: make(map[ID]uint32), resets: make(map[ID]loc)}
+		colls: make(map[ID]uint32), resets: make(map[ID]pos)}
 }
 
 // noteData records a data frame of coll at off (retirement metadata).
@@ -82,7 +84,7 @@ func (s *shard) noteData(coll ID, off uint32) {
 }
 
 // noteReset records a reset marker for coll with position p.
-func (s *shard) noteReset(coll ID, p loc) {
+func (s *shard) noteReset(coll ID, p pos) {
 	if o, ok := s.resets[coll]; !ok || o.less(p) {
 		s.resets[coll] = p
 	}
@@ -141,9 +143,10 @@ func (s *shard) close() error {
 // payload is valid only during fn. It returns errShardGone if the shard was
 // retired, and an ErrCorrupt error naming the shard and offset if the frame
 // is bad.
-func (s *shard) withFrame(off int64, fn func(fv frameView) error) error {
+func (s *shard) withFrame(off int64, fn func(fv frameView) error) (err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	defer s.faultToError(off, debug.SetPanicOnFault(true), &err)
 	if s.gone {
 		return errShardGone
 	}
@@ -174,6 +177,28 @@ func (s *shard) withFrame(off int64, fn func(fv frameView) error) error {
 	return fn(fv)
 }
 
+// faultToError is deferred by every function that reads a shard's mapping,
+// with the goroutine's previous debug.SetPanicOnFault setting (the caller
+// turned it on). If the file was truncated below its mapped size from
+// outside (or the device failed to read a page), touching a page past the
+// new end raises SIGBUS, which without SetPanicOnFault kills the process
+// (golang/go#36109). With it the runtime panics with an error that has an
+// Addr method; faultToError restores the setting, recovers that panic and
+// sets *err to an ErrCorrupt error naming the shard and offset. Any other
+// panic (from a View callback, say) is re-raised.
+func (s *shard) faultToError(off int64, old bool, err *error) {
+	debug.SetPanicOnFault(old)
+	r := recover()
+	if r == nil {
+		return
+	}
+	if f, ok := r.(interface{ Addr() uintptr }); ok {
+		*err = s.corruptf(off, "reading the mapped file faulted at address %#x: the file is shorter than its mapping (truncated by another process?) or the device failed", f.Addr())
+		return
+	}
+	panic(r)
+}
+
 func (s *shard) readErr(off int64, err error) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return s.corruptf(off, "frame past end of file")
@@ -183,9 +208,10 @@ func (s *shard) readErr(off int64, err error) error {
 
 // frameHead reads the record ID and frame size at off without checking the
 // CRC; the writer uses it to verify index tag matches and to rehash.
-func (s *shard) frameHead(off int64) (ID, int, error) {
+func (s *shard) frameHead(off int64) (_ ID, _ int, err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	defer s.faultToError(off, debug.SetPanicOnFault(true), &err)
 	if s.gone {
 		return ID{}, 0, errShardGone
 	}

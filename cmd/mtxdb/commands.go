@@ -21,6 +21,13 @@ import (
 
 // openStore opens a store directory; only import and demo may create one.
 func openStore(dir string, create bool) (*packstore.PackfileStorage, *roomstate.Store, error) {
+	return openStoreMode(dir, create, false)
+}
+
+// openStoreMode is openStore, read-only (packstore.Options.ReadOnly: no
+// truncation, no writes, a shared lock) for the commands that only read:
+// verify, stats, state.
+func openStoreMode(dir string, create, readOnly bool) (*packstore.PackfileStorage, *roomstate.Store, error) {
 	if dir == "" {
 		return nil, nil, fmt.Errorf("--store is required")
 	}
@@ -36,6 +43,7 @@ func openStore(dir string, create bool) (*packstore.PackfileStorage, *roomstate.
 	}
 	opts := packstore.DefaultOptions(dir)
 	opts.ReadAhead = readAhead.mode
+	opts.ReadOnly = readOnly
 	eng, err := packstore.Open(opts)
 	if err != nil {
 		if packstore.IsCorruption(err) {
@@ -52,7 +60,16 @@ func openStore(dir string, create bool) (*packstore.PackfileStorage, *roomstate.
 		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: index files not used (%v; %v), index rebuilt from %s\n",
 			dir, r.CheckpointErr, r.DeltaErr, r.Source)
 	}
-	if r.TruncatedBytes > 0 {
+	for _, w := range r.Warnings {
+		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s\n", w)
+	}
+	for _, q := range r.Quarantined {
+		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: quarantined a shard file with a bad header and no acknowledged data: %s\n", dir, q)
+	}
+	if r.TailNotCut {
+		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: %s has a torn or cut-short tail of %d bytes at offset %d, left on disk (read-only open; index from %s)\n",
+			dir, r.TruncatedFile, r.TruncatedBytes, r.TruncatedAt, r.Source)
+	} else if r.TruncatedBytes > 0 {
 		// Expected after a crash mid-write; with index files missing or damaged
 		// it can also be a shard cut short (README, Known limits): say so.
 		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: cut %d bytes of unsynced or damaged tail off %s at offset %d (index from %s)\n",
@@ -244,8 +261,8 @@ func sortedSet(m map[string]bool) []string {
 }
 
 // openRooms opens an existing store and selects every room, or the one named.
-func openRooms(store, roomID string) (*packstore.PackfileStorage, []*roomstate.Room, error) {
-	eng, st, err := openStore(store, false)
+func openRooms(store, roomID string, readOnly bool) (*packstore.PackfileStorage, []*roomstate.Room, error) {
+	eng, st, err := openStoreMode(store, false, readOnly)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -288,7 +305,7 @@ After an every-k repack, events whose state was dropped stay without one
 It prints one summary line; use verify --expected to compare with recorded state.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, rooms, err := openRooms(store, room)
+			eng, rooms, err := openRooms(store, room, false)
 			if err != nil {
 				return err
 			}
@@ -365,7 +382,7 @@ when anything is wrong: a mismatch, a room that fails its check, a recorded room
 store lacks, or a store that fails to open as corrupt; 1 for usage and I/O errors.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, rooms, err := openRooms(store, room)
+			eng, rooms, err := openRooms(store, room, true)
 			if err != nil {
 				return err
 			}
@@ -385,11 +402,12 @@ store lacks, or a store that fails to open as corrupt; 1 for usage and I/O error
 				return err
 			}
 			if r := eng.OpenReport(); r.TruncatedBytes > 0 {
-				// Open cut a bad tail: after a crash that is unsynced data, but
-				// verify cannot tell it from lost data (README, Known limits).
+				// A bad tail (opened read-only, it stays on disk): after a crash
+				// that is unsynced data, but verify cannot tell it from lost data
+				// (README, Known limits).
 				v.problems++
-				fmt.Fprintf(cmd.OutOrStdout(), "problem store: opening cut %d bytes off %s at offset %d (index from %s)\n",
-					r.TruncatedBytes, r.TruncatedFile, r.TruncatedAt, r.Source)
+				fmt.Fprintf(cmd.OutOrStdout(), "problem store: %s has a torn or cut-short tail of %d bytes at offset %d, left on disk (index from %s)\n",
+					r.TruncatedFile, r.TruncatedBytes, r.TruncatedAt, r.Source)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "verify: rooms=%d events=%d snapshots=%d state_not_kept=%d compared_events=%d compared_room_dirs=%d mismatches=%d problems=%d\n",
 				len(rooms), v.events, v.snapshots, v.notKept, v.compared, v.comparedRooms, v.mismatches, v.problems)
@@ -519,7 +537,7 @@ record again. K may only grow to a multiple of the K of an earlier every-k repac
 			if err != nil {
 				return err
 			}
-			eng, rooms, err := openRooms(store, room)
+			eng, rooms, err := openRooms(store, room, false)
 			if err != nil {
 				return err
 			}
@@ -671,7 +689,7 @@ this process's: another process's reads cannot be seen.`,
 			if reads {
 				return statsReads(cmd.OutOrStdout(), store, room, walks, limit, cold)
 			}
-			eng, st, err := openStore(store, false)
+			eng, st, err := openStoreMode(store, false, true)
 			if err != nil {
 				return err
 			}
@@ -713,7 +731,7 @@ func statsReads(out io.Writer, store, roomID, walkList string, limit int, cold b
 	if err != nil {
 		return err
 	}
-	eng, st, err := openStore(store, false)
+	eng, st, err := openStoreMode(store, false, true)
 	if err != nil {
 		return err
 	}

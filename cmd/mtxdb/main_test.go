@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/internal/dirsum"
+	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
@@ -347,8 +350,10 @@ func TestCLIVerifyCountsOutliers(t *testing.T) {
 }
 
 // TestCLIVerifyReportsTruncation: with index.ckpt gone and the shard cut short,
-// opening truncates the shard's bad tail; verify reports that as a problem (exit 2)
-// instead of passing a store that lost its rooms.
+// verify, stats and state open the store read-only (issue 17 item 7): the bad
+// tail is found and left on disk, not cut, and no file of the store changes;
+// verify reports the tail as a problem (exit 2) instead of passing a store that
+// lost its rooms. A read-write command (replay) then cuts it as before.
 func TestCLIVerifyReportsTruncation(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "s")
 	for _, step := range [][]string{{"import", "--store", store, room("room003")}, {"replay", "--store", store}} {
@@ -362,8 +367,25 @@ func TestCLIVerifyReportsTruncation(t *testing.T) {
 	if err := os.Truncate(filepath.Join(store, "shard-00000.mtdb"), 150000); err != nil {
 		t.Fatal(err)
 	}
+	before := dirsum.Must(t, store)
 	out, code := run(t, "verify", "--store", store)
-	if code != 2 || !strings.Contains(out, "problem store: opening cut") {
+	if code != 2 || !strings.Contains(out, "problem store: shard-00000.mtdb has a torn or cut-short tail") {
 		t.Errorf("verify after a cut: exit %d\n%s", code, out)
+	}
+	for _, cmd := range [][]string{{"stats", "--store", store}, {"state", "--store", store, "--room", "!FymyxFJPGCZLfPcMwA:server1.test"}} {
+		// The cut lost room003's head, so state fails to find the room; what
+		// matters is that neither command writes (nor fails for trying to).
+		if out, code := run(t, cmd...); strings.Contains(out, packstore.ErrReadOnly.Error()) || !strings.Contains(out, "left on disk") {
+			t.Errorf("%v: exit %d\n%s", cmd, code, out)
+		}
+	}
+	if after := dirsum.Must(t, store); !maps.Equal(before, after) {
+		t.Fatalf("verify, stats and state changed the store:\nbefore %v\nafter  %v", before, after)
+	}
+	if out, code := run(t, "replay", "--store", store); code != 0 {
+		t.Fatalf("replay: exit %d\n%s", code, out)
+	}
+	if fi, err := os.Stat(filepath.Join(store, "shard-00000.mtdb")); err != nil || fi.Size() >= 150000 {
+		t.Fatalf("a read-write open did not cut the tail: %v", err)
 	}
 }

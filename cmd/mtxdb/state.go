@@ -24,7 +24,7 @@ state after --event, or the state before it with --before.`,
 			if room == "" {
 				return fmt.Errorf("--room is required")
 			}
-			eng, st, err := openStore(store, false)
+			eng, st, err := openStoreMode(store, false, true)
 			if err != nil {
 				return err
 			}

@@ -61,7 +61,7 @@ func measureWalk(dir, roomID string, walk repackplan.WalkKind, limit int, cold b
 			return wb, err
 		}
 	}
-	eng, st, err := openStore(dir, false)
+	eng, st, err := openStoreMode(dir, false, true)
 	if err != nil {
 		return wb, err
 	}

@@ -1,0 +1,427 @@
+// commit.go: the write path (doc.go "Append stream and order"): encoding,
+// appending to the active shard, rolling to a new shard, Sync.
+
+package packstore
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// createShard creates a new shard file through a temporary name (see
+// publishFile), so that a published shard file always has a complete,
+// fsynced header.
+func (s *PackfileStorage) createShard(id uint16, seq uint32) (*shard, error) {
+	path := filepath.Join(s.opts.Dir, shardFileName(id))
+	crc := s.opts.Checksum != ChecksumNone
+	h := shardHeader{PackID: id, Seq: seq, Created: time.Now().UnixNano()}
+	if !crc {
+		h.Features |= FeatureNoCRC
+	}
+	f, err := s.publishFile(path, encodeHeader(h))
+	if err != nil {
+		return nil, err
+	}
+	return newShardState(id, seq, path, f, HeaderSize, crc, &s.opts), nil
+}
+
+// endPosLocked is endLocked as a stream position.
+func (s *PackfileStorage) endPosLocked() pos {
+	return pos{seq: s.active.seq, off: uint32(s.active.size)}
+}
+
+// outFrame is one encoded frame queued for the append stream.
+type outFrame struct {
+	coll   ID
+	id     ID
+	marker bool
+	pos    pos // a marker's position P
+	b      []byte
+}
+
+// endLocked returns the position the next frame of the stream would take
+// if no roll happens: the end of the active shard. As a reset position it is
+// equivalent to the next frame's real position, since no frame lies between.
+func (s *PackfileStorage) endLocked() loc {
+	return loc{shard: s.active.id, off: uint32(s.active.size)}
+}
+
+// checkFitLocked reports ErrShardLimit if appending frames of the given
+// sizes (after an optional roll to a fresh shard) would need more new
+// shards than there are free pack IDs below the limit (IDs of retired
+// shards are free again). Short of IDs, it first retires the shards
+// nothing references (retireLocked); otherwise it writes nothing.
+func (s *PackfileStorage) checkFitLocked(roll bool, sizes func(yield func(int) bool)) error {
+	need, cur := 0, s.active.size
+	if roll && cur > HeaderSize {
+		need, cur = need+1, HeaderSize
+	}
+	max := s.opts.MaxShardBytes
+	for n := range sizes {
+		if cur+int64(n) > max {
+			need, cur = need+1, HeaderSize
+		}
+		cur += int64(n)
+	}
+	if need == 0 {
+		return nil
+	}
+	free := s.freeIDsLocked()
+	if need > free {
+		// A repack that died before retiring leaves the shards it emptied
+		// holding their pack IDs (each crash mid-repack can leave one or
+		// two): retire what nothing references, then count again.
+		if _, _, err := s.retireLocked(); err != nil {
+			return err
+		}
+		free = s.freeIDsLocked()
+	}
+	if need > free {
+		return fmt.Errorf("%w: writing would need %d new shards, %d pack IDs are free (limit %d shards)", ErrShardLimit, need, free, s.maxShards)
+	}
+	return nil
+}
+
+// freeIDsLocked counts the pack IDs below the limit that no shard holds.
+func (s *PackfileStorage) freeIDsLocked() int {
+	n := 0
+	for i := range s.maxShards {
+		if s.shards[i].Load() == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// nextIDLocked returns the lowest pack ID no shard holds, or false.
+func (s *PackfileStorage) nextIDLocked() (uint16, bool) {
+	for i := range s.maxShards {
+		if s.shards[i].Load() == nil {
+			return uint16(i), true
+		}
+	}
+	return 0, false
+}
+
+// appendLocked writes frames to the global append stream, rolling to a new
+// shard when the next frame would pass MaxShardBytes, and returns each
+// frame's location. Callers check fit first (checkFitLocked).
+func (s *PackfileStorage) appendLocked(frames []outFrame) ([]loc, error) {
+	locs := make([]loc, len(frames))
+	var buf []byte
+	done := 0 // frames[:done] are written and queued for the delta
+	flush := func(upto int) error {
+		if len(buf) == 0 {
+			return nil
+		}
+		a := s.active
+		if _, err := a.f.WriteAt(buf, a.size); err != nil {
+			err = fmt.Errorf("packstore: write %s offset %d: %w", a.path, a.size, err)
+			// Trim whatever part of the write landed, so that the next
+			// append does not leave stray frames behind it.
+			if terr := a.f.Truncate(a.size); terr != nil {
+				s.broken = err
+			}
+			return err
+		}
+		a.size += int64(len(buf))
+		a.synced = false
+		buf = buf[:0]
+		for ; done < upto; done++ {
+			fr := frames[done]
+			s.pending = appendDeltaEntry(s.pending, frameMeta{at: locs[done], size: len(fr.b), reset: fr.marker, coll: fr.coll, id: fr.id, pos: fr.pos})
+		}
+		return nil
+	}
+	for i, fr := range frames {
+		if s.active.size+int64(len(buf)+len(fr.b)) > s.opts.MaxShardBytes {
+			if err := flush(i); err != nil {
+				return nil, err
+			}
+			if err := s.rollLocked(); err != nil {
+				return nil, err
+			}
+		}
+		a := s.active
+		locs[i] = loc{shard: a.id, off: uint32(a.size + int64(len(buf)))}
+		if fr.marker {
+			a.noteReset(fr.coll, fr.pos)
+		} else {
+			a.noteData(fr.coll, locs[i].off)
+		}
+		buf = append(buf, fr.b...)
+		if len(buf) >= 1<<20 {
+			if err := flush(i + 1); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return locs, flush(len(frames))
+}
+
+// rollLocked seals the active shard (fsync, map in full) and starts the next.
+//
+// The next shard takes the lowest free pack ID (one a retired shard left,
+// or the next unused) and the next sequence number, which orders it after
+// every shard before it whatever its pack ID (doc.go "Append stream").
+func (s *PackfileStorage) rollLocked() error {
+	a := s.active
+	next, ok := s.nextIDLocked()
+	if !ok {
+		return fmt.Errorf("%w: no free pack ID (limit %d shards)", ErrShardLimit, s.maxShards)
+	}
+	if a.seq == math.MaxUint32 {
+		return fmt.Errorf("%w: shard sequence numbers exhausted", ErrShardLimit)
+	}
+	if err := s.syncActiveLocked(); err != nil {
+		return err
+	}
+	if err := a.remap(a.size); err != nil {
+		return err
+	}
+	sh, err := s.createShard(next, a.seq+1)
+	if err != nil {
+		return err
+	}
+	s.shards[next].Store(sh)
+	s.active = sh
+	if s.opts.ReadOnly || s.gen == 0 {
+		return nil // Open: it writes a checkpoint next
+	}
+	// Record the new shard (and the frames of the sealed one, fsynced
+	// above) durably before any frame goes into it: Syncs write the delta
+	// lazily, so this entry is what makes a lost file of this shard
+	// detectable (syncedFloor's must). Never a checkpoint here: a roll can
+	// fall in the middle of a batch whose frames are not indexed yet. With
+	// no delta file open (a failed delta write dropped it), the next flush
+	// writes a checkpoint, whose covered shard is this one.
+	s.pending = appendDeltaEntry(s.pending, frameMeta{at: loc{shard: next, off: HeaderSize}, newShard: true, seq: sh.seq})
+	if s.delta != nil {
+		// On failure the delta file is dropped and the next flush writes a
+		// checkpoint instead (returning its error if the disk still fails):
+		// this put need not fail for it.
+		_ = s.writeDeltaLocked(true)
+	}
+	return nil
+}
+
+func (sh *shard) syncFile() error {
+	if sh.synced {
+		return nil
+	}
+	if err := sh.f.Sync(); err != nil {
+		return fmt.Errorf("packstore: fsync %s: %w", sh.path, err)
+	}
+	sh.synced = true
+	return nil
+}
+
+// syncActiveLocked fsyncs the active shard (sealed shards were fsynced when
+// sealed). After a failed fsync the page cache state is unknown, so the
+// store refuses further writes (s.broken).
+func (s *PackfileStorage) syncActiveLocked() error {
+	if err := s.active.syncFile(); err != nil {
+		s.broken = err
+		return err
+	}
+	return nil
+}
+
+// writableLocked returns the error a write must fail with, if any.
+func (s *PackfileStorage) writableLocked() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if s.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	if s.broken != nil {
+		return fmt.Errorf("packstore: store needs reopening after an earlier write failure: %w", s.broken)
+	}
+	return nil
+}
+
+// encodeRecord appends the frame of one record to dst, compressing the
+// payload when enabled and smaller. scratch is a reusable buffer for the
+// compressed payload; the grown buffer is returned.
+func (s *PackfileStorage) encodeRecord(dst, scratch []byte, coll, id ID, data []byte) ([]byte, []byte, error) {
+	if len(data) > s.maxData {
+		return dst, scratch, fmt.Errorf("%w: %d bytes, at most %d per record with MaxShardBytes %d", ErrTooLarge, len(data), s.maxData, s.opts.MaxShardBytes)
+	}
+	if s.opts.Compress && len(data) >= compressMin {
+		enc, _, _ := codecs()
+		if scratch = enc.EncodeAll(data, scratch[:0]); len(scratch) < len(data) {
+			return appendFrameCRC(dst, FlagZstd, len(data), coll, id, scratch, s.writeCRC()), scratch, nil
+		}
+	}
+	return appendFrameCRC(dst, 0, len(data), coll, id, data, s.writeCRC()), scratch, nil
+}
+
+// parallelEncodeMin is the batch size from which PutMany encodes (and
+// compresses) its records on several goroutines.
+const parallelEncodeMin = 64
+
+// encodeFrames encodes the frames of recs, on up to GOMAXPROCS goroutines
+// for a large batch. Each frame is a subslice of one shared buffer per
+// goroutine.
+func (s *PackfileStorage) encodeFrames(coll ID, recs []Record) ([]outFrame, error) {
+	frames := make([]outFrame, len(recs))
+	workers := 1
+	if len(recs) >= parallelEncodeMin {
+		workers = min(runtime.GOMAXPROCS(0), len(recs)/(parallelEncodeMin/2))
+	}
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*len(recs)/workers, (w+1)*len(recs)/workers
+		encode := func() {
+			size := 0
+			for _, r := range recs[lo:hi] {
+				size += FrameOverhead + len(r.Data)
+			}
+			buf := make([]byte, 0, size)
+			var scratch []byte
+			for i := lo; i < hi; i++ {
+				r := recs[i]
+				start := len(buf)
+				var err error
+				if buf, scratch, err = s.encodeRecord(buf, scratch, coll, r.ID, r.Data); err != nil {
+					errs[w] = err
+					return
+				}
+				frames[i] = outFrame{coll: coll, id: r.ID, b: buf[start:len(buf):len(buf)]}
+			}
+		}
+		if workers == 1 {
+			encode() // a small batch (a commit's): no goroutine hand-off
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			encode()
+		}()
+	}
+	wg.Wait()
+	return frames, errors.Join(errs...)
+}
+
+// Put appends one record; an existing record with the same ID is superseded.
+// Errors: ErrTooLarge, ErrShardLimit, ErrClosed, I/O errors.
+func (s *PackfileStorage) Put(coll, id ID, data []byte) error {
+	return s.PutMany(coll, []Record{{ID: id, Data: data}})
+}
+
+// PutMany appends the records as one batch (one write per shard touched) and
+// then indexes them in order, so the last occurrence of a duplicated ID
+// wins. If the batch would pass the shard limit nothing is written
+// (ErrShardLimit). The batch is not atomic across a crash: after Sync it is
+// durable; before, any prefix of it may survive.
+func (s *PackfileStorage) PutMany(coll ID, recs []Record) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	frames, err := s.encodeFrames(coll, recs)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.writableLocked(); err != nil {
+		return err
+	}
+	if err := s.checkFitLocked(false, frameSizes(frames)); err != nil {
+		return err
+	}
+	locs, err := s.appendLocked(frames)
+	if err != nil {
+		return err
+	}
+	c := s.collectionOrCreateLocked(coll)
+	for i, fr := range frames {
+		if err := s.indexPutLocked(c, fr.id, locs[i], len(fr.b)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// markerFrameLocked returns a reset marker frame for coll with position p.
+func (s *PackfileStorage) markerFrameLocked(coll ID, p pos) outFrame {
+	return outFrame{coll: coll, marker: true, pos: p, b: appendMarker(nil, coll, p, s.writeCRC())}
+}
+
+// writeCRC reports whether frames written by this store carry CRCs.
+func (s *PackfileStorage) writeCRC() bool { return s.opts.Checksum != ChecksumNone }
+
+func frameSizes(frames []outFrame) func(func(int) bool) {
+	return func(yield func(int) bool) {
+		for _, f := range frames {
+			if !yield(len(f.b)) {
+				return
+			}
+		}
+	}
+}
+
+// DeleteCollection appends a collection reset marker whose position is its
+// own (every earlier frame of the collection is dead) and forgets the
+// collection's index. The space is reclaimed by a later Repack (which
+// retires shards only after the marker is durable). Deleting an unknown
+// collection is a no-op.
+func (s *PackfileStorage) DeleteCollection(coll ID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.writableLocked(); err != nil {
+		return err
+	}
+	if s.collectionLoad(coll) == nil {
+		return nil
+	}
+	fr := []outFrame{s.markerFrameLocked(coll, s.endPosLocked())}
+	if err := s.checkFitLocked(false, frameSizes(fr)); err != nil {
+		return err
+	}
+	if _, err := s.appendLocked(fr); err != nil {
+		return err
+	}
+	s.dropCollectionLocked(coll)
+	return nil
+}
+
+// Sync fsyncs the active shard; sealed shards were fsynced when sealed and
+// the directory when each shard was created. Every write that returned
+// before Sync is durable when it returns.
+func (s *PackfileStorage) Sync() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opts.ReadOnly && !s.closed.Load() {
+		return nil // nothing was written
+	}
+	if err := s.writableLocked(); err != nil {
+		return err
+	}
+	if err := s.syncActiveLocked(); err != nil {
+		return err
+	}
+	if a := s.active; a.size-int64(len(a.mm)) >= remapStep {
+		// Map what was appended since, so that index inserts and growth
+		// read frame heads from memory instead of one pread each.
+		if err := a.remap(a.size); err != nil {
+			return err
+		}
+	}
+	return s.flushDeltaLocked(false)
+}
+
+// remapStep is how far the active shard may grow past its mapping before
+// Sync re-maps it.
+const remapStep = 1 << 20
