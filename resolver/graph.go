@@ -258,6 +258,42 @@ func (g *graph) sameKeyAncestor(z, u int32) bool {
 	return a == z
 }
 
+// lineageMeet returns the lowest common same-key ancestor of a and b (both of one
+// key), -1 when they share none: both are brought to one lineage depth, then
+// moved up together, by jump pointer where the jumps land on different events
+// (jump pointers of equal depths land on equal depths), else one link. O(log).
+func (g *graph) lineageMeet(a, b int32) int32 {
+	la, lb := g.link(a), g.link(b)
+	for la.sdepth > lb.sdepth {
+		if j := la.jump; g.link(j).sdepth >= lb.sdepth {
+			a = j
+		} else {
+			a = la.parent
+		}
+		la = g.link(a)
+	}
+	for lb.sdepth > la.sdepth {
+		if j := lb.jump; g.link(j).sdepth >= la.sdepth {
+			b = j
+		} else {
+			b = lb.parent
+		}
+		lb = g.link(b)
+	}
+	for a != b {
+		if la.parent < 0 || lb.parent < 0 {
+			return -1 // two lineage roots
+		}
+		if la.jump != lb.jump {
+			a, b = la.jump, lb.jump
+		} else {
+			a, b = la.parent, lb.parent
+		}
+		la, lb = g.link(a), g.link(b)
+	}
+	return a
+}
+
 // authDepth returns the auth depth of i: 0 without auth events, else one more than
 // the deepest auth event. Errors on a cycle.
 func (g *graph) authDepth(i int32) (int64, error) {

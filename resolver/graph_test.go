@@ -12,7 +12,8 @@ import (
 
 var graphSeed = flag.Uint64("graph.seed", 0, "seed of TestSameKeyAncestorModel (0: time-based)")
 
-// TestSameKeyAncestorModel builds random rooms of same-key lineages (each state
+// TestSameKeyAncestorModel (and lineageMeet, the lowest common same-key ancestor)
+// builds random rooms of same-key lineages (each state
 // event's auth events name an earlier event of its key, or none, and a few other
 // earlier events) and checks graph.sameKeyAncestor against walking the same-key
 // parents, for every pair of events of one key, asked in random order (the jump
@@ -72,6 +73,15 @@ func TestSameKeyAncestorModel(t *testing.T) {
 			want := naive(z, u)
 			if got := g.sameKeyAncestor(z, u); got != want {
 				t.Fatalf("seed %d room %d: sameKeyAncestor(%d, %d) = %v, want %v", seed, room, z, u, got, want)
+			}
+			meet := int32(-1) // the first of z's same-key ancestors that is one of u's
+			for cur := z; cur >= 0 && meet < 0; cur = g.sameKeyParent(cur) {
+				if naive(cur, u) {
+					meet = cur
+				}
+			}
+			if got := g.lineageMeet(z, u); got != meet {
+				t.Fatalf("seed %d room %d: lineageMeet(%d, %d) = %d, want %d", seed, room, z, u, got, meet)
 			}
 			pairs++
 			if want {

@@ -462,6 +462,42 @@ func (r *Resolver) MainlinePosition(pl, x string) (int64, bool, error) {
 	return int64(g.link(j).sdepth) + 1, true, nil
 }
 
+// MainlineClosest implements mainlineIndex's ordering question in O(log): the
+// position on the mainline of power levels event pl (oldest = 1) of the closest
+// mainline event of x (x itself if a power levels event on it, else the first
+// event reached through the power levels among auth events that is on it), 0 when
+// none is (spec, v2 "Mainline ordering"). The mainline is pl's same-key lineage,
+// so the closest mainline event of a power levels event is where their lineages
+// meet.
+func (r *Resolver) MainlineClosest(pl, x string) (int64, error) {
+	g, i, err := r.index(pl)
+	if err != nil {
+		return 0, err
+	}
+	j, err := g.idx(x)
+	if err != nil {
+		return 0, err
+	}
+	plKey := Key{spec.MRoomPowerLevels, ""}
+	if k := g.keyOf(i); k < 0 || g.keys[k] != plKey {
+		return 0, nil
+	}
+	if k := g.keyOf(j); k < 0 || g.keys[k] != plKey {
+		id, err := r.PowerLevelsAuthEvent(x)
+		if err != nil || id == "" {
+			return 0, err
+		}
+		if j, err = g.idx(id); err != nil {
+			return 0, err
+		}
+	}
+	m := g.lineageMeet(j, i)
+	if m < 0 {
+		return 0, nil
+	}
+	return int64(g.link(m).sdepth) + 1, nil
+}
+
 // PowerLevelsAuthEvent returns the m.room.power_levels ("" state key) among an
 // event's auth_events, "" for none, from the auth index (the first in auth_events
 // order, as gomatrixserverlib's reading of the PDU gives it).

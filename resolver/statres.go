@@ -636,6 +636,12 @@ type plAuthLister interface {
 	PowerLevelsAuthEvent(eventID string) (string, error)
 }
 
+// mainlineCloser is implemented by event sources that find an event's closest
+// mainline event from an index (Resolver: where two power-levels lineages meet).
+type mainlineCloser interface {
+	MainlineClosest(pl, x string) (pos int64, err error)
+}
+
 // mainlineIndex is implemented by event sources that answer mainline membership
 // from an index instead of a map of the whole mainline per power levels event
 // (Resolver: the same-key lineage of the power levels key, with jump pointers):
@@ -704,8 +710,15 @@ func (st *stateRes) mainlineOrder(ids []string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		// Walk the power levels auth events until one is on the mainline.
 		var pos int64
+		if mc, ok := st.src.(mainlineCloser); ok && plID != "" {
+			if pos, err = mc.MainlineClosest(plID, id); err != nil {
+				return nil, err
+			}
+			items = append(items, orderItem{id: id, major: pos, ts: int64(p.OriginServerTS())})
+			continue
+		}
+		// Walk the power levels auth events until one is on the mainline.
 		var walked []string
 		for cur := id; cur != ""; {
 			if v, ok := memo[cur]; ok {
