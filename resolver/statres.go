@@ -711,7 +711,15 @@ func (st *stateRes) mainlineOrder(ids []string) ([]string, error) {
 			return nil, err
 		}
 		var pos int64
-		if mc, ok := st.src.(mainlineCloser); ok && plID != "" {
+		if !ok {
+			// No power levels event in the partial state (v2.1 starts from the
+			// empty map): the mainline is empty and every event's position is 0.
+			// Walking each event's power levels chain to its root to find that
+			// out cost a walk of the room's whole power-levels history per event.
+			items = append(items, orderItem{id: id, major: 0, ts: int64(p.OriginServerTS())})
+			continue
+		}
+		if mc, ok := st.src.(mainlineCloser); ok {
 			if pos, err = mc.MainlineClosest(plID, id); err != nil {
 				return nil, err
 			}
