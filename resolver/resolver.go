@@ -64,7 +64,7 @@ type ResolutionStats struct {
 }
 
 // Resolver resolves and authorises events of one room. It caches parsed PDUs (a
-// bounded LRU) and, from first use, the room's dense auth index (graph: ~150 bytes
+// bounded LRU) and, from first use, the room's dense auth index (graph: ~250 bytes
 // per event) for its lifetime. Not safe for concurrent use.
 type Resolver struct {
 	room *roomstate.Room
