@@ -44,7 +44,9 @@ func (c *Cache) AllowedOnce(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PD
 }
 
 // AllowedList runs the authorization rules without any cache.
-func AllowedList(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU) error { return allowedList(p, auth) }
+func AllowedList(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU) error {
+	return allowedList(p, auth)
+}
 
 // AuthDifferenceOf is the auth difference ResolveConflicts computes for the
 // given whole state maps through the Resolver's per-resolution view of its

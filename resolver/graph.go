@@ -22,20 +22,19 @@ import (
 // the v2.1 conflicted subgraph and replay's ordering ask without reading or
 // decoding a metadata record or a PDU.
 type graph struct {
-	ids      []string                 // event ID by index
-	index    map[string]int32         // event ID -> index
-	byRecord map[packstore.ID]int32   // event record ID (HAMT value) -> index
-	g        *roomstate.Graph         // edges by index (missing edges are -1)
-	authIDs  [][]string               // auth_events as IDs, as the PDU lists them
-	keys     []Key                    // interned keys; g.Key[i] indexes it
-	kidsOff  []int32                  // auth children CSR: kids of i are kids[kidsOff[i]:kidsOff[i+1]]
-	kids     []int32                  // state events only, in index order (re-sorted by replay)
-	kidIDs   []string                 // kids as IDs, same layout
-	lin      []lineageLink            // same-key lineage, filled on use
-	depth    []int32                  // auth depth (AuthOrder), -1 until computed
-	keyIndex map[Key]int32            // Key -> interned index
-	pos      []int32                  // during Replay: position in the replay order (-1: not replayed)
-	unknown  map[string]struct{}      // IDs named by edges but not in the room
+	ids      []string               // event ID by index
+	index    map[string]int32       // event ID -> index
+	byRecord map[packstore.ID]int32 // event record ID (HAMT value) -> index
+	g        *roomstate.Graph       // edges by index (missing edges are -1)
+	authIDs  [][]string             // auth_events as IDs, as the PDU lists them
+	keys     []Key                  // interned keys; g.Key[i] indexes it
+	kidsOff  []int32                // auth children CSR: kids of i are kids[kidsOff[i]:kidsOff[i+1]]
+	kids     []int32                // state events only, in index order (re-sorted by replay)
+	kidIDs   []string               // kids as IDs, same layout
+	lin      []lineageLink          // same-key lineage, filled on use
+	depth    []int32                // auth depth (AuthOrder), -1 until computed
+	keyIndex map[Key]int32          // Key -> interned index
+	pos      []int32                // during Replay: position in the replay order (-1: not replayed)
 }
 
 // lineageLink is one event's place in its key's lineage.
