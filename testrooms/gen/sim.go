@@ -38,8 +38,8 @@ type event struct {
 	// auth_events (see AuthChildren).
 	kids     []string
 	kidIdx   []int32 // the same, as indices
-	key      string // state key "type\x00state_key", "" for non-state events
-	member   string // membership of an m.room.member event
+	key      string  // state key "type\x00state_key", "" for non-state events
+	member   string  // membership of an m.room.member event
 	rejected bool
 	before   pmap
 	after    pmap
