@@ -245,16 +245,20 @@ func (g *graph) sameKeyAncestor(z, u int32) bool {
 	if g.g.Key[z] != g.g.Key[u] || g.g.Key[z] < 0 {
 		return false
 	}
-	dz := g.link(z).sdepth
-	a := u
-	for la := g.link(a); la.sdepth > dz; la = g.link(a) {
-		if j := la.jump; g.link(j).sdepth >= dz {
+	return g.climb(u, g.link(z).sdepth) == z
+}
+
+// climb returns the same-key ancestor of a at lineage depth d (a itself when it is
+// not deeper), by jump pointer where the jump does not overshoot, else one link.
+func (g *graph) climb(a int32, d int32) int32 {
+	for la := g.link(a); la.sdepth > d; la = g.link(a) {
+		if j := la.jump; g.link(j).sdepth >= d {
 			a = j
 		} else {
 			a = la.parent
 		}
 	}
-	return a == z
+	return a
 }
 
 // lineageMeet returns the lowest common same-key ancestor of a and b (both of one
@@ -262,24 +266,10 @@ func (g *graph) sameKeyAncestor(z, u int32) bool {
 // moved up together, by jump pointer where the jumps land on different events
 // (jump pointers of equal depths land on equal depths), else one link. O(log).
 func (g *graph) lineageMeet(a, b int32) int32 {
-	la, lb := g.link(a), g.link(b)
-	for la.sdepth > lb.sdepth {
-		if j := la.jump; g.link(j).sdepth >= lb.sdepth {
-			a = j
-		} else {
-			a = la.parent
-		}
-		la = g.link(a)
-	}
-	for lb.sdepth > la.sdepth {
-		if j := lb.jump; g.link(j).sdepth >= la.sdepth {
-			b = j
-		} else {
-			b = lb.parent
-		}
-		lb = g.link(b)
-	}
+	d := min(g.link(a).sdepth, g.link(b).sdepth)
+	a, b = g.climb(a, d), g.climb(b, d)
 	for a != b {
+		la, lb := g.link(a), g.link(b)
 		if la.parent < 0 || lb.parent < 0 {
 			return -1 // two lineage roots
 		}
@@ -288,7 +278,6 @@ func (g *graph) lineageMeet(a, b int32) int32 {
 		} else {
 			a, b = la.parent, lb.parent
 		}
-		la, lb = g.link(a), g.link(b)
 	}
 	return a
 }

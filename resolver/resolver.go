@@ -442,27 +442,7 @@ func (r *Resolver) AuthChildren(eventID string) ([]string, error) {
 	return g.children(i, r.upTo), nil
 }
 
-// MainlinePosition reports whether x is on the mainline of the power levels event
-// pl (x is pl or reached from it through the power levels among auth events) and
-// its position there, oldest = 1 (spec, v2 "Mainline ordering"), from the
-// same-key lineage of the power levels key: O(log) with jump pointers.
-func (r *Resolver) MainlinePosition(pl, x string) (int64, bool, error) {
-	g, i, err := r.index(pl)
-	if err != nil {
-		return 0, false, err
-	}
-	j, err := g.idx(x)
-	if err != nil {
-		return 0, false, err
-	}
-	k := g.keyOf(i)
-	if k < 0 || g.keys[k] != (Key{spec.MRoomPowerLevels, ""}) || !g.sameKeyAncestor(j, i) {
-		return 0, false, nil
-	}
-	return int64(g.link(j).sdepth) + 1, true, nil
-}
-
-// MainlineClosest implements mainlineIndex's ordering question in O(log): the
+// MainlineClosest answers mainline ordering's question in O(log): the
 // position on the mainline of power levels event pl (oldest = 1) of the closest
 // mainline event of x (x itself if a power levels event on it, else the first
 // event reached through the power levels among auth events that is on it), 0 when

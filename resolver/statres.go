@@ -642,15 +642,6 @@ type mainlineCloser interface {
 	MainlineClosest(pl, x string) (pos int64, err error)
 }
 
-// mainlineIndex is implemented by event sources that answer mainline membership
-// from an index instead of a map of the whole mainline per power levels event
-// (Resolver: the same-key lineage of the power levels key, with jump pointers):
-// whether event x is on the mainline of power levels event pl, and its position
-// there (oldest = 1).
-type mainlineIndex interface {
-	MainlinePosition(pl, x string) (pos int64, on bool, err error)
-}
-
 // mainlinePositions returns the mainline of a power levels event as positions,
 // oldest = 1 (spec, v2 "Mainline ordering").
 func (st *stateRes) mainlinePositions(plID string) (map[string]int64, error) {
@@ -687,65 +678,31 @@ func (st *stateRes) mainlinePositions(plID string) (map[string]int64, error) {
 // origin_server_ts, then by event ID (spec, v2 "Mainline ordering"). Events with no
 // mainline event sort before all others.
 func (st *stateRes) mainlineOrder(ids []string) ([]string, error) {
-	position := map[string]int64{}
 	plID, ok, err := st.lookup(Key{spec.MRoomPowerLevels, ""})
 	if err != nil {
 		return nil, err
 	}
-	onMainline := func(id string) (int64, bool, error) {
-		v, ok := position[id]
-		return v, ok, nil
-	}
-	if mi, indexed := st.src.(mainlineIndex); ok && indexed {
-		onMainline = func(id string) (int64, bool, error) { return mi.MainlinePosition(plID, id) }
+	// closest returns the position of an event's closest mainline event. With no
+	// power levels event in the partial state (v2.1 starts from the empty map)
+	// every position is 0: walking each event's power-levels chain to its root
+	// to find that out cost the room's whole power-levels history per event.
+	closest := func(string) (int64, error) { return 0, nil }
+	if mc, indexed := st.src.(mainlineCloser); ok && indexed {
+		closest = func(id string) (int64, error) { return mc.MainlineClosest(plID, id) }
 	} else if ok {
-		if position, err = st.mainlinePositions(plID); err != nil {
+		if closest, err = st.mainlineWalk(plID); err != nil {
 			return nil, err
 		}
 	}
 	items := make([]orderItem, 0, len(ids))
-	memo := map[string]int64{}
 	for _, id := range ids {
 		p, err := st.event(id)
 		if err != nil {
 			return nil, err
 		}
-		var pos int64
-		if !ok {
-			// No power levels event in the partial state (v2.1 starts from the
-			// empty map): the mainline is empty and every event's position is 0.
-			// Walking each event's power levels chain to its root to find that
-			// out cost a walk of the room's whole power-levels history per event.
-			items = append(items, orderItem{id: id, major: 0, ts: int64(p.OriginServerTS())})
-			continue
-		}
-		if mc, ok := st.src.(mainlineCloser); ok {
-			if pos, err = mc.MainlineClosest(plID, id); err != nil {
-				return nil, err
-			}
-			items = append(items, orderItem{id: id, major: pos, ts: int64(p.OriginServerTS())})
-			continue
-		}
-		// Walk the power levels auth events until one is on the mainline.
-		var walked []string
-		for cur := id; cur != ""; {
-			if v, ok := memo[cur]; ok {
-				pos = v
-				break
-			}
-			if v, ok, err := onMainline(cur); err != nil {
-				return nil, err
-			} else if ok {
-				pos = v
-				break
-			}
-			walked = append(walked, cur)
-			if cur, err = st.plAuthEventID(cur); err != nil {
-				return nil, err
-			}
-		}
-		for _, w := range walked {
-			memo[w] = pos
+		pos, err := closest(id)
+		if err != nil {
+			return nil, err
 		}
 		items = append(items, orderItem{id: id, major: pos, ts: int64(p.OriginServerTS())})
 	}
@@ -755,6 +712,40 @@ func (st *stateRes) mainlineOrder(ids []string) ([]string, error) {
 		out[i] = it.id
 	}
 	return out, nil
+}
+
+// mainlineWalk returns closest for sources without a mainline index: walk an
+// event's power levels auth events until one is on plID's mainline (positions
+// from mainlinePositions), remembering the answer for every event walked.
+func (st *stateRes) mainlineWalk(plID string) (func(string) (int64, error), error) {
+	position, err := st.mainlinePositions(plID)
+	if err != nil {
+		return nil, err
+	}
+	memo := map[string]int64{}
+	return func(id string) (int64, error) {
+		var pos int64
+		var walked []string
+		for cur := id; cur != ""; {
+			if v, ok := memo[cur]; ok {
+				pos = v
+				break
+			}
+			if v, ok := position[cur]; ok {
+				pos = v
+				break
+			}
+			walked = append(walked, cur)
+			var err error
+			if cur, err = st.plAuthEventID(cur); err != nil {
+				return 0, err
+			}
+		}
+		for _, w := range walked {
+			memo[w] = pos
+		}
+		return pos, nil
+	}, nil
 }
 
 // iterativeAuthChecks applies events in order to the partial state: each event's
