@@ -133,9 +133,13 @@ type queuedPDU struct {
 	raw     []byte
 	line    int
 	element bool
-	version gomatrixserverlib.RoomVersion // the version pdu was parsed for ("" when not parsed)
-	pdu     gomatrixserverlib.PDU
-	err     error
+	// header as prepare read it (headerRead), so that one does not decode it again
+	header     pduHeader
+	headerErr  error
+	headerRead bool
+	version    gomatrixserverlib.RoomVersion // the version pdu was parsed for ("" when not parsed)
+	pdu        gomatrixserverlib.PDU
+	err        error
 }
 
 // parseAhead is how many PDUs are parsed together, spread over the cores.
@@ -178,6 +182,7 @@ func (imp *importer) prepare(q []queuedPDU) {
 			defer wg.Done()
 			for i := w; i < len(q); i += workers {
 				h, err := readHeader(q[i].raw)
+				q[i].header, q[i].headerErr, q[i].headerRead = h, err, true
 				if err != nil {
 					continue
 				}
@@ -288,7 +293,10 @@ func (imp *importer) one(q *queuedPDU) error {
 	if imp.opts.Progress != nil {
 		imp.opts.Progress(imp.res.Read)
 	}
-	h, err := readHeader(raw)
+	h, err := q.header, q.headerErr
+	if !q.headerRead {
+		h, err = readHeader(raw)
+	}
 	if err != nil {
 		return fail("", err)
 	}
