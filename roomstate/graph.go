@@ -276,23 +276,14 @@ func (r *Room) Graph() (*Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := newGraphBuilder(ids)
 	has, err := r.hasGraphRecords()
 	if err != nil {
 		return nil, fmt.Errorf("roomstate: room %s: graph record 0: %w", r.head.RoomID, err)
 	}
 	if !has {
-		for _, id := range ids {
-			m, err := r.Meta(id)
-			if err != nil {
-				return nil, err
-			}
-			if err := b.add(&m); err != nil {
-				return nil, fmt.Errorf("room %s: %w", r.head.RoomID, err)
-			}
-		}
-		return b.g, nil
+		return r.graphFromMetadata(ids)
 	}
+	b := newGraphBuilder(ids)
 	for c := uint32(0); c < r.head.LogChunks; c++ {
 		raw, err := getKind(r.s.eng, r.coll, graphChunkID(c), ReadMeta)
 		if err != nil {
@@ -372,11 +363,21 @@ func (r *Room) GraphFromMetadata() (*Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	metas := make([]EventMeta, len(ids))
-	for i, id := range ids {
-		if metas[i], err = r.Meta(id); err != nil {
+	return r.graphFromMetadata(ids)
+}
+
+// graphFromMetadata builds the graph of the events ids (the arrival log) from
+// their metadata records, one at a time.
+func (r *Room) graphFromMetadata(ids []string) (*Graph, error) {
+	b := newGraphBuilder(ids)
+	for _, id := range ids {
+		m, err := r.Meta(id)
+		if err != nil {
 			return nil, err
 		}
+		if err := b.add(&m); err != nil {
+			return nil, fmt.Errorf("room %s: %w", r.head.RoomID, err)
+		}
 	}
-	return GraphOf(metas)
+	return b.g, nil
 }
