@@ -109,9 +109,13 @@ REPACK_RUNS   ?= 5
 # side; writes docs/bench/replay.{json,md,png}. With the 1M-event room
 # (BENCH_REPLAY_ROOMS=12:10000,12:100000,10:100000,12:1000000) it takes about an
 # hour here and 14 GB of memory for the generation.
+# The published run is the default set; other sets write to BENCH_REPLAY_OUT
+# (default: a directory of their own under docs/bench, untracked unless added).
 BENCH_REPLAY_ROOMS ?= 12:10000,12:100000,10:100000
+BENCH_REPLAY_OUT ?= $(if $(filter 12:10000$(comma)12:100000$(comma)10:100000,$(BENCH_REPLAY_ROOMS)),docs/bench,docs/bench/replay-custom)
+comma := ,
 bench-replay: build
-	cd bench && $(GO) run ./cmd/benchreplay -mtxdb ../bin/mtxdb -rooms $(BENCH_REPLAY_ROOMS) -out ../docs/bench
+	cd bench && $(GO) run ./cmd/benchreplay -mtxdb ../bin/mtxdb -rooms $(BENCH_REPLAY_ROOMS) -out ../$(BENCH_REPLAY_OUT)
 
 bench-repack: build
 	test -f $(REPACK_GEN)/backfill_order.jsonl || ./bin/mtxdb gen --out $(REPACK_GEN) --events $(REPACK_EVENTS) --seed 1 --backfill

@@ -207,14 +207,14 @@ func (r *Room) Meta(eventID string) (EventMeta, error) {
 func (r *Room) MetaByRecord(ev packstore.ID) (EventMeta, error) {
 	b, err := getKind(r.s.eng, r.coll, metaRecordID(ev), ReadMeta)
 	if err != nil {
-		return EventMeta{}, fmt.Errorf("roomstate: room %s: metadata of event record %x: %w", r.head.RoomID, ev, err)
+		return EventMeta{}, fmt.Errorf("roomstate: room %s: metadata of event record %s: %w", r.head.RoomID, ev, err)
 	}
 	m, err := decodeMeta(b)
 	if err != nil {
-		return EventMeta{}, fmt.Errorf("room %s, event record %x: %w", r.head.RoomID, ev, err)
+		return EventMeta{}, fmt.Errorf("room %s, event record %s: %w", r.head.RoomID, ev, err)
 	}
 	if EventRecordID(m.EventID) != ev {
-		return EventMeta{}, fmt.Errorf("%w: metadata for event record %x names event %s", ErrCorruptRecord, ev, m.EventID)
+		return EventMeta{}, fmt.Errorf("%w: metadata for event record %s names event %s", ErrCorruptRecord, ev, m.EventID)
 	}
 	return m, nil
 }

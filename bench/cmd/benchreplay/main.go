@@ -189,9 +189,11 @@ func duBytes(dir string) (int64, error) {
 	return n, err
 }
 
+// loadavg returns the 1, 5 and 15 minute load averages.
 func loadavg() string {
 	b, _ := os.ReadFile("/proc/loadavg")
-	return strings.TrimSpace(string(b))
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 func machine() string {
