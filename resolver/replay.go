@@ -50,7 +50,7 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 	var statePDUs []gomatrixserverlib.PDU
 	same := true // the state before gives exactly the auth events, key for key
 	for _, t := range r.cache.neededFor(pdu) {
-		id, ok, err := r.lookup(before, Key{t.EventType, t.StateKey})
+		id, ok, err := r.lookup(before, Key{Type: t.EventType, StateKey: t.StateKey})
 		if err != nil {
 			return err
 		}
@@ -116,7 +116,18 @@ type ReplayOptions struct {
 	// (Resolver.ResolutionTimes); cheaper than OnResolve, which counts the events
 	// each resolution touches.
 	ResolutionTimes *[]time.Duration
+	// Stop, if set, is asked before each event; when it returns true, Replay writes
+	// and syncs the state records computed so far and returns ErrStopped with the
+	// counts up to there. The head is not updated (the room stays not replayed), so
+	// a later Replay computes only the events left without a state record; after a
+	// stopped Force replay, run it with Force again (records are partly rewritten
+	// and the keep rule is not cleared yet).
+	Stop func() bool
 }
+
+// ErrStopped is returned by Replay when ReplayOptions.Stop asked it to stop; what
+// it computed before is stored and synced.
+var ErrStopped = errors.New("resolver: replay stopped")
 
 // ReplayResult counts what Replay did.
 type ReplayResult struct {
@@ -227,6 +238,15 @@ func (rp *replay) run() (ReplayResult, error) {
 		late = make([]bool, n)
 	}
 	for p, i := range order {
+		if opts.Stop != nil && opts.Stop() {
+			if err := flush(); err != nil {
+				return rp.res, err
+			}
+			if err := room.Sync(); err != nil {
+				return rp.res, err
+			}
+			return rp.res, fmt.Errorf("%w: room %s after %d of %d events", ErrStopped, room.ID(), p, len(order))
+		}
 		r.upTo = int32(p) - 1
 		id := g.ids[i]
 		pf.take()

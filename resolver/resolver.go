@@ -325,7 +325,7 @@ func (r *Resolver) resolve(uniq []hamtstore.NodeID) (hamtstore.NodeID, error) {
 		if err != nil {
 			return err
 		}
-		c := conflict{key: append([]byte(nil), key...), k: Key{t, sk}, events: make([]string, len(vals))}
+		c := conflict{key: append([]byte(nil), key...), k: Key{Type: t, StateKey: sk}, events: make([]string, len(vals))}
 		for i, v := range vals {
 			if v != nil {
 				if c.events[i], err = r.eventIDOf(*v); err != nil {
@@ -458,7 +458,7 @@ func (r *Resolver) MainlineClosest(pl, x string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	plKey := Key{spec.MRoomPowerLevels, ""}
+	plKey := Key{Type: spec.MRoomPowerLevels, StateKey: ""}
 	if k := g.keyOf(i); k < 0 || g.keys[k] != plKey {
 		return 0, nil
 	}
@@ -490,7 +490,7 @@ func (r *Resolver) PowerLevelsAuthEvent(eventID string) (string, error) {
 		if a < 0 {
 			return "", fmt.Errorf("%w: event %s: auth event %s is not in the room", errNoEvent, eventID, g.g.MissingAuth(int(i), j))
 		}
-		if k := g.keyOf(a); k >= 0 && g.keys[k] == (Key{spec.MRoomPowerLevels, ""}) {
+		if k := g.keyOf(a); k >= 0 && g.keys[k] == (Key{Type: spec.MRoomPowerLevels, StateKey: ""}) {
 			return g.ids[a], nil
 		}
 	}
@@ -594,7 +594,7 @@ func (r *Resolver) createEvent(root hamtstore.NodeID) (gomatrixserverlib.PDU, er
 	if r.create != nil {
 		return r.create, nil
 	}
-	id, ok, err := r.lookup(root, Key{spec.MRoomCreate, ""})
+	id, ok, err := r.lookup(root, Key{Type: spec.MRoomCreate, StateKey: ""})
 	if err != nil {
 		return nil, err
 	}

@@ -353,7 +353,7 @@ func (imp *importer) one(q *queuedPDU) error {
 				known: map[string]uint32{},
 				isNew: true,
 			}
-			pr.room = &Room{s: imp.s, coll: CollectionID(roomID), head: pr.head}
+			pr.room = imp.s.newRoom(CollectionID(roomID), pr.head)
 			imp.rooms[roomID] = pr
 		}
 	}
@@ -578,7 +578,7 @@ func (imp *importer) flush() error {
 			return fmt.Errorf("roomstate: import %s: write room %s: %w", imp.source, id, err)
 		}
 		pr.head = h
-		pr.room.head = h
+		pr.room.head, pr.room.gen = h, imp.s.publish(pr.room.coll, h)
 		pr.batch, pr.batchID, pr.raw, pr.graph = nil, nil, nil, nil
 	}
 	imp.pending = 0

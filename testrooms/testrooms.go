@@ -34,8 +34,9 @@ func Dir() string {
 	return filepath.Dir(file)
 }
 
-// RealRoomDirs lists the room directories under dir (a directory of rooms such as
-// testrooms/real), sorted.
+// RealRoomDirs lists the room directories (those holding events.jsonl) under dir,
+// a directory of rooms such as testrooms/real, sorted; a symlink to a room
+// directory is listed as one.
 func RealRoomDirs(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -43,10 +44,15 @@ func RealRoomDirs(dir string) ([]string, error) {
 	}
 	var out []string
 	for _, e := range entries {
-		if !e.IsDir() {
+		p := filepath.Join(dir, e.Name())
+		if e.Type()&os.ModeSymlink != 0 {
+			// A symlinked room directory counts as the directory it names.
+			if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+				continue
+			}
+		} else if !e.IsDir() {
 			continue
 		}
-		p := filepath.Join(dir, e.Name())
 		if _, err := os.Stat(filepath.Join(p, "events.jsonl")); err == nil {
 			out = append(out, p)
 		}
@@ -175,11 +181,17 @@ func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (Compar
 	var res CompareResult
 	rd := room.NewReader()
 	memo := roomstate.EntryMemo{}
-	cmp := func(event string, ours, rec map[string]string) {
+	// rec is keyed as expected_state.jsonl is ("type\x00state_key"), ours by
+	// roomstate.StatePair.
+	pair := func(k string) roomstate.StatePair {
+		t, sk, _ := strings.Cut(k, "\x00")
+		return roomstate.StatePair{Type: t, StateKey: sk}
+	}
+	cmp := func(event string, ours map[roomstate.StatePair]string, rec map[string]string) {
 		if len(ours) == len(rec) {
 			same := true
 			for k, v := range rec {
-				if w, ok := ours[k]; !ok || w != v {
+				if w, ok := ours[pair(k)]; !ok || w != v {
 					same = false
 					break
 				}
@@ -190,7 +202,7 @@ func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (Compar
 		}
 		keys := map[string]bool{}
 		for k := range ours {
-			keys[k] = true
+			keys[k.Type+"\x00"+k.StateKey] = true
 		}
 		for k := range rec {
 			keys[k] = true
@@ -201,9 +213,9 @@ func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (Compar
 		}
 		sort.Strings(sorted)
 		for _, k := range sorted {
-			if ours[k] != rec[k] {
+			if o := ours[pair(k)]; o != rec[k] {
 				res.Mismatches++
-				report(Mismatch{Room: room.ID(), Event: event, Key: strings.Replace(k, "\x00", "|", 1), Ours: ours[k], Recorded: rec[k]})
+				report(Mismatch{Room: room.ID(), Event: event, Key: strings.Replace(k, "\x00", "|", 1), Ours: o, Recorded: rec[k]})
 			}
 		}
 	}
@@ -228,7 +240,7 @@ func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (Compar
 		if err != nil {
 			return res, err
 		}
-		ours, err := room.StateEntriesMemo(rd, root, memo)
+		ours, err := room.StateMemo(rd, root, memo)
 		if err != nil {
 			return res, err
 		}
@@ -250,7 +262,7 @@ func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (Compar
 		}
 	}
 	if len(exp.Current) > 0 {
-		ours, err := room.StateEntriesMemo(rd, room.Head().CurrentState, memo)
+		ours, err := room.StateMemo(rd, room.Head().CurrentState, memo)
 		if err != nil {
 			return res, err
 		}

@@ -1,0 +1,15 @@
+package packstore
+
+// CollectionStats returns the live records of a collection and their frame bytes
+// (payload plus FrameOverhead each, as they lie in the shards); ok is false for a
+// collection with no live record. It takes the writer lock; a read-only store
+// answers too. For `mtxdb rooms` (bytes per room).
+func (s *PackfileStorage) CollectionStats(coll ID) (records int, liveBytes int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.collectionLoad(coll)
+	if c == nil {
+		return 0, 0, false
+	}
+	return c.live, c.liveBytes, true
+}
