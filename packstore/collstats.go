@@ -13,3 +13,8 @@ func (s *PackfileStorage) CollectionStats(coll ID) (records int, liveBytes int64
 	}
 	return c.live, c.liveBytes, true
 }
+
+// RepackProgress returns the index of the collection plan a running Repack is
+// copying (0-based, in RepackPlan.Collections order), or -1 when no repack runs.
+// It takes no lock: for progress reports from another goroutine.
+func (s *PackfileStorage) RepackProgress() int { return int(s.repackProgress.Load()) }

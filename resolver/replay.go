@@ -245,6 +245,8 @@ func (rp *replay) run() (ReplayResult, error) {
 			if err := room.Sync(); err != nil {
 				return rp.res, err
 			}
+			rp.res.Resolutions, rp.res.ConflictedKeys = r.Resolutions, r.ConflictedKeys
+			rp.res.AuthDifference, rp.res.FullConflicted = r.AuthDifference, r.FullConflicted
 			return rp.res, fmt.Errorf("%w: room %s after %d of %d events", ErrStopped, room.ID(), p, len(order))
 		}
 		r.upTo = int32(p) - 1

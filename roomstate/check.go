@@ -33,7 +33,11 @@ type CheckResult struct {
 // interrupted, or events imported since), the state records that exist are
 // checked and the events without one are counted in Unreplayed. For `mtxdb
 // verify` and tests; it reads the whole room.
-func (r *Room) Check() (CheckResult, error) {
+func (r *Room) Check() (CheckResult, error) { return r.CheckProgress(nil) }
+
+// CheckProgress is Check calling progress, if set, after each event checked (about
+// every millisecond in a large room) with the count so far: for progress bars.
+func (r *Room) CheckProgress(progress func(events int)) (CheckResult, error) {
 	var res CheckResult
 	ids, err := r.EventIDs()
 	if err != nil {
@@ -72,6 +76,9 @@ func (r *Room) Check() (CheckResult, error) {
 		return nil
 	}
 	for i, id := range ids {
+		if progress != nil && i > 0 {
+			progress(i)
+		}
 		m, err := r.Meta(id)
 		if err != nil {
 			return res, err

@@ -178,6 +178,12 @@ type CompareResult struct {
 // dropped: counted in NotKept), and the current state when recorded. Each
 // difference is passed to report.
 func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (CompareResult, error) {
+	return CompareProgress(room, exp, report, nil)
+}
+
+// CompareProgress is Compare calling progress, if set, after each recorded state
+// compared (exp.After, in order) with the count so far: for progress bars.
+func CompareProgress(room *roomstate.Room, exp *Expected, report func(Mismatch), progress func(states int)) (CompareResult, error) {
 	var res CompareResult
 	rd := room.NewReader()
 	memo := roomstate.EntryMemo{}
@@ -219,7 +225,10 @@ func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (Compar
 			}
 		}
 	}
-	for _, es := range exp.After {
+	for n, es := range exp.After {
+		if progress != nil && n > 0 {
+			progress(n)
+		}
 		if _, err := room.Meta(es.EventID); errors.Is(err, packstore.ErrNotFound) {
 			res.Mismatches++
 			report(Mismatch{Room: room.ID(), Event: es.EventID, Key: "-", Ours: "(event not imported)", Recorded: "(state recorded)"})

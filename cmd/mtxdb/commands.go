@@ -1,13 +1,19 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -115,32 +121,19 @@ type corruptError struct{ error }
 
 func (c corruptError) Unwrap() error { return c.error }
 
-// eventsFile resolves an import argument: a file, or a room directory holding
-// events.jsonl.
-func eventsFile(path string) (string, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", err
-	}
-	if fi.IsDir() {
-		p := filepath.Join(path, "events.jsonl")
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%s is a directory without events.jsonl", path)
-		}
-		return p, nil
-	}
-	return path, nil
-}
-
 func importCmd() *cobra.Command {
 	var store, roomVersion string
 	var rf repackFlags
 	var batch int
-	var anyOrder, repack bool
+	var anyOrder, repack, asJSON bool
 	c := &cobra.Command{
 		Use:   "import --store DIR [--any-order [--room-version V]] [--repack [--plan KIND] [--liveness all|every-k [--every K]]] PATH...",
-		Short: "Import PDUs (JSON lines or a JSON array; or room directories with events.jsonl)",
-		Long: `Import reads PDUs and stores each new one with its prev/auth edges. Every PDU's
+		Short: "Import PDUs (JSON lines or a JSON array; room directories with events.jsonl, or directories of them)",
+		Long: `Import reads PDUs and stores each new one with its prev/auth edges. A PATH is a
+file of PDUs, a room directory (its events.jsonl), or a directory of room
+directories (each room's events.jsonl, by name; testrooms/real, gen --rooms). An
+empty or blank file is skipped with a warning; if every input is, nothing is
+written and the exit status is 1. Every PDU's
 prev_events and auth_events must be in the store or earlier in the input; a room's
 first PDU must be its m.room.create. Events already stored are skipped, so a failed
 import can be re-run. On bad input it stops with the file, line and event; what came
@@ -148,7 +141,11 @@ before that line is kept and synced. With --any-order, PDUs may come before thei
 prev/auth events (a backfill, newest first): replay then sorts them and leaves out as
 outliers events whose ancestors never arrive; --room-version names the version of a
 room whose m.room.create comes later. --repack replays and repacks the rooms just
-imported, with --plan, --liveness and --every as in mtxdb repack.`,
+imported, with --plan, --liveness and --every as in mtxdb repack.
+
+Ctrl-C (SIGINT) or SIGTERM stops at the next read: what was imported is synced,
+the command says where it stopped and exits 130 (143); run the same import again
+to continue. A second signal stops at once.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if batch <= 0 {
@@ -164,13 +161,12 @@ imported, with --plan, --liveness and --every as in mtxdb repack.`,
 			if err != nil {
 				return err
 			}
-			var paths []string
-			for _, a := range args {
-				path, err := eventsFile(a)
-				if err != nil {
-					return err
-				}
-				paths = append(paths, path)
+			paths, err := importPaths(args)
+			if err != nil {
+				return err
+			}
+			if paths, err = dropBlank(paths, cmd.ErrOrStderr()); err != nil {
+				return err
 			}
 			eng, st, err := openStore(store, true)
 			if err != nil {
@@ -179,10 +175,25 @@ imported, with --plan, --liveness and --every as in mtxdb repack.`,
 			defer eng.Close()
 			out := cmd.OutOrStdout()
 			touched := map[string]bool{}
-			for _, path := range paths {
+			stop := catchInterrupts("import", nil)
+			defer stop()
+			for n, path := range paths {
 				res, err := importFile(st, path, roomstate.ImportOptions{BatchSize: batch, AnyOrder: anyOrder, RoomVersion: roomVersion}, out)
-				fmt.Fprintf(out, "import %s: read=%d imported=%d skipped=%d variants=%d rooms=%d\n",
-					path, res.Read, res.Imported, res.Skipped, res.Variants, len(res.Rooms))
+				f := []kv{{"read", res.Read}, {"imported", res.Imported}, {"skipped", res.Skipped}, {"variants", res.Variants}, {"rooms", len(res.Rooms)}}
+				if asJSON {
+					printLine(out, true, "import", append([]kv{{"file", path}}, f...)...)
+				} else {
+					printLine(out, false, "import "+path, f...)
+				}
+				if errors.Is(err, errInterrupted) || (err == nil && interrupted() && n+1 < len(paths)) {
+					left := ""
+					if n+1 < len(paths) {
+						left = fmt.Sprintf("; %d more input(s) not started", len(paths)-n-1)
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import: interrupted in %s: the %d PDUs imported from it are stored and synced%s; run the same import again to continue (stored events are skipped)\n",
+						path, res.Imported, left)
+					return interruptExit()
+				}
 				if err != nil {
 					return err
 				}
@@ -203,12 +214,17 @@ imported, with --plan, --liveness and --every as in mtxdb repack.`,
 				rooms = append(rooms, r)
 			}
 			tot, err := replayRooms(rooms, false, out, nil)
+			if errors.Is(err, resolver.ErrStopped) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import --repack: interrupted while replaying: the imported events are stored and synced, and the states computed so far; run mtxdb replay --store %s to finish the replay, then mtxdb repack\n", store)
+				return interruptExit()
+			}
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "replay: rooms=%d events=%d computed=%d rejected=%d outliers=%d\n",
-				len(rooms), tot.Events, tot.Computed, tot.Rejected, tot.Outliers)
-			_, err = repackSummary(out, eng, rooms, opts)
+			printLine(out, asJSON, "replay", kv{"rooms", len(rooms)}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected}, kv{"outliers", tot.Outliers})
+			stop()
+			defer catchInterrupts("import --repack", repackInterrupted(store))()
+			_, err = repackSummaryTo(out, asJSON, eng, rooms, opts)
 			return err
 		},
 	}
@@ -216,8 +232,9 @@ imported, with --plan, --liveness and --every as in mtxdb repack.`,
 	c.Flags().IntVar(&batch, "batch", 1000, "events written and synced per batch")
 	c.Flags().BoolVar(&anyOrder, "any-order", false, "accept PDUs before their prev/auth events (backfill order)")
 	c.Flags().BoolVar(&repack, "repack", false, "after importing, replay the rooms imported and repack them (an exported room)")
-	rf.register(c, "plan kind for --repack")
+	rf.register(c, "plan kind for --repack: "+planKinds())
 	c.Flags().StringVar(&roomVersion, "room-version", "", "room version of rooms whose m.room.create is not first (with --any-order)")
+	jsonFlag(c, &asJSON)
 	return c
 }
 
@@ -246,7 +263,13 @@ type countingReader struct {
 }
 
 func (c countingReader) Read(p []byte) (int, error) {
+	if interrupted() {
+		return 0, errInterrupted // Import syncs what it read before and returns this
+	}
 	n, err := c.r.Read(p)
+	if n > 0 {
+		testStall("import-read")
+	}
 	c.bar.add(n)
 	return n, err
 }
@@ -288,7 +311,7 @@ func selectRooms(st *roomstate.Store, roomID string) ([]*roomstate.Room, error) 
 
 func replayCmd() *cobra.Command {
 	var store, room string
-	var force bool
+	var force, asJSON bool
 	c := &cobra.Command{
 		Use:   "replay --store DIR [--room ROOM_ID] [--force]",
 		Short: "Compute the state before and after every event through state resolution",
@@ -302,29 +325,54 @@ recomputed), so it computes only what import added; --force recomputes everythin
 After an every-k repack, events whose state was dropped stay without one
 (state_not_kept); a new event whose prev_events name one gets it recomputed in memory
 (rederived). --force writes every state record again and clears the every-k rule.
-It prints one summary line; use verify --expected to compare with recorded state.`,
+It prints one summary line; use verify --expected to compare with recorded state.
+
+Ctrl-C (SIGINT) or SIGTERM stops before the next event: the states computed so far
+are synced, the command prints its summary and how to continue, and exits 130
+(143). A second signal stops at once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := nonEmptyFlag(cmd, "room", room); err != nil {
+				return err
+			}
 			eng, rooms, err := openRooms(store, room, false)
 			if err != nil {
 				return err
 			}
 			defer eng.Close()
+			defer catchInterrupts("replay", nil)()
 			var durs []time.Duration
 			tot, err := replayRooms(rooms, force, cmd.OutOrStdout(), &durs)
-			if err != nil {
+			stopped := errors.Is(err, resolver.ErrStopped)
+			if err != nil && !stopped {
 				return err
 			}
 			p50, p99 := percentile(durs, 0.50), percentile(durs, 0.99)
-			fmt.Fprintf(cmd.OutOrStdout(), "replay: rooms=%d events=%d computed=%d rejected=%d outliers=%d state_not_kept=%d rederived=%d resolutions=%d conflicted_keys=%d auth_difference=%d resolution_p50_us=%d resolution_p99_us=%d\n",
-				len(rooms), tot.Events, tot.Computed, tot.Rejected, tot.Outliers, tot.NotKept, tot.Rederived, tot.Resolutions, tot.ConflictedKeys, tot.AuthDifference,
-				p50.Microseconds(), p99.Microseconds())
+			printLine(cmd.OutOrStdout(), asJSON, "replay", kv{"rooms", len(rooms)}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected},
+				kv{"outliers", tot.Outliers}, kv{"state_not_kept", tot.NotKept}, kv{"rederived", tot.Rederived}, kv{"resolutions", tot.Resolutions},
+				kv{"conflicted_keys", tot.ConflictedKeys}, kv{"auth_difference", tot.AuthDifference},
+				kv{"resolution_p50_us", p50.Microseconds()}, kv{"resolution_p99_us", p99.Microseconds()})
+			if stopped {
+				again := "mtxdb replay --store " + store
+				if room != "" {
+					again += " --room " + room
+				}
+				how := "run " + again + " to continue: it computes only the events without a state record"
+				if force {
+					// A forced replay rewrites records and clears the every-k rule at
+					// its end: a plain replay would keep the rule.
+					how = "run " + again + " --force again to recompute every event (it starts over)"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: replay: interrupted (%v): the state records of the %d events computed are stored and synced; %s\n", err, tot.Computed, how)
+				return interruptExit()
+			}
 			return nil
 		},
 	}
 	c.Flags().StringVar(&store, "store", "", "store directory")
 	c.Flags().StringVar(&room, "room", "", "replay only this room ID")
 	c.Flags().BoolVar(&force, "force", false, "recompute every event, not only those without a state record")
+	jsonFlag(c, &asJSON)
 	return c
 }
 
@@ -347,9 +395,15 @@ func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]ti
 	}
 	bar := newProgress(out, int64(total), "replay", false)
 	defer bar.finish()
+	done := 0 // events walked, for testStall
 	for _, r := range rooms {
-		res, err := resolver.Replay(r, resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { bar.add(1) }, ResolutionTimes: times})
-		if err != nil {
+		res, err := resolver.Replay(r, resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { bar.add(1) }, ResolutionTimes: times, Stop: func() bool {
+			if done++; done == 1001 { // asked before event 1001: 1000 walked
+				testStall("replay-1000")
+			}
+			return interrupted()
+		}})
+		if err != nil && !errors.Is(err, resolver.ErrStopped) {
 			return tot, fmt.Errorf("replay room %s: %w", r.ID(), err)
 		}
 		tot.Events += res.Events
@@ -361,13 +415,19 @@ func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]ti
 		tot.Rejected += res.Rejected
 		tot.Resolutions += res.Resolutions
 		tot.ConflictedKeys += res.ConflictedKeys
+		if err != nil { // stopped: what it computed is synced
+			bar.finish()
+			return tot, err
+		}
 	}
+	bar.finish()
 	return tot, nil
 }
 
 func verifyCmd() *cobra.Command {
 	var store, room string
 	var expected []string
+	var asJSON bool
 	c := &cobra.Command{
 		Use:   "verify --store DIR [--room ROOM_ID] [--expected DIR]...",
 		Short: "Check every record and snapshot; compare with recorded state",
@@ -377,11 +437,25 @@ their key). With --expected (a room directory with expected_state.jsonl, or a di
 of such rooms) it also compares the state after every event and the current state with
 what the origin server recorded, printing each mismatch with room, event, key, ours,
 recorded. Events whose state an every-k repack dropped (mtxdb repack --liveness
-every-k) are counted as state_not_kept and not compared. A recorded room directory needs meta.json naming its room_id. Exit status 2
-when anything is wrong: a mismatch, a room that fails its check, a recorded room the
-store lacks, or a store that fails to open as corrupt; 1 for usage and I/O errors.`,
+every-k) are counted as state_not_kept and not compared. A recorded room directory
+needs meta.json naming its room_id.
+
+A room not replayed to its end (only imported, a replay interrupted, events imported
+since) has its existing state records checked, and its events without one are
+counted as unreplayed with one line per room: that alone is not damage (exit 0).
+Compared with --expected, such a room is one problem line ("room not replayed"),
+not a mismatch per event. A room that fails its check is a problem line, and its
+events are counted as unchecked_events (not in events).
+
+Exit status 2 when the data is wrong: a mismatch, a room that fails its check, a
+recorded room the store lacks or has not replayed, or a store that fails to open as
+corrupt; 1 for usage and I/O errors, including a store lost during the run; 0
+otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := nonEmptyFlag(cmd, "room", room); err != nil {
+				return err
+			}
 			eng, rooms, err := openRooms(store, room, true)
 			if err != nil {
 				return err
@@ -397,7 +471,9 @@ store lacks, or a store that fails to open as corrupt; 1 for usage and I/O error
 					delete(exps, room)
 				}
 			}
-			v, err := verifyRooms(rooms, exps, cmd.OutOrStdout())
+			defer catchInterrupts("verify", func() string { return "stopped; verify writes nothing" })()
+			out := cmd.OutOrStdout()
+			v, err := verifyRoomsTo(rooms, exps, out, asJSON)
 			if err != nil {
 				return err
 			}
@@ -406,11 +482,12 @@ store lacks, or a store that fails to open as corrupt; 1 for usage and I/O error
 				// that is unsynced data, but verify cannot tell it from lost data
 				// (README, Known limits).
 				v.problems++
-				fmt.Fprintf(cmd.OutOrStdout(), "problem store: %s has a torn or cut-short tail of %d bytes at offset %d, left on disk (index from %s)\n",
-					r.TruncatedFile, r.TruncatedBytes, r.TruncatedAt, r.Source)
+				printProblem(out, asJSON, "", fmt.Sprintf("store: %s has a torn or cut-short tail of %d bytes at offset %d, left on disk (index from %s)",
+					r.TruncatedFile, r.TruncatedBytes, r.TruncatedAt, r.Source))
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "verify: rooms=%d events=%d snapshots=%d state_not_kept=%d compared_events=%d compared_room_dirs=%d mismatches=%d problems=%d\n",
-				len(rooms), v.events, v.snapshots, v.notKept, v.compared, v.comparedRooms, v.mismatches, v.problems)
+			printLine(out, asJSON, "verify", kv{"rooms", len(rooms)}, kv{"events", v.events}, kv{"unchecked_events", v.unchecked}, kv{"unreplayed", v.unreplayed},
+				kv{"snapshots", v.snapshots}, kv{"state_not_kept", v.notKept}, kv{"compared_events", v.compared}, kv{"compared_room_dirs", v.comparedRooms},
+				kv{"mismatches", v.mismatches}, kv{"problems", v.problems})
 			if v.mismatches > 0 || v.problems > 0 {
 				return exitError(2)
 			}
@@ -420,7 +497,17 @@ store lacks, or a store that fails to open as corrupt; 1 for usage and I/O error
 	c.Flags().StringVar(&store, "store", "", "store directory")
 	c.Flags().StringVar(&room, "room", "", "verify only this room ID")
 	c.Flags().StringArrayVar(&expected, "expected", nil, "room directory, or directory of rooms, with recorded state")
+	jsonFlag(c, &asJSON)
 	return c
+}
+
+// nonEmptyFlag refuses a flag given with an empty or blank value (--room ”),
+// which would otherwise mean "every room".
+func nonEmptyFlag(c *cobra.Command, name, value string) error {
+	if c.Flags().Changed(name) && strings.TrimSpace(value) == "" {
+		return fmt.Errorf("--%s is empty; give a room ID, or leave the flag out for every room", name)
+	}
+	return nil
 }
 
 // loadExpectedDirs reads recorded state from room directories or directories of
@@ -466,30 +553,93 @@ type verifyTotals struct {
 	events, snapshots, compared, comparedRooms, mismatches, problems int
 	// notKept: events whose state an every-k repack dropped (not compared, not a problem).
 	notKept int
+	// unreplayed: events without a state record in rooms not replayed to their end.
+	unreplayed int
+	// unchecked: events of rooms whose check failed (not in events).
+	unchecked int
 }
 
-// verifyRooms checks every room and compares those with recorded state. A room that
-// fails its check or comparison is printed as a problem and counted; the other rooms
-// are still verified. A recorded room the store does not hold is a problem too.
+// verifyRooms is verifyRoomsTo with text output.
 func verifyRooms(rooms []*roomstate.Room, exps map[string][]*testrooms.Expected, out io.Writer) (verifyTotals, error) {
+	return verifyRoomsTo(rooms, exps, out, false)
+}
+
+// verifyRoomsTo checks every room and compares those with recorded state. A room
+// that fails its check or comparison is printed as a problem and counted; the other
+// rooms are still verified. A recorded room the store does not hold, or has not
+// replayed, is a problem too. An error that says the store itself was lost (closed,
+// an I/O or connection error: lostStore) ends the run with that error, not a
+// problem: exit status 1, not 2.
+func verifyRoomsTo(rooms []*roomstate.Room, exps map[string][]*testrooms.Expected, out io.Writer, asJSON bool) (verifyTotals, error) {
 	var v verifyTotals
+	var total int64
+	for _, r := range rooms {
+		total += int64(r.Head().Events)
+		for _, exp := range exps[r.ID()] {
+			total += int64(len(exp.After))
+		}
+	}
+	bar := newProgress(out, total, "verify", false)
+	var base int64
 	inStore := map[string]bool{}
 	for _, r := range rooms {
 		inStore[r.ID()] = true
-		cr, err := r.Check()
+		n := int64(r.Head().Events)
+		cr, err := r.CheckProgress(func(i int) { bar.set(base + int64(i)) })
+		base += n
+		bar.set(base)
+		if err != nil && lostStore(err) {
+			bar.finish()
+			return v, fmt.Errorf("verify room %s: %w", r.ID(), err)
+		}
 		if err != nil {
 			v.problems++
-			fmt.Fprintf(out, "problem room=%s: %v\n", r.ID(), err)
+			v.unchecked += int(n)
+			bar.clear()
+			printProblem(out, asJSON, r.ID(), fmt.Sprintf("%v (its %d events are not checked)", err, n))
+			for _, exp := range exps[r.ID()] {
+				base += int64(len(exp.After))
+			}
 			continue
 		}
 		v.events += cr.Events
 		v.snapshots += cr.Snapshots
 		v.notKept += cr.NotKept
+		v.unreplayed += cr.Unreplayed
+		if cr.Unreplayed > 0 {
+			bar.clear()
+			if asJSON {
+				printLine(out, true, "unreplayed", kv{"room", r.ID()}, kv{"events", cr.Unreplayed}, kv{"of", cr.Events})
+			} else {
+				fmt.Fprintf(out, "unreplayed room=%s: %d of %d events have no state record yet (mtxdb replay computes them)\n", r.ID(), cr.Unreplayed, cr.Events)
+			}
+		}
 		for _, exp := range exps[r.ID()] {
-			res, err := testrooms.Compare(r, exp, func(m testrooms.Mismatch) { fmt.Fprintln(out, m) })
+			if cr.Unreplayed > 0 {
+				v.problems++
+				base += int64(len(exp.After))
+				bar.clear()
+				printProblem(out, asJSON, r.ID(), fmt.Sprintf("against %s: room not replayed (%d of %d events have no state record; mtxdb replay)", exp.Dir, cr.Unreplayed, cr.Events))
+				continue
+			}
+			res, err := testrooms.CompareProgress(r, exp, func(m testrooms.Mismatch) {
+				bar.clear()
+				if asJSON {
+					printLine(out, true, "mismatch", kv{"room", m.Room}, kv{"event", m.Event}, kv{"key", m.Key}, kv{"ours", m.Ours}, kv{"recorded", m.Recorded})
+				} else {
+					fmt.Fprintln(out, m)
+				}
+			}, func(i int) { bar.set(base + int64(i)) })
+			base += int64(len(exp.After))
+			bar.set(base)
+			if err != nil && lostStore(err) {
+				bar.finish()
+				return v, fmt.Errorf("verify room %s against %s: %w", r.ID(), exp.Dir, err)
+			}
 			if err != nil {
 				v.problems++
-				fmt.Fprintf(out, "problem room=%s against %s: %v\n", r.ID(), exp.Dir, err)
+				bar.clear()
+				printProblem(out, asJSON, r.ID(), fmt.Sprintf("against %s: %v", exp.Dir, err))
 				continue
 			}
 			v.compared += res.Events
@@ -497,20 +647,58 @@ func verifyRooms(rooms []*roomstate.Room, exps map[string][]*testrooms.Expected,
 			v.mismatches += res.Mismatches
 		}
 	}
-	for id, es := range exps {
+	bar.finish()
+	for _, id := range sortedSet(keysOf(exps)) {
 		if !inStore[id] {
-			for _, exp := range es {
+			for _, exp := range exps[id] {
 				v.problems++
-				fmt.Fprintf(out, "problem room=%s: recorded in %s but not in the store\n", id, exp.Dir)
+				printProblem(out, asJSON, id, fmt.Sprintf("recorded in %s but not in the store", exp.Dir))
 			}
 		}
 	}
 	return v, nil
 }
 
+func keysOf[V any](m map[string]V) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k := range m {
+		out[k] = true
+	}
+	return out
+}
+
+// printProblem prints "problem room=ID: what" (room "" for the store), or its JSON
+// form {"kind":"problem","room":ID,"problem":what}.
+func printProblem(out io.Writer, asJSON bool, room, what string) {
+	switch {
+	case asJSON:
+		printLine(out, true, "problem", kv{"room", room}, kv{"problem", what})
+	case room == "":
+		fmt.Fprintf(out, "problem %s\n", what)
+	default:
+		fmt.Fprintf(out, "problem room=%s: %s\n", room, what)
+	}
+}
+
+// lostStore reports whether err says the store itself went away during the run
+// (closed, an I/O error from the file system, a lost connection, a cancelled
+// context) rather than that the data read is wrong: verify exits 1 for those, not 2
+// (exit 2 is for data problems).
+func lostStore(err error) bool {
+	if isDataProblem(err) {
+		return false
+	}
+	var pe *fs.PathError
+	var ne net.Error
+	var errno syscall.Errno
+	return errors.Is(err, packstore.ErrClosed) || errors.As(err, &pe) || errors.As(err, &ne) || errors.Is(err, net.ErrClosed) ||
+		errors.As(err, &errno) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
 func repackCmd() *cobra.Command {
 	var store, room string
 	var rf repackFlags
+	var asJSON bool
 	c := &cobra.Command{
 		Use:   "repack --store DIR [--room ROOM_ID] [--plan KIND] [--liveness all|every-k [--every K]]",
 		Short: "Rewrite rooms in the order their walks read them and drop garbage (offline)",
@@ -530,11 +718,20 @@ only they reach are dropped as garbage. The room head records the rule: afterwar
 'mtxdb state --event' on such an event fails with "state not kept", verify counts
 them as state_not_kept, replay appends new events as before (it recomputes a dropped
 state in memory when a new event needs it), and 'replay --force' writes every state
-record again. K may only grow to a multiple of the K of an earlier every-k repack.`,
+record again. K may only grow to a multiple of the K of an earlier every-k repack.
+--every defaults to 16.
+
+Ctrl-C (SIGINT) or SIGTERM stops at once and says what was kept: while planning,
+nothing is repacked yet; during the copy the store stays consistent (rooms whose
+copy was not finished keep their old layout, and the copies already written are
+garbage the next repack reclaims). Exit status 130 (143).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := rf.options(cmd)
 			if err != nil {
+				return err
+			}
+			if err := nonEmptyFlag(cmd, "room", room); err != nil {
 				return err
 			}
 			eng, rooms, err := openRooms(store, room, false)
@@ -542,14 +739,25 @@ record again. K may only grow to a multiple of the K of an earlier every-k repac
 				return err
 			}
 			defer eng.Close()
-			_, err = repackSummary(cmd.OutOrStdout(), eng, rooms, opts)
+			defer catchInterrupts("repack", repackInterrupted(store))()
+			_, err = repackSummaryTo(cmd.OutOrStdout(), asJSON, eng, rooms, opts)
 			return err
 		},
 	}
 	c.Flags().StringVar(&store, "store", "", "store directory")
 	c.Flags().StringVar(&room, "room", "", "repack only this room ID")
-	rf.register(c, "plan kind ("+fmt.Sprint(repackplan.Kinds)+")")
+	rf.register(c, "plan kind: "+planKinds())
+	jsonFlag(c, &asJSON)
 	return c
+}
+
+// planKinds lists the repack plan kinds for help and error texts.
+func planKinds() string {
+	names := make([]string, len(repackplan.Kinds))
+	for i, k := range repackplan.Kinds {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
 }
 
 // needFlag fails when a flag that only applies with --on is given without it.
@@ -574,7 +782,7 @@ type repackFlags struct {
 func (f *repackFlags) register(c *cobra.Command, planHelp string) {
 	c.Flags().StringVar(&f.plan, "plan", string(repackplan.ReverseTopological), planHelp)
 	c.Flags().StringVar(&f.liveness, "liveness", "all", "what stays live: all (every event's state snapshots) or every-k (snapshots of forward extremities, state events, rejected events and every --every-th event by arrival)")
-	c.Flags().Uint32Var(&f.every, "every", 16, "K of --liveness every-k")
+	c.Flags().Uint32Var(&f.every, "every", 16, "K of --liveness every-k (every K-th event by arrival keeps its state)")
 }
 
 // options checks the flags and returns the plan options.
@@ -595,7 +803,7 @@ func (f *repackFlags) options(c *cobra.Command) (repackplan.Options, error) {
 		return o, fmt.Errorf("--liveness must be all or every-k, not %q", f.liveness)
 	}
 	if !slices.Contains(repackplan.Kinds, o.Kind) {
-		return o, fmt.Errorf("--plan must be one of %v, not %q", repackplan.Kinds, f.plan)
+		return o, fmt.Errorf("--plan must be one of %s, not %q", planKinds(), f.plan)
 	}
 	return o, nil
 }
@@ -639,12 +847,67 @@ func repackRooms(eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts r
 // frames of superseded or deleted records go with the retired shards), shards
 // retired and the bytes returned.
 func repackSummary(out io.Writer, eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
+	return repackSummaryTo(out, false, eng, rooms, opts)
+}
+
+// repackWithProgress runs eng.Repack with a bar over the rooms copied (when out is
+// a terminal), polled from the engine.
+func repackWithProgress(eng *packstore.PackfileStorage, plan packstore.RepackPlan, out io.Writer) (packstore.RepackStats, error) {
+	bar := newProgress(out, int64(len(plan.Collections)), "repack", false)
+	if bar == nil {
+		return eng.Repack(plan)
+	}
+	done := make(chan struct{})
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if i := eng.RepackProgress(); i >= 0 {
+					bar.set(int64(i))
+				}
+			}
+		}
+	}()
+	rs, err := eng.Repack(plan)
+	close(done)
+	<-polled
+	bar.finish()
+	return rs, err
+}
+
+// repackPhase is what a running repack is doing, for the interrupt message:
+// "planning" or "copying" (the copy, the index swap and the retirement of shards).
+var repackPhase atomic.Value
+
+// repackInterrupted returns the message of an interrupted repack of store.
+func repackInterrupted(store string) func() string {
+	return func() string {
+		switch repackPhase.Load() {
+		case "copying":
+			return "stopped during the copy: the store stays consistent (rooms whose copy was not finished keep their old layout; some may already be repacked; the copies written so far are garbage the next repack reclaims, and the next command may warn that it cut their unsynced tail); run mtxdb repack --store " + store + " again"
+		default:
+			return "stopped while planning: nothing was repacked (an every-k plan may have recorded its keep rule in room heads, which the next repack applies); run mtxdb repack --store " + store + " again"
+		}
+	}
+}
+
+// repackSummaryTo is repackSummary, with JSON lines if asJSON.
+func repackSummaryTo(out io.Writer, asJSON bool, eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
+	repackPhase.Store("planning")
 	plan, ps, err := planRooms(rooms, opts, out)
 	if err != nil {
 		return packstore.RepackStats{}, err
 	}
 	before := eng.Stats()
-	rs, err := eng.Repack(plan)
+	repackPhase.Store("copying")
+	testStall("repack-copy")
+	rs, err := repackWithProgress(eng, plan, out)
 	if err != nil {
 		return rs, err
 	}
@@ -656,16 +919,17 @@ func repackSummary(out io.Writer, eng *packstore.PackfileStorage, rooms []*rooms
 	if opts.Liveness == repackplan.EveryK {
 		liveness = fmt.Sprintf("every-%d", opts.Every)
 	}
-	fmt.Fprintf(out, "repack: plan=%s rooms=%d liveness=%s records_copied=%d bytes_copied=%d garbage_records_dropped=%d state_records_dropped=%d garbage_live_bytes_dropped=%d shards_retired=%d bytes_retired=%d\n",
-		opts.Kind, rs.CollectionsRepacked, liveness, rs.RecordsCopied, rs.BytesCopied, rs.RecordsDropped, ps.StatesDropped, max(0, before.LiveBytes-after.LiveBytes), rs.ShardsRetired, rs.BytesRetired)
-	fmt.Fprintf(out, "repack: disk_bytes_before=%d disk_bytes_after=%d returned=%d shards_before=%d shards_after=%d live_bytes_before=%d live_bytes_after=%d\n",
-		before.DiskBytes, after.DiskBytes, before.DiskBytes-after.DiskBytes, before.Shards, after.Shards, before.LiveBytes, after.LiveBytes)
+	printLine(out, asJSON, "repack", kv{"plan", opts.Kind}, kv{"rooms", rs.CollectionsRepacked}, kv{"liveness", liveness}, kv{"records_copied", rs.RecordsCopied},
+		kv{"bytes_copied", rs.BytesCopied}, kv{"garbage_records_dropped", rs.RecordsDropped}, kv{"state_records_dropped", ps.StatesDropped},
+		kv{"garbage_live_bytes_dropped", max(0, before.LiveBytes-after.LiveBytes)}, kv{"shards_retired", rs.ShardsRetired}, kv{"bytes_retired", rs.BytesRetired})
+	printLine(out, asJSON, "repack", kv{"disk_bytes_before", before.DiskBytes}, kv{"disk_bytes_after", after.DiskBytes}, kv{"returned", before.DiskBytes - after.DiskBytes},
+		kv{"shards_before", before.Shards}, kv{"shards_after", after.Shards}, kv{"live_bytes_before", before.LiveBytes}, kv{"live_bytes_after", after.LiveBytes})
 	return rs, nil
 }
 
 func statsCmd() *cobra.Command {
 	var store, room, walks string
-	var reads, cold bool
+	var reads, cold, asJSON bool
 	var limit int
 	c := &cobra.Command{
 		Use:   "stats --store DIR [--reads [--room ROOM_ID] [--walks W,...] [--cold]]",
@@ -686,7 +950,14 @@ this process's: another process's reads cannot be seen.`,
 			if limit <= 0 {
 				return fmt.Errorf("--limit must be positive, not %d", limit)
 			}
+			if err := nonEmptyFlag(cmd, "room", room); err != nil {
+				return err
+			}
+			if reads && asJSON {
+				return fmt.Errorf("--json does not apply to --reads yet (its read budgets are tables)")
+			}
 			if reads {
+				defer catchInterrupts("stats", func() string { return "stopped; stats writes nothing" })()
 				return statsReads(cmd.OutOrStdout(), store, room, walks, limit, cold)
 			}
 			eng, st, err := openStoreMode(store, false, true)
@@ -700,17 +971,35 @@ this process's: another process's reads cannot be seen.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "shards=%d disk_bytes=%d collections=%d live_records=%d live_bytes=%d rooms=%d\n",
-				s.Shards, s.DiskBytes, s.Collections, s.LiveRecords, s.LiveBytes, len(rooms))
+			f := []kv{{"shards", s.Shards}, {"disk_bytes", s.DiskBytes}, {"collections", s.Collections}, {"live_records", s.LiveRecords}, {"live_bytes", s.LiveBytes}, {"rooms", len(rooms)}}
+			if asJSON {
+				printLine(out, true, "stats", f...)
+			} else {
+				for i, x := range f {
+					if i > 0 {
+						fmt.Fprint(out, " ")
+					}
+					fmt.Fprintf(out, "%s=%v", x.k, x.v)
+				}
+				fmt.Fprintln(out)
+			}
 			sort.Slice(rooms, func(i, j int) bool { return rooms[i].Head().Events > rooms[j].Head().Events })
 			for i, r := range rooms {
 				if i == 10 {
-					fmt.Fprintf(out, "... %d more rooms\n", len(rooms)-10)
+					if asJSON {
+						printLine(out, true, "more_rooms", kv{"rooms", len(rooms) - 10})
+					} else {
+						fmt.Fprintf(out, "... %d more rooms (mtxdb rooms --store %s lists them all)\n", len(rooms)-10, store)
+					}
 					break
 				}
 				h := r.Head()
-				fmt.Fprintf(out, "room %s version=%s events=%d replayed=%t forward_extremities=%d\n",
-					h.RoomID, h.RoomVersion, h.Events, h.Replayed, len(h.ForwardExtremities))
+				if asJSON {
+					printLine(out, true, "room", kv{"room_id", h.RoomID}, kv{"version", h.RoomVersion}, kv{"events", h.Events}, kv{"replayed", h.Replayed}, kv{"forward_extremities", len(h.ForwardExtremities)})
+				} else {
+					fmt.Fprintf(out, "room %s version=%s events=%d replayed=%t forward_extremities=%d\n",
+						h.RoomID, h.RoomVersion, h.Events, h.Replayed, len(h.ForwardExtremities))
+				}
 			}
 			return nil
 		},
@@ -721,6 +1010,7 @@ this process's: another process's reads cannot be seen.`,
 	c.Flags().StringVar(&walks, "walks", "all", "with --reads: comma-separated walks ("+fmt.Sprint(repackplan.WalkKinds)+")")
 	c.Flags().IntVar(&limit, "limit", 1000, "with --reads: events of the backfill walk")
 	c.Flags().BoolVar(&cold, "cold", false, "with --reads: evict the shard files from the page cache before each walk")
+	jsonFlag(c, &asJSON)
 	return c
 }
 
@@ -752,17 +1042,23 @@ func statsReads(out io.Writer, store, roomID, walkList string, limit int, cold b
 		return fmt.Errorf("no replayed room to walk (mtxdb replay first)")
 	}
 	var total packstore.ReadCounters
+	bar := newProgress(out, int64(len(ids)*len(ws)), "walks", false)
 	for _, id := range ids {
+		bar.clear()
 		fmt.Fprintf(out, "room %s\n", id)
 		for _, w := range ws {
 			wb, err := measureWalk(store, id, w, limit, cold)
 			if err != nil {
+				bar.finish()
 				return err
 			}
+			bar.clear()
 			printBudget(out, "  ", wb)
+			bar.add(1)
 			total = total.Add(wb.Total)
 		}
 	}
+	bar.finish()
 	fmt.Fprintf(out, "reads: rooms=%d walks=%d reads=%d bytes=%d pages=%d seeks=%d cache_hits=%d\n",
 		len(ids), len(ws), total.Reads, total.Bytes, total.Pages, total.Seeks, total.CacheHits)
 	return nil

@@ -5,7 +5,8 @@
 //	mtxdb replay  --store DIR           state before/after every event, current state
 //	mtxdb verify  --store DIR [--expected DIR]  structural check, and against recorded state
 //	mtxdb repack  --store DIR           rewrite rooms in walk order, drop garbage
-//	mtxdb stats   --store DIR           shards, bytes, rooms
+//	mtxdb stats   --store DIR           shards, bytes, the largest rooms
+//	mtxdb rooms   --store DIR [--json]  every room: version, events, replayed, bytes
 //	mtxdb demo                          the main job on the bundled real rooms
 package main
 
@@ -61,7 +62,7 @@ func main() {
 		return pprof.StartCPUProfile(f)
 	}
 	defer pprof.StopCPUProfile() // a no-op when no profile was started
-	root.AddCommand(importCmd(), replayCmd(), verifyCmd(), repackCmd(), statsCmd(), benchRepackCmd(), demoCmd(), stateCmd(), benchResolverCmd(), genCmd())
+	root.AddCommand(importCmd(), replayCmd(), verifyCmd(), repackCmd(), statsCmd(), roomsCmd(), benchRepackCmd(), demoCmd(), stateCmd(), benchResolverCmd(), genCmd())
 	if err := root.Execute(); err != nil {
 		pprof.StopCPUProfile()
 		var ee exitError
