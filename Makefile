@@ -4,7 +4,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: bench-replay bench-repack all deps build demo test test-dendrite vet fuzz bench bench-resolver crash crash-bitflips clean
+.PHONY: bench-replay bench-repack all deps build demo test test-dendrite vet fuzz bench bench-micro bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -65,7 +65,8 @@ crash: deps
 crash-bitflips: deps
 	PACKSTORE_LONG=1 $(GO) test -count=1 -timeout 90m -run '^TestIndexFileBitFlips$$' -v ./packstore/ | grep -E '^(--- |ok|FAIL)'
 
-# Go micro-benchmarks of the hot paths, in their packages.
+# Go micro-benchmarks of the hot paths, in their packages (go test -bench .). Not
+# `make bench`, which is the cross-engine run below.
 bench-micro: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 

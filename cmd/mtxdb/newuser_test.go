@@ -394,3 +394,20 @@ func TestCLIProgress(t *testing.T) {
 		t.Errorf("a bar on a pipe without MTXDB_PROGRESS:\n%s", out)
 	}
 }
+
+// TestCLIDemoInterrupted: Ctrl-C during demo removes its temporary store, says so
+// and exits 130.
+func TestCLIDemoInterrupted(t *testing.T) {
+	rooms := t.TempDir()
+	if err := os.Symlink(room("room003"), filepath.Join(rooms, "room003")); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runInterrupted(t, "demo-imported", "demo", "--rooms", rooms)
+	m := regexp.MustCompile(`into (\S+)`).FindStringSubmatch(out)
+	if code != 130 || m == nil || !strings.Contains(errOut, "its temporary store was removed") {
+		t.Fatalf("interrupted demo: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if _, err := os.Stat(filepath.Dir(m[1])); err == nil {
+		t.Errorf("the demo's temporary store %s is left", m[1])
+	}
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -50,13 +49,13 @@ state after --event, or the state before it with --before.`,
 			if err != nil {
 				return err
 			}
-			entries, err := r.StateEntries(r.NewReader(), root)
+			entries, err := r.State(r.NewReader(), root)
 			if err != nil {
 				return err
 			}
 			lines := make([]string, 0, len(entries))
 			for k, v := range entries {
-				lines = append(lines, strings.Replace(k, "\x00", "\t", 1)+"\t"+v)
+				lines = append(lines, k.Type+"\t"+k.StateKey+"\t"+v)
 			}
 			sort.Strings(lines)
 			for _, l := range lines {
