@@ -576,7 +576,9 @@ func (r *Room) StateBefore(eventID string) (hamtstore.NodeID, error) {
 }
 
 // CurrentState is the room's current state snapshot: the resolution of the states
-// after its forward extremities, set by replay.
+// after its forward extremities, set by replay. Before the first replay it is the
+// zero NodeID, which reads as an empty state, and after an Import it is the state
+// of the last replay until the next one: check Head().Replayed first.
 func (r *Room) CurrentState() hamtstore.NodeID { return r.Head().CurrentState }
 
 // MembershipAt returns a user's membership ("join", "leave", "invite", "ban",

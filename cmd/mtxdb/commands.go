@@ -175,6 +175,7 @@ to continue. A second signal stops at once.`,
 			defer eng.Close()
 			out := cmd.OutOrStdout()
 			touched := map[string]bool{}
+			var all roomstate.ImportResult // over every input
 			stop := catchInterrupts("import", nil)
 			defer stop()
 			for n, path := range paths {
@@ -200,6 +201,14 @@ to continue. A second signal stops at once.`,
 				for _, id := range res.Rooms {
 					touched[id] = true
 				}
+				all.Read, all.Imported, all.Skipped, all.Variants = all.Read+res.Read, all.Imported+res.Imported, all.Skipped+res.Skipped, all.Variants+res.Variants
+			}
+			if len(paths) > 1 {
+				what := "import" // the text line "import: files=N ..."; JSON kind import_total
+				if asJSON {
+					what = "import_total"
+				}
+				printLine(out, asJSON, what, kv{"files", len(paths)}, kv{"read", all.Read}, kv{"imported", all.Imported}, kv{"skipped", all.Skipped}, kv{"variants", all.Variants}, kv{"rooms", len(touched)})
 			}
 			if !repack {
 				return nil
@@ -817,6 +826,10 @@ func planRooms(rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) 
 	defer bar.finish()
 	for _, r := range rooms {
 		cp, ps, err := repackplan.Plan(r, opts)
+		if errors.Is(err, repackplan.ErrNotReplayed) {
+			// Plans walk the state records: say what to run first. Nothing is repacked.
+			return plan, tot, fmt.Errorf("%w; run mtxdb replay on the store first (a plan follows the state records); nothing was repacked", err)
+		}
 		if err != nil {
 			return plan, tot, err
 		}

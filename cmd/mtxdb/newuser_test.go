@@ -112,6 +112,9 @@ func TestCLIVerifyUnreplayed(t *testing.T) {
 	if code != 2 || strings.Count(out, "room not replayed") != 1 || strings.Contains(out, "mismatch room=") {
 		t.Errorf("verify --expected before replay: exit %d\n%s", code, out)
 	}
+	if out, code := run(t, "repack", "--store", store); code != 1 || !strings.Contains(out, "run mtxdb replay on the store first") {
+		t.Errorf("repack before replay: exit %d\n%s", code, out)
+	}
 	mustRun(t, "replay", "--store", store)
 	out = mustRun(t, "verify", "--store", store, "--expected", room("room003"))
 	if field(t, out, "unreplayed") != 0 || field(t, out, "compared_events") == 0 {
@@ -195,7 +198,8 @@ func TestCLIImportDirectoryOfRooms(t *testing.T) {
 	}
 	store := filepath.Join(dir, "s")
 	out := mustRun(t, "import", "--store", store, rooms)
-	if strings.Count(out, "import ") != 2 || !strings.Contains(out, filepath.Join(rooms, "room003", "events.jsonl")) {
+	if strings.Count(out, "import ") != 2 || !strings.Contains(out, filepath.Join(rooms, "room003", "events.jsonl")) ||
+		!strings.Contains(out, "import: files=2 read=") {
 		t.Errorf("import of a directory of rooms:\n%s", out)
 	}
 	mustRun(t, "replay", "--store", store)
