@@ -966,12 +966,9 @@ this process's: another process's reads cannot be seen.`,
 			if err := nonEmptyFlag(cmd, "room", room); err != nil {
 				return err
 			}
-			if reads && asJSON {
-				return fmt.Errorf("--json does not apply to --reads yet (its read budgets are tables)")
-			}
 			if reads {
 				defer catchInterrupts("stats", func() string { return "stopped; stats writes nothing" })()
-				return statsReads(cmd.OutOrStdout(), store, room, walks, limit, cold)
+				return statsReads(cmd.OutOrStdout(), asJSON, store, room, walks, limit, cold)
 			}
 			eng, st, err := openStoreMode(store, false, true)
 			if err != nil {
@@ -1029,7 +1026,7 @@ this process's: another process's reads cannot be seen.`,
 
 // statsReads runs the walks over the selected replayed rooms and prints their read
 // budgets.
-func statsReads(out io.Writer, store, roomID, walkList string, limit int, cold bool) error {
+func statsReads(out io.Writer, asJSON bool, store, roomID, walkList string, limit int, cold bool) error {
 	ws, err := parseWalks(walkList)
 	if err != nil {
 		return err
@@ -1058,7 +1055,9 @@ func statsReads(out io.Writer, store, roomID, walkList string, limit int, cold b
 	bar := newProgress(out, int64(len(ids)*len(ws)), "walks", false)
 	for _, id := range ids {
 		bar.clear()
-		fmt.Fprintf(out, "room %s\n", id)
+		if !asJSON {
+			fmt.Fprintf(out, "room %s\n", id)
+		}
 		for _, w := range ws {
 			wb, err := measureWalk(store, id, w, limit, cold)
 			if err != nil {
@@ -1066,13 +1065,27 @@ func statsReads(out io.Writer, store, roomID, walkList string, limit int, cold b
 				return err
 			}
 			bar.clear()
-			printBudget(out, "  ", wb)
+			if asJSON {
+				kinds := map[string]map[string]int64{}
+				for k, c := range wb.Kinds {
+					kinds[k] = countersJSON(c)
+				}
+				printLine(out, true, "walk", kv{"room", id}, kv{"walk", wb.Walk}, kv{"events", wb.Events}, kv{"wall_us", wb.Wall.Microseconds()},
+					kv{"cold", wb.Cold}, kv{"total", countersJSON(wb.Total)}, kv{"kinds", kinds})
+			} else {
+				printBudget(out, "  ", wb)
+			}
 			bar.add(1)
 			total = total.Add(wb.Total)
 		}
 	}
 	bar.finish()
-	fmt.Fprintf(out, "reads: rooms=%d walks=%d reads=%d bytes=%d pages=%d seeks=%d cache_hits=%d\n",
-		len(ids), len(ws), total.Reads, total.Bytes, total.Pages, total.Seeks, total.CacheHits)
+	printLine(out, asJSON, "reads", kv{"rooms", len(ids)}, kv{"walks", len(ws)}, kv{"reads", total.Reads}, kv{"bytes", total.Bytes}, kv{"pages", total.Pages},
+		kv{"seeks", total.Seeks}, kv{"cache_hits", total.CacheHits})
 	return nil
+}
+
+// countersJSON names read counters as the text lines do.
+func countersJSON(c packstore.ReadCounters) map[string]int64 {
+	return map[string]int64{"reads": c.Reads, "bytes": c.Bytes, "pages": c.Pages, "seeks": c.Seeks, "cache_hits": c.CacheHits}
 }

@@ -415,3 +415,34 @@ func TestCLIDemoInterrupted(t *testing.T) {
 		t.Errorf("the demo's temporary store %s is left", m[1])
 	}
 }
+
+// TestCLIStatsReadsJSON: stats --reads --json prints one JSON object per walk and a
+// total whose counters add up.
+func TestCLIStatsReadsJSON(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	mustRun(t, "import", "--store", store, room("room003"))
+	mustRun(t, "replay", "--store", store)
+	out := mustRun(t, "stats", "--store", store, "--reads", "--json")
+	var walks int
+	var reads float64
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		switch m["kind"] {
+		case "walk":
+			walks++
+			reads += m["total"].(map[string]any)["reads"].(float64)
+		case "reads":
+			if m["walks"].(float64) != 4 || m["reads"].(float64) != reads || reads == 0 {
+				t.Errorf("total %v, walks summed to %.0f reads", m, reads)
+			}
+		default:
+			t.Errorf("unexpected line %s", l)
+		}
+	}
+	if walks != 4 {
+		t.Errorf("%d walk lines, want 4:\n%s", walks, out)
+	}
+}
