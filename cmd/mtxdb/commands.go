@@ -439,7 +439,7 @@ func loadExpectedDirs(paths []string) (map[string][]*testrooms.Expected, error) 
 			return nil, fmt.Errorf("%s holds no room directory (events.jsonl, expected_state.jsonl, meta.json)", p)
 		}
 		for _, d := range dirs {
-			exp, err := testrooms.LoadExpected(d)
+			exp, err := testrooms.OpenExpected(d)
 			if err != nil {
 				return nil, err
 			}
