@@ -132,6 +132,10 @@ type ReplayResult struct {
 	ConflictedKeys     int
 	AuthDifference     int // events in auth differences, summed over resolutions
 	FullConflicted     int // events in full conflicted sets, summed over resolutions
+	// PDUsParsed counts PDUs read from the store and parsed, the prefetcher's
+	// included: Events when every PDU is parsed once, more when authorisation or
+	// resolution asks again for a PDU the bounded cache no longer holds.
+	PDUsParsed         int
 	ForwardExtremities []string
 	CurrentState       hamtstore.NodeID
 }
@@ -363,6 +367,7 @@ func (rp *replay) run() (ReplayResult, error) {
 	}
 	rp.res.Resolutions, rp.res.ConflictedKeys = r.Resolutions, r.ConflictedKeys
 	rp.res.AuthDifference, rp.res.FullConflicted = r.AuthDifference, r.FullConflicted
+	rp.res.PDUsParsed = r.EventsLoaded
 	rp.res.ForwardExtremities, rp.res.CurrentState = fwd, cur
 	return rp.res, nil
 }
@@ -418,9 +423,9 @@ func (pf *prefetcher) take() {
 		return
 	}
 	if x, ok := <-pf.out; ok && x.pdu != nil {
+		pf.r.EventsLoaded++ // parsed on the prefetching goroutine
 		if !pf.r.pdus.Contains(x.id) {
-			pf.r.EventsLoaded++
-			pf.r.pdus.Add(x.id, x.pdu)
+			pf.r.keep(x.pdu)
 		}
 	}
 }

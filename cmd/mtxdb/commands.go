@@ -316,9 +316,9 @@ It prints one summary line; use verify --expected to compare with recorded state
 				return err
 			}
 			p50, p99 := percentile(durs, 0.50), percentile(durs, 0.99)
-			fmt.Fprintf(cmd.OutOrStdout(), "replay: rooms=%d events=%d computed=%d rejected=%d outliers=%d state_not_kept=%d rederived=%d resolutions=%d conflicted_keys=%d auth_difference=%d resolution_p50_us=%d resolution_p99_us=%d\n",
+			fmt.Fprintf(cmd.OutOrStdout(), "replay: rooms=%d events=%d computed=%d rejected=%d outliers=%d state_not_kept=%d rederived=%d resolutions=%d conflicted_keys=%d auth_difference=%d pdus_parsed=%d resolution_p50_us=%d resolution_p99_us=%d\n",
 				len(rooms), tot.Events, tot.Computed, tot.Rejected, tot.Outliers, tot.NotKept, tot.Rederived, tot.Resolutions, tot.ConflictedKeys, tot.AuthDifference,
-				p50.Microseconds(), p99.Microseconds())
+				tot.PDUsParsed, p50.Microseconds(), p99.Microseconds())
 			return nil
 		},
 	}
@@ -358,6 +358,7 @@ func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]ti
 		tot.NotKept += res.NotKept
 		tot.Rederived += res.Rederived
 		tot.AuthDifference += res.AuthDifference
+		tot.PDUsParsed += res.PDUsParsed
 		tot.Rejected += res.Rejected
 		tot.Resolutions += res.Resolutions
 		tot.ConflictedKeys += res.ConflictedKeys
