@@ -598,6 +598,16 @@ func (v *resView) AuthChildrenOf(h int32) []int32 {
 	return v.g.childHandles(h, v.r.upTo)
 }
 
+// Len implements AuthIndex: the room's events.
+func (v *resView) Len() int { return len(v.g.ids) }
+
+// UnconflictedOf implements AuthIndex (a failed lookup is kept in v.err and
+// answers "none").
+func (v *resView) UnconflictedOf(h int32) (int32, bool) { return v.unconflictedOf(h) }
+
+// SameKeyAncestor implements AuthIndex by jump pointers (graph.sameKeyAncestor).
+func (v *resView) SameKeyAncestor(z, u int32) bool { return v.g.sameKeyAncestor(z, u) }
+
 // StateKeyOfHandle implements AuthIndex.
 func (v *resView) StateKeyOfHandle(h int32) (Key, bool) {
 	if k := v.g.keyOf(h); k >= 0 {
