@@ -143,6 +143,10 @@ type ReplayResult struct {
 	ConflictedKeys     int
 	AuthDifference     int // events in auth differences, summed over resolutions
 	FullConflicted     int // events in full conflicted sets, summed over resolutions
+	// PDUsParsed counts PDUs read from the store and parsed, the prefetcher's
+	// included: Events when every PDU is parsed once, more when authorisation or
+	// resolution asks again for a PDU the bounded cache no longer holds.
+	PDUsParsed         int
 	ForwardExtremities []string
 	CurrentState       hamtstore.NodeID
 }
@@ -247,6 +251,7 @@ func (rp *replay) run() (ReplayResult, error) {
 			}
 			rp.res.Resolutions, rp.res.ConflictedKeys = r.Resolutions, r.ConflictedKeys
 			rp.res.AuthDifference, rp.res.FullConflicted = r.AuthDifference, r.FullConflicted
+			rp.res.PDUsParsed = r.EventsLoaded
 			return rp.res, fmt.Errorf("%w: room %s after %d of %d events", ErrStopped, room.ID(), p, len(order))
 		}
 		r.upTo = int32(p) - 1
@@ -385,6 +390,7 @@ func (rp *replay) run() (ReplayResult, error) {
 	}
 	rp.res.Resolutions, rp.res.ConflictedKeys = r.Resolutions, r.ConflictedKeys
 	rp.res.AuthDifference, rp.res.FullConflicted = r.AuthDifference, r.FullConflicted
+	rp.res.PDUsParsed = r.EventsLoaded
 	rp.res.ForwardExtremities, rp.res.CurrentState = fwd, cur
 	return rp.res, nil
 }
@@ -440,9 +446,9 @@ func (pf *prefetcher) take() {
 		return
 	}
 	if x, ok := <-pf.out; ok && x.pdu != nil {
+		pf.r.EventsLoaded++ // parsed on the prefetching goroutine
 		if !pf.r.pdus.Contains(x.id) {
-			pf.r.EventsLoaded++
-			pf.r.pdus.Add(x.id, x.pdu)
+			pf.r.keep(x.pdu)
 		}
 	}
 }

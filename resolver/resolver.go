@@ -70,8 +70,14 @@ type Resolver struct {
 	room *roomstate.Room
 	rd   *hamtstore.Reader
 	algo gomatrixserverlib.StateResAlgorithm
-	pdus *lru.Cache[string, gomatrixserverlib.PDU] // parsed PDUs, bounded
-	g    *graph                                    // the room's auth index, built on first use
+	pdus *lru.Cache[string, gomatrixserverlib.PDU] // parsed state PDUs, bounded
+	// cur is the last non-state PDU parsed (the event being replayed, usually): a
+	// message is read once, to authorise it, and no auth chain or resolution
+	// reads it again, so non-state PDUs stay out of the LRU, where they pushed
+	// out the member events authorisation asks for again (65% of a generated
+	// room's events are not state events).
+	cur gomatrixserverlib.PDU
+	g   *graph // the room's auth index, built on first use
 	// rej is the rejection status per graph index: 0 not known yet (read the
 	// state record), 1 accepted, 2 rejected.
 	rej []uint8
@@ -186,6 +192,9 @@ func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
 	if r.touched != nil {
 		r.touched[eventID] = true
 	}
+	if r.cur != nil && r.cur.EventID() == eventID {
+		return r.cur, nil
+	}
 	if p, ok := r.pdus.Get(eventID); ok {
 		return p, nil
 	}
@@ -198,8 +207,17 @@ func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
 		return nil, err
 	}
 	r.EventsLoaded++
-	r.pdus.Add(eventID, p)
+	r.keep(p)
 	return p, nil
+}
+
+// keep caches a parsed PDU: a state event in the LRU, another in cur.
+func (r *Resolver) keep(p gomatrixserverlib.PDU) {
+	if p.StateKey() == nil {
+		r.cur = p
+		return
+	}
+	r.pdus.Add(p.EventID(), p)
 }
 
 // eventIDOf returns the event a snapshot value names.
@@ -579,6 +597,16 @@ func (v *resView) AuthChildrenOf(h int32) []int32 {
 	}
 	return v.g.childHandles(h, v.r.upTo)
 }
+
+// Len implements AuthIndex: the room's events.
+func (v *resView) Len() int { return len(v.g.ids) }
+
+// UnconflictedOf implements AuthIndex (a failed lookup is kept in v.err and
+// answers "none").
+func (v *resView) UnconflictedOf(h int32) (int32, bool) { return v.unconflictedOf(h) }
+
+// SameKeyAncestor implements AuthIndex by jump pointers (graph.sameKeyAncestor).
+func (v *resView) SameKeyAncestor(z, u int32) bool { return v.g.sameKeyAncestor(z, u) }
 
 // StateKeyOfHandle implements AuthIndex.
 func (v *resView) StateKeyOfHandle(h int32) (Key, bool) {

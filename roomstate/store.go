@@ -563,7 +563,7 @@ func (n nodeStore) PutNodes(nodes []hamtstore.EncodedNode) error {
 	}
 	recs := make([]packstore.Record, len(nodes))
 	for i, nd := range nodes {
-		recs[i] = packstore.Record{ID: packstore.ID(nd.ID), Data: nd.Data}
+		recs[i] = packstore.Record{ID: packstore.ID(nd.ID), Data: nd.Data, Dense: true}
 	}
 	return n.eng.PutMany(n.coll, recs)
 }

@@ -359,7 +359,7 @@ are synced, the command prints its summary and how to continue, and exits 130
 			p50, p99 := percentile(durs, 0.50), percentile(durs, 0.99)
 			printLine(cmd.OutOrStdout(), asJSON, "replay", kv{"rooms", len(rooms)}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected},
 				kv{"outliers", tot.Outliers}, kv{"state_not_kept", tot.NotKept}, kv{"rederived", tot.Rederived}, kv{"resolutions", tot.Resolutions},
-				kv{"conflicted_keys", tot.ConflictedKeys}, kv{"auth_difference", tot.AuthDifference},
+				kv{"conflicted_keys", tot.ConflictedKeys}, kv{"auth_difference", tot.AuthDifference}, kv{"pdus_parsed", tot.PDUsParsed},
 				kv{"resolution_p50_us", p50.Microseconds()}, kv{"resolution_p99_us", p99.Microseconds()})
 			if stopped {
 				again := "mtxdb replay --store " + store
@@ -421,6 +421,7 @@ func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]ti
 		tot.NotKept += res.NotKept
 		tot.Rederived += res.Rederived
 		tot.AuthDifference += res.AuthDifference
+		tot.PDUsParsed += res.PDUsParsed
 		tot.Rejected += res.Rejected
 		tot.Resolutions += res.Resolutions
 		tot.ConflictedKeys += res.ConflictedKeys
@@ -535,7 +536,7 @@ func loadExpectedDirs(paths []string) (map[string][]*testrooms.Expected, error) 
 			return nil, fmt.Errorf("%s holds no room directory (events.jsonl, expected_state.jsonl, meta.json)", p)
 		}
 		for _, d := range dirs {
-			exp, err := testrooms.LoadExpected(d)
+			exp, err := testrooms.OpenExpected(d)
 			if err != nil {
 				return nil, err
 			}
@@ -585,7 +586,7 @@ func verifyRoomsTo(rooms []*roomstate.Room, exps map[string][]*testrooms.Expecte
 	for _, r := range rooms {
 		total += int64(r.Head().Events)
 		for _, exp := range exps[r.ID()] {
-			total += int64(len(exp.After))
+			total += int64(exp.States)
 		}
 	}
 	bar := newProgress(out, total, "verify", false)
@@ -607,7 +608,7 @@ func verifyRoomsTo(rooms []*roomstate.Room, exps map[string][]*testrooms.Expecte
 			bar.clear()
 			printProblem(out, asJSON, r.ID(), fmt.Sprintf("%v (its %d events are not checked)", err, n))
 			for _, exp := range exps[r.ID()] {
-				base += int64(len(exp.After))
+				base += int64(exp.States)
 			}
 			continue
 		}
@@ -626,7 +627,7 @@ func verifyRoomsTo(rooms []*roomstate.Room, exps map[string][]*testrooms.Expecte
 		for _, exp := range exps[r.ID()] {
 			if cr.Unreplayed > 0 {
 				v.problems++
-				base += int64(len(exp.After))
+				base += int64(exp.States)
 				bar.clear()
 				printProblem(out, asJSON, r.ID(), fmt.Sprintf("against %s: room not replayed (%d of %d events have no state record; mtxdb replay)", exp.Dir, cr.Unreplayed, cr.Events))
 				continue
@@ -639,7 +640,7 @@ func verifyRoomsTo(rooms []*roomstate.Room, exps map[string][]*testrooms.Expecte
 					fmt.Fprintln(out, m)
 				}
 			}, func(i int) { bar.set(base + int64(i)) })
-			base += int64(len(exp.After))
+			base += int64(exp.States)
 			bar.set(base)
 			if err != nil && lostStore(err) {
 				bar.finish()
