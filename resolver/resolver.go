@@ -608,6 +608,12 @@ func (v *resView) UnconflictedOf(h int32) (int32, bool) { return v.unconflictedO
 // SameKeyAncestor implements AuthIndex by jump pointers (graph.sameKeyAncestor).
 func (v *resView) SameKeyAncestor(z, u int32) bool { return v.g.sameKeyAncestor(z, u) }
 
+// SameKeyDepth implements AuthIndex.
+func (v *resView) SameKeyDepth(h int32) int32 { return v.g.link(h).sdepth }
+
+// SameKeyAncestorAt implements AuthIndex (graph.climb).
+func (v *resView) SameKeyAncestorAt(h, d int32) int32 { return v.g.climb(h, d) }
+
 // StateKeyOfHandle implements AuthIndex.
 func (v *resView) StateKeyOfHandle(h int32) (Key, bool) {
 	if k := v.g.keyOf(h); k >= 0 {
