@@ -31,17 +31,17 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 	}()
 	var authPDUs []gomatrixserverlib.PDU
 	for _, id := range pdu.AuthEventIDs() {
-		if r.Rejected(id) {
-			return fmt.Errorf("%w: event %s: auth event %s was rejected", ErrRejected, pdu.EventID(), id)
-		}
 		p, err := r.pdu(id)
 		if err != nil {
 			return err
 		}
-		if p.StateKey() == nil {
-			return fmt.Errorf("%w: event %s: auth event %s is not a state event", ErrRejected, pdu.EventID(), id)
-		}
 		authPDUs = append(authPDUs, p)
+	}
+	create := r.impliedCreate(pdu)
+	// Our rules first (authrules*.go: the auth_events rules, then every rule
+	// against the auth events), then gomatrixserverlib's Allowed as before.
+	if err := r.checkOurRules(pdu, authPDUs, create, true); err != nil {
+		return fmt.Errorf("%w: event %s: against its auth events: %w", ErrRejected, pdu.EventID(), err)
 	}
 	if err := r.cache.allowedOnce(pdu, authPDUs); err != nil {
 		return fmt.Errorf("%w: event %s: against its auth events: %v", ErrRejected, pdu.EventID(), err)
@@ -68,6 +68,9 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 		// one just computed (gomatrixserverlib.Allowed is a function of the event
 		// and those events).
 		return nil
+	}
+	if err := r.checkOurRules(pdu, statePDUs, create, false); err != nil {
+		return fmt.Errorf("%w: event %s: against the state before it: %w", ErrRejected, pdu.EventID(), err)
 	}
 	if err := r.cache.allowedOnce(pdu, statePDUs); err != nil {
 		return fmt.Errorf("%w: event %s: against the state before it: %v", ErrRejected, pdu.EventID(), err)

@@ -56,6 +56,13 @@ type ImportOptions struct {
 	// (with AnyOrder, a backfill reaches the create event last). Empty: such PDUs are
 	// refused with ErrNoCreateEvent.
 	RoomVersion string
+	// KeepGoing: a PDU that is not a valid event, or cannot be stored where it
+	// stands (unknown prev/auth events without AnyOrder, no m.room.create, another
+	// room's auth event, a conflicting copy), is refused, recorded in
+	// ImportResult.Refused with its line and reason, and the import goes on with the
+	// next, as a homeserver drops an invalid PDU (spec, Server-Server API, "Checks
+	// performed on receipt of a PDU", step 1). Without it Import stops at the first.
+	KeepGoing bool
 }
 
 // ImportResult counts what Import did.
@@ -67,6 +74,9 @@ type ImportResult struct {
 	// reference hash, so the same event: typically one copy is redacted).
 	Variants int
 	Rooms    []string // rooms touched, sorted
+	// Refused lists the PDUs not stored (KeepGoing), in input order, each with its
+	// line (or array element), event ID where it could be read, and reason.
+	Refused []*ImportError
 }
 
 // pendingRoom is a room being written by an import: its head as it will be after the
@@ -137,9 +147,12 @@ type queuedPDU struct {
 	header     pduHeader
 	headerErr  error
 	headerRead bool
-	version    gomatrixserverlib.RoomVersion // the version pdu was parsed for ("" when not parsed)
-	pdu        gomatrixserverlib.PDU
-	err        error
+	// sizeErr: the PDU breaks the size or field limits (checked before anything
+	// parses or hashes it)
+	sizeErr error
+	version gomatrixserverlib.RoomVersion // the version pdu was parsed for ("" when not parsed)
+	pdu     gomatrixserverlib.PDU
+	err     error
 }
 
 // parseAhead is how many PDUs are parsed together, spread over the cores.
@@ -163,11 +176,35 @@ func (imp *importer) drain() error {
 	imp.queued = imp.queued[:0:0]
 	imp.prepare(q)
 	for i := range q {
-		if err := imp.one(&q[i]); err != nil {
+		if err := imp.refuse(imp.one(&q[i])); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// refuse records a PDU's refusal and returns nil when the import keeps going
+// past it (ImportOptions.KeepGoing, and err is about that PDU, not the store);
+// otherwise it returns err.
+func (imp *importer) refuse(err error) error {
+	var ie *ImportError
+	if err == nil || !imp.opts.KeepGoing || !errors.As(err, &ie) || !isRefusal(ie.Err) {
+		return err
+	}
+	imp.res.Refused = append(imp.res.Refused, ie)
+	return nil
+}
+
+// isRefusal reports whether err is about the PDU itself (so a homeserver would
+// drop it and go on) rather than the store or the input stream.
+func isRefusal(err error) bool {
+	for _, s := range []error{ErrMalformedPDU, ErrUnknownRoomVersion, ErrEventIDMismatch, ErrMissingPrevEvent,
+		ErrMissingAuthEvent, ErrNoCreateEvent, ErrConflictingEvent, ErrTooLarge, ErrFieldTooLong, ErrOtherRoom} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // prepare parses each queued PDU whose room version is known before any of them
@@ -181,9 +218,16 @@ func (imp *importer) prepare(q []queuedPDU) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < len(q); i += workers {
+				if q[i].sizeErr = checkSize(q[i].raw); q[i].sizeErr != nil {
+					continue
+				}
+				q[i].sizeErr = checkFieldLimits(q[i].raw)
 				h, err := readHeader(q[i].raw)
 				q[i].header, q[i].headerErr, q[i].headerRead = h, err, true
 				if err != nil {
+					continue
+				}
+				if q[i].sizeErr != nil {
 					continue
 				}
 				var v gomatrixserverlib.RoomVersion
@@ -227,7 +271,13 @@ func (imp *importer) run(in io.Reader) error {
 		for ; dec.More(); n++ {
 			var raw json.RawMessage
 			if err := dec.Decode(&raw); err != nil {
-				return &ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: %v", ErrMalformedPDU, err)}
+				// The elements before it are stored; the decoder cannot find
+				// the next element's start, so the rest of the array is lost.
+				if derr := imp.drain(); derr != nil {
+					return derr
+				}
+				return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true,
+					Err: fmt.Errorf("%w: %v (the rest of the array cannot be read)", ErrMalformedPDU, err)})
 			}
 			if err := imp.queue(raw, n, true); err != nil {
 				return err
@@ -239,10 +289,10 @@ func (imp *importer) run(in io.Reader) error {
 		// The array must end with "]" and nothing but white space may follow:
 		// a second array or trailing bytes would otherwise be dropped unread.
 		if tok, err := dec.Token(); err != nil || tok != json.Delim(']') {
-			return &ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: the array does not end with ] after element %d (%v)", ErrMalformedPDU, n-1, err)}
+			return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: the array does not end with ] after element %d (%v)", ErrMalformedPDU, n-1, err)})
 		}
 		if _, err := dec.Token(); err != io.EOF {
-			return &ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: data after the closing ] of the array", ErrMalformedPDU)}
+			return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: data after the closing ] of the array", ErrMalformedPDU)})
 		}
 		return nil
 	}
@@ -295,7 +345,13 @@ func (imp *importer) one(q *queuedPDU) error {
 	}
 	h, err := q.header, q.headerErr
 	if !q.headerRead {
+		if q.sizeErr = checkSize(raw); q.sizeErr == nil {
+			q.sizeErr = checkFieldLimits(raw)
+		}
 		h, err = readHeader(raw)
+	}
+	if q.sizeErr != nil {
+		return fail(imp.refusedEventID(h, raw), q.sizeErr)
 	}
 	if err != nil {
 		return fail("", err)
@@ -389,7 +445,19 @@ func (imp *importer) one(q *queuedPDU) error {
 		}
 		for _, a := range pdu.AuthEventIDs() {
 			if _, ok := pr.known[a]; !ok {
+				if other := imp.roomOf(a, roomID); other != "" {
+					return fail(eventID, otherRoomError(version, a, other))
+				}
 				return fail(eventID, fmt.Errorf("%w: %s", ErrMissingAuthEvent, a))
+			}
+		}
+	} else {
+		for _, a := range pdu.AuthEventIDs() {
+			if _, own := pr.known[a]; own {
+				continue
+			}
+			if other := imp.roomOf(a, roomID); other != "" {
+				return fail(eventID, otherRoomError(version, a, other))
 			}
 		}
 	}

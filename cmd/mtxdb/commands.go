@@ -136,21 +136,25 @@ func importCmd() *cobra.Command {
 	var store, roomVersion string
 	var rf repackFlags
 	var batch int
-	var anyOrder, repack bool
+	var anyOrder, repack, strict bool
 	c := &cobra.Command{
-		Use:   "import --store DIR [--any-order [--room-version V]] [--repack [--plan KIND] [--liveness all|every-k [--every K]]] PATH...",
+		Use:   "import --store DIR [--strict] [--any-order [--room-version V]] [--repack [--plan KIND] [--liveness all|every-k [--every K]]] PATH...",
 		Short: "Import PDUs (JSON lines or a JSON array; or room directories with events.jsonl)",
 		Long: `Import reads PDUs and stores each new one with its prev/auth edges. Every PDU's
 prev_events and auth_events must be in the store or earlier in the input; a room's
-first PDU must be its m.room.create. Events already stored are skipped, so a failed
-import can be re-run. On bad input it stops with the file, line and event; what came
-before that line is kept and synced. With --any-order, PDUs may come before their
+first PDU must be its m.room.create. Events already stored are skipped, so an import
+can be re-run. A PDU that is not a valid event (over 65,536 bytes, a field over 255
+bytes, malformed JSON, a bad event ID, an unknown room version) or cannot be placed
+(unknown prev/auth events, no m.room.create yet, an auth event of another room) is
+refused: a "refused FILE line N (event ID): reason" line, and the import goes on with
+the next PDU, as a homeserver drops an invalid PDU. The summary counts refused=N; the
+exit status is 0 unless --strict is given, then 2 when anything was refused. With --any-order, PDUs may come before their
 prev/auth events (a backfill, newest first): replay then sorts them and leaves out as
 outliers events whose ancestors never arrive; --room-version names the version of a
 room whose m.room.create comes later. --repack replays and repacks the rooms just
 imported, with --plan, --liveness and --every as in mtxdb repack.`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) (rerr error) {
 			if batch <= 0 {
 				return fmt.Errorf("--batch must be positive, not %d", batch)
 			}
@@ -179,10 +183,21 @@ imported, with --plan, --liveness and --every as in mtxdb repack.`,
 			defer eng.Close()
 			out := cmd.OutOrStdout()
 			touched := map[string]bool{}
+			refused := 0
+			defer func() {
+				if strict && refused > 0 && rerr == nil {
+					fmt.Fprintf(out, "import: %d PDUs refused (--strict)\n", refused)
+					rerr = exitError(2)
+				}
+			}()
 			for _, path := range paths {
-				res, err := importFile(st, path, roomstate.ImportOptions{BatchSize: batch, AnyOrder: anyOrder, RoomVersion: roomVersion}, out)
-				fmt.Fprintf(out, "import %s: read=%d imported=%d skipped=%d variants=%d rooms=%d\n",
-					path, res.Read, res.Imported, res.Skipped, res.Variants, len(res.Rooms))
+				res, err := importFile(st, path, roomstate.ImportOptions{BatchSize: batch, AnyOrder: anyOrder, RoomVersion: roomVersion, KeepGoing: true}, out)
+				for _, r := range res.Refused {
+					fmt.Fprintf(out, "refused %s\n", r)
+				}
+				refused += len(res.Refused)
+				fmt.Fprintf(out, "import %s: read=%d imported=%d skipped=%d variants=%d refused=%d rooms=%d\n",
+					path, res.Read, res.Imported, res.Skipped, res.Variants, len(res.Refused), len(res.Rooms))
 				if err != nil {
 					return err
 				}
@@ -215,6 +230,7 @@ imported, with --plan, --liveness and --every as in mtxdb repack.`,
 	c.Flags().StringVar(&store, "store", "", "store directory (created if missing)")
 	c.Flags().IntVar(&batch, "batch", 1000, "events written and synced per batch")
 	c.Flags().BoolVar(&anyOrder, "any-order", false, "accept PDUs before their prev/auth events (backfill order)")
+	c.Flags().BoolVar(&strict, "strict", false, "exit with status 2 when any PDU was refused (they are refused and reported either way)")
 	c.Flags().BoolVar(&repack, "repack", false, "after importing, replay the rooms imported and repack them (an exported room)")
 	rf.register(c, "plan kind for --repack")
 	c.Flags().StringVar(&roomVersion, "room-version", "", "room version of rooms whose m.room.create is not first (with --any-order)")

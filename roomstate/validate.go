@@ -1,0 +1,136 @@
+package roomstate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/matrix-org/gomatrixserverlib"
+)
+
+// Errors of the checks a PDU must pass to be a valid event at all (spec,
+// Server-Server API, "Checks performed on receipt of a PDU", step 1: an invalid event
+// is dropped). Import refuses such a PDU with its line and goes on.
+var (
+	// ErrTooLarge is returned for a PDU over 65,536 bytes as canonical JSON (spec,
+	// Client-Server API, "Size limits").
+	ErrTooLarge = errors.New("roomstate: PDU over the 65,536-byte size limit")
+	// ErrFieldTooLong is returned for a sender, room_id, state_key, type or event_id
+	// over 255 bytes (spec, Client-Server API, "Size limits"; Appendices, "Identifier
+	// grammar": user, room and event IDs).
+	ErrFieldTooLong = errors.New("roomstate: PDU field over its size limit")
+	// ErrOtherRoom is returned for a PDU whose auth_events name an event of another
+	// room (spec, room versions 1-11 authorization rule 2.5, version 12 rule 3.4).
+	ErrOtherRoom = errors.New("roomstate: auth event of another room")
+)
+
+// MaxPDUBytes is the size limit of a PDU, in bytes of canonical JSON (spec,
+// Client-Server API, "Size limits": "The complete event MUST NOT be larger than 65536
+// bytes, when formatted with the federation event format, including any signatures,
+// and encoded as Canonical JSON").
+const MaxPDUBytes = 65536
+
+// MaxFieldBytes is the limit of sender, room_id, state_key, type and event_id
+// (spec, "Size limits"; the user, room and event ID grammars give 255 bytes too).
+const MaxFieldBytes = 255
+
+// checkSize refuses a PDU over MaxPDUBytes. It runs first, on the raw bytes, before
+// anything parses or hashes the PDU: raw JSON is never shorter than its canonical
+// form by more than its insignificant white space and escapes, so only a PDU whose
+// raw bytes exceed the limit is canonicalised to measure it exactly.
+func checkSize(raw []byte) error {
+	if len(raw) <= MaxPDUBytes {
+		return nil
+	}
+	canon, err := gomatrixserverlib.CanonicalJSON(raw)
+	if err != nil {
+		return fmt.Errorf("%w: %d bytes, and not valid JSON (%v)", ErrTooLarge, len(raw), err)
+	}
+	if len(canon) > MaxPDUBytes {
+		return fmt.Errorf("%w: %d bytes as canonical JSON", ErrTooLarge, len(canon))
+	}
+	return nil
+}
+
+// limitsHeader is the part of a PDU the field limits read.
+type limitsHeader struct {
+	Sender   string  `json:"sender"`
+	RoomID   string  `json:"room_id"`
+	StateKey *string `json:"state_key"`
+	Type     string  `json:"type"`
+	EventID  string  `json:"event_id"`
+}
+
+// checkFieldLimits refuses a PDU with a sender, room_id, state_key, type or event_id
+// over MaxFieldBytes (spec, Client-Server API, "Size limits").
+func checkFieldLimits(raw []byte) error {
+	var h limitsHeader
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return nil // readHeader reports malformed JSON
+	}
+	sk := ""
+	if h.StateKey != nil {
+		sk = *h.StateKey
+	}
+	for _, f := range []struct{ name, v string }{
+		{"sender", h.Sender}, {"room_id", h.RoomID}, {"state_key", sk}, {"type", h.Type}, {"event_id", h.EventID},
+	} {
+		if len(f.v) > MaxFieldBytes {
+			return fmt.Errorf("%w: %s is %d bytes (at most %d)", ErrFieldTooLong, f.name, len(f.v), MaxFieldBytes)
+		}
+	}
+	return nil
+}
+
+// roomOf returns a room other than not, among those this import touched, that
+// holds event id; "" if none does. It runs only for an auth event the PDU's own
+// room does not hold (rooms the import never touched are not searched).
+func (imp *importer) roomOf(id, not string) string {
+	for rid, pr := range imp.rooms {
+		if rid == not || pr == nil {
+			continue
+		}
+		if _, ok := pr.known[id]; ok {
+			return rid
+		}
+	}
+	return ""
+}
+
+// otherRoomError is the refusal of a PDU citing auth event id of room other: the
+// authorization rule "if any event in auth_events has a room_id which does not match
+// that of the event being authorised, reject" (rule 2.5 in room versions 1-11, 3.4
+// in version 12, as the spec pages number them).
+func otherRoomError(version gomatrixserverlib.RoomVersion, id, other string) error {
+	rule := "2.5"
+	if version == gomatrixserverlib.RoomVersionV12 {
+		rule = "3.4"
+	}
+	return fmt.Errorf("%w: auth event %s is an event of room %s (authorization rule %s of room version %s)",
+		ErrOtherRoom, id, other, rule, version)
+}
+
+// refusedEventID names a PDU refused before it was parsed: its event_id field
+// (room versions 1 and 2 carry one; exports of later versions often do), or else
+// its reference hash computed without the checks it failed; "" if neither works.
+func (imp *importer) refusedEventID(h pduHeader, raw []byte) string {
+	if h.EventID != "" {
+		return h.EventID
+	}
+	v := gomatrixserverlib.RoomVersion(imp.opts.RoomVersion)
+	if pr, ok := imp.rooms[h.RoomID]; ok && pr != nil {
+		v = gomatrixserverlib.RoomVersion(pr.head.RoomVersion)
+	} else if cv, err := createRoomVersion(h); err == nil && h.Type == "m.room.create" {
+		v = cv
+	}
+	verImpl, err := gomatrixserverlib.GetRoomVersion(v)
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = recover() }()
+	ev, err := verImpl.NewEventFromTrustedJSON(raw, false)
+	if err != nil {
+		return ""
+	}
+	return ev.EventID()
+}
