@@ -185,7 +185,10 @@ type authCtx struct {
 // the auth_events ones to p against the auth events in byKey (one per key: its
 // auth events, or the state before it), and returns the rule that decided: allowed,
 // or rejected as an *AuthRuleError. In v12 the create event comes from create (the
-// room ID names it), in 1-11 from byKey. Rules that need the servers' signing keys
+// room ID names it), in 1-11 from byKey; v12's rule 2 (the room ID names the
+// accepted create event) is CheckAuthEvents' (on receipt: state resolution takes
+// the create event it is given, as the Ruma v12 vectors, whose room IDs are made
+// up, require). Rules that need the servers' signing keys
 // (member.via.signature) are not applied here. Versions other than 1-12 return a
 // zero decision and nil.
 func CheckRules(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU, create gomatrixserverlib.PDU) (AuthDecision, error) {
@@ -218,9 +221,6 @@ func (a *authCtx) evaluate() (id string, ok bool, detail string) {
 			return rej("room_id.create", "no m.room.create for room %s", p.RoomID().String())
 		}
 		return rej("auth_events.no_create", "no m.room.create among the auth events")
-	}
-	if v >= 12 && "!"+strings.TrimPrefix(a.create.EventID(), "$") != p.RoomID().String() {
-		return rej("room_id.create", "room %s is not named after the create event %s", p.RoomID().String(), a.create.EventID())
 	}
 	var cc struct {
 		Federate *bool `json:"m.federate"`

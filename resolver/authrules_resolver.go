@@ -21,25 +21,16 @@ func (r *Resolver) impliedCreate(p gomatrixserverlib.PDU) gomatrixserverlib.PDU 
 	return c
 }
 
-// checkOurRules applies this package's authorization rules (CheckAuthEvents when
-// onReceipt, for the events p cites; then CheckRules) to p against events, which
-// hold one event per key unless CheckAuthEvents has refused them. It returns nil or
-// an *AuthRuleError.
-func (r *Resolver) checkOurRules(p gomatrixserverlib.PDU, events []gomatrixserverlib.PDU, create gomatrixserverlib.PDU, onReceipt bool) error {
-	if onReceipt {
-		if err := CheckAuthEvents(p, events, r.Rejected, create); err != nil {
-			return err
-		}
-	}
-	byKey := make(map[Key]gomatrixserverlib.PDU, len(events)+1)
-	for _, e := range events {
+// checkRulesList applies CheckRules to p against a list of auth events (the last
+// per key counts, as in gomatrixserverlib's NewAuthEvents; in v12 the create event
+// among them is the one the room ID names).
+func checkRulesList(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU) error {
+	byKey := make(map[Key]gomatrixserverlib.PDU, len(list))
+	for _, e := range list {
 		if e.StateKey() != nil {
 			byKey[keyOf(e)] = e
 		}
 	}
-	if create != nil {
-		byKey[Key{spec.MRoomCreate, ""}] = create
-	}
-	_, err := CheckRules(p, byKey, create)
+	_, err := CheckRules(p, byKey, byKey[Key{spec.MRoomCreate, ""}])
 	return err
 }

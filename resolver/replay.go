@@ -37,10 +37,10 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 		}
 		authPDUs = append(authPDUs, p)
 	}
-	create := r.impliedCreate(pdu)
-	// Our rules first (authrules*.go: the auth_events rules, then every rule
-	// against the auth events), then gomatrixserverlib's Allowed as before.
-	if err := r.checkOurRules(pdu, authPDUs, create, true); err != nil {
+	// The rules on auth_events (authrules_check.go) first; then the rules
+	// against the auth events and the state (ours, then gomatrixserverlib's
+	// Allowed: allowedList).
+	if err := CheckAuthEvents(pdu, authPDUs, r.Rejected, r.impliedCreate(pdu)); err != nil {
 		return fmt.Errorf("%w: event %s: against its auth events: %w", ErrRejected, pdu.EventID(), err)
 	}
 	if err := r.cache.allowedOnce(pdu, authPDUs); err != nil {
@@ -68,9 +68,6 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 		// one just computed (gomatrixserverlib.Allowed is a function of the event
 		// and those events).
 		return nil
-	}
-	if err := r.checkOurRules(pdu, statePDUs, create, false); err != nil {
-		return fmt.Errorf("%w: event %s: against the state before it: %w", ErrRejected, pdu.EventID(), err)
 	}
 	if err := r.cache.allowedOnce(pdu, statePDUs); err != nil {
 		return fmt.Errorf("%w: event %s: against the state before it: %v", ErrRejected, pdu.EventID(), err)
