@@ -1,6 +1,8 @@
 package roomstate
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,9 +84,10 @@ func checkFieldLimits(raw []byte) error {
 	return nil
 }
 
-// roomOf returns a room other than not, among those this import touched, that
-// holds event id; "" if none does. It runs only for an auth event the PDU's own
-// room does not hold (rooms the import never touched are not searched).
+// roomOf returns a room other than not that holds event id: one this import
+// touched, or else one in the store; "" if none does. It runs only for an auth
+// event the PDU's own room does not hold, so the store's rooms are read only on
+// that path (one metadata lookup per room).
 func (imp *importer) roomOf(id, not string) string {
 	for rid, pr := range imp.rooms {
 		if rid == not || pr == nil {
@@ -92,6 +95,18 @@ func (imp *importer) roomOf(id, not string) string {
 		}
 		if _, ok := pr.known[id]; ok {
 			return rid
+		}
+	}
+	rooms, err := imp.s.Rooms()
+	if err != nil {
+		return ""
+	}
+	for _, r := range rooms {
+		if _, touched := imp.rooms[r.ID()]; touched || r.ID() == not {
+			continue
+		}
+		if _, err := r.Meta(id); err == nil {
+			return r.ID()
 		}
 	}
 	return ""
@@ -112,7 +127,8 @@ func otherRoomError(version gomatrixserverlib.RoomVersion, id, other string) err
 
 // refusedEventID names a PDU refused before it was parsed: its event_id field
 // (room versions 1 and 2 carry one; exports of later versions often do), or else
-// its reference hash computed without the checks it failed; "" if neither works.
+// its reference hash, computed here without the checks it failed (an oversized PDU
+// is still named); "" if neither works.
 func (imp *importer) refusedEventID(h pduHeader, raw []byte) string {
 	if h.EventID != "" {
 		return h.EventID
@@ -124,13 +140,43 @@ func (imp *importer) refusedEventID(h pduHeader, raw []byte) string {
 		v = cv
 	}
 	verImpl, err := gomatrixserverlib.GetRoomVersion(v)
+	if err != nil || verImpl.EventIDFormat() == gomatrixserverlib.EventIDFormatV1 {
+		return ""
+	}
+	return referenceEventID(verImpl, raw)
+}
+
+// referenceEventID is the event ID of a room version 3+ PDU: "$" and the unpadded
+// base64 (URL-safe from version 4) of the SHA-256 of its redacted form without
+// signatures and unsigned, as canonical JSON (spec, Server-Server API, "Calculating
+// the reference hash for an event"; room versions 3 and 4, "Event IDs").
+func referenceEventID(verImpl gomatrixserverlib.IRoomVersion, raw []byte) (id string) {
+	defer func() {
+		if recover() != nil {
+			id = ""
+		}
+	}()
+	red, err := verImpl.RedactEventJSON(raw)
 	if err != nil {
 		return ""
 	}
-	defer func() { _ = recover() }()
-	ev, err := verImpl.NewEventFromTrustedJSON(raw, false)
+	var m map[string]json.RawMessage
+	if json.Unmarshal(red, &m) != nil {
+		return ""
+	}
+	delete(m, "signatures")
+	delete(m, "unsigned")
+	delete(m, "event_id")
+	b, err := json.Marshal(m)
 	if err != nil {
 		return ""
 	}
-	return ev.EventID()
+	if b, err = gomatrixserverlib.CanonicalJSON(b); err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	if verImpl.EventIDFormat() == gomatrixserverlib.EventIDFormatV2 {
+		return "$" + base64.RawStdEncoding.EncodeToString(sum[:])
+	}
+	return "$" + base64.RawURLEncoding.EncodeToString(sum[:])
 }

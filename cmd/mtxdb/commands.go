@@ -384,8 +384,9 @@ func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]ti
 func verifyCmd() *cobra.Command {
 	var store, room string
 	var expected []string
+	var listRejected bool
 	c := &cobra.Command{
-		Use:   "verify --store DIR [--room ROOM_ID] [--expected DIR]...",
+		Use:   "verify --store DIR [--room ROOM_ID] [--expected DIR]... [--rejected]",
 		Short: "Check every record and snapshot; compare with recorded state",
 		Long: `Verify reads every record of each room: PDUs, metadata, state records, every
 distinct snapshot (node hashes, canonical CHAMP shape, entries naming state events of
@@ -393,7 +394,9 @@ their key). With --expected (a room directory with expected_state.jsonl, or a di
 of such rooms) it also compares the state after every event and the current state with
 what the origin server recorded, printing each mismatch with room, event, key, ours,
 recorded. Events whose state an every-k repack dropped (mtxdb repack --liveness
-every-k) are counted as state_not_kept and not compared. A recorded room directory needs meta.json naming its room_id. Exit status 2
+every-k) are counted as state_not_kept and not compared. The summary counts the
+events replay rejected; --rejected prints each as "rejected room=… event=…: reason",
+the reason naming the authorization rule. A recorded room directory needs meta.json naming its room_id. Exit status 2
 when anything is wrong: a mismatch, a room that fails its check, a recorded room the
 store lacks, or a store that fails to open as corrupt; 1 for usage and I/O errors.`,
 		Args: cobra.NoArgs,
@@ -417,6 +420,11 @@ store lacks, or a store that fails to open as corrupt; 1 for usage and I/O error
 			if err != nil {
 				return err
 			}
+			if listRejected {
+				if err := printRejected(rooms, cmd.OutOrStdout()); err != nil {
+					return err
+				}
+			}
 			if r := eng.OpenReport(); r.TruncatedBytes > 0 {
 				// A bad tail (opened read-only, it stays on disk): after a crash
 				// that is unsynced data, but verify cannot tell it from lost data
@@ -425,8 +433,8 @@ store lacks, or a store that fails to open as corrupt; 1 for usage and I/O error
 				fmt.Fprintf(cmd.OutOrStdout(), "problem store: %s has a torn or cut-short tail of %d bytes at offset %d, left on disk (index from %s)\n",
 					r.TruncatedFile, r.TruncatedBytes, r.TruncatedAt, r.Source)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "verify: rooms=%d events=%d snapshots=%d state_not_kept=%d compared_events=%d compared_room_dirs=%d mismatches=%d problems=%d\n",
-				len(rooms), v.events, v.snapshots, v.notKept, v.compared, v.comparedRooms, v.mismatches, v.problems)
+			fmt.Fprintf(cmd.OutOrStdout(), "verify: rooms=%d events=%d snapshots=%d state_not_kept=%d compared_events=%d compared_room_dirs=%d mismatches=%d problems=%d rejected=%d\n",
+				len(rooms), v.events, v.snapshots, v.notKept, v.compared, v.comparedRooms, v.mismatches, v.problems, v.rejected)
 			if v.mismatches > 0 || v.problems > 0 {
 				return exitError(2)
 			}
@@ -436,6 +444,7 @@ store lacks, or a store that fails to open as corrupt; 1 for usage and I/O error
 	c.Flags().StringVar(&store, "store", "", "store directory")
 	c.Flags().StringVar(&room, "room", "", "verify only this room ID")
 	c.Flags().StringArrayVar(&expected, "expected", nil, "room directory, or directory of rooms, with recorded state")
+	c.Flags().BoolVar(&listRejected, "rejected", false, "print each rejected event with the reason replay recorded (the authorization rule)")
 	return c
 }
 
@@ -482,6 +491,8 @@ type verifyTotals struct {
 	events, snapshots, compared, comparedRooms, mismatches, problems int
 	// notKept: events whose state an every-k repack dropped (not compared, not a problem).
 	notKept int
+	// rejected: events replay rejected (their reasons: verify --rejected).
+	rejected int
 }
 
 // verifyRooms checks every room and compares those with recorded state. A room that
@@ -501,6 +512,7 @@ func verifyRooms(rooms []*roomstate.Room, exps map[string][]*testrooms.Expected,
 		v.events += cr.Events
 		v.snapshots += cr.Snapshots
 		v.notKept += cr.NotKept
+		v.rejected += cr.Rejected
 		for _, exp := range exps[r.ID()] {
 			res, err := testrooms.Compare(r, exp, func(m testrooms.Mismatch) { fmt.Fprintln(out, m) })
 			if err != nil {
