@@ -20,6 +20,7 @@ import (
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/testrooms"
+	"github.com/mtxdb/mtxdb/testrooms/gen"
 )
 
 // importKeepGoing imports in (a file's content) into st as a homeserver would:
@@ -394,4 +395,91 @@ func TestInvalidPDUKinds(t *testing.T) {
 	require.ErrorIs(t, res2.Refused[len(res2.Refused)-1], roomstate.ErrMalformedPDU)
 	require.True(t, res2.Refused[len(res2.Refused)-1].Element)
 	require.Equal(t, len(valid)-(len(refusals)-1), res2.Imported)
+}
+
+// TestSignaturesWithKeys: with the servers' keys, import refuses PDUs without valid
+// signatures and keeps the rest. A generated room (v10 and v12, keys from
+// gen.KeyRing) imports whole and replays to its expected state; one PDU with a
+// damaged signature, and all of them under another key seed, are refused. A
+// restricted join (v10) needs the authorising user's server's signature too
+// (authorization rule 4.2.1).
+func TestSignaturesWithKeys(t *testing.T) {
+	for _, version := range []string{"10", "12"} {
+		t.Run("gen v"+version, func(t *testing.T) {
+			opts := gen.DefaultOptions()
+			opts.Seed, opts.Events, opts.Servers, opts.RoomVersion = 5, 150, 3, version
+			dir := filepath.Join(t.TempDir(), "room")
+			_, err := gen.Generate(opts, dir, nil)
+			require.NoError(t, err)
+			raw, err := os.ReadFile(filepath.Join(dir, "events.jsonl"))
+			require.NoError(t, err)
+			keys := gen.KeyRing(opts)
+			_, st := openStore(t)
+			res, err := st.Import(strings.NewReader(string(raw)), "gen", roomstate.ImportOptions{KeepGoing: true, Keys: keys})
+			require.NoError(t, err)
+			require.Empty(t, res.Refused)
+			rooms, err := st.Rooms()
+			require.NoError(t, err)
+			_, err = resolver.Replay(rooms[0], resolver.ReplayOptions{})
+			require.NoError(t, err)
+			exp, err := testrooms.LoadExpected(dir)
+			require.NoError(t, err)
+			cmp, err := testrooms.Compare(rooms[0], exp, func(m testrooms.Mismatch) { t.Error(m) })
+			require.NoError(t, err)
+			require.Zero(t, cmp.Mismatches)
+
+			// The last line's signature damaged (its first base64 character changed).
+			lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+			last := lines[len(lines)-1]
+			i := strings.Index(last, `"ed25519:gen":"`) + len(`"ed25519:gen":"`)
+			flip := "A"
+			if last[i] == 'A' {
+				flip = "B"
+			}
+			lines[len(lines)-1] = last[:i] + flip + last[i+1:]
+			_, st2 := openStore(t)
+			res, err = st2.Import(strings.NewReader(strings.Join(lines, "\n")), "gen", roomstate.ImportOptions{KeepGoing: true, Keys: keys})
+			require.NoError(t, err)
+			require.Len(t, res.Refused, 1)
+			require.ErrorIs(t, res.Refused[0], roomstate.ErrBadSignature)
+			require.Equal(t, len(lines), res.Refused[0].Line)
+
+			other := opts
+			other.KeySeed = 99
+			_, st3 := openStore(t)
+			res, err = st3.Import(strings.NewReader(string(raw)), "gen", roomstate.ImportOptions{KeepGoing: true, Keys: gen.KeyRing(other)})
+			require.NoError(t, err)
+			require.Zero(t, res.Imported)
+			require.ErrorIs(t, res.Refused[0], roomstate.ErrBadSignature)
+		})
+	}
+	t.Run("restricted join v10", func(t *testing.T) {
+		c := newChain(t, "10", "!restricted:a.test")
+		c.add(alice, spec.MRoomJoinRules, ptr(""), map[string]any{"join_rule": "restricted",
+			"allow": []map[string]any{{"type": "m.room_membership", "room_id": "!space:a.test"}}}, nil)
+		via := map[string]any{"membership": "join", "join_authorised_via_users_server": alice}
+		unsigned := c.add("@carol:c.test", spec.MRoomMember, ptr("@carol:c.test"), via, func(*gomatrixserverlib.ProtoEvent) bool { return false })
+		signed := c.add("@carol:c.test", spec.MRoomMember, ptr("@carol:c.test"), map[string]any{"membership": "join",
+			"join_authorised_via_users_server": alice, "displayname": "Carol"}, nil)
+		c.lines[len(c.lines)-1] = string(signed.Sign("a.test", "ed25519:1", c.key).JSON())
+		pub := c.key.Public().(ed25519.PublicKey)
+		keys := roomstate.KeyRing{}
+		for _, s := range []string{"a.test", "b.test", "c.test"} {
+			keys[s] = map[gomatrixserverlib.KeyID]ed25519.PublicKey{"ed25519:1": pub}
+		}
+		_, st := openStore(t)
+		res, err := st.Import(strings.NewReader(strings.Join(c.lines, "\n")), "restricted", roomstate.ImportOptions{KeepGoing: true, Keys: keys})
+		require.NoError(t, err)
+		require.Len(t, res.Refused, 1, "%v", res.Refused)
+		require.Equal(t, unsigned.EventID(), res.Refused[0].EventID)
+		require.ErrorIs(t, res.Refused[0], roomstate.ErrBadSignature)
+		require.Contains(t, res.Refused[0].Error(), "authorization rule 4.2.1 of room version 10")
+		r, err := st.Room(c.roomID)
+		require.NoError(t, err)
+		_, err = resolver.Replay(r, resolver.ReplayOptions{})
+		require.NoError(t, err)
+		es, ok, err := r.EventState(signed.EventID())
+		require.NoError(t, err)
+		require.True(t, ok && !es.Rejected, es.Reason)
+	})
 }

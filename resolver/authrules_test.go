@@ -803,7 +803,7 @@ func TestAuthRulesConformance(t *testing.T) {
 			c, ok := ruleCases[r.ID]
 			require.True(t, ok, "no conformance case for rule %s (%s) of v%d", r.Num, r.ID, v)
 			if c.needsKeys {
-				vr = append(vr, ruleRow{rule: r, bad: "—", twin: "—", gmslBad: "—", gmslT: "—", by: "not checkable without keys"})
+				vr = append(vr, ruleRow{rule: r, bad: "—", twin: "—", gmslBad: "—", gmslT: "—", by: "us, at import with --keys (roomstate.KeyRing; integration TestSignaturesWithKeys); not checkable without keys"})
 				continue
 			}
 			row := ruleRow{rule: r}
@@ -948,8 +948,10 @@ rejects instead), the twin accepted (for a rule that allows, by that rule). The
 gomatrixserverlib columns are its Allowed alone on the same events (its
 NewAuthEvents keeps the last event per key, so it never sees the auth_events rules).
 "enforced by" is "us" where gomatrixserverlib accepts the breaking event, "us and
-gomatrixserverlib" where both reject it, and "not checkable without keys" for the
-rule that needs the authorising server's signature (import has no --keys yet).
+gomatrixserverlib" where both reject it. The rule that needs the authorising
+server's signature is applied at import when the servers' keys are given (import
+--keys FILE; roomstate.KeyRing) and cannot be checked without them; its test is
+integration's TestSignaturesWithKeys, not this table's.
 Headings (rules that only group the ones under them) have no test of their own.
 
 `)

@@ -63,6 +63,10 @@ type ImportOptions struct {
 	// next, as a homeserver drops an invalid PDU (spec, Server-Server API, "Checks
 	// performed on receipt of a PDU", step 1). Without it Import stops at the first.
 	KeepGoing bool
+	// Keys, if set, are the servers' signing keys: every new PDU must carry valid
+	// signatures from the servers that must sign it (KeyRing.checkSignatures), or
+	// it is refused with ErrBadSignature. Without keys signatures are not checked.
+	Keys KeyRing
 }
 
 // ImportResult counts what Import did.
@@ -199,7 +203,7 @@ func (imp *importer) refuse(err error) error {
 // drop it and go on) rather than the store or the input stream.
 func isRefusal(err error) bool {
 	for _, s := range []error{ErrMalformedPDU, ErrUnknownRoomVersion, ErrEventIDMismatch, ErrMissingPrevEvent,
-		ErrMissingAuthEvent, ErrNoCreateEvent, ErrConflictingEvent, ErrTooLarge, ErrFieldTooLong, ErrOtherRoom} {
+		ErrMissingAuthEvent, ErrNoCreateEvent, ErrConflictingEvent, ErrTooLarge, ErrFieldTooLong, ErrOtherRoom, ErrBadSignature} {
 		if errors.Is(err, s) {
 			return true
 		}
@@ -422,6 +426,15 @@ func (imp *importer) one(q *queuedPDU) error {
 		}
 		imp.res.Skipped++
 		return nil
+	}
+	if imp.opts.Keys != nil {
+		verImpl, err := gomatrixserverlib.GetRoomVersion(version)
+		if err != nil {
+			return fail(eventID, err)
+		}
+		if err := imp.opts.Keys.checkSignatures(verImpl, pdu, raw); err != nil {
+			return fail(eventID, err)
+		}
 	}
 	if isCreate {
 		if pr.sawCreate || (pr.head.Events > 0 && !imp.opts.AnyOrder) {

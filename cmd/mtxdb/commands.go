@@ -133,12 +133,12 @@ func eventsFile(path string) (string, error) {
 }
 
 func importCmd() *cobra.Command {
-	var store, roomVersion string
+	var store, roomVersion, keysFile string
 	var rf repackFlags
 	var batch int
 	var anyOrder, repack, strict bool
 	c := &cobra.Command{
-		Use:   "import --store DIR [--strict] [--any-order [--room-version V]] [--repack [--plan KIND] [--liveness all|every-k [--every K]]] PATH...",
+		Use:   "import --store DIR [--strict] [--keys FILE] [--any-order [--room-version V]] [--repack [--plan KIND] [--liveness all|every-k [--every K]]] PATH...",
 		Short: "Import PDUs (JSON lines or a JSON array; or room directories with events.jsonl)",
 		Long: `Import reads PDUs and stores each new one with its prev/auth edges. Every PDU's
 prev_events and auth_events must be in the store or earlier in the input; a room's
@@ -148,7 +148,10 @@ bytes, malformed JSON, a bad event ID, an unknown room version) or cannot be pla
 (unknown prev/auth events, no m.room.create yet, an auth event of another room) is
 refused: a "refused FILE line N (event ID): reason" line, and the import goes on with
 the next PDU, as a homeserver drops an invalid PDU. The summary counts refused=N; the
-exit status is 0 unless --strict is given, then 2 when anything was refused. With --any-order, PDUs may come before their
+exit status is 0 unless --strict is given, then 2 when anything was refused. --keys
+FILE (servers' public keys: {"server": {"ed25519:ID": "base64"}}; mtxdb gen --keys
+writes one) also refuses PDUs without valid signatures from the sender's server (v1-2:
+and the event_id's server; restricted joins: the authorising user's server). With --any-order, PDUs may come before their
 prev/auth events (a backfill, newest first): replay then sorts them and leaves out as
 outliers events whose ancestors never arrive; --room-version names the version of a
 room whose m.room.create comes later. --repack replays and repacks the rooms just
@@ -176,6 +179,12 @@ imported, with --plan, --liveness and --every as in mtxdb repack.`,
 				}
 				paths = append(paths, path)
 			}
+			var keys roomstate.KeyRing
+			if keysFile != "" {
+				if keys, err = roomstate.LoadKeyRing(keysFile); err != nil {
+					return err
+				}
+			}
 			eng, st, err := openStore(store, true)
 			if err != nil {
 				return err
@@ -191,7 +200,7 @@ imported, with --plan, --liveness and --every as in mtxdb repack.`,
 				}
 			}()
 			for _, path := range paths {
-				res, err := importFile(st, path, roomstate.ImportOptions{BatchSize: batch, AnyOrder: anyOrder, RoomVersion: roomVersion, KeepGoing: true}, out)
+				res, err := importFile(st, path, roomstate.ImportOptions{BatchSize: batch, AnyOrder: anyOrder, RoomVersion: roomVersion, KeepGoing: true, Keys: keys}, out)
 				for _, r := range res.Refused {
 					fmt.Fprintf(out, "refused %s\n", r)
 				}
@@ -230,6 +239,7 @@ imported, with --plan, --liveness and --every as in mtxdb repack.`,
 	c.Flags().StringVar(&store, "store", "", "store directory (created if missing)")
 	c.Flags().IntVar(&batch, "batch", 1000, "events written and synced per batch")
 	c.Flags().BoolVar(&anyOrder, "any-order", false, "accept PDUs before their prev/auth events (backfill order)")
+	c.Flags().StringVar(&keysFile, "keys", "", "servers' public signing keys (JSON); without it signatures are not checked")
 	c.Flags().BoolVar(&strict, "strict", false, "exit with status 2 when any PDU was refused (they are refused and reported either way)")
 	c.Flags().BoolVar(&repack, "repack", false, "after importing, replay the rooms imported and repack them (an exported room)")
 	rf.register(c, "plan kind for --repack")

@@ -50,3 +50,23 @@ func TestCLIRejectionReasons(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIKeys: gen --keys writes the servers' keys; import --keys with them takes the
+// whole room, with a file of other keys it refuses every PDU (exit 2 with --strict).
+func TestCLIKeys(t *testing.T) {
+	dir := t.TempDir()
+	keys, other := filepath.Join(dir, "keys.json"), filepath.Join(dir, "other.json")
+	if out, code := run(t, "gen", "--seed", "4", "--events", "100", "--servers", "2", "--out", filepath.Join(dir, "g"), "--keys", keys); code != 0 {
+		t.Fatalf("gen: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "gen", "--seed", "5", "--events", "100", "--servers", "2", "--out", filepath.Join(dir, "h"), "--keys", other); code != 0 {
+		t.Fatalf("gen: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "import", "--store", filepath.Join(dir, "s"), "--keys", keys, "--strict", filepath.Join(dir, "g")); code != 0 || !strings.Contains(out, "imported=100 ") {
+		t.Fatalf("import --keys: exit %d\n%s", code, out)
+	}
+	out, code := run(t, "import", "--store", filepath.Join(dir, "t"), "--keys", other, "--strict", filepath.Join(dir, "g"))
+	if code != 2 || !strings.Contains(out, "imported=0 ") || !strings.Contains(out, "signature check failed") {
+		t.Fatalf("import --keys (other keys): exit %d\n%s", code, out)
+	}
+}
