@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -310,7 +311,7 @@ func TestAuthEventsFaultKinds(t *testing.T) {
 // every valid event after them is stored and accepted. Kinds: over 65,536 bytes
 // (a PDU padded with white space past the limit but under it as canonical JSON is
 // valid), a field over 255 bytes, malformed JSON, a wrong event_id, an unknown
-// prev event, an unknown room. The same history as a JSON array cut short keeps
+// prev event, integers out of range (depth, content), an unknown room. The same history as a JSON array cut short keeps
 // every element before the cut.
 func TestInvalidPDUKinds(t *testing.T) {
 	c := newChain(t, "10", "!invalid:a.test")
@@ -346,6 +347,14 @@ func TestInvalidPDUKinds(t *testing.T) {
 	})
 	c.lines = c.lines[:len(c.lines)-1]
 	refuse(string(orphan.JSON()), roomstate.ErrMissingPrevEvent)
+	// Integers outside canonical JSON's range (room versions 6 and up): a depth and
+	// a content value of 2^53+1 (gomatrixserverlib's parser refuses them).
+	deep := c.add(alice, "m.room.message", nil, msg("deep"), notBuilt)
+	c.lines = c.lines[:len(c.lines)-1]
+	refuse(strings.Replace(string(deep.JSON()), fmt.Sprintf(`"depth":%d`, deep.Depth()), `"depth":9007199254740993`, 1), roomstate.ErrMalformedPDU)
+	huge := c.add(alice, "m.room.message", nil, map[string]any{"body": "n", "n": 7}, notBuilt)
+	c.lines = c.lines[:len(c.lines)-1]
+	refuse(strings.Replace(string(huge.JSON()), `"n":7`, `"n":9007199254740993`, 1), roomstate.ErrMalformedPDU)
 	stray := newChain(t, "10", "!stray:a.test").add(alice, "m.room.message", nil, msg("stray"), nil)
 	refuse(string(stray.JSON()), roomstate.ErrNoCreateEvent)
 	after := c.add(alice, "m.room.name", ptr(""), map[string]any{"name": "after"}, nil)
