@@ -90,6 +90,18 @@ func CheckAuthEvents(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU, reje
 // them: in v12 gomatrixserverlib's AuthEventIDs adds the create event the room ID
 // implies, which the rules must not count as cited.
 func citedOnly(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU) []gomatrixserverlib.PDU {
+	createID := "$" + strings.TrimPrefix(p.RoomID().String(), "!")
+	if !bytes.Contains(p.JSON(), []byte(`"`+createID+`"`)) {
+		// The JSON never names the create event: any in auth is the implied one
+		// (the common case; no need to decode the whole event).
+		out := make([]gomatrixserverlib.PDU, 0, len(auth))
+		for _, a := range auth {
+			if a.EventID() != createID {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
 	var f struct {
 		AuthEvents []string `json:"auth_events"`
 	}
@@ -222,11 +234,7 @@ func (a *authCtx) evaluate() (id string, ok bool, detail string) {
 		}
 		return rej("auth_events.no_create", "no m.room.create among the auth events")
 	}
-	var cc struct {
-		Federate *bool `json:"m.federate"`
-	}
-	_ = json.Unmarshal(a.create.Content(), &cc)
-	if cc.Federate != nil && !*cc.Federate && domainOf(string(p.SenderID())) != domainOf(string(a.create.SenderID())) {
+	if ci := a.createInfo(); ci.noFederate && domainOf(string(p.SenderID())) != domainOf(string(a.create.SenderID())) {
 		return rej("federate", "m.federate is false and the sender %s is not of %s", p.SenderID(), domainOf(string(a.create.SenderID())))
 	}
 	if pe := a.byKey[Key{spec.MRoomPowerLevels, ""}]; pe != nil {
@@ -752,16 +760,37 @@ func (a *authCtx) required(p gomatrixserverlib.PDU) int64 {
 	return a.named("events_default")
 }
 
+// createFacts is what the rules read of a create event's content.
+type createFacts struct {
+	noFederate bool     // m.federate is false
+	creator    string   // content.creator ("" if absent)
+	additional []string // content.additional_creators (v12)
+}
+
+// createCache keeps createFacts by room and event ID (every event reads them).
+var createCache, _ = lru.New[string, createFacts](256)
+
+func (a *authCtx) createInfo() createFacts {
+	k := a.create.RoomID().String() + "\x00" + a.create.EventID()
+	if f, ok := createCache.Get(k); ok {
+		return f
+	}
+	var c struct {
+		Federate   *bool    `json:"m.federate"`
+		Creator    string   `json:"creator"`
+		Additional []string `json:"additional_creators"`
+	}
+	_ = json.Unmarshal(a.create.Content(), &c)
+	f := createFacts{noFederate: c.Federate != nil && !*c.Federate, creator: c.Creator, additional: c.Additional}
+	createCache.Add(k, f)
+	return f
+}
+
 // creator is the room's creator: content.creator in versions 1-10, the create
 // event's sender from 11.
 func (a *authCtx) creator() string {
-	if a.v <= 10 {
-		var c struct {
-			Creator string `json:"creator"`
-		}
-		if json.Unmarshal(a.create.Content(), &c) == nil && c.Creator != "" {
-			return c.Creator
-		}
+	if c := a.createInfo().creator; a.v <= 10 && c != "" {
+		return c
 	}
 	return string(a.create.SenderID())
 }
@@ -769,12 +798,7 @@ func (a *authCtx) creator() string {
 // creators is v12's room creators: the create event's sender and its
 // additional_creators.
 func (a *authCtx) creators() []string {
-	out := []string{string(a.create.SenderID())}
-	var c struct {
-		Additional []string `json:"additional_creators"`
-	}
-	_ = json.Unmarshal(a.create.Content(), &c)
-	return append(out, c.Additional...)
+	return append([]string{string(a.create.SenderID())}, a.createInfo().additional...)
 }
 
 // membership is a user's current membership ("leave" without a member event).
