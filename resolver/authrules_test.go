@@ -1027,3 +1027,30 @@ func FuzzAuthRulesContent(f *testing.F) {
 		}
 	})
 }
+
+// TestAuthRuleNumbers pins rule numbers read off the spec pages (matrix-org/
+// matrix-spec, content/rooms, commit d0ba2aa, as rendered), one or more per text
+// that differs: the outline's counting must give them.
+func TestAuthRuleNumbers(t *testing.T) {
+	for _, c := range []struct{ v, id, num string }{
+		{"1", "redaction.domain", "11.2"}, {"2", "allow", "12"}, {"1", "power_levels.users_new.level", "10.7.1"},
+		{"3", "aliases.allow", "4.3"}, {"5", "allow", "11"}, {"5", "member.unknown", "5.6"},
+		{"6", "member", "4"}, {"6", "power_levels.events_old", "9.4"}, {"6", "allow", "10"},
+		{"7", "knock.reject", "4.6.4"}, {"7", "member.unknown", "4.7"},
+		{"8", "member.via.signature", "4.2.1"}, {"9", "join.restricted.allow", "4.3.5.3"}, {"9", "member.unknown", "4.8"},
+		{"10", "power_levels.integers", "9.1"}, {"10", "power_levels.allow", "9.10"},
+		{"11", "create.allow", "1.4"}, {"11", "auth_events.other_room", "2.5"},
+		{"12", "create.additional_creators", "1.4"}, {"12", "room_id.create", "2"}, {"12", "auth_events.other_room", "3.4"},
+		{"12", "federate", "4"}, {"12", "member.via.signature", "5.2.1"}, {"12", "knock.allow", "5.7.3"},
+		{"12", "power_levels.creators", "10.4"}, {"12", "power_levels.allow", "10.11"}, {"12", "allow", "11"},
+	} {
+		var got string
+		for _, r := range resolver.AuthRules(c.v) {
+			if r.ID == c.id {
+				got = r.Num
+			}
+		}
+		require.Equal(t, c.num, got, "room version %s rule %s", c.v, c.id)
+	}
+	require.Nil(t, resolver.AuthRules("13"))
+}
