@@ -112,8 +112,13 @@ type pendingRoom struct {
 // Re-importing an event already stored is a no-op, so an import that failed can be
 // re-run after fixing the input.
 //
-// On bad input Import stops with an *ImportError naming the source, the line and
-// the event; everything before that line is stored and synced, nothing after it is.
+// A PDU that is not a valid event or cannot be placed is an *ImportError naming the
+// source, the line (or array element), the event where it could be read, and the
+// reason (one of the package's sentinel errors; validate.go has the size, field,
+// other-room and signature checks). With opts.KeepGoing it is recorded in
+// ImportResult.Refused and the import goes on with the next PDU; without, Import
+// stops there: everything before that line is stored and synced, nothing after it
+// is. Store and I/O errors always stop it.
 func (s *Store) Import(in io.Reader, source string, opts ImportOptions) (ImportResult, error) {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 1000
