@@ -145,6 +145,8 @@ type importer struct {
 	// queued PDUs, parsed on several goroutines (prepare) before one stores
 	// them in order.
 	queued []queuedPDU
+	// stored: the store's rooms, listed when roomOf first needs them
+	stored []*Room
 }
 
 // queuedPDU is one PDU of the input with what prepare learnt of it.
@@ -467,15 +469,6 @@ func (imp *importer) one(q *queuedPDU) error {
 					return fail(eventID, otherRoomError(version, a, other))
 				}
 				return fail(eventID, fmt.Errorf("%w: %s", ErrMissingAuthEvent, a))
-			}
-		}
-	} else {
-		for _, a := range pdu.AuthEventIDs() {
-			if _, own := pr.known[a]; own {
-				continue
-			}
-			if other := imp.roomOf(a, roomID); other != "" {
-				return fail(eventID, otherRoomError(version, a, other))
 			}
 		}
 	}

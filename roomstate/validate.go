@@ -85,9 +85,11 @@ func checkFieldLimits(raw []byte) error {
 }
 
 // roomOf returns a room other than not that holds event id: one this import
-// touched, or else one in the store; "" if none does. It runs only for an auth
-// event the PDU's own room does not hold, so the store's rooms are read only on
-// that path (one metadata lookup per room).
+// touched, or else one in the store; "" if none does. It runs only when a PDU is
+// about to be refused for an auth event its room does not hold (not with AnyOrder,
+// where such a PDU is stored and left an outlier by replay), so the store's rooms
+// are listed once per import and read only on that path (one metadata lookup per
+// room).
 func (imp *importer) roomOf(id, not string) string {
 	for rid, pr := range imp.rooms {
 		if rid == not || pr == nil {
@@ -97,11 +99,14 @@ func (imp *importer) roomOf(id, not string) string {
 			return rid
 		}
 	}
-	rooms, err := imp.s.Rooms()
-	if err != nil {
-		return ""
+	if imp.stored == nil {
+		rooms, err := imp.s.Rooms()
+		if err != nil {
+			return ""
+		}
+		imp.stored = rooms
 	}
-	for _, r := range rooms {
+	for _, r := range imp.stored {
 		if _, touched := imp.rooms[r.ID()]; touched || r.ID() == not {
 			continue
 		}
