@@ -232,13 +232,12 @@ func (imp *importer) prepare(q []queuedPDU) {
 				if q[i].sizeErr = checkSize(q[i].raw); q[i].sizeErr != nil {
 					continue
 				}
-				q[i].sizeErr = checkFieldLimits(q[i].raw)
 				h, err := readHeader(q[i].raw)
 				q[i].header, q[i].headerErr, q[i].headerRead = h, err, true
 				if err != nil {
 					continue
 				}
-				if q[i].sizeErr != nil {
+				if q[i].sizeErr = checkFieldLimits(h); q[i].sizeErr != nil {
 					continue
 				}
 				var v gomatrixserverlib.RoomVersion
@@ -357,9 +356,12 @@ func (imp *importer) one(q *queuedPDU) error {
 	h, err := q.header, q.headerErr
 	if !q.headerRead {
 		if q.sizeErr = checkSize(raw); q.sizeErr == nil {
-			q.sizeErr = checkFieldLimits(raw)
+			if h, err = readHeader(raw); err == nil {
+				q.sizeErr = checkFieldLimits(h)
+			}
+		} else {
+			h, _ = readHeader(raw)
 		}
-		h, err = readHeader(raw)
 	}
 	if q.sizeErr != nil {
 		return fail(imp.refusedEventID(h, raw), q.sizeErr)

@@ -54,22 +54,9 @@ func checkSize(raw []byte) error {
 	return nil
 }
 
-// limitsHeader is the part of a PDU the field limits read.
-type limitsHeader struct {
-	Sender   string  `json:"sender"`
-	RoomID   string  `json:"room_id"`
-	StateKey *string `json:"state_key"`
-	Type     string  `json:"type"`
-	EventID  string  `json:"event_id"`
-}
-
 // checkFieldLimits refuses a PDU with a sender, room_id, state_key, type or event_id
-// over MaxFieldBytes (spec, Client-Server API, "Size limits").
-func checkFieldLimits(raw []byte) error {
-	var h limitsHeader
-	if err := json.Unmarshal(raw, &h); err != nil {
-		return nil // readHeader reports malformed JSON
-	}
+// over MaxFieldBytes (spec, Client-Server API, "Size limits"), from its header.
+func checkFieldLimits(h pduHeader) error {
 	sk := ""
 	if h.StateKey != nil {
 		sk = *h.StateKey
