@@ -10,7 +10,7 @@ require (
 	github.com/erigontech/mdbx-go v0.39.0
 	github.com/klauspost/compress v1.20.4
 	github.com/mattn/go-sqlite3 v1.14.53
-	github.com/mtxdb/mtxdb v0.0.0-00010101000000-000000000000
+	github.com/mtxdb/mtxdb/packstore v0.0.0
 	go.etcd.io/bbolt v1.5.0
 	golang.org/x/sys v0.48.0
 	gonum.org/v1/plot v0.17.0
@@ -63,3 +63,9 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+replace github.com/mtxdb/mtxdb/internal => ../internal
+
+replace github.com/mtxdb/mtxdb/packstore => ../packstore
+
+replace github.com/mtxdb/mtxdb/hamtstore => ../hamtstore

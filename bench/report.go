@@ -14,6 +14,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/mtxdb/mtxdb/bench/internal/barplot"
 )
 
 // zstdRatio compresses the first n records one by one (as packstore does,
@@ -199,18 +201,22 @@ func plots(out string, s SizeRun) error {
 		p := plot.New()
 		p.Title.Text = fmt.Sprintf("%s (%d MB payload)", title, s.PayloadMB)
 		p.Y.Label.Text = ylabel
-		w := vg.Points(10)
+		// Each group of bars takes 70% of its slot, so the outer bars stay inside
+		// the X range (they were cut at the edge).
+		slot := (8*vg.Inch - vg.Points(60)) / vg.Length(max(1, len(names)))
+		w := slot * 0.7 / vg.Length(len(ss))
+		var entries []barplot.Entry
+		all := []float64{hline}
 		for i, x := range ss {
-			b, err := plotter.NewBarChart(series(x.colls, x.f), w)
-			if err != nil {
-				return err
-			}
-			b.Color = plotutil.Color(i)
-			b.LineStyle.Width = 0
-			b.Offset = w * vg.Length(float64(i)-float64(len(ss)-1)/2)
+			b := &barplot.Bars{Values: series(x.colls, x.f), Width: w, Color: plotutil.Color(i),
+				Offset: w * vg.Length(float64(i)-float64(len(ss)-1)/2)}
+			all = append(all, b.Values...)
 			p.Add(b)
-			p.Legend.Add(x.label, b)
+			entries = append(entries, barplot.Entry{Label: x.label, Thumb: b})
 		}
+		// Values spanning decades (a 25 ms engine beside 100 µs ones) get a log
+		// axis, on which the small bars and the disk's floor stay visible.
+		barplot.ScaleY(p, all...)
 		if hline > 0 {
 			l, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: hline}, {X: float64(len(names)) - 0.5, Y: hline}})
 			if err != nil {
@@ -219,16 +225,14 @@ func plots(out string, s SizeRun) error {
 			l.Color = color.RGBA{R: 200, A: 255}
 			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 			p.Add(l)
-			p.Legend.Add(hlabel, l)
+			entries = append(entries, barplot.Entry{Label: hlabel, Thumb: l})
 		}
-		p.Legend.Top = true
-		p.Y.Min = 0
-		p.Y.Max *= 1.25 // room for the legend
 		p.NominalX(names...)
+		p.X.Min, p.X.Max = -0.5, float64(len(names))-0.5
 		p.X.Tick.Label.Rotation = 0.5
 		p.X.Tick.Label.XAlign = -1
 		p.X.Tick.Label.YAlign = -0.5
-		return p.Save(8*vg.Inch, 4.5*vg.Inch, filepath.Join(out, fmt.Sprintf("%dMB-%s.png", s.PayloadMB, file)))
+		return barplot.SavePNG(p, entries, 8*vg.Inch, 5*vg.Inch, filepath.Join(out, fmt.Sprintf("%dMB-%s.png", s.PayloadMB, file)))
 	}
 	seqW := limitMean(s.Limits, func(l Limits) float64 { return l.SeqWriteSyncMBs })
 	rr := limitMean(s.Limits, func(l Limits) float64 { return l.RandRead4K.P50 })
@@ -250,7 +254,7 @@ func plots(out string, s SizeRun) error {
 		return err
 	}
 	cold := func(r Result) float64 { return r.ColdGet.P50 }
-	if err := bar("cold-get", "Cold point get p50", "us", []ser{{"1 collection", cold, 1}, {"32 collections", cold, 32}}, rr, "4 KiB random read QD1 p50"); err != nil {
+	if err := bar("cold-get", "Cold point get p50", "µs", []ser{{"1 collection", cold, 1}, {"32 collections", cold, 32}}, rr, "4 KiB random read QD1 p50"); err != nil {
 		return err
 	}
 	warm := func(r Result) float64 { return r.WarmGetNs }

@@ -147,7 +147,7 @@ func copyStore(b *testing.B, src, dst string) []string {
 // whatever -benchtime says; -packstore.coldrounds and -packstore.coldmb
 // size it. Example:
 //
-//	go test -run '^$' -bench ColdRead -benchtime 1x ./packstore/ -packstore.coldrounds 5
+//	go -C packstore test -run '^$' -bench ColdRead -benchtime 1x . -packstore.coldrounds 5
 func BenchmarkColdRead(b *testing.B) {
 	if testing.Short() {
 		b.Skip("writes and evicts a store of -packstore.coldmb MB")

@@ -249,12 +249,15 @@ func (s *PackfileStorage) writableLocked() error {
 // encodeRecord appends the frame of one record to dst, compressing the
 // payload when enabled and smaller. scratch is a reusable buffer for the
 // compressed payload; the grown buffer is returned.
-func (s *PackfileStorage) encodeRecord(dst, scratch []byte, coll, id ID, data []byte) ([]byte, []byte, error) {
+func (s *PackfileStorage) encodeRecord(dst, scratch []byte, coll, id ID, data []byte, dense bool) ([]byte, []byte, error) {
 	if len(data) > s.maxData {
 		return dst, scratch, fmt.Errorf("%w: %d bytes, at most %d per record with MaxShardBytes %d", ErrTooLarge, len(data), s.maxData, s.opts.MaxShardBytes)
 	}
 	if s.opts.Compress && len(data) >= compressMin {
 		enc, _, _ := codecs()
+		if dense {
+			enc = zstdRaw
+		}
 		if scratch = enc.EncodeAll(data, scratch[:0]); len(scratch) < len(data) {
 			return appendFrameCRC(dst, FlagZstd, len(data), coll, id, scratch, s.writeCRC()), scratch, nil
 		}
@@ -290,7 +293,7 @@ func (s *PackfileStorage) encodeFrames(coll ID, recs []Record) ([]outFrame, erro
 				r := recs[i]
 				start := len(buf)
 				var err error
-				if buf, scratch, err = s.encodeRecord(buf, scratch, coll, r.ID, r.Data); err != nil {
+				if buf, scratch, err = s.encodeRecord(buf, scratch, coll, r.ID, r.Data, r.Dense); err != nil {
 					errs[w] = err
 					return
 				}

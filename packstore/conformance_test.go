@@ -109,7 +109,7 @@ func runConformance(t *testing.T, open func(t *testing.T) engine) {
 		e.Put(c1, id, []byte("v1"))
 		e.Put(c1, id, []byte("v2"))
 		mustGet(t, e, c1, id, []byte("v2"))
-		e.PutMany(c1, []Record{{id, []byte("v3")}, {idN(4, 1), []byte("a")}, {id, []byte("v4")}})
+		e.PutMany(c1, []Record{{ID: id, Data: []byte("v3")}, {ID: idN(4, 1), Data: []byte("a")}, {ID: id, Data: []byte("v4")}})
 		mustGet(t, e, c1, id, []byte("v4"))
 		ids, _ := e.CollectionRecords(c1)
 		if len(ids) != 2 {

@@ -312,7 +312,7 @@ func TestShardLimit(t *testing.T) {
 	}
 	before := s.Stats()
 	// A batch that cannot fit writes nothing.
-	if err := s.PutMany(c, []Record{{idN(3, 0), nil}, {idN(3, 1), make([]byte, 900)}}); !errors.Is(err, ErrShardLimit) {
+	if err := s.PutMany(c, []Record{{ID: idN(3, 0)}, {ID: idN(3, 1), Data: make([]byte, 900)}}); !errors.Is(err, ErrShardLimit) {
 		t.Fatalf("PutMany: %v", err)
 	}
 	if after := s.Stats(); after != before {

@@ -20,6 +20,13 @@ func (id ID) Compare(o ID) int { return bytes.Compare(id[:], o[:]) }
 type Record struct {
 	ID   ID
 	Data []byte
+	// Dense marks data made mostly of hashes and IDs (HAMT nodes): the packfile
+	// engine compresses it without zstd's entropy stage, whose Huffman tables
+	// cannot shrink such bytes (the frames come out byte-identical; measured on
+	// 63,092 nodes of a 20,000-member state) and which cost three quarters of the
+	// encode time. A hint only: the stored bytes and format are the same either
+	// way, and other engines ignore it.
+	Dense bool
 }
 
 // StorageEngine is the seed's storage engine trait (seed "The storage engine

@@ -48,7 +48,7 @@ func testSeed(t testing.TB) uint64 {
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
-	t.Logf("seed %d (replay: go test ./packstore/ -run '^%s$' -packstore.seed=%d)", seed, t.Name(), seed)
+	t.Logf("seed %d (replay: go -C packstore test . -run '^%s$' -packstore.seed=%d)", seed, t.Name(), seed)
 	return seed
 }
 

@@ -263,7 +263,7 @@ func (s *PackfileStorage) dropBeforeLocked(coll ID, p pos) error {
 			s.shards[l.shard].Load().live--
 			return
 		}
-		id, size, rerr := s.readID(l)
+		id, size, rerr := s.readIDScan(l)
 		if rerr != nil {
 			err = rerr
 			return
@@ -306,20 +306,26 @@ func (s *PackfileStorage) dropCollectionLocked(coll ID) {
 	s.colls.Delete(coll)
 }
 
-// readID reads the record ID and frame size at l (writer side).
-func (s *PackfileStorage) readID(l loc) (ID, int, error) {
+// readID reads the record ID and frame size at l (writer side) through the
+// mapping; readIDScan reads it with pread, for loops over a whole index (see
+// shard.frameHead).
+func (s *PackfileStorage) readID(l loc) (ID, int, error) { return s.frameHeadAt(l, false) }
+
+func (s *PackfileStorage) readIDScan(l loc) (ID, int, error) { return s.frameHeadAt(l, true) }
+
+func (s *PackfileStorage) frameHeadAt(l loc, pread bool) (ID, int, error) {
 	sh := s.shards[l.shard].Load()
 	if sh == nil {
 		return ID{}, 0, fmt.Errorf("%w: index references missing shard %d", ErrCorrupt, l.shard)
 	}
-	return sh.frameHead(int64(l.off))
+	return sh.frameHead(int64(l.off), pread)
 }
 
 // indexPutLocked points id at l in c's index, superseding an older version.
 func (s *PackfileStorage) indexPutLocked(c *collection, id ID, l loc, size int) error {
 	t := c.table.Load()
 	if t.needsGrow() {
-		nt, err := t.grown(s.readID)
+		nt, err := t.grown(s.readIDScan)
 		if err != nil {
 			return err
 		}

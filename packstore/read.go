@@ -65,6 +65,7 @@ func (s *PackfileStorage) viewRecord(l loc, coll, id ID, kind ReadKind, fn func(
 		}
 	}
 	off := int64(l.off)
+	s.mappedReads.Add(1)
 	return sh.withFrame(off, func(fv frameView) error {
 		s.reads.physical(kind, l.shard, off, FrameOverhead+len(fv.Payload))
 		if fv.Flags&FlagReset != 0 {
@@ -179,6 +180,7 @@ func (s *PackfileStorage) Get(coll, id ID) ([]byte, error) {
 // that shard wait for it. Compressed frames are decoded into a fresh
 // buffer. Errors: as Get, or fn's error.
 func (s *PackfileStorage) View(coll, id ID, fn func(b []byte) error) error {
+	defer s.releaseIfDue()
 	return s.find(coll, id, func(l loc) (bool, error) {
 		found := false
 		err := s.viewRecord(l, coll, id, ReadUntagged, func(b []byte, _ bool) error {
@@ -201,6 +203,7 @@ func (s *PackfileStorage) View(coll, id ID, fn func(b []byte) error) error {
 // errors.Is (IsCorruption) when a failure was corruption. Only ErrClosed
 // fails the whole batch (the slice is then nil).
 func (s *PackfileStorage) GetMany(coll ID, ids []ID) ([][]byte, error) {
+	defer s.releaseIfDue()
 	type cand struct {
 		l loc
 		i int

@@ -164,6 +164,7 @@ func (r *readStats) reset() {
 
 // GetKind is Get counting the read under kind (see ReadCounters).
 func (s *PackfileStorage) GetKind(coll, id ID, kind ReadKind) ([]byte, error) {
+	defer s.releaseIfDue()
 	var data []byte
 	err := s.find(coll, id, func(l loc) (bool, error) {
 		d, ok, err := s.readRecord(l, coll, id, kind)

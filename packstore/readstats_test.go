@@ -38,12 +38,12 @@ func TestReadStatsSeeksAndPages(t *testing.T) {
 	coll := idN(1, 0)
 	small := []byte("0123456789")
 	a, b, far := idN(2, 1), idN(2, 2), idN(2, 3)
-	if err := s.PutMany(coll, []Record{{a, small}, {b, small}}); err != nil {
+	if err := s.PutMany(coll, []Record{{ID: a, Data: small}, {ID: b, Data: small}}); err != nil {
 		t.Fatal(err)
 	}
 	var filler []Record
 	for i := range 100 {
-		filler = append(filler, Record{idN(3, i), make([]byte, 1024)})
+		filler = append(filler, Record{ID: idN(3, i), Data: make([]byte, 1024)})
 	}
 	if err := s.PutMany(coll, filler); err != nil {
 		t.Fatal(err)
@@ -98,9 +98,9 @@ func TestReadStatsSequentialAndSpanning(t *testing.T) {
 	coll := idN(1, 0)
 	var recs []Record
 	for i := range 64 {
-		recs = append(recs, Record{idN(2, i), make([]byte, 1000)})
+		recs = append(recs, Record{ID: idN(2, i), Data: make([]byte, 1000)})
 	}
-	big := Record{idN(4, 0), make([]byte, 3*ReadPageSize)}
+	big := Record{ID: idN(4, 0), Data: make([]byte, 3*ReadPageSize)}
 	if err := s.PutMany(coll, append(recs, big)); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestReadStatsConcurrent(t *testing.T) {
 	coll := idN(1, 0)
 	var recs []Record
 	for i := range 50 {
-		recs = append(recs, Record{idN(2, i), []byte("x")})
+		recs = append(recs, Record{ID: idN(2, i), Data: []byte("x")})
 	}
 	if err := s.PutMany(coll, recs); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package packstore
 
-import "fmt"
+import (
+	"fmt"
+)
 
 // ReleaseMapped drops the pages of every shard mapping from this process's
 // resident set (madvise MADV_DONTNEED on the read-only mappings). The data stays
@@ -26,4 +28,22 @@ func (s *PackfileStorage) ReleaseMapped() error {
 		}
 	}
 	return nil
+}
+
+// releaseIfDue calls ReleaseMapped when the frames read since the last release
+// reach Options.ReleaseEvery (see there). It runs at the end of a public read,
+// with no shard lock held. The release is advisory: its error is dropped (the
+// read it follows succeeded, and madvise on a live mapping fails only when the
+// range is not mapped).
+func (s *PackfileStorage) releaseIfDue() {
+	every := s.opts.ReleaseEvery
+	if every == 0 {
+		every = DefaultReleaseEvery
+	}
+	if every < 0 {
+		return
+	}
+	if n := s.mappedReads.Load(); n >= uint64(every) && s.mappedReads.CompareAndSwap(n, 0) {
+		_ = s.ReleaseMapped()
+	}
 }

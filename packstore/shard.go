@@ -207,8 +207,13 @@ func (s *shard) readErr(off int64, err error) error {
 }
 
 // frameHead reads the record ID and frame size at off without checking the
-// CRC; the writer uses it to verify index tag matches and to rehash.
-func (s *shard) frameHead(off int64) (_ ID, _ int, err error) {
+// CRC; the writer uses it to verify index tag matches and to rehash. With
+// pread it reads through the file instead of the mapping: scans of a whole
+// index (growth, rebuilds, listings) touch one frame head per record, and
+// through the mapping each touch maps its page and up to 15 neighbours into
+// the process (the kernel's fault-around): growing the index of a 1M-event
+// room's collection mapped most of its store.
+func (s *shard) frameHead(off int64, pread bool) (_ ID, _ int, err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	defer s.faultToError(off, debug.SetPanicOnFault(true), &err)
@@ -216,7 +221,7 @@ func (s *shard) frameHead(off int64) (_ ID, _ int, err error) {
 		return ID{}, 0, errShardGone
 	}
 	var hdr [framePayloadOff]byte
-	if off >= HeaderSize && off+framePayloadOff <= int64(len(s.mm)) {
+	if !pread && off >= HeaderSize && off+framePayloadOff <= int64(len(s.mm)) {
 		copy(hdr[:], s.mm[off:])
 	} else if _, err := s.f.ReadAt(hdr[:], off); err != nil {
 		return ID{}, 0, s.readErr(off, err)

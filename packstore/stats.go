@@ -55,7 +55,7 @@ func (s *PackfileStorage) IndexStats() ([]CollectionStat, []ShardStat, error) {
 				continue
 			}
 			l := slotLoc(v)
-			id, size, err := s.readID(l)
+			id, size, err := s.readIDScan(l)
 			if err != nil {
 				return nil, nil, err
 			}

@@ -78,6 +78,18 @@ type Options struct {
 	// ReadAheadRandom (up to 2.4x in bench-repack's 30 MB pool).
 	ReadAhead ReadAheadMode
 
+	// ReleaseEvery bounds the file-backed part of the process's resident set:
+	// after every ReleaseEvery frames read from the shard mappings (cache hits
+	// not counted), the reading call ends with ReleaseMapped, so the pages it
+	// and earlier reads mapped leave the RSS (they stay in the page cache, and
+	// a later read faults them back in for about a microsecond a page). Why in
+	// the engine: each fault maps up to 16 neighbouring cached pages
+	// (the kernel's fault-around), so a replay of a 1M-event room that
+	// released every 4,096 events still held 1.2 GB of mapped store between
+	// two releases. 0 means DefaultReleaseEvery; negative never releases
+	// (a server whose store fits its memory).
+	ReleaseEvery int
+
 	// raMax replaces raMaxWindow in tests and benchmarks; negative turns the
 	// explicit read-ahead off (MADV_RANDOM alone).
 	raMax int64
@@ -128,12 +140,17 @@ func DefaultOptions(dir string) Options {
 	return Options{Dir: dir, MaxShardBytes: MaxShardBytesLimit, Compress: true, CacheBytes: DefaultCacheBytes}
 }
 
+// DefaultReleaseEvery is Options.ReleaseEvery's default: 4,096 frame reads,
+// 0.1 to 1 MB of payload in a replay, between two ReleaseMapped calls.
+const DefaultReleaseEvery = 4096
+
 // compressMin is the smallest payload the writer tries to compress.
 const compressMin = 64
 
 var (
 	zstdOnce sync.Once
 	zstdEnc  *zstd.Encoder
+	zstdRaw  *zstd.Encoder // without the entropy stage, for Record.Dense
 	zstdDec  *zstd.Decoder
 	zstdErr  error
 )
@@ -147,6 +164,10 @@ func codecs() (*zstd.Encoder, *zstd.Decoder, error) {
 		// search dominated PutMany's CPU profile (incompressible payloads
 		// pay it for nothing). The stream format is the same.
 		zstdEnc, zstdErr = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest))
+		if zstdErr != nil {
+			return
+		}
+		zstdRaw, zstdErr = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithNoEntropyCompression(true))
 		if zstdErr != nil {
 			return
 		}
@@ -169,10 +190,11 @@ type PackfileStorage struct {
 	maxShards int
 	maxData   int // largest payload that fits in one shard
 
-	closed     atomic.Bool
-	shards     [MaxShards]atomic.Pointer[shard] // by pack ID; nil = absent
-	colls      sync.Map                         // ID -> *collection
-	collisions atomic.Uint64                    // index tag collisions seen
+	closed      atomic.Bool
+	shards      [MaxShards]atomic.Pointer[shard] // by pack ID; nil = absent
+	colls       sync.Map                         // ID -> *collection
+	collisions  atomic.Uint64                    // index tag collisions seen
+	mappedReads atomic.Uint64                    // frames read from the mappings (Options.ReleaseEvery)
 	// retirements counts retireLocked's detachments of shards: a reader
 	// that saw it change may have followed a slot naming a pack ID that a
 	// new shard took since (read.go staleRead).
@@ -320,7 +342,7 @@ func (s *PackfileStorage) CollectionRecords(coll ID) ([]ID, error) {
 			return
 		}
 		var id ID
-		id, _, err = s.readID(l)
+		id, _, err = s.readIDScan(l)
 		out = append(out, id)
 	})
 	return out, err

@@ -73,7 +73,7 @@ func CheckAuthEvents(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU, reje
 		}
 	}
 	if v <= 11 {
-		if _, ok := seen[Key{spec.MRoomCreate, ""}]; !ok {
+		if _, ok := seen[Key{Type: spec.MRoomCreate, StateKey: ""}]; !ok {
 			return fail("auth_events.no_create", "no m.room.create among its %d auth events", len(auth))
 		}
 	}
@@ -141,26 +141,26 @@ func checkRoomIDCreate(v int, p gomatrixserverlib.PDU, create gomatrixserverlib.
 // its room ID implies it).
 func selectionKeys(v int, p gomatrixserverlib.PDU) map[Key]bool {
 	keys := map[Key]bool{
-		{spec.MRoomPowerLevels, ""}:              true,
-		{spec.MRoomMember, string(p.SenderID())}: true,
+		{Type: spec.MRoomPowerLevels, StateKey: ""}:              true,
+		{Type: spec.MRoomMember, StateKey: string(p.SenderID())}: true,
 	}
 	if v <= 11 {
-		keys[Key{spec.MRoomCreate, ""}] = true
+		keys[Key{Type: spec.MRoomCreate, StateKey: ""}] = true
 	}
 	if p.Type() != spec.MRoomMember || p.StateKey() == nil {
 		return keys
 	}
-	keys[Key{spec.MRoomMember, *p.StateKey()}] = true
+	keys[Key{Type: spec.MRoomMember, StateKey: *p.StateKey()}] = true
 	c := memberContent(p)
 	switch c.Membership {
 	case spec.Join, spec.Invite, spec.Knock:
-		keys[Key{spec.MRoomJoinRules, ""}] = true
+		keys[Key{Type: spec.MRoomJoinRules, StateKey: ""}] = true
 	}
 	if c.Membership == spec.Invite && c.ThirdPartyInvite != nil && c.ThirdPartyInvite.Signed.Token != "" {
-		keys[Key{spec.MRoomThirdPartyInvite, c.ThirdPartyInvite.Signed.Token}] = true
+		keys[Key{Type: spec.MRoomThirdPartyInvite, StateKey: c.ThirdPartyInvite.Signed.Token}] = true
 	}
 	if c.Membership == spec.Join && c.Via != "" && v >= 8 {
-		keys[Key{spec.MRoomMember, c.Via}] = true
+		keys[Key{Type: spec.MRoomMember, StateKey: c.Via}] = true
 	}
 	return keys
 }
@@ -210,7 +210,7 @@ func CheckRules(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU, cr
 	}
 	a := &authCtx{v: v, p: p, byKey: byKey, create: create}
 	if v <= 11 || a.create == nil {
-		a.create = byKey[Key{spec.MRoomCreate, ""}]
+		a.create = byKey[Key{Type: spec.MRoomCreate, StateKey: ""}]
 	}
 	id, ok, detail := a.evaluate()
 	r := rule(v, id)
@@ -237,7 +237,7 @@ func (a *authCtx) evaluate() (id string, ok bool, detail string) {
 	if ci := a.createInfo(); ci.noFederate && domainOf(string(p.SenderID())) != domainOf(string(a.create.SenderID())) {
 		return rej("federate", "m.federate is false and the sender %s is not of %s", p.SenderID(), domainOf(string(a.create.SenderID())))
 	}
-	if pe := a.byKey[Key{spec.MRoomPowerLevels, ""}]; pe != nil {
+	if pe := a.byKey[Key{Type: spec.MRoomPowerLevels, StateKey: ""}]; pe != nil {
 		a.pl = cachedLevels(v, pe)
 	}
 	if v <= 5 && p.Type() == spec.MRoomAliases {
@@ -456,7 +456,7 @@ func (a *authCtx) thirdPartyInvite(raw json.RawMessage, target, targetM string) 
 	if mxid != target {
 		return rej("invite.tpi.mxid", "mxid %s is not the state_key %s", mxid, target)
 	}
-	ev := a.byKey[Key{spec.MRoomThirdPartyInvite, token}]
+	ev := a.byKey[Key{Type: spec.MRoomThirdPartyInvite, StateKey: token}]
 	if ev == nil {
 		return rej("invite.tpi.event", "no m.room.third_party_invite with state_key %q", token)
 	}
@@ -803,7 +803,7 @@ func (a *authCtx) creators() []string {
 
 // membership is a user's current membership ("leave" without a member event).
 func (a *authCtx) membership(user string) string {
-	if e := a.byKey[Key{spec.MRoomMember, user}]; e != nil {
+	if e := a.byKey[Key{Type: spec.MRoomMember, StateKey: user}]; e != nil {
 		if m := memberContent(e).Membership; m != "" {
 			return m
 		}
@@ -814,7 +814,7 @@ func (a *authCtx) membership(user string) string {
 // joinRule is the current join rule ("invite" without a join rules event, as
 // gomatrixserverlib and Synapse read it).
 func (a *authCtx) joinRule() string {
-	if e := a.byKey[Key{spec.MRoomJoinRules, ""}]; e != nil {
+	if e := a.byKey[Key{Type: spec.MRoomJoinRules, StateKey: ""}]; e != nil {
 		var c struct {
 			JoinRule string `json:"join_rule"`
 		}

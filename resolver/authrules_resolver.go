@@ -31,6 +31,6 @@ func checkRulesList(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU) error
 			byKey[keyOf(e)] = e
 		}
 	}
-	_, err := CheckRules(p, byKey, byKey[Key{spec.MRoomCreate, ""}])
+	_, err := CheckRules(p, byKey, byKey[Key{Type: spec.MRoomCreate, StateKey: ""}])
 	return err
 }

@@ -94,5 +94,9 @@ func AuthDifferenceOf(r *Resolver, maps []StateMap) ([]string, error) {
 		return nil, err
 	}
 	view := &resView{r: r, g: g, unconflicted: unconflicted, memo: map[int32]int32{}}
-	return authDifference(perState, unconflicted, view)
+	diff, err := authDifference(perState, view)
+	if err == nil {
+		err = view.err
+	}
+	return diff, err
 }

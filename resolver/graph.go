@@ -61,7 +61,7 @@ func indexGraph(rg *roomstate.Graph) *graph {
 	g := &graph{ids: rg.IDs, g: rg, keys: make([]Key, len(rg.Keys)), keyIndex: make(map[Key]int32, len(rg.Keys)),
 		index: make(map[string]int32, n), byRecord: make(map[packstore.ID]int32, n)}
 	for i, k := range rg.Keys {
-		g.keys[i] = Key{k.Type, k.StateKey}
+		g.keys[i] = k
 		g.keyIndex[g.keys[i]] = int32(i)
 	}
 	for i, id := range rg.IDs {

@@ -307,7 +307,7 @@ func (w *reachWalk) reaches(id string) (bool, error) {
 
 // findCreate returns the room's m.room.create from the maps or their auth events.
 func findCreate(st *stateRes, maps []StateMap) (gomatrixserverlib.PDU, error) {
-	ck := Key{spec.MRoomCreate, ""}
+	ck := Key{Type: spec.MRoomCreate, StateKey: ""}
 	for _, m := range maps {
 		if id, ok := m[ck]; ok {
 			return st.event(id)

@@ -50,7 +50,7 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 	var statePDUs []gomatrixserverlib.PDU
 	same := true // the state before gives exactly the auth events, key for key
 	for _, t := range r.cache.neededFor(pdu) {
-		id, ok, err := r.lookup(before, Key{t.EventType, t.StateKey})
+		id, ok, err := r.lookup(before, Key{Type: t.EventType, StateKey: t.StateKey})
 		if err != nil {
 			return err
 		}
@@ -116,7 +116,18 @@ type ReplayOptions struct {
 	// (Resolver.ResolutionTimes); cheaper than OnResolve, which counts the events
 	// each resolution touches.
 	ResolutionTimes *[]time.Duration
+	// Stop, if set, is asked before each event; when it returns true, Replay writes
+	// and syncs the state records computed so far and returns ErrStopped with the
+	// counts up to there. The head is not updated (the room stays not replayed), so
+	// a later Replay computes only the events left without a state record; after a
+	// stopped Force replay, run it with Force again (records are partly rewritten
+	// and the keep rule is not cleared yet).
+	Stop func() bool
 }
+
+// ErrStopped is returned by Replay when ReplayOptions.Stop asked it to stop; what
+// it computed before is stored and synced.
+var ErrStopped = errors.New("resolver: replay stopped")
 
 // ReplayResult counts what Replay did.
 type ReplayResult struct {
@@ -132,6 +143,10 @@ type ReplayResult struct {
 	ConflictedKeys     int
 	AuthDifference     int // events in auth differences, summed over resolutions
 	FullConflicted     int // events in full conflicted sets, summed over resolutions
+	// PDUsParsed counts PDUs read from the store and parsed, the prefetcher's
+	// included: Events when every PDU is parsed once, more when authorisation or
+	// resolution asks again for a PDU the bounded cache no longer holds.
+	PDUsParsed         int
 	ForwardExtremities []string
 	CurrentState       hamtstore.NodeID
 }
@@ -227,6 +242,18 @@ func (rp *replay) run() (ReplayResult, error) {
 		late = make([]bool, n)
 	}
 	for p, i := range order {
+		if opts.Stop != nil && opts.Stop() {
+			if err := flush(); err != nil {
+				return rp.res, err
+			}
+			if err := room.Sync(); err != nil {
+				return rp.res, err
+			}
+			rp.res.Resolutions, rp.res.ConflictedKeys = r.Resolutions, r.ConflictedKeys
+			rp.res.AuthDifference, rp.res.FullConflicted = r.AuthDifference, r.FullConflicted
+			rp.res.PDUsParsed = r.EventsLoaded
+			return rp.res, fmt.Errorf("%w: room %s after %d of %d events", ErrStopped, room.ID(), p, len(order))
+		}
 		r.upTo = int32(p) - 1
 		id := g.ids[i]
 		pf.take()
@@ -363,6 +390,7 @@ func (rp *replay) run() (ReplayResult, error) {
 	}
 	rp.res.Resolutions, rp.res.ConflictedKeys = r.Resolutions, r.ConflictedKeys
 	rp.res.AuthDifference, rp.res.FullConflicted = r.AuthDifference, r.FullConflicted
+	rp.res.PDUsParsed = r.EventsLoaded
 	rp.res.ForwardExtremities, rp.res.CurrentState = fwd, cur
 	return rp.res, nil
 }
@@ -418,9 +446,9 @@ func (pf *prefetcher) take() {
 		return
 	}
 	if x, ok := <-pf.out; ok && x.pdu != nil {
+		pf.r.EventsLoaded++ // parsed on the prefetching goroutine
 		if !pf.r.pdus.Contains(x.id) {
-			pf.r.EventsLoaded++
-			pf.r.pdus.Add(x.id, x.pdu)
+			pf.r.keep(x.pdu)
 		}
 	}
 }

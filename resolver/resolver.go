@@ -70,8 +70,14 @@ type Resolver struct {
 	room *roomstate.Room
 	rd   *hamtstore.Reader
 	algo gomatrixserverlib.StateResAlgorithm
-	pdus *lru.Cache[string, gomatrixserverlib.PDU] // parsed PDUs, bounded
-	g    *graph                                    // the room's auth index, built on first use
+	pdus *lru.Cache[string, gomatrixserverlib.PDU] // parsed state PDUs, bounded
+	// cur is the last non-state PDU parsed (the event being replayed, usually): a
+	// message is read once, to authorise it, and no auth chain or resolution
+	// reads it again, so non-state PDUs stay out of the LRU, where they pushed
+	// out the member events authorisation asks for again (65% of a generated
+	// room's events are not state events).
+	cur gomatrixserverlib.PDU
+	g   *graph // the room's auth index, built on first use
 	// rej is the rejection status per graph index: 0 not known yet (read the
 	// state record), 1 accepted, 2 rejected.
 	rej []uint8
@@ -186,6 +192,9 @@ func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
 	if r.touched != nil {
 		r.touched[eventID] = true
 	}
+	if r.cur != nil && r.cur.EventID() == eventID {
+		return r.cur, nil
+	}
 	if p, ok := r.pdus.Get(eventID); ok {
 		return p, nil
 	}
@@ -198,8 +207,17 @@ func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
 		return nil, err
 	}
 	r.EventsLoaded++
-	r.pdus.Add(eventID, p)
+	r.keep(p)
 	return p, nil
+}
+
+// keep caches a parsed PDU: a state event in the LRU, another in cur.
+func (r *Resolver) keep(p gomatrixserverlib.PDU) {
+	if p.StateKey() == nil {
+		r.cur = p
+		return
+	}
+	r.pdus.Add(p.EventID(), p)
 }
 
 // eventIDOf returns the event a snapshot value names.
@@ -325,7 +343,7 @@ func (r *Resolver) resolve(uniq []hamtstore.NodeID) (hamtstore.NodeID, error) {
 		if err != nil {
 			return err
 		}
-		c := conflict{key: append([]byte(nil), key...), k: Key{t, sk}, events: make([]string, len(vals))}
+		c := conflict{key: append([]byte(nil), key...), k: Key{Type: t, StateKey: sk}, events: make([]string, len(vals))}
 		for i, v := range vals {
 			if v != nil {
 				if c.events[i], err = r.eventIDOf(*v); err != nil {
@@ -458,7 +476,7 @@ func (r *Resolver) MainlineClosest(pl, x string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	plKey := Key{spec.MRoomPowerLevels, ""}
+	plKey := Key{Type: spec.MRoomPowerLevels, StateKey: ""}
 	if k := g.keyOf(i); k < 0 || g.keys[k] != plKey {
 		return 0, nil
 	}
@@ -490,7 +508,7 @@ func (r *Resolver) PowerLevelsAuthEvent(eventID string) (string, error) {
 		if a < 0 {
 			return "", fmt.Errorf("%w: event %s: auth event %s is not in the room", errNoEvent, eventID, g.g.MissingAuth(int(i), j))
 		}
-		if k := g.keyOf(a); k >= 0 && g.keys[k] == (Key{spec.MRoomPowerLevels, ""}) {
+		if k := g.keyOf(a); k >= 0 && g.keys[k] == (Key{Type: spec.MRoomPowerLevels, StateKey: ""}) {
 			return g.ids[a], nil
 		}
 	}
@@ -580,6 +598,16 @@ func (v *resView) AuthChildrenOf(h int32) []int32 {
 	return v.g.childHandles(h, v.r.upTo)
 }
 
+// Len implements AuthIndex: the room's events.
+func (v *resView) Len() int { return len(v.g.ids) }
+
+// UnconflictedOf implements AuthIndex (a failed lookup is kept in v.err and
+// answers "none").
+func (v *resView) UnconflictedOf(h int32) (int32, bool) { return v.unconflictedOf(h) }
+
+// SameKeyAncestor implements AuthIndex by jump pointers (graph.sameKeyAncestor).
+func (v *resView) SameKeyAncestor(z, u int32) bool { return v.g.sameKeyAncestor(z, u) }
+
 // StateKeyOfHandle implements AuthIndex.
 func (v *resView) StateKeyOfHandle(h int32) (Key, bool) {
 	if k := v.g.keyOf(h); k >= 0 {
@@ -594,7 +622,7 @@ func (r *Resolver) createEvent(root hamtstore.NodeID) (gomatrixserverlib.PDU, er
 	if r.create != nil {
 		return r.create, nil
 	}
-	id, ok, err := r.lookup(root, Key{spec.MRoomCreate, ""})
+	id, ok, err := r.lookup(root, Key{Type: spec.MRoomCreate, StateKey: ""})
 	if err != nil {
 		return nil, err
 	}

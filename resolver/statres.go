@@ -14,10 +14,11 @@ import (
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
-// Key is a state key: (event_type, state_key).
-type Key struct{ Type, StateKey string }
+// Key is a state key: (event_type, state_key). It is roomstate.StatePair, so the
+// map roomstate.Room.State returns is a StateMap.
+type Key = roomstate.StatePair
 
-func keyOf(p gomatrixserverlib.PDU) Key { return Key{p.Type(), *p.StateKey()} }
+func keyOf(p gomatrixserverlib.PDU) Key { return Key{Type: p.Type(), StateKey: *p.StateKey()} }
 
 // EventSource gives the resolution algorithm the events it needs by ID: the
 // conflicted events, their auth chains and the unconflicted events the auth rules
@@ -678,7 +679,7 @@ func (st *stateRes) mainlinePositions(plID string) (map[string]int64, error) {
 // origin_server_ts, then by event ID (spec, v2 "Mainline ordering"). Events with no
 // mainline event sort before all others.
 func (st *stateRes) mainlineOrder(ids []string) ([]string, error) {
-	plID, ok, err := st.lookup(Key{spec.MRoomPowerLevels, ""})
+	plID, ok, err := st.lookup(Key{Type: spec.MRoomPowerLevels, StateKey: ""})
 	if err != nil {
 		return nil, err
 	}
@@ -772,7 +773,7 @@ func (st *stateRes) iterativeAuthChecks(ids []string) error {
 			}
 		}
 		for _, t := range st.neededForAuth(p) {
-			sid, ok, err := st.lookup(Key{t.EventType, t.StateKey})
+			sid, ok, err := st.lookup(Key{Type: t.EventType, StateKey: t.StateKey})
 			if err != nil {
 				return err
 			}
@@ -781,11 +782,11 @@ func (st *stateRes) iterativeAuthChecks(ids []string) error {
 				if err != nil {
 					return err
 				}
-				byKey[Key{t.EventType, t.StateKey}] = se
+				byKey[Key{Type: t.EventType, StateKey: t.StateKey}] = se
 			}
 		}
 		if st.privilegedCreators && st.in.create != nil {
-			byKey[Key{spec.MRoomCreate, ""}] = st.in.create
+			byKey[Key{Type: spec.MRoomCreate, StateKey: ""}] = st.in.create
 		}
 		if st.cache.allowedCached(p, byKey) {
 			st.overlay[keyOf(p)] = id
@@ -849,15 +850,15 @@ func allowedList(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU) (err err
 func AuthorizeAgainst(p gomatrixserverlib.PDU, state StateMap, src EventSource) error {
 	byKey := map[Key]gomatrixserverlib.PDU{}
 	for _, t := range gomatrixserverlib.StateNeededForAuth([]gomatrixserverlib.PDU{p}).Tuples() {
-		if id, ok := state[Key{t.EventType, t.StateKey}]; ok {
+		if id, ok := state[Key{Type: t.EventType, StateKey: t.StateKey}]; ok {
 			e, err := src.Event(id)
 			if err != nil {
 				return fmt.Errorf("%w: %s: %v", errNoEvent, id, err)
 			}
-			byKey[Key{t.EventType, t.StateKey}] = e
+			byKey[Key{Type: t.EventType, StateKey: t.StateKey}] = e
 		}
 	}
-	ck := Key{spec.MRoomCreate, ""}
+	ck := Key{Type: spec.MRoomCreate, StateKey: ""}
 	if _, ok := byKey[ck]; !ok && p.Type() != spec.MRoomCreate {
 		if id, ok := state[ck]; ok {
 			if e, err := src.Event(id); err == nil {

@@ -16,6 +16,10 @@ type CheckResult struct {
 	// NotKept counts events without a state record that the head's keep rule lets an
 	// every-k repack drop (Head.KeepsState): not damage.
 	NotKept int
+	// Unreplayed counts events without a state record in a room that is not
+	// replayed to its end (Head.Replayed false: never replayed, a replay that
+	// stopped, or events imported since): replay computes them. Not damage.
+	Unreplayed int
 }
 
 // Check reads every record of a room and validates it: the arrival log against the
@@ -25,8 +29,15 @@ type CheckResult struct {
 // in the room. An event of a replayed room without a state record must be an outlier
 // (an ancestor, transitively, is not in the room) or one whose record the head's keep
 // rule lets an every-k repack drop (counted in NotKept); any other is reported as
-// ErrCorruptRecord. For `mtxdb verify` and tests; it reads the whole room.
-func (r *Room) Check() (CheckResult, error) {
+// ErrCorruptRecord. In a room not replayed to its end (never replayed, replay
+// interrupted, or events imported since), the state records that exist are
+// checked and the events without one are counted in Unreplayed. For `mtxdb
+// verify` and tests; it reads the whole room.
+func (r *Room) Check() (CheckResult, error) { return r.CheckProgress(nil) }
+
+// CheckProgress is Check calling progress, if set, after each event checked (about
+// every millisecond in a large room) with the count so far: for progress bars.
+func (r *Room) CheckProgress(progress func(events int)) (CheckResult, error) {
 	var res CheckResult
 	ids, err := r.EventIDs()
 	if err != nil {
@@ -65,6 +76,9 @@ func (r *Room) Check() (CheckResult, error) {
 		return nil
 	}
 	for i, id := range ids {
+		if progress != nil && i > 0 {
+			progress(i)
+		}
 		m, err := r.Meta(id)
 		if err != nil {
 			return res, err
@@ -94,31 +108,38 @@ func (r *Room) Check() (CheckResult, error) {
 			res.Events++
 			continue
 		}
-		if r.head.Replayed {
-			if !hasState {
+		if !hasState {
+			switch {
+			case !r.head.Replayed && r.head.StateEvery == 0:
+				res.Unreplayed++
+			default:
 				switch err := r.stateGap(m); {
-				case errors.Is(err, ErrNoState): // an outlier's descendant
+				case errors.Is(err, ErrNoState) && r.head.Replayed: // an outlier's descendant
 					res.Dangling++
+				case errors.Is(err, ErrNoState):
+					res.Unreplayed++
 				case errors.Is(err, ErrStateNotKept):
 					res.NotKept++
 				default:
 					return res, err
 				}
-				res.Events++
-				continue
 			}
-			if st.Rejected {
-				res.Rejected++
-				if st.After != st.Before {
-					return res, fmt.Errorf("%w: room %s: rejected event %s changes the state", ErrCorruptRecord, r.head.RoomID, id)
-				}
+			res.Events++
+			continue
+		}
+		// A state record is checked whether or not the room is replayed to its end
+		// (an interrupted replay leaves some).
+		if st.Rejected {
+			res.Rejected++
+			if st.After != st.Before {
+				return res, fmt.Errorf("%w: room %s: rejected event %s changes the state", ErrCorruptRecord, r.head.RoomID, id)
 			}
-			if err := checkRoot(st.Before, "state before "+id); err != nil {
-				return res, err
-			}
-			if err := checkRoot(st.After, "state after "+id); err != nil {
-				return res, err
-			}
+		}
+		if err := checkRoot(st.Before, "state before "+id); err != nil {
+			return res, err
+		}
+		if err := checkRoot(st.After, "state after "+id); err != nil {
+			return res, err
 		}
 		res.Events++
 	}

@@ -1,7 +1,16 @@
 // Package roomstate maps Matrix rooms onto the packfile engine and the CHAMP trie:
 // PDUs, their prev/auth edges, a state snapshot before and after every event, the
-// forward extremities and the current state of each room (DESIGN.md "Records in the
-// pool").
+// forward extremities and the current state of each room, one packstore collection
+// per room; the records and their formats are below.
+//
+// # Using it
+//
+// Open an engine (packstore.Open), wrap it with New, Import PDUs, take a Room, let
+// resolver.Replay compute the state before and after every event, then read state:
+// Room.State over Room.CurrentState (or StateBefore/StateAfter of an event) gives a
+// map from StatePair, which is resolver.Key, to event IDs; Room.Lookup reads one
+// entry. A Room follows its room's head across Imports through the same Store.
+// Example (in this package's tests) runs that sequence on a real room.
 //
 // # Identifiers
 //

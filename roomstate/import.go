@@ -72,7 +72,7 @@ type ImportOptions struct {
 // ImportResult counts what Import did.
 type ImportResult struct {
 	Read     int // PDUs read from the input
-	Imported int // PDUs stored
+	Imported int // PDUs stored and synced (not those of a batch whose write or sync failed)
 	Skipped  int // PDUs already in the store
 	// Variants counts skipped v3+ PDUs whose bytes differ from the stored copy (same
 	// reference hash, so the same event: typically one copy is redacted).
@@ -260,6 +260,14 @@ func (imp *importer) prepare(q []queuedPDU) {
 	wg.Wait()
 }
 
+// readFailed reports whether a JSON decoder's error is the input's read error
+// (passed through as it is) rather than bad JSON.
+func readFailed(err error) bool {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	return !errors.As(err, &se) && !errors.As(err, &te) && err != io.ErrUnexpectedEOF && err != io.EOF
+}
+
 func (imp *importer) run(in io.Reader) error {
 	br := bufio.NewReaderSize(in, 1<<20)
 	if bom, _ := br.Peek(3); bytes.Equal(bom, []byte{0xEF, 0xBB, 0xBF}) {
@@ -286,6 +294,9 @@ func (imp *importer) run(in io.Reader) error {
 				if derr := imp.drain(); derr != nil {
 					return derr
 				}
+				if readFailed(err) {
+					return &ImportError{Source: imp.source, Line: n, Element: true, Err: err}
+				}
 				return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true,
 					Err: fmt.Errorf("%w: %v (the rest of the array cannot be read)", ErrMalformedPDU, err)})
 			}
@@ -309,6 +320,13 @@ func (imp *importer) run(in io.Reader) error {
 	line := 0
 	for {
 		b, err := br.ReadBytes('\n')
+		if err != nil && err != io.EOF {
+			// A read error: the partial line is not a PDU. Store what came before.
+			if derr := imp.drain(); derr != nil {
+				return derr
+			}
+			return &ImportError{Source: imp.source, Line: line + 1, Err: err}
+		}
 		if len(b) > 0 {
 			line++
 			if t := bytes.TrimSpace(b); len(t) > 0 {
@@ -319,12 +337,6 @@ func (imp *importer) run(in io.Reader) error {
 		}
 		if err == io.EOF {
 			return imp.drain()
-		}
-		if err != nil {
-			if derr := imp.drain(); derr != nil {
-				return derr
-			}
-			return &ImportError{Source: imp.source, Line: line + 1, Err: err}
 		}
 	}
 }
@@ -422,7 +434,7 @@ func (imp *importer) one(q *queuedPDU) error {
 				known: map[string]uint32{},
 				isNew: true,
 			}
-			pr.room = &Room{s: imp.s, coll: CollectionID(roomID), head: pr.head}
+			pr.room = imp.s.newRoom(CollectionID(roomID), pr.head)
 			imp.rooms[roomID] = pr
 		}
 	}
@@ -656,15 +668,30 @@ func (imp *importer) flush() error {
 		sort.Strings(h.ForwardExtremities)
 		recs = append(recs, packstore.Record{ID: headRecordID, Data: encodeHead(&h)})
 		if err := imp.s.eng.PutMany(pr.room.coll, recs); err != nil {
+			imp.dropBatch()
 			return fmt.Errorf("roomstate: import %s: write room %s: %w", imp.source, id, err)
 		}
 		pr.head = h
-		pr.room.head = h
+		pr.room.head, pr.room.gen = h, imp.s.publish(pr.room.coll, h)
 		pr.batch, pr.batchID, pr.raw, pr.graph = nil, nil, nil, nil
 	}
+	n := imp.pending
 	imp.pending = 0
 	if err := imp.s.eng.Sync(); err != nil {
+		imp.res.Imported -= n // written, but not known to be durable
 		return fmt.Errorf("roomstate: import %s: sync: %w", imp.source, err)
 	}
 	return nil
+}
+
+// dropBatch forgets a batch whose write failed: its events are not counted as
+// imported (ImportResult.Imported counts what was stored and synced), and nothing of
+// it is written again by a later flush (Import returns the error; a re-run imports
+// what did not arrive).
+func (imp *importer) dropBatch() {
+	imp.res.Imported -= imp.pending
+	imp.pending = 0
+	for _, pr := range imp.rooms {
+		pr.batch, pr.batchID, pr.raw, pr.graph = nil, nil, nil, nil
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/matrix-org/gomatrixserverlib"
 
@@ -16,11 +17,48 @@ import (
 // concurrent reads; writes to one room must be serialised by the caller.
 type Store struct {
 	eng packstore.StorageEngine
+
+	// mu guards heads: the newest head this Store wrote per room (Import, SetHead),
+	// with a generation that grows on every write, so that every *Room of this
+	// Store follows its room's head (Room.refresh).
+	mu    sync.Mutex
+	heads map[packstore.ID]headGen
+}
+
+// headGen is a room head as last written through a Store, and its generation.
+type headGen struct {
+	gen  uint64
+	head Head
 }
 
 // New returns a Store over eng. The Store does not own eng: closing eng is the
 // caller's job.
-func New(eng packstore.StorageEngine) *Store { return &Store{eng: eng} }
+func New(eng packstore.StorageEngine) *Store {
+	return &Store{eng: eng, heads: map[packstore.ID]headGen{}}
+}
+
+// publish records h as room coll's newest head, after it was written to the engine.
+func (s *Store) publish(coll packstore.ID, h Head) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.heads[coll]
+	e.gen++
+	e.head = h
+	s.heads[coll] = e
+	return e.gen
+}
+
+// generation returns room coll's head generation (0: never written through s).
+func (s *Store) generation(coll packstore.ID) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.heads[coll].gen
+}
+
+// newRoom returns a Room over a head just read from the engine.
+func (s *Store) newRoom(coll packstore.ID, h Head) *Room {
+	return &Room{s: s, coll: coll, head: h, gen: s.generation(coll)}
+}
 
 // Engine returns the underlying storage engine.
 func (s *Store) Engine() packstore.StorageEngine { return s.eng }
@@ -40,7 +78,7 @@ func (s *Store) Rooms() ([]*Room, error) {
 		if err != nil {
 			return nil, fmt.Errorf("room collection %s: %w", coll, err)
 		}
-		rooms = append(rooms, &Room{s: s, coll: coll, head: h})
+		rooms = append(rooms, s.newRoom(coll, h))
 	}
 	sort.Slice(rooms, func(i, j int) bool { return rooms[i].head.RoomID < rooms[j].head.RoomID })
 	return rooms, nil
@@ -63,15 +101,30 @@ func (s *Store) Room(roomID string) (*Room, error) {
 	if h.RoomID != roomID {
 		return nil, fmt.Errorf("%w: head of collection for %s names room %s", ErrCorruptRecord, roomID, h.RoomID)
 	}
-	return &Room{s: s, coll: coll, head: h}, nil
+	return s.newRoom(coll, h), nil
 }
 
-// Room is one room's view of the store. A Room caches its head; SetHead updates it.
-// Not safe for concurrent use.
+// Room is one room's view of the store. A Room caches its head and follows the
+// room: after an Import or SetHead through the same Store (by this handle or any
+// other), the next Head, EventIDs, Graph, Check, RoomRecords, KeepStateEvery or
+// state query sees the new head, so a handle taken before an import replays the
+// events it added (resolver.Replay). Writes by another Store or another process
+// are not followed: take a new handle with Store.Room. Not safe for concurrent use.
 type Room struct {
 	s    *Store
 	coll packstore.ID
 	head Head
+	gen  uint64 // the Store's head generation r.head is from
+}
+
+// refresh takes the room's newest head written through the Store, if it is newer
+// than the cached one.
+func (r *Room) refresh() {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	if e, ok := r.s.heads[r.coll]; ok && e.gen != r.gen {
+		r.head, r.gen = e.head, e.gen
+	}
 }
 
 // ID returns the room ID.
@@ -85,11 +138,16 @@ func (r *Room) Version() gomatrixserverlib.RoomVersion {
 	return gomatrixserverlib.RoomVersion(r.head.RoomVersion)
 }
 
-// Head returns the cached head record.
-func (r *Room) Head() Head { return r.head }
+// Head returns the room's head record: the cached one, or the newer one an Import or
+// SetHead through the same Store wrote since.
+func (r *Room) Head() Head {
+	r.refresh()
+	return r.head
+}
 
 // SetHead writes a new head record (superseding the old one) and caches it.
 func (r *Room) SetHead(h Head) error {
+	r.refresh()
 	if h.RoomID != r.head.RoomID {
 		return fmt.Errorf("roomstate: SetHead for %s names room %s", r.head.RoomID, h.RoomID)
 	}
@@ -97,7 +155,7 @@ func (r *Room) SetHead(h Head) error {
 	if err := r.s.eng.Put(r.coll, headRecordID, encodeHead(&h)); err != nil {
 		return fmt.Errorf("roomstate: room %s: write head: %w", r.head.RoomID, err)
 	}
-	r.head = h
+	r.head, r.gen = h, r.s.publish(r.coll, h)
 	return nil
 }
 
@@ -121,6 +179,7 @@ func (r *Room) Sync() error {
 
 // EventIDs returns every imported event ID in arrival order.
 func (r *Room) EventIDs() ([]string, error) {
+	r.refresh()
 	ids := make([]string, 0, r.head.Events)
 	for i := uint32(0); i < r.head.LogChunks; i++ {
 		b, err := getKind(r.s.eng, r.coll, logChunkID(i), ReadOther)
@@ -279,6 +338,7 @@ func (r *Room) replayedState(eventID string) (EventState, error) {
 // outlier; one that arrived after the keep rule was set means it was an outlier when
 // the rule was set, so the rule did not drop its state.
 func (r *Room) stateGap(m EventMeta) error {
+	r.refresh()
 	h := r.head
 	if !h.Replayed && h.StateEvery == 0 {
 		return fmt.Errorf("%w: room %s: event %s: not replayed yet (replay first)", ErrNoState, h.RoomID, m.EventID)
@@ -325,6 +385,7 @@ func (r *Room) stateGap(m EventMeta) error {
 // the new rule must not require a state record the old one let a repack drop (a
 // forced replay clears the rule).
 func (r *Room) KeepStateEvery(k uint32) error {
+	r.refresh()
 	h := r.head
 	switch {
 	case k == 0:
@@ -377,34 +438,34 @@ func (r *Room) Lookup(rd *hamtstore.Reader, root hamtstore.NodeID, eventType, st
 	return m.EventID, true, nil
 }
 
-// StateEntries returns a whole snapshot as "type\x00state_key" -> event ID (the
-// layout of the real rooms' expected_state.jsonl). It reads every node and every
-// entry's metadata: for tests, verify and export, not for hot paths.
-func (r *Room) StateEntries(rd *hamtstore.Reader, root hamtstore.NodeID) (map[string]string, error) {
-	out := make(map[string]string)
-	err := rd.Iterate(root, func(k []byte, v hamtstore.Value) error {
-		m, err := r.snapshotEntry(k, v)
-		if err != nil {
-			return err
-		}
-		out[m.Type+"\x00"+m.StateKey] = m.EventID
-		return nil
-	})
-	return out, err
+// State returns a whole snapshot (a state before or after an event, or the
+// current state: StateBefore, StateAfter, CurrentState) as (event_type,
+// state_key) -> event ID. The key type is resolver.Key's (an alias of StatePair),
+// so the result converts to a resolver.StateMap. It reads every node of the
+// snapshot and one metadata record per entry (about 16 + 8 x depth bytes of
+// node reads per entry), checking that each entry names a state event of its
+// key (ErrCorruptRecord otherwise). To read one entry, Lookup is cheaper; to
+// read many snapshots of one room, StateMemo.
+func (r *Room) State(rd *hamtstore.Reader, root hamtstore.NodeID) (map[StatePair]string, error) {
+	return r.StateMemo(rd, root, EntryMemo{})
 }
 
-// EntryMemo remembers, for StateEntriesMemo, the checked snapshot entries of one
-// room by record.
+// EntryMemo remembers, for StateMemo, the checked snapshot entries of one room by
+// record. The zero value is not usable: make one with EntryMemo{}.
 type EntryMemo map[hamtstore.Value]memoEntry
 
-type memoEntry struct{ raw, key, id string } // HAMT key, "type\x00state_key", event ID
+type memoEntry struct {
+	raw string // HAMT key
+	key StatePair
+	id  string // event ID
+}
 
-// StateEntriesMemo is StateEntries for reading many snapshots of one room: the
-// event an entry names is looked up and checked once per memo (make one
-// EntryMemo and pass it to every call), so the cost is a metadata read per
-// distinct entry instead of per entry. Errors as StateEntries.
-func (r *Room) StateEntriesMemo(rd *hamtstore.Reader, root hamtstore.NodeID, memo EntryMemo) (map[string]string, error) {
-	out := make(map[string]string)
+// StateMemo is State for reading many snapshots of one room: the event an entry
+// names is looked up and checked once per memo (make one EntryMemo and pass it to
+// every call), so the cost is a metadata read per distinct entry instead of per
+// entry. Errors as State.
+func (r *Room) StateMemo(rd *hamtstore.Reader, root hamtstore.NodeID, memo EntryMemo) (map[StatePair]string, error) {
+	out := make(map[StatePair]string)
 	err := rd.Iterate(root, func(k []byte, v hamtstore.Value) error {
 		if m, ok := memo[v]; ok && m.raw == string(k) {
 			out[m.key] = m.id
@@ -414,12 +475,34 @@ func (r *Room) StateEntriesMemo(rd *hamtstore.Reader, root hamtstore.NodeID, mem
 		if err != nil {
 			return err
 		}
-		e := memoEntry{raw: string(k), key: m.Type + "\x00" + m.StateKey, id: m.EventID}
+		e := memoEntry{raw: string(k), key: StatePair{m.Type, m.StateKey}, id: m.EventID}
 		memo[v] = e
 		out[e.key] = e.id
 		return nil
 	})
 	return out, err
+}
+
+// StateEntries returns a whole snapshot as "type\x00state_key" -> event ID.
+//
+// Deprecated: use State, whose keys are StatePair (resolver.Key).
+func (r *Room) StateEntries(rd *hamtstore.Reader, root hamtstore.NodeID) (map[string]string, error) {
+	return r.StateEntriesMemo(rd, root, EntryMemo{})
+}
+
+// StateEntriesMemo is StateMemo keyed by "type\x00state_key".
+//
+// Deprecated: use StateMemo, whose keys are StatePair (resolver.Key).
+func (r *Room) StateEntriesMemo(rd *hamtstore.Reader, root hamtstore.NodeID, memo EntryMemo) (map[string]string, error) {
+	m, err := r.StateMemo(rd, root, memo)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k.Type+"\x00"+k.StateKey] = v
+	}
+	return out, nil
 }
 
 // snapshotEntry returns the metadata of the event a snapshot entry names, checking
@@ -445,6 +528,7 @@ func (r *Room) snapshotEntry(k []byte, v hamtstore.Value) (EventMeta, error) {
 // (a room imported before graph records existed has none; a failure to read the
 // first is taken as present, so that a repack meets it and reports it).
 func (r *Room) RoomRecords() []packstore.ID {
+	r.refresh()
 	ids := []packstore.ID{headRecordID}
 	has, err := r.hasGraphRecords()
 	for i := uint32(0); i < r.head.LogChunks; i++ {
@@ -479,7 +563,7 @@ func (n nodeStore) PutNodes(nodes []hamtstore.EncodedNode) error {
 	}
 	recs := make([]packstore.Record, len(nodes))
 	for i, nd := range nodes {
-		recs[i] = packstore.Record{ID: packstore.ID(nd.ID), Data: nd.Data}
+		recs[i] = packstore.Record{ID: packstore.ID(nd.ID), Data: nd.Data, Dense: true}
 	}
 	return n.eng.PutMany(n.coll, recs)
 }
@@ -492,8 +576,10 @@ func (r *Room) StateBefore(eventID string) (hamtstore.NodeID, error) {
 }
 
 // CurrentState is the room's current state snapshot: the resolution of the states
-// after its forward extremities, set by replay.
-func (r *Room) CurrentState() hamtstore.NodeID { return r.head.CurrentState }
+// after its forward extremities, set by replay. Before the first replay it is the
+// zero NodeID, which reads as an empty state, and after an Import it is the state
+// of the last replay until the next one: check Head().Replayed first.
+func (r *Room) CurrentState() hamtstore.NodeID { return r.Head().CurrentState }
 
 // MembershipAt returns a user's membership ("join", "leave", "invite", "ban",
 // "knock") in the state before an event, and the m.room.member event that set it;

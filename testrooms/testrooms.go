@@ -10,6 +10,7 @@ package testrooms
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,8 +35,9 @@ func Dir() string {
 	return filepath.Dir(file)
 }
 
-// RealRoomDirs lists the room directories under dir (a directory of rooms such as
-// testrooms/real), sorted.
+// RealRoomDirs lists the room directories (those holding events.jsonl) under dir,
+// a directory of rooms such as testrooms/real, sorted; a symlink to a room
+// directory is listed as one.
 func RealRoomDirs(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -43,10 +45,15 @@ func RealRoomDirs(dir string) ([]string, error) {
 	}
 	var out []string
 	for _, e := range entries {
-		if !e.IsDir() {
+		p := filepath.Join(dir, e.Name())
+		if e.Type()&os.ModeSymlink != 0 {
+			// A symlinked room directory counts as the directory it names.
+			if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+				continue
+			}
+		} else if !e.IsDir() {
 			continue
 		}
-		p := filepath.Join(dir, e.Name())
 		if _, err := os.Stat(filepath.Join(p, "events.jsonl")); err == nil {
 			out = append(out, p)
 		}
@@ -68,6 +75,9 @@ type Expected struct {
 	ForwardExtremities []string
 	// Events is the number of events in the room directory (meta.json counts.events).
 	Events int
+	// States is the number of recorded states (lines of expected_state.jsonl),
+	// also when After was not loaded (OpenExpected).
+	States int
 }
 
 // ExpectedState is one line of expected_state.jsonl.
@@ -77,28 +87,73 @@ type ExpectedState struct {
 }
 
 // LoadExpected reads expected_state.jsonl, current_state.json and meta.json of a room
-// directory.
+// directory, every recorded state into After. For large rooms use OpenExpected.
 func LoadExpected(dir string) (*Expected, error) {
-	exp := &Expected{Dir: dir}
+	return loadExpected(dir, true)
+}
+
+// OpenExpected is LoadExpected without holding the states: After stays empty,
+// States counts them, and Compare streams them from expected_state.jsonl one at
+// a time (the generated 1M-event room records 250 MB of states, several GB as
+// maps). The file is read once here, to count and check its lines.
+func OpenExpected(dir string) (*Expected, error) {
+	return loadExpected(dir, false)
+}
+
+// eachState calls fn with every recorded state in file order: from After when
+// it was loaded, else streamed from the file (a decoding error names the line).
+func (exp *Expected) eachState(fn func(ExpectedState) error) error {
+	if exp.After != nil || exp.States == 0 {
+		for _, es := range exp.After {
+			if err := fn(es); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return scanExpected(exp.Dir, true, fn)
+}
+
+// scanExpected calls fn for each non-blank line of dir's expected_state.jsonl,
+// decoded when decode is set (fn then gets the state; otherwise a zero value).
+func scanExpected(dir string, decode bool, fn func(ExpectedState) error) error {
 	f, err := os.Open(filepath.Join(dir, "expected_state.jsonl"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for line := 1; sc.Scan(); line++ {
-		if strings.TrimSpace(sc.Text()) == "" {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
 		var es ExpectedState
-		if err := json.Unmarshal(sc.Bytes(), &es); err != nil {
-			return nil, fmt.Errorf("testrooms: %s/expected_state.jsonl line %d: %w", dir, line, err)
+		if decode {
+			if err := json.Unmarshal(sc.Bytes(), &es); err != nil {
+				return fmt.Errorf("testrooms: %s/expected_state.jsonl line %d: %w", dir, line, err)
+			}
 		}
-		exp.After = append(exp.After, es)
+		if err := fn(es); err != nil {
+			return err
+		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("testrooms: %s/expected_state.jsonl: %w", dir, err)
+		return fmt.Errorf("testrooms: %s/expected_state.jsonl: %w", dir, err)
+	}
+	return nil
+}
+
+func loadExpected(dir string, hold bool) (*Expected, error) {
+	exp := &Expected{Dir: dir}
+	if err := scanExpected(dir, hold, func(es ExpectedState) error {
+		exp.States++
+		if hold {
+			exp.After = append(exp.After, es)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "current_state.json")); err == nil {
 		if err := json.Unmarshal(b, &exp.Current); err != nil {
@@ -123,11 +178,11 @@ func LoadExpected(dir string) (*Expected, error) {
 			return nil, fmt.Errorf("testrooms: %s/meta.json: %w", dir, err)
 		}
 		exp.RoomID, exp.ForwardExtremities, exp.Events = m.RoomID, m.ForwardExtremities, m.Counts.Events
-		if n := m.ExpectedState.Lines; n > 0 && n != len(exp.After) {
-			return nil, fmt.Errorf("testrooms: %s/expected_state.jsonl has %d states, meta.json expected_state.lines says %d", dir, len(exp.After), n)
+		if n := m.ExpectedState.Lines; n > 0 && n != exp.States {
+			return nil, fmt.Errorf("testrooms: %s/expected_state.jsonl has %d states, meta.json expected_state.lines says %d", dir, exp.States, n)
 		}
 	}
-	if len(exp.After) == 0 && len(exp.Current) == 0 {
+	if exp.States == 0 && len(exp.Current) == 0 {
 		return nil, fmt.Errorf("testrooms: %s records no state (expected_state.jsonl is empty and there is no current_state.json): nothing to compare", dir)
 	}
 	return exp, nil
@@ -168,18 +223,30 @@ type CompareResult struct {
 }
 
 // Compare checks a replayed room against what its origin server recorded: the state
-// after every event in exp.After (except those whose state an every-k repack
+// after every recorded event (exp.After, or streamed from the file for OpenExpected; except those whose state an every-k repack
 // dropped: counted in NotKept), and the current state when recorded. Each
 // difference is passed to report.
 func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (CompareResult, error) {
+	return CompareProgress(room, exp, report, nil)
+}
+
+// CompareProgress is Compare calling progress, if set, after each recorded state
+// compared (in file order) with the count so far: for progress bars.
+func CompareProgress(room *roomstate.Room, exp *Expected, report func(Mismatch), progress func(states int)) (CompareResult, error) {
 	var res CompareResult
 	rd := room.NewReader()
 	memo := roomstate.EntryMemo{}
-	cmp := func(event string, ours, rec map[string]string) {
+	// rec is keyed as expected_state.jsonl is ("type\x00state_key"), ours by
+	// roomstate.StatePair.
+	pair := func(k string) roomstate.StatePair {
+		t, sk, _ := strings.Cut(k, "\x00")
+		return roomstate.StatePair{Type: t, StateKey: sk}
+	}
+	cmp := func(event string, ours map[roomstate.StatePair]string, rec map[string]string) {
 		if len(ours) == len(rec) {
 			same := true
 			for k, v := range rec {
-				if w, ok := ours[k]; !ok || w != v {
+				if w, ok := ours[pair(k)]; !ok || w != v {
 					same = false
 					break
 				}
@@ -190,7 +257,7 @@ func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (Compar
 		}
 		keys := map[string]bool{}
 		for k := range ours {
-			keys[k] = true
+			keys[k.Type+"\x00"+k.StateKey] = true
 		}
 		for k := range rec {
 			keys[k] = true
@@ -201,39 +268,48 @@ func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (Compar
 		}
 		sort.Strings(sorted)
 		for _, k := range sorted {
-			if ours[k] != rec[k] {
+			if o := ours[pair(k)]; o != rec[k] {
 				res.Mismatches++
-				report(Mismatch{Room: room.ID(), Event: event, Key: strings.Replace(k, "\x00", "|", 1), Ours: ours[k], Recorded: rec[k]})
+				report(Mismatch{Room: room.ID(), Event: event, Key: strings.Replace(k, "\x00", "|", 1), Ours: o, Recorded: rec[k]})
 			}
 		}
 	}
-	for _, es := range exp.After {
+	n := 0 // recorded states compared so far, for progress
+	err := exp.eachState(func(es ExpectedState) error {
+		if progress != nil && n > 0 {
+			progress(n)
+		}
+		n++
 		if _, err := room.Meta(es.EventID); errors.Is(err, packstore.ErrNotFound) {
 			res.Mismatches++
 			report(Mismatch{Room: room.ID(), Event: es.EventID, Key: "-", Ours: "(event not imported)", Recorded: "(state recorded)"})
-			continue
+			return nil
 		}
 		root, err := room.StateAfter(es.EventID)
 		if errors.Is(err, roomstate.ErrStateNotKept) {
 			res.NotKept++
-			continue
+			return nil
 		}
 		if errors.Is(err, roomstate.ErrNoState) {
 			// An outlier, or not replayed: the recorded state has nothing to
 			// compare with; count it and go on with the other events.
 			res.Mismatches++
 			report(Mismatch{Room: room.ID(), Event: es.EventID, Key: "-", Ours: "(no state: outlier or not replayed)", Recorded: "(state recorded)"})
-			continue
+			return nil
 		}
 		if err != nil {
-			return res, err
+			return err
 		}
-		ours, err := room.StateEntriesMemo(rd, root, memo)
+		ours, err := room.StateMemo(rd, root, memo)
 		if err != nil {
-			return res, err
+			return err
 		}
 		cmp(es.EventID, ours, es.State)
 		res.Events++
+		return nil
+	})
+	if err != nil {
+		return res, err
 	}
 	if exp.Events > 0 && int(room.Head().Events) != exp.Events {
 		res.CurrentSkipped = true
@@ -250,7 +326,7 @@ func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (Compar
 		}
 	}
 	if len(exp.Current) > 0 {
-		ours, err := room.StateEntriesMemo(rd, room.Head().CurrentState, memo)
+		ours, err := room.StateMemo(rd, room.Head().CurrentState, memo)
 		if err != nil {
 			return res, err
 		}

@@ -202,7 +202,7 @@ func naiveResolve(room *roomstate.Room, eventID string) (ns naiveStats, err erro
 		if err != nil {
 			return ns, err
 		}
-		entries, err := room.StateEntries(rd, root)
+		entries, err := room.State(rd, root)
 		if err != nil {
 			return ns, err
 		}

@@ -1,13 +1,19 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -115,32 +121,19 @@ type corruptError struct{ error }
 
 func (c corruptError) Unwrap() error { return c.error }
 
-// eventsFile resolves an import argument: a file, or a room directory holding
-// events.jsonl.
-func eventsFile(path string) (string, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", err
-	}
-	if fi.IsDir() {
-		p := filepath.Join(path, "events.jsonl")
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%s is a directory without events.jsonl", path)
-		}
-		return p, nil
-	}
-	return path, nil
-}
-
 func importCmd() *cobra.Command {
 	var store, roomVersion, keysFile string
 	var rf repackFlags
 	var batch int
-	var anyOrder, repack, strict bool
+	var anyOrder, repack, asJSON, strict bool
 	c := &cobra.Command{
 		Use:   "import --store DIR [--strict] [--keys FILE] [--any-order [--room-version V]] [--repack [--plan KIND] [--liveness all|every-k [--every K]]] PATH...",
-		Short: "Import PDUs (JSON lines or a JSON array; or room directories with events.jsonl)",
-		Long: `Import reads PDUs and stores each new one with its prev/auth edges. Every PDU's
+		Short: "Import PDUs (JSON lines or a JSON array; room directories with events.jsonl, or directories of them)",
+		Long: `Import reads PDUs and stores each new one with its prev/auth edges. A PATH is a
+file of PDUs, a room directory (its events.jsonl), or a directory of room
+directories (each room's events.jsonl, by name; testrooms/real, gen --rooms). An
+empty or blank file is skipped with a warning; if every input is, nothing is
+written and the exit status is 1. Every PDU's
 prev_events and auth_events must be in the store or earlier in the input; a room's
 first PDU must be its m.room.create. Events already stored are skipped, so an import
 can be re-run. A PDU that is not a valid event (over 65,536 bytes, a field over 255
@@ -155,7 +148,11 @@ and the event_id's server; restricted joins: the authorising user's server). Wit
 prev/auth events (a backfill, newest first): replay then sorts them and leaves out as
 outliers events whose ancestors never arrive; --room-version names the version of a
 room whose m.room.create comes later. --repack replays and repacks the rooms just
-imported, with --plan, --liveness and --every as in mtxdb repack.`,
+imported, with --plan, --liveness and --every as in mtxdb repack.
+
+Ctrl-C (SIGINT) or SIGTERM stops at the next read: what was imported is synced,
+the command says where it stopped and exits 130 (143); run the same import again
+to continue. A second signal stops at once.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) (rerr error) {
 			if batch <= 0 {
@@ -171,13 +168,12 @@ imported, with --plan, --liveness and --every as in mtxdb repack.`,
 			if err != nil {
 				return err
 			}
-			var paths []string
-			for _, a := range args {
-				path, err := eventsFile(a)
-				if err != nil {
-					return err
-				}
-				paths = append(paths, path)
+			paths, err := importPaths(args)
+			if err != nil {
+				return err
+			}
+			if paths, err = dropBlank(paths, cmd.ErrOrStderr()); err != nil {
+				return err
 			}
 			var keys roomstate.KeyRing
 			if keysFile != "" {
@@ -199,20 +195,48 @@ imported, with --plan, --liveness and --every as in mtxdb repack.`,
 					rerr = exitError(2)
 				}
 			}()
-			for _, path := range paths {
+			var all roomstate.ImportResult // over every input
+			stop := catchInterrupts("import", nil)
+			defer stop()
+			for n, path := range paths {
 				res, err := importFile(st, path, roomstate.ImportOptions{BatchSize: batch, AnyOrder: anyOrder, RoomVersion: roomVersion, KeepGoing: true, Keys: keys}, out)
 				for _, r := range res.Refused {
-					fmt.Fprintf(out, "refused %s\n", r)
+					if asJSON {
+						printLine(out, true, "refused", kv{"file", path}, kv{"line", r.Line}, kv{"element", r.Element}, kv{"event_id", r.EventID}, kv{"reason", r.Err.Error()})
+					} else {
+						fmt.Fprintf(out, "refused %s\n", r)
+					}
 				}
 				refused += len(res.Refused)
-				fmt.Fprintf(out, "import %s: read=%d imported=%d skipped=%d variants=%d refused=%d rooms=%d\n",
-					path, res.Read, res.Imported, res.Skipped, res.Variants, len(res.Refused), len(res.Rooms))
+				f := []kv{{"read", res.Read}, {"imported", res.Imported}, {"skipped", res.Skipped}, {"variants", res.Variants}, {"refused", len(res.Refused)}, {"rooms", len(res.Rooms)}}
+				if asJSON {
+					printLine(out, true, "import", append([]kv{{"file", path}}, f...)...)
+				} else {
+					printLine(out, false, "import "+path, f...)
+				}
+				if errors.Is(err, errInterrupted) || (err == nil && interrupted() && n+1 < len(paths)) {
+					left := ""
+					if n+1 < len(paths) {
+						left = fmt.Sprintf("; %d more input(s) not started", len(paths)-n-1)
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import: interrupted in %s: the %d PDUs imported from it are stored and synced%s; run the same import again to continue (stored events are skipped)\n",
+						path, res.Imported, left)
+					return interruptExit()
+				}
 				if err != nil {
 					return err
 				}
 				for _, id := range res.Rooms {
 					touched[id] = true
 				}
+				all.Read, all.Imported, all.Skipped, all.Variants = all.Read+res.Read, all.Imported+res.Imported, all.Skipped+res.Skipped, all.Variants+res.Variants
+			}
+			if len(paths) > 1 {
+				what := "import" // the text line "import: files=N ..."; JSON kind import_total
+				if asJSON {
+					what = "import_total"
+				}
+				printLine(out, asJSON, what, kv{"files", len(paths)}, kv{"read", all.Read}, kv{"imported", all.Imported}, kv{"skipped", all.Skipped}, kv{"variants", all.Variants}, kv{"refused", refused}, kv{"rooms", len(touched)})
 			}
 			if !repack {
 				return nil
@@ -227,12 +251,17 @@ imported, with --plan, --liveness and --every as in mtxdb repack.`,
 				rooms = append(rooms, r)
 			}
 			tot, err := replayRooms(rooms, false, out, nil)
+			if errors.Is(err, resolver.ErrStopped) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import --repack: interrupted while replaying: the imported events are stored and synced, and the states computed so far; run mtxdb replay --store %s to finish the replay, then mtxdb repack\n", store)
+				return interruptExit()
+			}
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "replay: rooms=%d events=%d computed=%d rejected=%d outliers=%d\n",
-				len(rooms), tot.Events, tot.Computed, tot.Rejected, tot.Outliers)
-			_, err = repackSummary(out, eng, rooms, opts)
+			printLine(out, asJSON, "replay", kv{"rooms", len(rooms)}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected}, kv{"outliers", tot.Outliers})
+			stop()
+			defer catchInterrupts("import --repack", repackInterrupted(store))()
+			_, err = repackSummaryTo(out, asJSON, eng, rooms, opts)
 			return err
 		},
 	}
@@ -242,8 +271,9 @@ imported, with --plan, --liveness and --every as in mtxdb repack.`,
 	c.Flags().StringVar(&keysFile, "keys", "", "servers' public signing keys (JSON); without it signatures are not checked")
 	c.Flags().BoolVar(&strict, "strict", false, "exit with status 2 when any PDU was refused (they are refused and reported either way)")
 	c.Flags().BoolVar(&repack, "repack", false, "after importing, replay the rooms imported and repack them (an exported room)")
-	rf.register(c, "plan kind for --repack")
+	rf.register(c, "plan kind for --repack: "+planKinds())
 	c.Flags().StringVar(&roomVersion, "room-version", "", "room version of rooms whose m.room.create is not first (with --any-order)")
+	jsonFlag(c, &asJSON)
 	return c
 }
 
@@ -272,7 +302,13 @@ type countingReader struct {
 }
 
 func (c countingReader) Read(p []byte) (int, error) {
+	if interrupted() {
+		return 0, errInterrupted // Import syncs what it read before and returns this
+	}
 	n, err := c.r.Read(p)
+	if n > 0 {
+		testStall("import-read")
+	}
 	c.bar.add(n)
 	return n, err
 }
@@ -314,7 +350,7 @@ func selectRooms(st *roomstate.Store, roomID string) ([]*roomstate.Room, error) 
 
 func replayCmd() *cobra.Command {
 	var store, room string
-	var force bool
+	var force, asJSON bool
 	c := &cobra.Command{
 		Use:   "replay --store DIR [--room ROOM_ID] [--force]",
 		Short: "Compute the state before and after every event through state resolution",
@@ -328,29 +364,54 @@ recomputed), so it computes only what import added; --force recomputes everythin
 After an every-k repack, events whose state was dropped stay without one
 (state_not_kept); a new event whose prev_events name one gets it recomputed in memory
 (rederived). --force writes every state record again and clears the every-k rule.
-It prints one summary line; use verify --expected to compare with recorded state.`,
+It prints one summary line; use verify --expected to compare with recorded state.
+
+Ctrl-C (SIGINT) or SIGTERM stops before the next event: the states computed so far
+are synced, the command prints its summary and how to continue, and exits 130
+(143). A second signal stops at once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := nonEmptyFlag(cmd, "room", room); err != nil {
+				return err
+			}
 			eng, rooms, err := openRooms(store, room, false)
 			if err != nil {
 				return err
 			}
 			defer eng.Close()
+			defer catchInterrupts("replay", nil)()
 			var durs []time.Duration
 			tot, err := replayRooms(rooms, force, cmd.OutOrStdout(), &durs)
-			if err != nil {
+			stopped := errors.Is(err, resolver.ErrStopped)
+			if err != nil && !stopped {
 				return err
 			}
 			p50, p99 := percentile(durs, 0.50), percentile(durs, 0.99)
-			fmt.Fprintf(cmd.OutOrStdout(), "replay: rooms=%d events=%d computed=%d rejected=%d outliers=%d state_not_kept=%d rederived=%d resolutions=%d conflicted_keys=%d auth_difference=%d resolution_p50_us=%d resolution_p99_us=%d\n",
-				len(rooms), tot.Events, tot.Computed, tot.Rejected, tot.Outliers, tot.NotKept, tot.Rederived, tot.Resolutions, tot.ConflictedKeys, tot.AuthDifference,
-				p50.Microseconds(), p99.Microseconds())
+			printLine(cmd.OutOrStdout(), asJSON, "replay", kv{"rooms", len(rooms)}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected},
+				kv{"outliers", tot.Outliers}, kv{"state_not_kept", tot.NotKept}, kv{"rederived", tot.Rederived}, kv{"resolutions", tot.Resolutions},
+				kv{"conflicted_keys", tot.ConflictedKeys}, kv{"auth_difference", tot.AuthDifference}, kv{"pdus_parsed", tot.PDUsParsed},
+				kv{"resolution_p50_us", p50.Microseconds()}, kv{"resolution_p99_us", p99.Microseconds()})
+			if stopped {
+				again := "mtxdb replay --store " + store
+				if room != "" {
+					again += " --room " + room
+				}
+				how := "run " + again + " to continue: it computes only the events without a state record"
+				if force {
+					// A forced replay rewrites records and clears the every-k rule at
+					// its end: a plain replay would keep the rule.
+					how = "run " + again + " --force again to recompute every event (it starts over)"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: replay: interrupted (%v): the state records of the %d events computed are stored and synced; %s\n", err, tot.Computed, how)
+				return interruptExit()
+			}
 			return nil
 		},
 	}
 	c.Flags().StringVar(&store, "store", "", "store directory")
 	c.Flags().StringVar(&room, "room", "", "replay only this room ID")
 	c.Flags().BoolVar(&force, "force", false, "recompute every event, not only those without a state record")
+	jsonFlag(c, &asJSON)
 	return c
 }
 
@@ -373,9 +434,15 @@ func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]ti
 	}
 	bar := newProgress(out, int64(total), "replay", false)
 	defer bar.finish()
+	done := 0 // events walked, for testStall
 	for _, r := range rooms {
-		res, err := resolver.Replay(r, resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { bar.add(1) }, ResolutionTimes: times})
-		if err != nil {
+		res, err := resolver.Replay(r, resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { bar.add(1) }, ResolutionTimes: times, Stop: func() bool {
+			if done++; done == 1001 { // asked before event 1001: 1000 walked
+				testStall("replay-1000")
+			}
+			return interrupted()
+		}})
+		if err != nil && !errors.Is(err, resolver.ErrStopped) {
 			return tot, fmt.Errorf("replay room %s: %w", r.ID(), err)
 		}
 		tot.Events += res.Events
@@ -384,17 +451,23 @@ func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]ti
 		tot.NotKept += res.NotKept
 		tot.Rederived += res.Rederived
 		tot.AuthDifference += res.AuthDifference
+		tot.PDUsParsed += res.PDUsParsed
 		tot.Rejected += res.Rejected
 		tot.Resolutions += res.Resolutions
 		tot.ConflictedKeys += res.ConflictedKeys
+		if err != nil { // stopped: what it computed is synced
+			bar.finish()
+			return tot, err
+		}
 	}
+	bar.finish()
 	return tot, nil
 }
 
 func verifyCmd() *cobra.Command {
 	var store, room string
 	var expected []string
-	var listRejected bool
+	var asJSON, listRejected bool
 	c := &cobra.Command{
 		Use:   "verify --store DIR [--room ROOM_ID] [--expected DIR]... [--rejected]",
 		Short: "Check every record and snapshot; compare with recorded state",
@@ -404,13 +477,27 @@ their key). With --expected (a room directory with expected_state.jsonl, or a di
 of such rooms) it also compares the state after every event and the current state with
 what the origin server recorded, printing each mismatch with room, event, key, ours,
 recorded. Events whose state an every-k repack dropped (mtxdb repack --liveness
-every-k) are counted as state_not_kept and not compared. The summary counts the
-events replay rejected; --rejected prints each as "rejected room=… event=…: reason",
-the reason naming the authorization rule. A recorded room directory needs meta.json naming its room_id. Exit status 2
-when anything is wrong: a mismatch, a room that fails its check, a recorded room the
-store lacks, or a store that fails to open as corrupt; 1 for usage and I/O errors.`,
+every-k) are counted as state_not_kept and not compared. A recorded room directory
+needs meta.json naming its room_id. The summary counts the events replay rejected;
+--rejected prints each as "rejected room=… event=…: reason", the reason naming the
+authorization rule.
+
+A room not replayed to its end (only imported, a replay interrupted, events imported
+since) has its existing state records checked, and its events without one are
+counted as unreplayed with one line per room: that alone is not damage (exit 0).
+Compared with --expected, such a room is one problem line ("room not replayed"),
+not a mismatch per event. A room that fails its check is a problem line, and its
+events are counted as unchecked_events (not in events).
+
+Exit status 2 when the data is wrong: a mismatch, a room that fails its check, a
+recorded room the store lacks or has not replayed, or a store that fails to open as
+corrupt; 1 for usage and I/O errors, including a store lost during the run; 0
+otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := nonEmptyFlag(cmd, "room", room); err != nil {
+				return err
+			}
 			eng, rooms, err := openRooms(store, room, true)
 			if err != nil {
 				return err
@@ -426,7 +513,9 @@ store lacks, or a store that fails to open as corrupt; 1 for usage and I/O error
 					delete(exps, room)
 				}
 			}
-			v, err := verifyRooms(rooms, exps, cmd.OutOrStdout())
+			defer catchInterrupts("verify", func() string { return "stopped; verify writes nothing" })()
+			out := cmd.OutOrStdout()
+			v, err := verifyRoomsTo(rooms, exps, out, asJSON)
 			if err != nil {
 				return err
 			}
@@ -440,11 +529,12 @@ store lacks, or a store that fails to open as corrupt; 1 for usage and I/O error
 				// that is unsynced data, but verify cannot tell it from lost data
 				// (README, Known limits).
 				v.problems++
-				fmt.Fprintf(cmd.OutOrStdout(), "problem store: %s has a torn or cut-short tail of %d bytes at offset %d, left on disk (index from %s)\n",
-					r.TruncatedFile, r.TruncatedBytes, r.TruncatedAt, r.Source)
+				printProblem(out, asJSON, "", fmt.Sprintf("store: %s has a torn or cut-short tail of %d bytes at offset %d, left on disk (index from %s)",
+					r.TruncatedFile, r.TruncatedBytes, r.TruncatedAt, r.Source))
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "verify: rooms=%d events=%d snapshots=%d state_not_kept=%d compared_events=%d compared_room_dirs=%d mismatches=%d problems=%d rejected=%d\n",
-				len(rooms), v.events, v.snapshots, v.notKept, v.compared, v.comparedRooms, v.mismatches, v.problems, v.rejected)
+			printLine(out, asJSON, "verify", kv{"rooms", len(rooms)}, kv{"events", v.events}, kv{"unchecked_events", v.unchecked}, kv{"unreplayed", v.unreplayed},
+				kv{"snapshots", v.snapshots}, kv{"state_not_kept", v.notKept}, kv{"compared_events", v.compared}, kv{"compared_room_dirs", v.comparedRooms},
+				kv{"mismatches", v.mismatches}, kv{"problems", v.problems}, kv{"rejected", v.rejected})
 			if v.mismatches > 0 || v.problems > 0 {
 				return exitError(2)
 			}
@@ -455,7 +545,17 @@ store lacks, or a store that fails to open as corrupt; 1 for usage and I/O error
 	c.Flags().StringVar(&room, "room", "", "verify only this room ID")
 	c.Flags().StringArrayVar(&expected, "expected", nil, "room directory, or directory of rooms, with recorded state")
 	c.Flags().BoolVar(&listRejected, "rejected", false, "print each rejected event with the reason replay recorded (the authorization rule)")
+	jsonFlag(c, &asJSON)
 	return c
+}
+
+// nonEmptyFlag refuses a flag given with an empty or blank value (--room ”),
+// which would otherwise mean "every room".
+func nonEmptyFlag(c *cobra.Command, name, value string) error {
+	if c.Flags().Changed(name) && strings.TrimSpace(value) == "" {
+		return fmt.Errorf("--%s is empty; give a room ID, or leave the flag out for every room", name)
+	}
+	return nil
 }
 
 // loadExpectedDirs reads recorded state from room directories or directories of
@@ -474,7 +574,7 @@ func loadExpectedDirs(paths []string) (map[string][]*testrooms.Expected, error) 
 			return nil, fmt.Errorf("%s holds no room directory (events.jsonl, expected_state.jsonl, meta.json)", p)
 		}
 		for _, d := range dirs {
-			exp, err := testrooms.LoadExpected(d)
+			exp, err := testrooms.OpenExpected(d)
 			if err != nil {
 				return nil, err
 			}
@@ -503,31 +603,94 @@ type verifyTotals struct {
 	notKept int
 	// rejected: events replay rejected (their reasons: verify --rejected).
 	rejected int
+	// unreplayed: events without a state record in rooms not replayed to their end.
+	unreplayed int
+	// unchecked: events of rooms whose check failed (not in events).
+	unchecked int
 }
 
-// verifyRooms checks every room and compares those with recorded state. A room that
-// fails its check or comparison is printed as a problem and counted; the other rooms
-// are still verified. A recorded room the store does not hold is a problem too.
+// verifyRooms is verifyRoomsTo with text output.
 func verifyRooms(rooms []*roomstate.Room, exps map[string][]*testrooms.Expected, out io.Writer) (verifyTotals, error) {
+	return verifyRoomsTo(rooms, exps, out, false)
+}
+
+// verifyRoomsTo checks every room and compares those with recorded state. A room
+// that fails its check or comparison is printed as a problem and counted; the other
+// rooms are still verified. A recorded room the store does not hold, or has not
+// replayed, is a problem too. An error that says the store itself was lost (closed,
+// an I/O or connection error: lostStore) ends the run with that error, not a
+// problem: exit status 1, not 2.
+func verifyRoomsTo(rooms []*roomstate.Room, exps map[string][]*testrooms.Expected, out io.Writer, asJSON bool) (verifyTotals, error) {
 	var v verifyTotals
+	var total int64
+	for _, r := range rooms {
+		total += int64(r.Head().Events)
+		for _, exp := range exps[r.ID()] {
+			total += int64(exp.States)
+		}
+	}
+	bar := newProgress(out, total, "verify", false)
+	var base int64
 	inStore := map[string]bool{}
 	for _, r := range rooms {
 		inStore[r.ID()] = true
-		cr, err := r.Check()
+		n := int64(r.Head().Events)
+		cr, err := r.CheckProgress(func(i int) { bar.set(base + int64(i)) })
+		base += n
+		bar.set(base)
+		if err != nil && lostStore(err) {
+			bar.finish()
+			return v, fmt.Errorf("verify room %s: %w", r.ID(), err)
+		}
 		if err != nil {
 			v.problems++
-			fmt.Fprintf(out, "problem room=%s: %v\n", r.ID(), err)
+			v.unchecked += int(n)
+			bar.clear()
+			printProblem(out, asJSON, r.ID(), fmt.Sprintf("%v (its %d events are not checked)", err, n))
+			for _, exp := range exps[r.ID()] {
+				base += int64(exp.States)
+			}
 			continue
 		}
 		v.events += cr.Events
 		v.snapshots += cr.Snapshots
 		v.notKept += cr.NotKept
 		v.rejected += cr.Rejected
+		v.unreplayed += cr.Unreplayed
+		if cr.Unreplayed > 0 {
+			bar.clear()
+			if asJSON {
+				printLine(out, true, "unreplayed", kv{"room", r.ID()}, kv{"events", cr.Unreplayed}, kv{"of", cr.Events})
+			} else {
+				fmt.Fprintf(out, "unreplayed room=%s: %d of %d events have no state record yet (mtxdb replay computes them)\n", r.ID(), cr.Unreplayed, cr.Events)
+			}
+		}
 		for _, exp := range exps[r.ID()] {
-			res, err := testrooms.Compare(r, exp, func(m testrooms.Mismatch) { fmt.Fprintln(out, m) })
+			if cr.Unreplayed > 0 {
+				v.problems++
+				base += int64(exp.States)
+				bar.clear()
+				printProblem(out, asJSON, r.ID(), fmt.Sprintf("against %s: room not replayed (%d of %d events have no state record; mtxdb replay)", exp.Dir, cr.Unreplayed, cr.Events))
+				continue
+			}
+			res, err := testrooms.CompareProgress(r, exp, func(m testrooms.Mismatch) {
+				bar.clear()
+				if asJSON {
+					printLine(out, true, "mismatch", kv{"room", m.Room}, kv{"event", m.Event}, kv{"key", m.Key}, kv{"ours", m.Ours}, kv{"recorded", m.Recorded})
+				} else {
+					fmt.Fprintln(out, m)
+				}
+			}, func(i int) { bar.set(base + int64(i)) })
+			base += int64(exp.States)
+			bar.set(base)
+			if err != nil && lostStore(err) {
+				bar.finish()
+				return v, fmt.Errorf("verify room %s against %s: %w", r.ID(), exp.Dir, err)
+			}
 			if err != nil {
 				v.problems++
-				fmt.Fprintf(out, "problem room=%s against %s: %v\n", r.ID(), exp.Dir, err)
+				bar.clear()
+				printProblem(out, asJSON, r.ID(), fmt.Sprintf("against %s: %v", exp.Dir, err))
 				continue
 			}
 			v.compared += res.Events
@@ -535,20 +698,58 @@ func verifyRooms(rooms []*roomstate.Room, exps map[string][]*testrooms.Expected,
 			v.mismatches += res.Mismatches
 		}
 	}
-	for id, es := range exps {
+	bar.finish()
+	for _, id := range sortedSet(keysOf(exps)) {
 		if !inStore[id] {
-			for _, exp := range es {
+			for _, exp := range exps[id] {
 				v.problems++
-				fmt.Fprintf(out, "problem room=%s: recorded in %s but not in the store\n", id, exp.Dir)
+				printProblem(out, asJSON, id, fmt.Sprintf("recorded in %s but not in the store", exp.Dir))
 			}
 		}
 	}
 	return v, nil
 }
 
+func keysOf[V any](m map[string]V) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k := range m {
+		out[k] = true
+	}
+	return out
+}
+
+// printProblem prints "problem room=ID: what" (room "" for the store), or its JSON
+// form {"kind":"problem","room":ID,"problem":what}.
+func printProblem(out io.Writer, asJSON bool, room, what string) {
+	switch {
+	case asJSON:
+		printLine(out, true, "problem", kv{"room", room}, kv{"problem", what})
+	case room == "":
+		fmt.Fprintf(out, "problem %s\n", what)
+	default:
+		fmt.Fprintf(out, "problem room=%s: %s\n", room, what)
+	}
+}
+
+// lostStore reports whether err says the store itself went away during the run
+// (closed, an I/O error from the file system, a lost connection, a cancelled
+// context) rather than that the data read is wrong: verify exits 1 for those, not 2
+// (exit 2 is for data problems).
+func lostStore(err error) bool {
+	if isDataProblem(err) {
+		return false
+	}
+	var pe *fs.PathError
+	var ne net.Error
+	var errno syscall.Errno
+	return errors.Is(err, packstore.ErrClosed) || errors.As(err, &pe) || errors.As(err, &ne) || errors.Is(err, net.ErrClosed) ||
+		errors.As(err, &errno) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
 func repackCmd() *cobra.Command {
 	var store, room string
 	var rf repackFlags
+	var asJSON bool
 	c := &cobra.Command{
 		Use:   "repack --store DIR [--room ROOM_ID] [--plan KIND] [--liveness all|every-k [--every K]]",
 		Short: "Rewrite rooms in the order their walks read them and drop garbage (offline)",
@@ -568,11 +769,20 @@ only they reach are dropped as garbage. The room head records the rule: afterwar
 'mtxdb state --event' on such an event fails with "state not kept", verify counts
 them as state_not_kept, replay appends new events as before (it recomputes a dropped
 state in memory when a new event needs it), and 'replay --force' writes every state
-record again. K may only grow to a multiple of the K of an earlier every-k repack.`,
+record again. K may only grow to a multiple of the K of an earlier every-k repack.
+--every defaults to 16.
+
+Ctrl-C (SIGINT) or SIGTERM stops at once and says what was kept: while planning,
+nothing is repacked yet; during the copy the store stays consistent (rooms whose
+copy was not finished keep their old layout, and the copies already written are
+garbage the next repack reclaims). Exit status 130 (143).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := rf.options(cmd)
 			if err != nil {
+				return err
+			}
+			if err := nonEmptyFlag(cmd, "room", room); err != nil {
 				return err
 			}
 			eng, rooms, err := openRooms(store, room, false)
@@ -580,14 +790,25 @@ record again. K may only grow to a multiple of the K of an earlier every-k repac
 				return err
 			}
 			defer eng.Close()
-			_, err = repackSummary(cmd.OutOrStdout(), eng, rooms, opts)
+			defer catchInterrupts("repack", repackInterrupted(store))()
+			_, err = repackSummaryTo(cmd.OutOrStdout(), asJSON, eng, rooms, opts)
 			return err
 		},
 	}
 	c.Flags().StringVar(&store, "store", "", "store directory")
 	c.Flags().StringVar(&room, "room", "", "repack only this room ID")
-	rf.register(c, "plan kind ("+fmt.Sprint(repackplan.Kinds)+")")
+	rf.register(c, "plan kind: "+planKinds())
+	jsonFlag(c, &asJSON)
 	return c
+}
+
+// planKinds lists the repack plan kinds for help and error texts.
+func planKinds() string {
+	names := make([]string, len(repackplan.Kinds))
+	for i, k := range repackplan.Kinds {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
 }
 
 // needFlag fails when a flag that only applies with --on is given without it.
@@ -612,7 +833,7 @@ type repackFlags struct {
 func (f *repackFlags) register(c *cobra.Command, planHelp string) {
 	c.Flags().StringVar(&f.plan, "plan", string(repackplan.ReverseTopological), planHelp)
 	c.Flags().StringVar(&f.liveness, "liveness", "all", "what stays live: all (every event's state snapshots) or every-k (snapshots of forward extremities, state events, rejected events and every --every-th event by arrival)")
-	c.Flags().Uint32Var(&f.every, "every", 16, "K of --liveness every-k")
+	c.Flags().Uint32Var(&f.every, "every", 16, "K of --liveness every-k (every K-th event by arrival keeps its state)")
 }
 
 // options checks the flags and returns the plan options.
@@ -633,7 +854,7 @@ func (f *repackFlags) options(c *cobra.Command) (repackplan.Options, error) {
 		return o, fmt.Errorf("--liveness must be all or every-k, not %q", f.liveness)
 	}
 	if !slices.Contains(repackplan.Kinds, o.Kind) {
-		return o, fmt.Errorf("--plan must be one of %v, not %q", repackplan.Kinds, f.plan)
+		return o, fmt.Errorf("--plan must be one of %s, not %q", planKinds(), f.plan)
 	}
 	return o, nil
 }
@@ -647,6 +868,10 @@ func planRooms(rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) 
 	defer bar.finish()
 	for _, r := range rooms {
 		cp, ps, err := repackplan.Plan(r, opts)
+		if errors.Is(err, repackplan.ErrNotReplayed) {
+			// Plans walk the state records: say what to run first. Nothing is repacked.
+			return plan, tot, fmt.Errorf("%w; run mtxdb replay on the store first (a plan follows the state records); nothing was repacked", err)
+		}
 		if err != nil {
 			return plan, tot, err
 		}
@@ -677,12 +902,67 @@ func repackRooms(eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts r
 // frames of superseded or deleted records go with the retired shards), shards
 // retired and the bytes returned.
 func repackSummary(out io.Writer, eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
+	return repackSummaryTo(out, false, eng, rooms, opts)
+}
+
+// repackWithProgress runs eng.Repack with a bar over the rooms copied (when out is
+// a terminal), polled from the engine.
+func repackWithProgress(eng *packstore.PackfileStorage, plan packstore.RepackPlan, out io.Writer) (packstore.RepackStats, error) {
+	bar := newProgress(out, int64(len(plan.Collections)), "repack", false)
+	if bar == nil {
+		return eng.Repack(plan)
+	}
+	done := make(chan struct{})
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if i := eng.RepackProgress(); i >= 0 {
+					bar.set(int64(i))
+				}
+			}
+		}
+	}()
+	rs, err := eng.Repack(plan)
+	close(done)
+	<-polled
+	bar.finish()
+	return rs, err
+}
+
+// repackPhase is what a running repack is doing, for the interrupt message:
+// "planning" or "copying" (the copy, the index swap and the retirement of shards).
+var repackPhase atomic.Value
+
+// repackInterrupted returns the message of an interrupted repack of store.
+func repackInterrupted(store string) func() string {
+	return func() string {
+		switch repackPhase.Load() {
+		case "copying":
+			return "stopped during the copy: the store stays consistent (rooms whose copy was not finished keep their old layout; some may already be repacked; the copies written so far are garbage the next repack reclaims, and the next command may warn that it cut their unsynced tail); run mtxdb repack --store " + store + " again"
+		default:
+			return "stopped while planning: nothing was repacked (an every-k plan may have recorded its keep rule in room heads, which the next repack applies); run mtxdb repack --store " + store + " again"
+		}
+	}
+}
+
+// repackSummaryTo is repackSummary, with JSON lines if asJSON.
+func repackSummaryTo(out io.Writer, asJSON bool, eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
+	repackPhase.Store("planning")
 	plan, ps, err := planRooms(rooms, opts, out)
 	if err != nil {
 		return packstore.RepackStats{}, err
 	}
 	before := eng.Stats()
-	rs, err := eng.Repack(plan)
+	repackPhase.Store("copying")
+	testStall("repack-copy")
+	rs, err := repackWithProgress(eng, plan, out)
 	if err != nil {
 		return rs, err
 	}
@@ -694,16 +974,17 @@ func repackSummary(out io.Writer, eng *packstore.PackfileStorage, rooms []*rooms
 	if opts.Liveness == repackplan.EveryK {
 		liveness = fmt.Sprintf("every-%d", opts.Every)
 	}
-	fmt.Fprintf(out, "repack: plan=%s rooms=%d liveness=%s records_copied=%d bytes_copied=%d garbage_records_dropped=%d state_records_dropped=%d garbage_live_bytes_dropped=%d shards_retired=%d bytes_retired=%d\n",
-		opts.Kind, rs.CollectionsRepacked, liveness, rs.RecordsCopied, rs.BytesCopied, rs.RecordsDropped, ps.StatesDropped, max(0, before.LiveBytes-after.LiveBytes), rs.ShardsRetired, rs.BytesRetired)
-	fmt.Fprintf(out, "repack: disk_bytes_before=%d disk_bytes_after=%d returned=%d shards_before=%d shards_after=%d live_bytes_before=%d live_bytes_after=%d\n",
-		before.DiskBytes, after.DiskBytes, before.DiskBytes-after.DiskBytes, before.Shards, after.Shards, before.LiveBytes, after.LiveBytes)
+	printLine(out, asJSON, "repack", kv{"plan", opts.Kind}, kv{"rooms", rs.CollectionsRepacked}, kv{"liveness", liveness}, kv{"records_copied", rs.RecordsCopied},
+		kv{"bytes_copied", rs.BytesCopied}, kv{"garbage_records_dropped", rs.RecordsDropped}, kv{"state_records_dropped", ps.StatesDropped},
+		kv{"garbage_live_bytes_dropped", max(0, before.LiveBytes-after.LiveBytes)}, kv{"shards_retired", rs.ShardsRetired}, kv{"bytes_retired", rs.BytesRetired})
+	printLine(out, asJSON, "repack", kv{"disk_bytes_before", before.DiskBytes}, kv{"disk_bytes_after", after.DiskBytes}, kv{"returned", before.DiskBytes - after.DiskBytes},
+		kv{"shards_before", before.Shards}, kv{"shards_after", after.Shards}, kv{"live_bytes_before", before.LiveBytes}, kv{"live_bytes_after", after.LiveBytes})
 	return rs, nil
 }
 
 func statsCmd() *cobra.Command {
 	var store, room, walks string
-	var reads, cold bool
+	var reads, cold, asJSON bool
 	var limit int
 	c := &cobra.Command{
 		Use:   "stats --store DIR [--reads [--room ROOM_ID] [--walks W,...] [--cold]]",
@@ -724,8 +1005,12 @@ this process's: another process's reads cannot be seen.`,
 			if limit <= 0 {
 				return fmt.Errorf("--limit must be positive, not %d", limit)
 			}
+			if err := nonEmptyFlag(cmd, "room", room); err != nil {
+				return err
+			}
 			if reads {
-				return statsReads(cmd.OutOrStdout(), store, room, walks, limit, cold)
+				defer catchInterrupts("stats", func() string { return "stopped; stats writes nothing" })()
+				return statsReads(cmd.OutOrStdout(), asJSON, store, room, walks, limit, cold)
 			}
 			eng, st, err := openStoreMode(store, false, true)
 			if err != nil {
@@ -738,17 +1023,35 @@ this process's: another process's reads cannot be seen.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "shards=%d disk_bytes=%d collections=%d live_records=%d live_bytes=%d rooms=%d\n",
-				s.Shards, s.DiskBytes, s.Collections, s.LiveRecords, s.LiveBytes, len(rooms))
+			f := []kv{{"shards", s.Shards}, {"disk_bytes", s.DiskBytes}, {"collections", s.Collections}, {"live_records", s.LiveRecords}, {"live_bytes", s.LiveBytes}, {"rooms", len(rooms)}}
+			if asJSON {
+				printLine(out, true, "stats", f...)
+			} else {
+				for i, x := range f {
+					if i > 0 {
+						fmt.Fprint(out, " ")
+					}
+					fmt.Fprintf(out, "%s=%v", x.k, x.v)
+				}
+				fmt.Fprintln(out)
+			}
 			sort.Slice(rooms, func(i, j int) bool { return rooms[i].Head().Events > rooms[j].Head().Events })
 			for i, r := range rooms {
 				if i == 10 {
-					fmt.Fprintf(out, "... %d more rooms\n", len(rooms)-10)
+					if asJSON {
+						printLine(out, true, "more_rooms", kv{"rooms", len(rooms) - 10})
+					} else {
+						fmt.Fprintf(out, "... %d more rooms (mtxdb rooms --store %s lists them all)\n", len(rooms)-10, store)
+					}
 					break
 				}
 				h := r.Head()
-				fmt.Fprintf(out, "room %s version=%s events=%d replayed=%t forward_extremities=%d\n",
-					h.RoomID, h.RoomVersion, h.Events, h.Replayed, len(h.ForwardExtremities))
+				if asJSON {
+					printLine(out, true, "room", kv{"room_id", h.RoomID}, kv{"version", h.RoomVersion}, kv{"events", h.Events}, kv{"replayed", h.Replayed}, kv{"forward_extremities", len(h.ForwardExtremities)})
+				} else {
+					fmt.Fprintf(out, "room %s version=%s events=%d replayed=%t forward_extremities=%d\n",
+						h.RoomID, h.RoomVersion, h.Events, h.Replayed, len(h.ForwardExtremities))
+				}
 			}
 			return nil
 		},
@@ -759,12 +1062,13 @@ this process's: another process's reads cannot be seen.`,
 	c.Flags().StringVar(&walks, "walks", "all", "with --reads: comma-separated walks ("+fmt.Sprint(repackplan.WalkKinds)+")")
 	c.Flags().IntVar(&limit, "limit", 1000, "with --reads: events of the backfill walk")
 	c.Flags().BoolVar(&cold, "cold", false, "with --reads: evict the shard files from the page cache before each walk")
+	jsonFlag(c, &asJSON)
 	return c
 }
 
 // statsReads runs the walks over the selected replayed rooms and prints their read
 // budgets.
-func statsReads(out io.Writer, store, roomID, walkList string, limit int, cold bool) error {
+func statsReads(out io.Writer, asJSON bool, store, roomID, walkList string, limit int, cold bool) error {
 	ws, err := parseWalks(walkList)
 	if err != nil {
 		return err
@@ -790,18 +1094,40 @@ func statsReads(out io.Writer, store, roomID, walkList string, limit int, cold b
 		return fmt.Errorf("no replayed room to walk (mtxdb replay first)")
 	}
 	var total packstore.ReadCounters
+	bar := newProgress(out, int64(len(ids)*len(ws)), "walks", false)
 	for _, id := range ids {
-		fmt.Fprintf(out, "room %s\n", id)
+		bar.clear()
+		if !asJSON {
+			fmt.Fprintf(out, "room %s\n", id)
+		}
 		for _, w := range ws {
 			wb, err := measureWalk(store, id, w, limit, cold)
 			if err != nil {
+				bar.finish()
 				return err
 			}
-			printBudget(out, "  ", wb)
+			bar.clear()
+			if asJSON {
+				kinds := map[string]map[string]int64{}
+				for k, c := range wb.Kinds {
+					kinds[k] = countersJSON(c)
+				}
+				printLine(out, true, "walk", kv{"room", id}, kv{"walk", wb.Walk}, kv{"events", wb.Events}, kv{"wall_us", wb.Wall.Microseconds()},
+					kv{"cold", wb.Cold}, kv{"total", countersJSON(wb.Total)}, kv{"kinds", kinds})
+			} else {
+				printBudget(out, "  ", wb)
+			}
+			bar.add(1)
 			total = total.Add(wb.Total)
 		}
 	}
-	fmt.Fprintf(out, "reads: rooms=%d walks=%d reads=%d bytes=%d pages=%d seeks=%d cache_hits=%d\n",
-		len(ids), len(ws), total.Reads, total.Bytes, total.Pages, total.Seeks, total.CacheHits)
+	bar.finish()
+	printLine(out, asJSON, "reads", kv{"rooms", len(ids)}, kv{"walks", len(ws)}, kv{"reads", total.Reads}, kv{"bytes", total.Bytes}, kv{"pages", total.Pages},
+		kv{"seeks", total.Seeks}, kv{"cache_hits", total.CacheHits})
 	return nil
+}
+
+// countersJSON names read counters as the text lines do.
+func countersJSON(c packstore.ReadCounters) map[string]int64 {
+	return map[string]int64{"reads": c.Reads, "bytes": c.Bytes, "pages": c.Pages, "seeks": c.Seeks, "cache_hits": c.CacheHits}
 }

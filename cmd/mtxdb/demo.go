@@ -27,6 +27,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
 			start := time.Now()
+			scratch := "" // the temporary directory this run made and removes
 			if store == "" {
 				tmp, err := os.MkdirTemp("", "mtxdb-demo-")
 				if err != nil {
@@ -34,9 +35,18 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 				}
 				store = filepath.Join(tmp, "store")
 				if !keep {
+					scratch = tmp
 					defer os.RemoveAll(tmp)
 				}
 			}
+			// On Ctrl-C, say what is left: a temporary store is removed.
+			defer catchInterrupts("demo", func() string {
+				if scratch == "" {
+					return "stopped; the store is left in " + store
+				}
+				os.RemoveAll(scratch)
+				return "stopped; its temporary store was removed"
+			})()
 			exps, err := loadExpectedDirs([]string{roomsDir})
 			if err != nil {
 				return fmt.Errorf("demo: rooms: %w", err)
@@ -69,6 +79,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 				return err
 			}
 			fmt.Fprintf(out, "demo: imported room_dirs=%d rooms=%d events=%d into %s\n", dirs, len(rooms), imported, store)
+			testStall("demo-imported")
 
 			// 2. Replay.
 			rep, err := replayRooms(rooms, false, out, nil)

@@ -5,7 +5,8 @@
 //	mtxdb replay  --store DIR           state before/after every event, current state
 //	mtxdb verify  --store DIR [--expected DIR]  structural check, and against recorded state
 //	mtxdb repack  --store DIR           rewrite rooms in walk order, drop garbage
-//	mtxdb stats   --store DIR           shards, bytes, rooms
+//	mtxdb stats   --store DIR           shards, bytes, the largest rooms
+//	mtxdb rooms   --store DIR [--json]  every room: version, events, replayed, bytes
 //	mtxdb demo                          the main job on the bundled real rooms
 package main
 
@@ -36,6 +37,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().Var(&readAhead, "read-ahead", "access-pattern hint for the shard mappings: random (MADV_RANDOM plus read-ahead of forward runs) or kernel (no hint)")
+	root.PersistentFlags().Var(&memoryLimit, "memory-limit", "soft limit of the Go heap for import, replay, verify, repack and demo (e.g. 1.5GiB, 800MiB; none: the default of 60% of memory that gen and the other commands use); GOMEMLIMIT, when set, wins over the default but not over this flag")
 	var cpuProfile, memProfile string
 	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the command to this file (go tool pprof reads it)")
 	root.PersistentFlags().StringVar(&memProfile, "memprofile", "", "write a heap profile (live objects at the command's end) to this file")
@@ -50,7 +52,8 @@ func main() {
 		defer f.Close()
 		return pprof.Lookup("heap").WriteTo(f, 0)
 	}
-	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		applyMemoryLimit(cmd)
 		if cpuProfile == "" {
 			return nil
 		}
@@ -61,7 +64,7 @@ func main() {
 		return pprof.StartCPUProfile(f)
 	}
 	defer pprof.StopCPUProfile() // a no-op when no profile was started
-	root.AddCommand(importCmd(), replayCmd(), verifyCmd(), repackCmd(), statsCmd(), benchRepackCmd(), demoCmd(), stateCmd(), benchResolverCmd(), genCmd())
+	root.AddCommand(importCmd(), replayCmd(), verifyCmd(), repackCmd(), statsCmd(), roomsCmd(), benchRepackCmd(), demoCmd(), stateCmd(), benchResolverCmd(), genCmd())
 	if err := root.Execute(); err != nil {
 		pprof.StopCPUProfile()
 		var ee exitError

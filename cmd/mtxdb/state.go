@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -57,13 +56,13 @@ rejected, a first line "# rejected EVENT_ID: reason" names the authorization rul
 					fmt.Fprintf(cmd.OutOrStdout(), "# rejected %s: %s\n", event, es.Reason)
 				}
 			}
-			entries, err := r.StateEntries(r.NewReader(), root)
+			entries, err := r.State(r.NewReader(), root)
 			if err != nil {
 				return err
 			}
 			lines := make([]string, 0, len(entries))
 			for k, v := range entries {
-				lines = append(lines, strings.Replace(k, "\x00", "\t", 1)+"\t"+v)
+				lines = append(lines, k.Type+"\t"+k.StateKey+"\t"+v)
 			}
 			sort.Strings(lines)
 			for _, l := range lines {

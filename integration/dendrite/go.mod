@@ -4,11 +4,14 @@ go 1.26.0
 
 require (
 	github.com/mtxdb/mtxdb v0.0.0
+	github.com/mtxdb/mtxdb/hamtstore v0.0.0
+	github.com/mtxdb/mtxdb/packstore v0.0.0
 	github.com/stretchr/testify v1.12.1
 )
 
 require (
 	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
+	github.com/mtxdb/mtxdb/internal v0.0.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )
 
@@ -60,3 +63,9 @@ require (
 )
 
 replace github.com/mtxdb/mtxdb => ../..
+
+replace github.com/mtxdb/mtxdb/internal => ../../internal
+
+replace github.com/mtxdb/mtxdb/packstore => ../../packstore
+
+replace github.com/mtxdb/mtxdb/hamtstore => ../../hamtstore

@@ -256,6 +256,17 @@ func (v authView) AuthChildrenOf(i int32) []int32 {
 	return v.events[i].kidIdx
 }
 
+// Len implements resolver.AuthIndex: the room's events.
+func (v authView) Len() int { return len(v.events) }
+
+// UnconflictedOf implements resolver.AuthIndex.
+func (v authView) UnconflictedOf(i int32) (int32, bool) { return v.unconflictedOf(v.events[i]) }
+
+// SameKeyAncestor implements resolver.AuthIndex.
+func (v authView) SameKeyAncestor(z, u int32) bool {
+	return v.events[z].key == v.events[u].key && v.sameKeyAncestor(z, u)
+}
+
 // StateKeyOfHandle implements resolver.AuthIndex.
 func (v authView) StateKeyOfHandle(i int32) (resolver.Key, bool) {
 	if k := v.events[i].key; k != "" {

@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"image/color"
 	"math"
 	"os"
 	"path/filepath"
@@ -29,6 +28,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/mtxdb/mtxdb/bench/internal/barplot"
 )
 
 // benchFile is the part of cmd/mtxdb's repackBench (repack<label>.json) drawn here.
@@ -189,15 +190,7 @@ func plotRoom(file, title string, bf benchFile, room string) error {
 	for k, line := range notes {
 		dc.FillText(note, vg.Point{X: lc.Min.X, Y: lc.Min.Y + vg.Length(len(notes)-1-k)*vg.Points(12)}, line)
 	}
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return barplot.WritePNG(img, file)
 }
 
 // panel is one metric: the walks on the X axis, a bar per layout in each group.
@@ -227,10 +220,10 @@ func panel(m metric, walks, layouts []string, byKey map[[2]string]cell) (*plot.P
 	}
 	width := vg.Points(60 / float64(len(layouts)))
 	for i, l := range layouts {
-		b := &bars{width: width, color: plotutil.Color(i),
-			offset: width * vg.Length(float64(i)-float64(len(layouts)-1)/2)}
+		b := &barplot.Bars{Width: width, Color: plotutil.Color(i),
+			Offset: width * vg.Length(float64(i)-float64(len(layouts)-1)/2)}
 		for _, wk := range walks {
-			b.values = append(b.values, m.value(byKey[[2]string{wk, l}]))
+			b.Values = append(b.Values, m.value(byKey[[2]string{wk, l}]))
 		}
 		p.Add(b)
 	}
@@ -245,38 +238,9 @@ func legendPanel(layouts []string) *plot.Plot {
 	p.HideAxes()
 	p.Title.Text = "layout (before the repack, after each plan)"
 	for i, l := range layouts {
-		p.Legend.Add(l, &bars{color: plotutil.Color(i)})
+		p.Legend.Add(l, &barplot.Bars{Color: plotutil.Color(i)})
 	}
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Legend.TextStyle.Font.Size = vg.Points(11)
 	return p
-}
-
-// bars draws one layout's bars, one per walk, from the axis floor up (plotter.BarChart
-// starts bars at 0, which a log scale cannot place). A value <= 0 draws nothing.
-type bars struct {
-	values []float64
-	width  vg.Length
-	offset vg.Length
-	color  color.Color
-}
-
-func (b *bars) Plot(c draw.Canvas, p *plot.Plot) {
-	trX, trY := p.Transforms(&c)
-	for i, v := range b.values {
-		if v <= 0 {
-			continue
-		}
-		x := trX(float64(i)) + b.offset
-		bottom, top := trY(p.Y.Min), trY(min(v, p.Y.Max))
-		rect := []vg.Point{{X: x - b.width/2, Y: bottom}, {X: x - b.width/2, Y: top},
-			{X: x + b.width/2, Y: top}, {X: x + b.width/2, Y: bottom}}
-		c.FillPolygon(b.color, c.ClipPolygonY(rect))
-	}
-}
-
-// Thumbnail draws the legend swatch.
-func (b *bars) Thumbnail(c *draw.Canvas) {
-	pts := []vg.Point{{X: c.Min.X, Y: c.Min.Y}, {X: c.Min.X, Y: c.Max.Y}, {X: c.Max.X, Y: c.Max.Y}, {X: c.Max.X, Y: c.Min.Y}}
-	c.FillPolygon(b.color, c.ClipPolygonY(pts))
 }

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/mtxdb/mtxdb/testrooms"
+)
+
+// importPaths resolves import's arguments to the files to read, in order: a file
+// as it is; a room directory (holding events.jsonl) as its events.jsonl; a
+// directory of room directories (testrooms/real, a gen --rooms output; symlinked
+// room directories included) as each room's events.jsonl, sorted by name.
+func importPaths(args []string) ([]string, error) {
+	var paths []string
+	for _, a := range args {
+		fi, err := os.Stat(a)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.IsDir() {
+			paths = append(paths, a)
+			continue
+		}
+		p := filepath.Join(a, "events.jsonl")
+		if _, err := os.Stat(p); err == nil {
+			paths = append(paths, p)
+			continue
+		}
+		dirs, err := testrooms.RealRoomDirs(a)
+		if err != nil {
+			return nil, err
+		}
+		if len(dirs) == 0 {
+			return nil, fmt.Errorf("%s is a directory without events.jsonl and without room directories holding one", a)
+		}
+		for _, d := range dirs {
+			paths = append(paths, filepath.Join(d, "events.jsonl"))
+		}
+	}
+	return paths, nil
+}
+
+// blankInput reports whether a file holds nothing but white space (and a UTF-8
+// byte order mark): no PDU to import.
+func blankInput(path string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	if bom, _ := br.Peek(3); bytes.Equal(bom, []byte{0xEF, 0xBB, 0xBF}) {
+		_, _ = br.Discard(3)
+	}
+	for {
+		c, err := br.ReadByte()
+		if err == io.EOF {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r':
+		default:
+			return false, nil
+		}
+	}
+}
+
+// dropBlank warns about each input that holds no PDU and returns the others; when
+// every input is blank it fails before a store is created.
+func dropBlank(paths []string, warn io.Writer) ([]string, error) {
+	var out []string
+	for _, p := range paths {
+		blank, err := blankInput(p)
+		if err != nil {
+			return nil, err
+		}
+		if blank {
+			fmt.Fprintf(warn, "mtxdb: warning: %s is empty or blank: no PDUs in it\n", p)
+			continue
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("nothing to import: every input is empty or blank (no store written)")
+	}
+	return out, nil
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime/debug"
+	"strings"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+)
+
+// defaultStreamLimit is the soft heap limit of the commands that stream a
+// room through memory (import, replay, verify, repack, demo): 1.5 GiB. A
+// replay's live heap at 1M events is about 1.2 GB (the auth index, caches,
+// the batch being written); without a limit the collector lets the heap grow
+// to twice the live data (GOGC=100), and the replay of the 1M-event room
+// peaked at 3.1 GB of RSS. Under GOMEMLIMIT=1300MiB the same replay held its
+// heap at 1.26 GB and took no longer (docs/bench/replay-1m.md).
+const defaultStreamLimit = 3 << 29
+
+// minMemoryLimit refuses limits too small to mean what the user meant ("12"
+// read as 12 bytes would make the collector run all the time).
+const minMemoryLimit = 64 << 20
+
+// streamingCommands get defaultStreamLimit unless --memory-limit or
+// GOMEMLIMIT says otherwise.
+var streamingCommands = map[string]bool{"import": true, "replay": true, "verify": true, "repack": true, "demo": true}
+
+// memoryLimitFlag is --memory-limit: a byte size ("1.5GiB", "800MB"), or
+// "none" for the 60%-of-memory default every other command runs with.
+type memoryLimitFlag struct {
+	set   bool
+	none  bool
+	bytes int64
+}
+
+var memoryLimit memoryLimitFlag
+
+func (f *memoryLimitFlag) String() string {
+	switch {
+	case !f.set:
+		return ""
+	case f.none:
+		return "none"
+	}
+	return humanize.IBytes(uint64(f.bytes))
+}
+
+func (f *memoryLimitFlag) Set(v string) error {
+	v = strings.TrimSpace(v)
+	if strings.EqualFold(v, "none") {
+		*f = memoryLimitFlag{set: true, none: true}
+		return nil
+	}
+	n, err := humanize.ParseBytes(v)
+	if err != nil {
+		return fmt.Errorf("%q is not a size (examples: 1.5GiB, 800MiB, none)", v)
+	}
+	if n < minMemoryLimit {
+		return fmt.Errorf("%q is %d bytes, below the smallest limit of 64 MiB (give a unit: 1.5GiB, 800MiB)", v, n)
+	}
+	*f = memoryLimitFlag{set: true, bytes: int64(n)}
+	return nil
+}
+
+func (f *memoryLimitFlag) Type() string { return "SIZE" }
+
+// applyMemoryLimit sets the soft heap limit for cmd (see defaultStreamLimit):
+// the flag's value when given, else GOMEMLIMIT when set (the runtime already
+// applied it), else defaultStreamLimit for a streaming command. It returns
+// the limit in force, or -1 for none of ours.
+func applyMemoryLimit(cmd *cobra.Command) int64 {
+	switch {
+	case memoryLimit.set && memoryLimit.none:
+		return -1
+	case memoryLimit.set:
+		debug.SetMemoryLimit(memoryLimit.bytes)
+		return memoryLimit.bytes
+	case os.Getenv("GOMEMLIMIT") != "":
+		return -1
+	case streamingCommands[cmd.Name()]:
+		debug.SetMemoryLimit(defaultStreamLimit)
+		return defaultStreamLimit
+	}
+	return -1
+}

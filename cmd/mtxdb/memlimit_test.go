@@ -1,0 +1,72 @@
+package main
+
+import (
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// TestMemoryLimitFlag: sizes with units parse, "none" turns the default off, and
+// a bare small number or a word is refused with the value quoted.
+func TestMemoryLimitFlag(t *testing.T) {
+	for _, c := range []struct {
+		in      string
+		want    int64
+		none    bool
+		errPart string
+	}{
+		{in: "1.5GiB", want: 3 << 29},
+		{in: "800MiB", want: 800 << 20},
+		{in: "2GB", want: 2_000_000_000},
+		{in: "none", none: true},
+		{in: " None ", none: true},
+		{in: "12", errPart: `"12" is 12 bytes`},
+		{in: "lots", errPart: `"lots" is not a size`},
+		{in: "", errPart: `"" is not a size`},
+	} {
+		var f memoryLimitFlag
+		err := f.Set(c.in)
+		switch {
+		case c.errPart != "":
+			if err == nil || !strings.Contains(err.Error(), c.errPart) {
+				t.Errorf("Set(%q) = %v, want an error containing %q", c.in, err, c.errPart)
+			}
+		case err != nil:
+			t.Errorf("Set(%q): %v", c.in, err)
+		case f.none != c.none || (!c.none && f.bytes != c.want):
+			t.Errorf("Set(%q) = %+v, want %d bytes (none %v)", c.in, f, c.want, c.none)
+		}
+	}
+}
+
+// TestApplyMemoryLimit: streaming commands get the 1.5 GiB default, others keep
+// the runtime's, the flag wins over both, and GOMEMLIMIT over the default.
+func TestApplyMemoryLimit(t *testing.T) {
+	old := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(old)
+	saved := memoryLimit
+	defer func() { memoryLimit = saved }()
+	cmd := func(name string) *cobra.Command { return &cobra.Command{Use: name} }
+
+	t.Setenv("GOMEMLIMIT", "")
+	memoryLimit = memoryLimitFlag{}
+	if got := applyMemoryLimit(cmd("replay")); got != defaultStreamLimit || debug.SetMemoryLimit(-1) != defaultStreamLimit {
+		t.Fatalf("replay: limit %d, runtime %d", got, debug.SetMemoryLimit(-1))
+	}
+	debug.SetMemoryLimit(old)
+	if got := applyMemoryLimit(cmd("gen")); got != -1 || debug.SetMemoryLimit(-1) != old {
+		t.Fatalf("gen: limit %d, runtime %d (want it left at %d)", got, debug.SetMemoryLimit(-1), old)
+	}
+	memoryLimit = memoryLimitFlag{set: true, bytes: 900 << 20}
+	if got := applyMemoryLimit(cmd("gen")); got != 900<<20 || debug.SetMemoryLimit(-1) != 900<<20 {
+		t.Fatalf("gen --memory-limit 900MiB: limit %d", got)
+	}
+	debug.SetMemoryLimit(old)
+	memoryLimit = memoryLimitFlag{}
+	t.Setenv("GOMEMLIMIT", "3GiB")
+	if got := applyMemoryLimit(cmd("verify")); got != -1 || debug.SetMemoryLimit(-1) != old {
+		t.Fatalf("verify under GOMEMLIMIT: limit %d", got)
+	}
+}

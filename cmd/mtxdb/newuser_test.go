@@ -1,0 +1,448 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/mtxdb/mtxdb/testrooms"
+)
+
+// The tests of this file are issue 18's: what a new user trips over.
+
+// genRoom generates a room of n events (seed 5, 3 servers) into a new directory.
+func genRoom(t *testing.T, n int) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "room")
+	if o, code := run(t, "gen", "--seed", "5", "--servers", "3", "--events", strconv.Itoa(n), "--out", dir); code != 0 {
+		t.Fatalf("gen: exit %d\n%s", code, o)
+	}
+	return dir
+}
+
+// mustRun runs the CLI and fails the test unless it exits 0.
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	o, code := run(t, args...)
+	if code != 0 {
+		t.Fatalf("%v: exit %d\n%s", args, code, o)
+	}
+	return o
+}
+
+// field returns the integer value of key=N in a summary line of out.
+func field(t *testing.T, out, key string) int {
+	t.Helper()
+	m := regexp.MustCompile(`\b` + key + `=(\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no %s= in\n%s", key, out)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// runInterrupted runs the CLI with MTXDB_TEST_STALL=phase, sends SIGINT once the
+// command says it stalls there, and returns stdout, stderr and the exit status.
+func runInterrupted(t *testing.T, phase string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "MTXDB_TEST_STALL="+phase)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	pr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	sc := bufio.NewScanner(pr)
+	stalled := false
+	for sc.Scan() {
+		stderr.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "test stall at "+phase) {
+			stalled = true
+			break
+		}
+	}
+	if stalled {
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rest, _ := io.ReadAll(pr)
+	stderr.Write(rest)
+	err = cmd.Wait()
+	if !stalled {
+		t.Fatalf("%v never reached %s (%v)\nstdout:\n%s\nstderr:\n%s", args, phase, err, stdout.String(), stderr.String())
+	}
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// TestCLIVerifyUnreplayed: verify on a store that was only imported checks what is
+// there, counts the events without state (unreplayed=, one line per room) and exits
+// 0; with --expected it prints one "room not replayed" problem (exit 2), not a
+// mismatch per event.
+func TestCLIVerifyUnreplayed(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	mustRun(t, "import", "--store", store, room("room003"))
+	out := mustRun(t, "verify", "--store", store)
+	if field(t, out, "unreplayed") != 212 || !strings.Contains(out, "unreplayed room=!FymyxFJPGCZLfPcMwA:server1.test: 212 of 212 events") {
+		t.Errorf("verify of an imported store:\n%s", out)
+	}
+	out, code := run(t, "verify", "--store", store, "--expected", room("room003"))
+	if code != 2 || strings.Count(out, "room not replayed") != 1 || strings.Contains(out, "mismatch room=") {
+		t.Errorf("verify --expected before replay: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "repack", "--store", store); code != 1 || !strings.Contains(out, "run mtxdb replay on the store first") {
+		t.Errorf("repack before replay: exit %d\n%s", code, out)
+	}
+	mustRun(t, "replay", "--store", store)
+	out = mustRun(t, "verify", "--store", store, "--expected", room("room003"))
+	if field(t, out, "unreplayed") != 0 || field(t, out, "compared_events") == 0 {
+		t.Errorf("verify after replay:\n%s", out)
+	}
+}
+
+// TestCLIReplayInterrupted: Ctrl-C during replay stops it with the states computed
+// so far synced, says how to continue, exits 130; verify then checks those states
+// and counts the rest as unreplayed; the advised command finishes the room, which
+// matches its recording. An interrupted replay --force advises --force again.
+func TestCLIReplayInterrupted(t *testing.T) {
+	roomDir := genRoom(t, 2500)
+	store := filepath.Join(t.TempDir(), "s")
+	mustRun(t, "import", "--store", store, roomDir)
+	out, errOut, code := runInterrupted(t, "replay-1000", "replay", "--store", store)
+	if code != 130 || !strings.Contains(errOut, "run mtxdb replay --store "+store+" to continue") || field(t, out, "computed") != 1000 {
+		t.Fatalf("interrupted replay: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	out = mustRun(t, "verify", "--store", store)
+	if field(t, out, "unreplayed") != 1500 || field(t, out, "snapshots") == 0 {
+		t.Errorf("verify after an interrupted replay:\n%s", out)
+	}
+	out = mustRun(t, "replay", "--store", store)
+	if field(t, out, "computed") != 1500 {
+		t.Errorf("replay after the interrupted one:\n%s", out)
+	}
+	mustRun(t, "verify", "--store", store, "--expected", roomDir)
+
+	_, errOut, code = runInterrupted(t, "replay-1000", "replay", "--store", store, "--force")
+	if code != 130 || !strings.Contains(errOut, "--force again") {
+		t.Fatalf("interrupted replay --force: exit %d\n%s", code, errOut)
+	}
+	mustRun(t, "replay", "--store", store, "--force")
+	mustRun(t, "verify", "--store", store, "--expected", roomDir)
+}
+
+// TestCLIImportInterrupted: Ctrl-C during import stops after a read with what came
+// before stored, says so, exits 130; the same import again finishes the room.
+func TestCLIImportInterrupted(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	out, errOut, code := runInterrupted(t, "import-read", "import", "--store", store, "--batch", "100", room("room001"), room("room003"))
+	if code != 130 || !strings.Contains(errOut, "run the same import again to continue") || !strings.Contains(errOut, "1 more input(s) not started") || strings.Contains(out+errOut, "malformed") {
+		t.Fatalf("interrupted import: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	out = mustRun(t, "import", "--store", store, room("room001"), room("room003"))
+	mustRun(t, "replay", "--store", store)
+	mustRun(t, "verify", "--store", store, "--expected", room("room001"), "--expected", room("room003"))
+	if !strings.Contains(out, "room003/events.jsonl: read=212 imported=212") {
+		t.Errorf("second import:\n%s", out)
+	}
+}
+
+// TestCLIRepackInterrupted: Ctrl-C while a repack copies exits 130 (not 0) and says
+// what was kept; the store verifies and repacks again.
+func TestCLIRepackInterrupted(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	mustRun(t, "import", "--store", store, room("room003"))
+	mustRun(t, "replay", "--store", store)
+	_, errOut, code := runInterrupted(t, "repack-copy", "repack", "--store", store)
+	if code != 130 || !strings.Contains(errOut, "stopped during the copy: the store stays consistent") || !strings.Contains(errOut, "run mtxdb repack --store "+store+" again") {
+		t.Fatalf("interrupted repack: exit %d\n%s", code, errOut)
+	}
+	mustRun(t, "verify", "--store", store, "--expected", room("room003"))
+	mustRun(t, "repack", "--store", store)
+}
+
+// TestCLIImportDirectoryOfRooms: import takes a directory of room directories
+// (symlinked ones included), as verify --expected and demo --rooms do; a directory
+// with neither events.jsonl nor rooms is refused.
+func TestCLIImportDirectoryOfRooms(t *testing.T) {
+	dir := t.TempDir()
+	rooms := filepath.Join(dir, "rooms")
+	if err := os.MkdirAll(filepath.Join(rooms, "not-a-room"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"room001", "room003"} {
+		if err := os.Symlink(room(name), filepath.Join(rooms, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := filepath.Join(dir, "s")
+	out := mustRun(t, "import", "--store", store, rooms)
+	if strings.Count(out, "import ") != 2 || !strings.Contains(out, filepath.Join(rooms, "room003", "events.jsonl")) ||
+		!strings.Contains(out, "import: files=2 read=") {
+		t.Errorf("import of a directory of rooms:\n%s", out)
+	}
+	mustRun(t, "replay", "--store", store)
+	mustRun(t, "verify", "--store", store, "--expected", rooms)
+	if out, code := run(t, "import", "--store", store, filepath.Join(rooms, "not-a-room")); code != 1 || !strings.Contains(out, "without events.jsonl and without room directories") {
+		t.Errorf("import of an empty directory: exit %d\n%s", code, out)
+	}
+}
+
+// TestCLIImportBlankInput: an empty or blank input is skipped with a warning; when
+// every input is, import fails (exit 1) and creates no store.
+func TestCLIImportBlankInput(t *testing.T) {
+	dir := t.TempDir()
+	blank := filepath.Join(dir, "blank.jsonl")
+	if err := os.WriteFile(blank, []byte("\xEF\xBB\xBF \n\t\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty.jsonl")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dir, "s")
+	out, code := run(t, "import", "--store", store, blank, empty)
+	if code != 1 || !strings.Contains(out, "nothing to import") || strings.Count(out, "is empty or blank: no PDUs") != 2 {
+		t.Errorf("import of blank inputs: exit %d\n%s", code, out)
+	}
+	if _, err := os.Stat(store); err == nil {
+		t.Error("import of blank inputs created the store")
+	}
+	out = mustRun(t, "import", "--store", store, empty, room("room003"))
+	if !strings.Contains(out, empty+" is empty or blank") || !strings.Contains(out, "imported=212") {
+		t.Errorf("import of a blank and a real input:\n%s", out)
+	}
+}
+
+// TestCLIRooms: mtxdb rooms lists every room (not ten, as stats does) with version,
+// events, replayed, records and bytes; --json gives the same as JSON lines, and the
+// other summaries' --json carries their text fields.
+func TestCLIRooms(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	real := filepath.Join(testrooms.Dir(), "real")
+	mustRun(t, "import", "--store", store, real)
+	mustRun(t, "replay", "--store", store, "--room", "!FymyxFJPGCZLfPcMwA:server1.test")
+	out := mustRun(t, "rooms", "--store", store)
+	if field(t, out, "rooms") != 189 || !regexp.MustCompile(`(?m)^!FymyxFJPGCZLfPcMwA:server1\.test +1 +212 +true +1 +\d+ +\d+$`).MatchString(out) {
+		t.Errorf("rooms:\n%s", out)
+	}
+	out = mustRun(t, "rooms", "--store", store, "--json")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 190 {
+		t.Fatalf("rooms --json: %d lines, want 189 rooms and a total", len(lines))
+	}
+	replayed, bytes := 0, 0.0
+	for _, l := range lines[:189] {
+		var r struct {
+			RoomID   string `json:"room_id"`
+			Events   int
+			Replayed bool
+			Bytes    float64
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		if r.Events == 0 || r.Bytes <= 0 {
+			t.Errorf("room line without events or bytes: %s", l)
+		}
+		if r.Replayed {
+			replayed++
+		}
+		bytes += r.Bytes
+	}
+	if replayed != 1 {
+		t.Errorf("%d rooms replayed, want 1", replayed)
+	}
+	var st map[string]any
+	statsOut := mustRun(t, "stats", "--store", store, "--json")
+	if err := json.Unmarshal([]byte(statsOut[:strings.Index(statsOut, "\n")]), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st["kind"] != "stats" || st["live_bytes"].(float64) < bytes {
+		t.Errorf("stats --json: %v (rooms' bytes sum to %.0f)", st, bytes)
+	}
+	var v map[string]any
+	if err := json.Unmarshal([]byte(mustRun(t, "verify", "--store", store, "--room", "!FymyxFJPGCZLfPcMwA:server1.test", "--json")), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v["kind"] != "verify" || v["events"].(float64) != 212 || v["problems"].(float64) != 0 {
+		t.Errorf("verify --json: %v", v)
+	}
+}
+
+// TestCLIEmptyRoomFlag: --room ” is refused instead of meaning every room.
+func TestCLIEmptyRoomFlag(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	mustRun(t, "import", "--store", store, room("room003"))
+	for _, c := range []string{"verify", "replay", "repack"} {
+		if out, code := run(t, c, "--store", store, "--room", " "); code != 1 || !strings.Contains(out, "--room is empty") {
+			t.Errorf("%s --room ' ': exit %d\n%s", c, code, out)
+		}
+	}
+}
+
+// TestCLIHelpListsPlanKinds: repack and import --help list the plan kinds as words,
+// not a Go slice, and say --every's default.
+func TestCLIHelpListsPlanKinds(t *testing.T) {
+	for _, c := range []string{"repack", "import"} {
+		out := mustRun(t, c, "--help")
+		if !strings.Contains(out, "reverse-topological, auth-chain, edges-first, mixed") || strings.Contains(out, "[reverse-topological") || !strings.Contains(out, `(default 16)`) {
+			t.Errorf("%s --help:\n%s", c, out)
+		}
+	}
+}
+
+// TestCLIVerifyCorruptRoomCounted: a room whose check fails is a problem whose
+// events are counted as unchecked_events, not silently left out of events=.
+func TestCLIVerifyCorruptRoomCounted(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	mustRun(t, "import", "--store", store, room("room003"))
+	shard := filepath.Join(store, "shard-00000.mtdb")
+	fi, err := os.Stat(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	room003 := fi.Size() // room003's PDUs end here
+	mustRun(t, "import", "--store", store, room("room001"))
+	mustRun(t, "replay", "--store", store)
+	total := field(t, mustRun(t, "verify", "--store", store), "events")
+	b, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Damage bytes in the middle of room003's PDUs: that frame fails its CRC-32C.
+	for i := room003 / 2; i < room003/2+64; i++ {
+		b[i] ^= 0x5a
+	}
+	if err := os.WriteFile(shard, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := run(t, "verify", "--store", store)
+	if code != 2 || field(t, out, "problems") != 1 || field(t, out, "unchecked_events") != 212 || field(t, out, "events")+212 != total ||
+		!strings.Contains(out, "its 212 events are not checked") {
+		t.Errorf("verify with a damaged room (of %d events in all): exit %d\n%s", total, code, out)
+	}
+}
+
+// TestVerifyLostStoreIsNotAProblem: when the store goes away under verify (here:
+// the engine closed), verifyRoomsTo returns the error (exit 1) instead of counting
+// each room as a data problem (exit 2, which is for damaged data).
+func TestVerifyLostStoreIsNotAProblem(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	mustRun(t, "import", "--store", store, room("room003"))
+	eng, rooms, err := openRooms(store, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	v, err := verifyRoomsTo(rooms, nil, &out, false)
+	if err == nil || isDataProblem(err) || v.problems != 0 {
+		t.Fatalf("verify of a closed store: err %v, %d problems\n%s", err, v.problems, out.String())
+	}
+	if !lostStore(err) {
+		t.Errorf("lostStore(%v) is false", err)
+	}
+}
+
+// TestCLIProgress: verify, replay and repack draw a progress bar (MTXDB_PROGRESS=1
+// draws it on standard error when the output is not a terminal), cleared before
+// the summary; without it a pipe gets none.
+func TestCLIProgress(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	mustRun(t, "import", "--store", store, room("room003"))
+	for _, c := range [][]string{
+		{"replay", "--store", store},
+		{"verify", "--store", store, "--expected", room("room003")},
+		{"repack", "--store", store},
+	} {
+		cmd := exec.Command(bin, c...)
+		cmd.Env = append(os.Environ(), "MTXDB_PROGRESS=1")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%v: %v\n%s%s", c, err, stdout.String(), stderr.String())
+		}
+		bar := regexp.MustCompile(`\r` + c[0] + ` +\d+% \|`)
+		if !bar.MatchString(stderr.String()) || strings.Contains(stdout.String(), "%") {
+			t.Errorf("%v: no progress bar on stderr, or one on stdout:\nstdout %q\nstderr %q", c, stdout.String(), stderr.String())
+		}
+		if !strings.HasSuffix(stderr.String(), "\r") {
+			t.Errorf("%v: the bar is not cleared at the end: %q", c, stderr.String())
+		}
+	}
+	if out, _ := run(t, "verify", "--store", store); strings.Contains(out, "%") {
+		t.Errorf("a bar on a pipe without MTXDB_PROGRESS:\n%s", out)
+	}
+}
+
+// TestCLIDemoInterrupted: Ctrl-C during demo removes its temporary store, says so
+// and exits 130.
+func TestCLIDemoInterrupted(t *testing.T) {
+	rooms := t.TempDir()
+	if err := os.Symlink(room("room003"), filepath.Join(rooms, "room003")); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runInterrupted(t, "demo-imported", "demo", "--rooms", rooms)
+	m := regexp.MustCompile(`into (\S+)`).FindStringSubmatch(out)
+	if code != 130 || m == nil || !strings.Contains(errOut, "its temporary store was removed") {
+		t.Fatalf("interrupted demo: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if _, err := os.Stat(filepath.Dir(m[1])); err == nil {
+		t.Errorf("the demo's temporary store %s is left", m[1])
+	}
+}
+
+// TestCLIStatsReadsJSON: stats --reads --json prints one JSON object per walk and a
+// total whose counters add up.
+func TestCLIStatsReadsJSON(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	mustRun(t, "import", "--store", store, room("room003"))
+	mustRun(t, "replay", "--store", store)
+	out := mustRun(t, "stats", "--store", store, "--reads", "--json")
+	var walks int
+	var reads float64
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		switch m["kind"] {
+		case "walk":
+			walks++
+			reads += m["total"].(map[string]any)["reads"].(float64)
+		case "reads":
+			if m["walks"].(float64) != 4 || m["reads"].(float64) != reads || reads == 0 {
+				t.Errorf("total %v, walks summed to %.0f reads", m, reads)
+			}
+		default:
+			t.Errorf("unexpected line %s", l)
+		}
+	}
+	if walks != 4 {
+		t.Errorf("%d walk lines, want 4:\n%s", walks, out)
+	}
+}

@@ -1,0 +1,3 @@
+module github.com/mtxdb/mtxdb/hamtstore
+
+go 1.26.0

@@ -1,0 +1,82 @@
+package testrooms
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mtxdb/mtxdb/packstore"
+)
+
+// TestOpenExpectedStreamsLikeLoad: Compare against a streamed recording
+// (OpenExpected) finds what it finds against a loaded one, on a real room and
+// on a copy whose recorded state was edited in one line; a line that does not
+// decode fails the comparison naming the file and line.
+func TestOpenExpectedStreamsLikeLoad(t *testing.T) {
+	src := filepath.Join(Dir(), "real", "room003")
+	room, err := ImportReplayed(packstore.NewMemStorage(), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := t.TempDir()
+	for _, name := range []string{"expected_state.jsonl", "current_state.json", "meta.json"} {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "expected_state.jsonl" {
+			lines := strings.Split(string(b), "\n")
+			i := len(lines) / 2
+			if !strings.Contains(lines[i], `"$`) {
+				t.Fatalf("line %d of room003's expected_state.jsonl names no event: %q", i+1, lines[i])
+			}
+			lines[i] = strings.Replace(lines[i], `"$`, `"$edited`, 1)
+			b = []byte(strings.Join(lines, "\n"))
+		}
+		if err := os.WriteFile(filepath.Join(edited, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, dir := range []string{src, edited} {
+		loaded, err := LoadExpected(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opened, err := OpenExpected(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opened.After != nil || opened.States != loaded.States || loaded.States != len(loaded.After) {
+			t.Fatalf("%s: OpenExpected holds %d states (count %d), LoadExpected %d (count %d)", dir, len(opened.After), opened.States, len(loaded.After), loaded.States)
+		}
+		var mA, mB []string
+		a, err := Compare(room, loaded, func(m Mismatch) { mA = append(mA, m.String()) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Compare(room, opened, func(m Mismatch) { mB = append(mB, m.String()) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a != b || strings.Join(mA, "\n") != strings.Join(mB, "\n") {
+			t.Fatalf("%s: loaded %+v %q, streamed %+v %q", dir, a, mA, b, mB)
+		}
+		if want := dir == edited; (a.Mismatches > 0) != want || a.Events == 0 {
+			t.Fatalf("%s: %+v (mismatches expected: %v)", dir, a, want)
+		}
+	}
+	// Damage a line after opening: the streamed comparison reports it.
+	opened, err := OpenExpected(edited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(edited, "expected_state.jsonl")
+	b, _ := os.ReadFile(p)
+	if err := os.WriteFile(p, append([]byte("{not json\n"), b...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Compare(room, opened, func(Mismatch) {}); err == nil || !strings.Contains(err.Error(), "expected_state.jsonl line 1") {
+		t.Fatalf("Compare over a damaged file: %v", err)
+	}
+}
