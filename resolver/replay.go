@@ -31,17 +31,17 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 	}()
 	var authPDUs []gomatrixserverlib.PDU
 	for _, id := range pdu.AuthEventIDs() {
-		if r.Rejected(id) {
-			return fmt.Errorf("%w: event %s: auth event %s was rejected", ErrRejected, pdu.EventID(), id)
-		}
 		p, err := r.pdu(id)
 		if err != nil {
 			return err
 		}
-		if p.StateKey() == nil {
-			return fmt.Errorf("%w: event %s: auth event %s is not a state event", ErrRejected, pdu.EventID(), id)
-		}
 		authPDUs = append(authPDUs, p)
+	}
+	// The rules on auth_events (authrules_check.go) first; then the rules
+	// against the auth events and the state (ours, then gomatrixserverlib's
+	// Allowed: allowedList).
+	if err := CheckAuthEvents(pdu, authPDUs, r.Rejected, r.impliedCreate(pdu)); err != nil {
+		return fmt.Errorf("%w: event %s: against its auth events: %w", ErrRejected, pdu.EventID(), err)
 	}
 	if err := r.cache.allowedOnce(pdu, authPDUs); err != nil {
 		return fmt.Errorf("%w: event %s: against its auth events: %v", ErrRejected, pdu.EventID(), err)

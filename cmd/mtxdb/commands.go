@@ -122,12 +122,12 @@ type corruptError struct{ error }
 func (c corruptError) Unwrap() error { return c.error }
 
 func importCmd() *cobra.Command {
-	var store, roomVersion string
+	var store, roomVersion, keysFile string
 	var rf repackFlags
 	var batch int
-	var anyOrder, repack, asJSON bool
+	var anyOrder, repack, asJSON, strict bool
 	c := &cobra.Command{
-		Use:   "import --store DIR [--any-order [--room-version V]] [--repack [--plan KIND] [--liveness all|every-k [--every K]]] PATH...",
+		Use:   "import --store DIR [--strict] [--keys FILE] [--any-order [--room-version V]] [--repack [--plan KIND] [--liveness all|every-k [--every K]]] PATH...",
 		Short: "Import PDUs (JSON lines or a JSON array; room directories with events.jsonl, or directories of them)",
 		Long: `Import reads PDUs and stores each new one with its prev/auth edges. A PATH is a
 file of PDUs, a room directory (its events.jsonl), or a directory of room
@@ -135,9 +135,16 @@ directories (each room's events.jsonl, by name; testrooms/real, gen --rooms). An
 empty or blank file is skipped with a warning; if every input is, nothing is
 written and the exit status is 1. Every PDU's
 prev_events and auth_events must be in the store or earlier in the input; a room's
-first PDU must be its m.room.create. Events already stored are skipped, so a failed
-import can be re-run. On bad input it stops with the file, line and event; what came
-before that line is kept and synced. With --any-order, PDUs may come before their
+first PDU must be its m.room.create. Events already stored are skipped, so an import
+can be re-run. A PDU that is not a valid event (over 65,536 bytes, a field over 255
+bytes, malformed JSON, a bad event ID, an unknown room version) or cannot be placed
+(unknown prev/auth events, no m.room.create yet, an auth event of another room) is
+refused: a "refused FILE line N (event ID): reason" line, and the import goes on with
+the next PDU, as a homeserver drops an invalid PDU. The summary counts refused=N; the
+exit status is 0 unless --strict is given, then 2 when anything was refused. --keys
+FILE (servers' public keys: {"server": {"ed25519:ID": "base64"}}; mtxdb gen --keys
+writes one) also refuses PDUs without valid signatures from the sender's server (v1-2:
+and the event_id's server; restricted joins: the authorising user's server). With --any-order, PDUs may come before their
 prev/auth events (a backfill, newest first): replay then sorts them and leaves out as
 outliers events whose ancestors never arrive; --room-version names the version of a
 room whose m.room.create comes later. --repack replays and repacks the rooms just
@@ -147,7 +154,7 @@ Ctrl-C (SIGINT) or SIGTERM stops at the next read: what was imported is synced,
 the command says where it stopped and exits 130 (143); run the same import again
 to continue. A second signal stops at once.`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) (rerr error) {
 			if batch <= 0 {
 				return fmt.Errorf("--batch must be positive, not %d", batch)
 			}
@@ -168,6 +175,12 @@ to continue. A second signal stops at once.`,
 			if paths, err = dropBlank(paths, cmd.ErrOrStderr()); err != nil {
 				return err
 			}
+			var keys roomstate.KeyRing
+			if keysFile != "" {
+				if keys, err = roomstate.LoadKeyRing(keysFile); err != nil {
+					return err
+				}
+			}
 			eng, st, err := openStore(store, true)
 			if err != nil {
 				return err
@@ -175,12 +188,27 @@ to continue. A second signal stops at once.`,
 			defer eng.Close()
 			out := cmd.OutOrStdout()
 			touched := map[string]bool{}
+			refused := 0
+			defer func() {
+				if strict && refused > 0 && rerr == nil {
+					fmt.Fprintf(out, "import: %d PDUs refused (--strict)\n", refused)
+					rerr = exitError(2)
+				}
+			}()
 			var all roomstate.ImportResult // over every input
 			stop := catchInterrupts("import", nil)
 			defer stop()
 			for n, path := range paths {
-				res, err := importFile(st, path, roomstate.ImportOptions{BatchSize: batch, AnyOrder: anyOrder, RoomVersion: roomVersion}, out)
-				f := []kv{{"read", res.Read}, {"imported", res.Imported}, {"skipped", res.Skipped}, {"variants", res.Variants}, {"rooms", len(res.Rooms)}}
+				res, err := importFile(st, path, roomstate.ImportOptions{BatchSize: batch, AnyOrder: anyOrder, RoomVersion: roomVersion, KeepGoing: true, Keys: keys}, out)
+				for _, r := range res.Refused {
+					if asJSON {
+						printLine(out, true, "refused", kv{"file", path}, kv{"line", r.Line}, kv{"element", r.Element}, kv{"event_id", r.EventID}, kv{"reason", r.Err.Error()})
+					} else {
+						fmt.Fprintf(out, "refused %s\n", r)
+					}
+				}
+				refused += len(res.Refused)
+				f := []kv{{"read", res.Read}, {"imported", res.Imported}, {"skipped", res.Skipped}, {"variants", res.Variants}, {"refused", len(res.Refused)}, {"rooms", len(res.Rooms)}}
 				if asJSON {
 					printLine(out, true, "import", append([]kv{{"file", path}}, f...)...)
 				} else {
@@ -208,7 +236,7 @@ to continue. A second signal stops at once.`,
 				if asJSON {
 					what = "import_total"
 				}
-				printLine(out, asJSON, what, kv{"files", len(paths)}, kv{"read", all.Read}, kv{"imported", all.Imported}, kv{"skipped", all.Skipped}, kv{"variants", all.Variants}, kv{"rooms", len(touched)})
+				printLine(out, asJSON, what, kv{"files", len(paths)}, kv{"read", all.Read}, kv{"imported", all.Imported}, kv{"skipped", all.Skipped}, kv{"variants", all.Variants}, kv{"refused", refused}, kv{"rooms", len(touched)})
 			}
 			if !repack {
 				return nil
@@ -240,6 +268,8 @@ to continue. A second signal stops at once.`,
 	c.Flags().StringVar(&store, "store", "", "store directory (created if missing)")
 	c.Flags().IntVar(&batch, "batch", 1000, "events written and synced per batch")
 	c.Flags().BoolVar(&anyOrder, "any-order", false, "accept PDUs before their prev/auth events (backfill order)")
+	c.Flags().StringVar(&keysFile, "keys", "", "servers' public signing keys (JSON); without it signatures are not checked")
+	c.Flags().BoolVar(&strict, "strict", false, "exit with status 2 when any PDU was refused (they are refused and reported either way)")
 	c.Flags().BoolVar(&repack, "repack", false, "after importing, replay the rooms imported and repack them (an exported room)")
 	rf.register(c, "plan kind for --repack: "+planKinds())
 	c.Flags().StringVar(&roomVersion, "room-version", "", "room version of rooms whose m.room.create is not first (with --any-order)")
@@ -437,9 +467,9 @@ func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]ti
 func verifyCmd() *cobra.Command {
 	var store, room string
 	var expected []string
-	var asJSON bool
+	var asJSON, listRejected bool
 	c := &cobra.Command{
-		Use:   "verify --store DIR [--room ROOM_ID] [--expected DIR]...",
+		Use:   "verify --store DIR [--room ROOM_ID] [--expected DIR]... [--rejected]",
 		Short: "Check every record and snapshot; compare with recorded state",
 		Long: `Verify reads every record of each room: PDUs, metadata, state records, every
 distinct snapshot (node hashes, canonical CHAMP shape, entries naming state events of
@@ -448,7 +478,9 @@ of such rooms) it also compares the state after every event and the current stat
 what the origin server recorded, printing each mismatch with room, event, key, ours,
 recorded. Events whose state an every-k repack dropped (mtxdb repack --liveness
 every-k) are counted as state_not_kept and not compared. A recorded room directory
-needs meta.json naming its room_id.
+needs meta.json naming its room_id. The summary counts the events replay rejected;
+--rejected prints each as "rejected room=… event=…: reason", the reason naming the
+authorization rule.
 
 A room not replayed to its end (only imported, a replay interrupted, events imported
 since) has its existing state records checked, and its events without one are
@@ -487,6 +519,11 @@ otherwise.`,
 			if err != nil {
 				return err
 			}
+			if listRejected {
+				if err := printRejected(rooms, cmd.OutOrStdout()); err != nil {
+					return err
+				}
+			}
 			if r := eng.OpenReport(); r.TruncatedBytes > 0 {
 				// A bad tail (opened read-only, it stays on disk): after a crash
 				// that is unsynced data, but verify cannot tell it from lost data
@@ -497,7 +534,7 @@ otherwise.`,
 			}
 			printLine(out, asJSON, "verify", kv{"rooms", len(rooms)}, kv{"events", v.events}, kv{"unchecked_events", v.unchecked}, kv{"unreplayed", v.unreplayed},
 				kv{"snapshots", v.snapshots}, kv{"state_not_kept", v.notKept}, kv{"compared_events", v.compared}, kv{"compared_room_dirs", v.comparedRooms},
-				kv{"mismatches", v.mismatches}, kv{"problems", v.problems})
+				kv{"mismatches", v.mismatches}, kv{"problems", v.problems}, kv{"rejected", v.rejected})
 			if v.mismatches > 0 || v.problems > 0 {
 				return exitError(2)
 			}
@@ -507,6 +544,7 @@ otherwise.`,
 	c.Flags().StringVar(&store, "store", "", "store directory")
 	c.Flags().StringVar(&room, "room", "", "verify only this room ID")
 	c.Flags().StringArrayVar(&expected, "expected", nil, "room directory, or directory of rooms, with recorded state")
+	c.Flags().BoolVar(&listRejected, "rejected", false, "print each rejected event with the reason replay recorded (the authorization rule)")
 	jsonFlag(c, &asJSON)
 	return c
 }
@@ -563,6 +601,8 @@ type verifyTotals struct {
 	events, snapshots, compared, comparedRooms, mismatches, problems int
 	// notKept: events whose state an every-k repack dropped (not compared, not a problem).
 	notKept int
+	// rejected: events replay rejected (their reasons: verify --rejected).
+	rejected int
 	// unreplayed: events without a state record in rooms not replayed to their end.
 	unreplayed int
 	// unchecked: events of rooms whose check failed (not in events).
@@ -615,6 +655,7 @@ func verifyRoomsTo(rooms []*roomstate.Room, exps map[string][]*testrooms.Expecte
 		v.events += cr.Events
 		v.snapshots += cr.Snapshots
 		v.notKept += cr.NotKept
+		v.rejected += cr.Rejected
 		v.unreplayed += cr.Unreplayed
 		if cr.Unreplayed > 0 {
 			bar.clear()

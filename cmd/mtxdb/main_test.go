@@ -167,8 +167,8 @@ func TestCLIEveryK(t *testing.T) {
 	}
 }
 
-// TestCLIImportErrors: a bad line names file, line and event and exits 1; the good
-// lines before it stay imported.
+// TestCLIImportErrors: a bad line is refused with file and line, the import goes on
+// with the lines after it (exit 0; 2 with --strict, which still imports the rest).
 func TestCLIImportErrors(t *testing.T) {
 	dir := t.TempDir()
 	b, err := os.ReadFile(filepath.Join(room("room002"), "events.jsonl"))
@@ -182,13 +182,20 @@ func TestCLIImportErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := filepath.Join(dir, "s")
-	out, code := run(t, "import", "--store", store, bad)
-	if code != 1 || !strings.Contains(out, "bad.jsonl line 4") || !strings.Contains(out, "malformed PDU") {
+	strictStore := filepath.Join(dir, "strict")
+	out, code := run(t, "import", "--store", strictStore, "--strict", bad)
+	if code != 2 || !strings.Contains(out, "refused import "+bad+" line 4") || !strings.Contains(out, "malformed PDU") || !strings.Contains(out, " refused=1 ") {
+		t.Fatalf("--strict: exit %d\n%s", code, out)
+	}
+	out, code = run(t, "import", "--store", store, bad)
+	if code != 0 || !strings.Contains(out, "bad.jsonl line 4") || !strings.Contains(out, "imported=6 ") {
 		t.Fatalf("exit %d\n%s", code, out)
 	}
-	out, code = run(t, "stats", "--store", store)
-	if code != 0 || !strings.Contains(out, "events=3 ") {
-		t.Fatalf("after a failed import: exit %d\n%s", code, out)
+	for _, s := range []string{store, strictStore} {
+		out, code = run(t, "stats", "--store", s)
+		if code != 0 || !strings.Contains(out, "events=6 ") {
+			t.Fatalf("after an import with a refused line: exit %d\n%s", code, out)
+		}
 	}
 	if out, code := run(t, "import", "--store", store, "--batch", "0", bad); code != 1 || !strings.Contains(out, "--batch") {
 		t.Fatalf("--batch 0: exit %d\n%s", code, out)
@@ -335,8 +342,9 @@ func TestCLIVerifyCountsOutliers(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := filepath.Join(dir, "s")
-	// The wrong room version: every event but the create is stored, as an outlier.
-	if out, code := run(t, "import", "--store", store, "--any-order", "--room-version", "10", in); code != 1 || !strings.Contains(out, "new store") {
+	// The wrong room version: every event but the create is stored, as an outlier;
+	// the create is refused (and reported) and the import ends with status 0.
+	if out, code := run(t, "import", "--store", store, "--any-order", "--room-version", "10", in); code != 0 || !strings.Contains(out, "new store") || !strings.Contains(out, " refused=1 ") {
 		t.Fatalf("import with the wrong room version: exit %d\n%s", code, out)
 	}
 	if out, code := run(t, "replay", "--store", store); code != 0 {
