@@ -249,9 +249,7 @@ func (rp *replay) run() (ReplayResult, error) {
 			if err := room.Sync(); err != nil {
 				return rp.res, err
 			}
-			rp.res.Resolutions, rp.res.ConflictedKeys = r.Resolutions, r.ConflictedKeys
-			rp.res.AuthDifference, rp.res.FullConflicted = r.AuthDifference, r.FullConflicted
-			rp.res.PDUsParsed = r.EventsLoaded
+			rp.countStats()
 			return rp.res, fmt.Errorf("%w: room %s after %d of %d events", ErrStopped, room.ID(), p, len(order))
 		}
 		r.upTo = int32(p) - 1
@@ -388,11 +386,17 @@ func (rp *replay) run() (ReplayResult, error) {
 	if err := room.Sync(); err != nil {
 		return rp.res, err
 	}
+	rp.countStats()
+	rp.res.ForwardExtremities, rp.res.CurrentState = fwd, cur
+	return rp.res, nil
+}
+
+// countStats copies the resolver's counters into the result.
+func (rp *replay) countStats() {
+	r := rp.r
 	rp.res.Resolutions, rp.res.ConflictedKeys = r.Resolutions, r.ConflictedKeys
 	rp.res.AuthDifference, rp.res.FullConflicted = r.AuthDifference, r.FullConflicted
 	rp.res.PDUsParsed = r.EventsLoaded
-	rp.res.ForwardExtremities, rp.res.CurrentState = fwd, cur
-	return rp.res, nil
 }
 
 // prefetcher parses the PDUs of the events ahead of the replay on another
