@@ -12,6 +12,8 @@
 // The 1M-event room takes about half an hour of the run (generation 12 min and
 // 11 GB of memory, import 4 min, replay and verify some minutes each).
 //
+// -from FILE writes replay.md and replay.png again from a replay.json.
+//
 // It writes replay.json, replay.md and replay.png (events/s and peak RSS against
 // room size) in -out. -work holds the generated rooms and stores (removed unless
 // -keep).
@@ -79,7 +81,22 @@ func main() {
 	out := flag.String("out", "../docs/bench", "directory for replay.{json,md,png}")
 	work := flag.String("work", ".work-replay", "working directory (generated rooms and stores)")
 	keep := flag.Bool("keep", false, "keep the working directory")
+	from := flag.String("from", "", "measure nothing: write replay.md and replay.png again from this replay.json")
 	flag.Parse()
+	if *from != "" {
+		b, err := os.ReadFile(*from)
+		if err != nil {
+			log.Fatal(err)
+		}
+		var rep report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			log.Fatalf("%s: %v", *from, err)
+		}
+		if err := write(rep, *out); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	abs, err := filepath.Abs(*bin)
 	if err != nil {
 		log.Fatal(err)
@@ -240,12 +257,12 @@ func write(rep report, out string) error {
 	fmt.Fprintf(&b, "# Replay at room scale (`make bench-replay`)\n\n")
 	fmt.Fprintf(&b, "Run %s at commit %s on %s; load average before/after: %s. One run per room: each step is its own `mtxdb` process (wall clock, user+system CPU and peak RSS from its rusage). Rooms from `mtxdb gen --seed 1 --servers 5`; the ratio's denominator is the generation of the same room in the same run.\n\n",
 		rep.Date, rep.Commit, rep.Machine, strings.Join(rep.LoadAvg, " / "))
-	fmt.Fprintf(&b, "| room | events | gen wall | import wall | replay wall | replay CPU | replay peak RSS | replay events/s | replay / gen | PDUs parsed | resolution p50 / p99 | verify --expected wall / RSS | mismatches | bytes on disk / event |\n")
-	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| room | events | gen wall / CPU | import wall | replay wall | replay CPU | replay peak RSS | replay events/s | replay / gen (wall) | replay / gen (CPU) | PDUs parsed | resolution p50 / p99 | verify --expected wall / RSS | mismatches | bytes on disk / event |\n")
+	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rep.Rooms {
-		fmt.Fprintf(&b, "| v%s | %d | %.1f s | %.1f s | %.1f s | %.1f s | %.0f MB | %.0f | %.2fx | %d | %d / %d us | %.1f s / %.0f MB | %d | %.0f |\n",
-			r.Version, r.Events, r.Gen.Wall, r.Import.Wall, r.Replay.Wall, r.Replay.CPU, r.Replay.PeakMB, r.EventsPerS, r.ReplayByGen,
-			r.PDUsParsed, r.ResP50us, r.ResP99us, r.Verify.Wall, r.Verify.PeakMB, r.Mismatches, r.BytesPerEv)
+		fmt.Fprintf(&b, "| v%s | %d | %.1f s / %.1f s | %.1f s | %.1f s | %.1f s | %.0f MB | %.0f | %.2fx | %.2fx | %d | %d / %d µs | %.1f s / %.0f MB | %d | %.0f |\n",
+			r.Version, r.Events, r.Gen.Wall, r.Gen.CPU, r.Import.Wall, r.Replay.Wall, r.Replay.CPU, r.Replay.PeakMB, r.EventsPerS, r.ReplayByGen,
+			r.Replay.CPU/r.Gen.CPU, r.PDUsParsed, r.ResP50us, r.ResP99us, r.Verify.Wall, r.Verify.PeakMB, r.Mismatches, r.BytesPerEv)
 	}
 	b.WriteString(verdicts(rep))
 	fmt.Fprintf(&b, "\nAnchors (issue 14, not measured here): gomatrixserverlib parses and hash-checks one event in ~50 us (~20,000 events/s per core); Synapse joins Matrix HQ (28k state events) at about 40 events/s; Dendrite loading HQ's state reached 8 GB RSS.\n")
@@ -312,8 +329,8 @@ func verdicts(rep report) string {
 	b.WriteString("\n## Targets (issue 14)\n\n")
 	k100, m1 := find("12", 100_000), find("12", 1_000_000)
 	if k100 != nil {
-		fmt.Fprintf(&b, "- 100k v12: replay at most 1.0x its generation: %.2fx, %s; at least 3,000 events/s: %.0f, %s.\n",
-			k100.ReplayByGen, met(k100.ReplayByGen <= 1.0), k100.EventsPerS, met(k100.EventsPerS >= 3000))
+		fmt.Fprintf(&b, "- 100k v12: replay at most 1.0x its generation: %.2fx of its wall time, %s (%.2fx of its CPU); at least 3,000 events/s: %.0f, %s.\n",
+			k100.ReplayByGen, met(k100.ReplayByGen <= 1.0), k100.Replay.CPU/k100.Gen.CPU, k100.EventsPerS, met(k100.EventsPerS >= 3000))
 	}
 	if k100 != nil && m1 != nil {
 		wall := (m1.Replay.Wall / float64(m1.Events)) / (k100.Replay.Wall / float64(k100.Events))
