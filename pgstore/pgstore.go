@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,10 @@ type Options struct {
 	// tables: for read-only commands, replicas and SELECT-only roles. Open
 	// returns ErrNoSchema when the tables are missing.
 	NoCreate bool
+	// ReadOnly implies NoCreate and opens every session with
+	// default_transaction_read_only, so a write fails (packstore.ErrReadOnly)
+	// instead of changing anything: verify, stats and state use it.
+	ReadOnly bool
 	// MaxConns bounds the connection pool (0: pgxpool's default, max(4, CPUs)).
 	MaxConns int32
 }
@@ -73,12 +78,29 @@ func IsURL(s string) bool {
 	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
 }
 
+// Redacted returns s with the password of a postgres:// URL replaced by
+// "xxxxx" (for messages); anything else unchanged.
+func Redacted(s string) string {
+	if !IsURL(s) {
+		return s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "postgres://(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
 // Open connects to the database, checks (and unless NoCreate, creates) the
 // schema. Errors name the host and database, never the password.
 func Open(opts Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(opts.URL)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: parse connection string: %w", err)
+	}
+	if opts.ReadOnly {
+		opts.NoCreate = true
+		cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
@@ -343,6 +365,9 @@ func (s *Store) writeErr(coll packstore.ID, n int, err error) error {
 	if isCode(err, "40001", "40P01") {
 		return fmt.Errorf("%w: collection %s: %v", packstore.ErrConflict, coll, err)
 	}
+	if isCode(err, "25006") { // read_only_sql_transaction
+		return fmt.Errorf("%w: pgstore: write to %s", packstore.ErrReadOnly, coll)
+	}
 	return fmt.Errorf("pgstore: write %d records to %s: %w", n, coll, err)
 }
 
@@ -360,7 +385,7 @@ func (s *Store) DeleteCollection(coll packstore.ID) error {
 		return err
 	}
 	if _, err := s.pool.Exec(context.Background(), `DELETE FROM mtxdb_records WHERE coll = $1`, coll[:]); err != nil {
-		return fmt.Errorf("pgstore: delete collection %s: %w", coll, err)
+		return s.writeErr(coll, 0, err)
 	}
 	return nil
 }
@@ -491,7 +516,7 @@ func (s *Store) Repack(plan packstore.RepackPlan) (packstore.RepackStats, error)
 		var n int
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT id FROM mtxdb_records WHERE coll = $1 AND id = ANY($2) FOR UPDATE) AS k`,
 			cp.Collection[:], keys).Scan(&n); err != nil {
-			return st, fmt.Errorf("pgstore: repack %s: %w", cp.Collection, err)
+			return st, s.writeErr(cp.Collection, len(keys), err)
 		}
 		if n != len(keys) {
 			return st, fmt.Errorf("%w: repack plan for collection %s lists %d records that do not exist",
@@ -499,7 +524,7 @@ func (s *Store) Repack(plan packstore.RepackPlan) (packstore.RepackStats, error)
 		}
 		tag, err := tx.Exec(ctx, `DELETE FROM mtxdb_records WHERE coll = $1 AND NOT (id = ANY($2))`, cp.Collection[:], keys)
 		if err != nil {
-			return st, fmt.Errorf("pgstore: repack %s: %w", cp.Collection, err)
+			return st, s.writeErr(cp.Collection, len(keys), err)
 		}
 		st.CollectionsRepacked++
 		st.RecordsCopied += len(keys)

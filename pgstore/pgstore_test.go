@@ -63,6 +63,23 @@ func TestSchema(t *testing.T) {
 	if got, err := ro.Get(c1, id); err != nil || string(got) != "x" {
 		t.Fatalf("NoCreate store reads %q, %v", got, err)
 	}
+	ro2, err := pgstore.Open(pgstore.Options{URL: u, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro2.Close()
+	if err := ro2.Put(c1, id, []byte("y")); !errors.Is(err, packstore.ErrReadOnly) {
+		t.Fatalf("Put on a ReadOnly store: %v, want ErrReadOnly", err)
+	}
+	if err := ro2.DeleteCollection(c1); !errors.Is(err, packstore.ErrReadOnly) {
+		t.Fatalf("DeleteCollection on a ReadOnly store: %v, want ErrReadOnly", err)
+	}
+	if _, err := ro2.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1}}}); !errors.Is(err, packstore.ErrReadOnly) {
+		t.Fatalf("Repack on a ReadOnly store: %v, want ErrReadOnly", err)
+	}
+	if got, err := ro2.Get(c1, id); err != nil || string(got) != "x" {
+		t.Fatalf("after refused writes: %q, %v", got, err)
+	}
 	st, err := ro.Stats()
 	if err != nil || st.Collections != 1 || st.LiveRecords != 1 || st.LiveBytes != 1 || st.TableBytes <= 0 {
 		t.Fatalf("Stats = %+v, %v", st, err)

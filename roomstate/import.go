@@ -573,12 +573,10 @@ func (imp *importer) flush() error {
 			}
 		}
 		sort.Strings(h.ForwardExtremities)
-		recs = append(recs, packstore.Record{ID: headRecordID, Data: encodeHead(&h)})
-		if err := imp.s.eng.PutMany(pr.room.coll, recs); err != nil {
+		if err := pr.room.putWithHead(recs, h); err != nil {
 			return fmt.Errorf("roomstate: import %s: write room %s: %w", imp.source, id, err)
 		}
 		pr.head = h
-		pr.room.head = h
 		pr.batch, pr.batchID, pr.raw, pr.graph = nil, nil, nil, nil
 	}
 	imp.pending = 0

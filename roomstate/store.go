@@ -40,7 +40,7 @@ func (s *Store) Rooms() ([]*Room, error) {
 		if err != nil {
 			return nil, fmt.Errorf("room collection %s: %w", coll, err)
 		}
-		rooms = append(rooms, &Room{s: s, coll: coll, head: h})
+		rooms = append(rooms, &Room{s: s, coll: coll, head: h, headRaw: b})
 	}
 	sort.Slice(rooms, func(i, j int) bool { return rooms[i].head.RoomID < rooms[j].head.RoomID })
 	return rooms, nil
@@ -63,7 +63,7 @@ func (s *Store) Room(roomID string) (*Room, error) {
 	if h.RoomID != roomID {
 		return nil, fmt.Errorf("%w: head of collection for %s names room %s", ErrCorruptRecord, roomID, h.RoomID)
 	}
-	return &Room{s: s, coll: coll, head: h}, nil
+	return &Room{s: s, coll: coll, head: h, headRaw: b}, nil
 }
 
 // Room is one room's view of the store. A Room caches its head; SetHead updates it.
@@ -72,6 +72,10 @@ type Room struct {
 	s    *Store
 	coll packstore.ID
 	head Head
+	// headRaw is the head record as last read or written (nil: not stored
+	// yet): on engines several processes write (packstore.ConditionalPutter),
+	// the next head write succeeds only if the stored head still is this.
+	headRaw []byte
 }
 
 // ID returns the room ID.
@@ -94,10 +98,33 @@ func (r *Room) SetHead(h Head) error {
 		return fmt.Errorf("roomstate: SetHead for %s names room %s", r.head.RoomID, h.RoomID)
 	}
 	sort.Strings(h.ForwardExtremities)
-	if err := r.s.eng.Put(r.coll, headRecordID, encodeHead(&h)); err != nil {
+	if err := r.putWithHead(nil, h); err != nil {
 		return fmt.Errorf("roomstate: room %s: write head: %w", r.head.RoomID, err)
 	}
-	r.head = h
+	return nil
+}
+
+// putWithHead writes recs and then the head h as one batch and caches h. On an
+// engine several processes write, the batch is conditional on the stored head
+// being the one this Room last read or wrote: if another writer changed it,
+// nothing is written and the error wraps packstore.ErrConflict (open the room
+// again and redo the work).
+func (r *Room) putWithHead(recs []packstore.Record, h Head) error {
+	raw := encodeHead(&h)
+	recs = append(recs, packstore.Record{ID: headRecordID, Data: raw})
+	var err error
+	if cp, ok := r.s.eng.(packstore.ConditionalPutter); ok {
+		err = cp.PutManyIf(r.coll, recs, headRecordID, r.headRaw)
+		if errors.Is(err, packstore.ErrConflict) {
+			err = fmt.Errorf("the room head changed since this process read it (another process writes this room; rerun to continue from what it stored): %w", err)
+		}
+	} else {
+		err = r.s.eng.PutMany(r.coll, recs)
+	}
+	if err != nil {
+		return err
+	}
+	r.head, r.headRaw = h, raw
 	return nil
 }
 

@@ -65,7 +65,7 @@ state after --event, or the state before it with --before.`,
 			return nil
 		},
 	}
-	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().StringVar(&store, "store", "", storeHelp)
 	c.Flags().StringVar(&room, "room", "", "room ID")
 	c.Flags().StringVar(&event, "event", "", "event ID (default: the current state)")
 	c.Flags().BoolVar(&before, "before", false, "the state before --event instead of after it")
