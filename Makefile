@@ -4,7 +4,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: bench-replay bench-repack all deps build demo test test-dendrite vet fuzz bench bench-resolver crash crash-bitflips clean
+.PHONY: bench-replay bench-repack all deps build demo test test-pgserver-install test-dendrite vet fuzz bench bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -37,6 +37,11 @@ test: vet
 	else echo "make test: PostgreSQL did not start: its tests will be skipped" >&2; fi; \
 	echo "$(GO) test -count=1 ./..."; $(GO) test -count=1 ./...
 	$(MAKE) test-dendrite
+
+# scripts/pgserver.sh's install path as on a fresh machine, in a throwaway
+# overlay of / where postgresql and apt's lists are removed (root, network).
+test-pgserver-install:
+	scripts/pgserver-install-test.sh
 
 test-dendrite:
 	cd integration/dendrite && $(GO) mod download && $(GO) vet ./... && $(GO) test -count=1 ./...
