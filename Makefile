@@ -84,16 +84,22 @@ bench-micro: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # Cross-engine benchmark (issue 8): packstore (checksum none/writeonly/full),
-# bbolt, pebble v2, badger v4, SQLite (mattn/go-sqlite3, WAL, synchronous=FULL)
-# and libmdbx (mdbx-go), 1 and 32 collections, fsync per batch, with the disk's
+# bbolt, pebble v2, badger v4, SQLite (mattn/go-sqlite3, WAL, synchronous=FULL),
+# libmdbx (mdbx-go) and PostgreSQL (pgstore), 1 and 32 collections, fsync per batch, with the disk's
 # limits measured in the same run. Its own module in bench/ (cgo: the first
 # build compiles SQLite and libmdbx, minutes on 2 cores), out of `make test`'s
 # path. Writes docs/bench/results-<sizes>.{json,md} and PNG plots.
 # BENCH_SIZES in MB, e.g. BENCH_SIZES=64,256,1024; BENCH_FLAGS for more.
 BENCH_SIZES ?= 64
 BENCH_FLAGS ?=
+# The postgres engine (pgstore) runs on a throwaway server (scripts/pgserver.sh,
+# durable settings) whose cluster lives under bench/.work beside the others' files.
 bench:
-	cd bench && $(GO) build -o ../bin/mtxdb-bench . && \
+	cd bench && $(GO) build -o ../bin/mtxdb-bench .
+	@set -e; mkdir -p bench/.work; dir=$$(mktemp -d "$$(pwd)/bench/.work/pgserver.XXXXXX"); \
+	trap 'scripts/pgserver.sh stop "'"$$dir"'" >/dev/null 2>&1 || true; rm -rf "'"$$dir"'"' EXIT; \
+	scripts/pgserver.sh start "$$dir" >/dev/null; \
+	cd bench && MTXDB_BENCH_PGDIR="$$dir" MTXDB_BENCH_PGSERVER="$$(pwd)/../scripts/pgserver.sh" \
 	  ../bin/mtxdb-bench -sizes $(BENCH_SIZES) -out ../docs/bench -dir .work $(BENCH_FLAGS)
 
 # State resolution on a generated 100k-event, 10k-member room with forks: ours per

@@ -324,6 +324,23 @@ func (s *Store) putMany(coll packstore.ID, recs []packstore.Record, cond *packst
 			return fmt.Errorf("%w: collection %s record %s", packstore.ErrConflict, coll, *cond)
 		}
 	}
+	skip := packstore.ID{}
+	if cond != nil {
+		skip = *cond
+	}
+	if err := upsert(ctx, tx, coll, recs, last, cond != nil, skip); err != nil {
+		return s.writeErr(coll, len(recs), err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return s.writeErr(coll, len(recs), err)
+	}
+	return nil
+}
+
+// upsert writes recs (those whose index is last[ID], and not skip when
+// skipping) to coll in tx, in statements of at most batchRows rows and
+// batchBytes payload bytes.
+func upsert(ctx context.Context, tx pgx.Tx, coll packstore.ID, recs []packstore.Record, last map[packstore.ID]int, skipping bool, skip packstore.ID) error {
 	ids := make([][]byte, 0, min(len(last), batchRows))
 	datas := make([][]byte, 0, cap(ids))
 	bytes := 0
@@ -337,24 +354,53 @@ func (s *Store) putMany(coll packstore.ID, recs []packstore.Record, cond *packst
 		ids, datas, bytes = ids[:0], datas[:0], 0
 		return nil
 	}
-	for i, r := range recs {
-		if last[r.ID] != i || cond != nil && r.ID == *cond {
+	for i := range recs {
+		r := &recs[i]
+		if last[r.ID] != i || skipping && r.ID == skip {
 			continue
 		}
-		ids = append(ids, recs[i].ID[:])
+		ids = append(ids, r.ID[:])
 		datas = append(datas, nonNil(r.Data))
 		bytes += len(r.Data)
 		if len(ids) >= batchRows || bytes >= batchBytes {
 			if err := flush(); err != nil {
-				return s.writeErr(coll, len(recs), err)
+				return err
 			}
 		}
 	}
-	if err := flush(); err != nil {
-		return s.writeErr(coll, len(recs), err)
+	return flush()
+}
+
+// CollectionBatch is one collection's part of PutCollections.
+type CollectionBatch struct {
+	Collection packstore.ID
+	Records    []packstore.Record
+}
+
+// PutCollections writes several collections' records as one transaction: one
+// commit (one WAL flush) for all of them, where PutMany per collection commits
+// each. Within a collection the last occurrence of an ID wins.
+func (s *Store) PutCollections(batches []CollectionBatch) error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgstore: write %d collections: %w", len(batches), err)
+	}
+	defer tx.Rollback(ctx)
+	for _, b := range batches {
+		last := make(map[packstore.ID]int, len(b.Records))
+		for i, r := range b.Records {
+			last[r.ID] = i
+		}
+		if err := upsert(ctx, tx, b.Collection, b.Records, last, false, packstore.ID{}); err != nil {
+			return s.writeErr(b.Collection, len(b.Records), err)
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return s.writeErr(coll, len(recs), err)
+		return s.writeErr(packstore.ID{}, 0, err)
 	}
 	return nil
 }
@@ -572,4 +618,12 @@ func (s *Store) Close() error {
 	}
 	s.pool.Close()
 	return nil
+}
+
+// Ping checks the connection to the server with a query that reads no table.
+func (s *Store) Ping() error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	return s.pool.Ping(context.Background())
 }

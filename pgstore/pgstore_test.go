@@ -102,3 +102,25 @@ func TestBadURL(t *testing.T) {
 		t.Fatal("unreachable server accepted")
 	}
 }
+
+// TestPutCollections: several collections in one transaction, last occurrence
+// of an ID winning within each.
+func TestPutCollections(t *testing.T) {
+	s := open(t, pgtest.NewDatabase(t), false)
+	a, b, id, id2 := packstore.ID{1}, packstore.ID{2}, packstore.ID{3}, packstore.ID{4}
+	err := s.PutCollections([]pgstore.CollectionBatch{
+		{Collection: a, Records: []packstore.Record{{ID: id, Data: []byte("a1")}, {ID: id2, Data: nil}, {ID: id, Data: []byte("a2")}}},
+		{Collection: b, Records: []packstore.Record{{ID: id, Data: []byte("b1")}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		coll, id packstore.ID
+		want     string
+	}{{a, id, "a2"}, {a, id2, ""}, {b, id, "b1"}} {
+		if got, err := s.Get(c.coll, c.id); err != nil || string(got) != c.want {
+			t.Fatalf("Get(%s, %s) = %q, %v; want %q", c.coll, c.id, got, err, c.want)
+		}
+	}
+}
