@@ -134,8 +134,14 @@ REPACK_RUNS   ?= 5
 BENCH_REPLAY_ROOMS ?= 12:10000,12:100000,10:100000
 BENCH_REPLAY_OUT ?= $(if $(filter 12:10000$(comma)12:100000$(comma)10:100000,$(BENCH_REPLAY_ROOMS)),docs/bench,docs/bench/replay-custom)
 comma := ,
+# BENCH_REPLAY_PG_ROOMS are also imported, replayed and verified on PostgreSQL
+# (a throwaway durable server, scripts/pgserver.sh; empty: none).
+BENCH_REPLAY_PG_ROOMS ?= 12:10000,12:100000
 bench-replay: build
-	cd bench && $(GO) run ./cmd/benchreplay -mtxdb ../bin/mtxdb -rooms $(BENCH_REPLAY_ROOMS) -out ../$(BENCH_REPLAY_OUT)
+	@set -e; mkdir -p bench/.work; dir=$$(mktemp -d "$$(pwd)/bench/.work/replay-pg.XXXXXX"); \
+	trap 'scripts/pgserver.sh stop "'"$$dir"'" >/dev/null 2>&1 || true; rm -rf "'"$$dir"'"' EXIT; \
+	pg=; if [ -n "$(BENCH_REPLAY_PG_ROOMS)" ]; then pg="-postgres $$(scripts/pgserver.sh start "$$dir") -postgres-rooms $(BENCH_REPLAY_PG_ROOMS)"; fi; \
+	cd bench && $(GO) run ./cmd/benchreplay -mtxdb ../bin/mtxdb -rooms $(BENCH_REPLAY_ROOMS) -out ../$(BENCH_REPLAY_OUT) $$pg
 
 bench-repack: build
 	test -f $(REPACK_GEN)/backfill_order.jsonl || ./bin/mtxdb gen --out $(REPACK_GEN) --events $(REPACK_EVENTS) --seed 1 --backfill

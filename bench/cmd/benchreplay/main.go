@@ -11,27 +11,34 @@
 //
 // It writes replay.json, replay.md and replay.png (events/s and peak RSS against
 // room size) in -out. -work holds the generated rooms and stores (removed unless
-// -keep).
+// -keep). With -postgres URL (a server's URL; `make bench-replay` starts one
+// with scripts/pgserver.sh), the rooms listed in -postgres-rooms are also
+// imported, replayed and verified on a fresh database of that server (pgstore),
+// beside the packfile store.
 package main
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"image/color"
 	"io/fs"
 	"log"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -59,6 +66,17 @@ type result struct {
 	ResP50us    int     `json:"resolution_p50_us"`
 	ResP99us    int     `json:"resolution_p99_us"`
 	Mismatches  int     `json:"mismatches"`
+	Postgres    *pgRun  `json:"postgres,omitempty"`
+}
+
+// pgRun is the same room imported, replayed and verified on PostgreSQL.
+type pgRun struct {
+	Import     step    `json:"import"`
+	Replay     step    `json:"replay"`
+	Verify     step    `json:"verify_expected"`
+	EventsPerS float64 `json:"replay_events_per_s"`
+	ByPack     float64 `json:"replay_over_packfile_replay"`
+	Mismatches int     `json:"mismatches"`
 }
 
 type report struct {
@@ -75,6 +93,8 @@ func main() {
 	out := flag.String("out", "../docs/bench", "directory for replay.{json,md,png}")
 	work := flag.String("work", ".work-replay", "working directory (generated rooms and stores)")
 	keep := flag.Bool("keep", false, "keep the working directory")
+	pgURL := flag.String("postgres", "", "URL of a PostgreSQL server (superuser) to replay on as well")
+	pgRooms := flag.String("postgres-rooms", "12:10000", "with -postgres: the rooms (VERSION:EVENTS) also run on PostgreSQL")
 	flag.Parse()
 	abs, err := filepath.Abs(*bin)
 	if err != nil {
@@ -94,6 +114,13 @@ func main() {
 		res, err := measure(abs, *work, ver, events)
 		if err != nil {
 			log.Fatal(err)
+		}
+		if *pgURL != "" && slices.Contains(strings.Split(*pgRooms, ","), spec) {
+			if res.Postgres, err = measurePG(abs, *work, *pgURL, &res); err != nil {
+				log.Fatal(err)
+			}
+			log.Printf("v%s %d events on PostgreSQL: import %.1f s, replay %.1f s (%.0f events/s, %.2fx packfiles), verify %.1f s, mismatches %d",
+				ver, events, res.Postgres.Import.Wall, res.Postgres.Replay.Wall, res.Postgres.EventsPerS, res.Postgres.ByPack, res.Postgres.Verify.Wall, res.Postgres.Mismatches)
 		}
 		rep.Rooms = append(rep.Rooms, res)
 		log.Printf("v%s %d events: gen %.1f s, import %.1f s, replay %.1f s (%.0f events/s, %.2fx gen, %.0f MB), verify %.1f s, mismatches %d",
@@ -139,6 +166,47 @@ func measure(bin, work, ver string, events int) (result, error) {
 	res.ResP99us = field(res.Replay.Output, "resolution_p99_us")
 	res.Mismatches = field(res.Verify.Output, "mismatches")
 	return res, nil
+}
+
+// measurePG imports, replays and verifies the room measure generated on a
+// fresh database of the server at admin (the room directory is kept until then).
+func measurePG(bin, work, admin string, res *result) (*pgRun, error) {
+	dir := filepath.Join(work, fmt.Sprintf("v%s-%d", res.Version, res.Events))
+	room := dir + "-room"
+	name := fmt.Sprintf("benchreplay_v%s_%d", res.Version, res.Events)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return nil, err
+	}
+	defer conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	u, err := url.Parse(admin)
+	if err != nil {
+		return nil, err
+	}
+	u.Path = "/" + name
+	store := u.String()
+	pg := &pgRun{}
+	if pg.Import, err = run(bin, "import", "--store", store, room); err != nil {
+		return nil, err
+	}
+	if pg.Replay, err = run(bin, "replay", "--store", store); err != nil {
+		return nil, err
+	}
+	if pg.Verify, err = run(bin, "verify", "--store", store, "--expected", room); err != nil {
+		return nil, err
+	}
+	pg.EventsPerS = float64(res.Events) / pg.Replay.Wall
+	pg.ByPack = pg.Replay.Wall / res.Replay.Wall
+	pg.Mismatches = field(pg.Verify.Output, "mismatches")
+	return pg, nil
 }
 
 // run runs one mtxdb command and measures it.
@@ -241,6 +309,19 @@ func write(rep report, out string) error {
 		fmt.Fprintf(&b, "| v%s | %d | %.1f s | %.1f s | %.1f s | %.1f s | %.0f MB | %.0f | %.2fx | %d / %d us | %.1f s / %.0f MB | %d | %.0f |\n",
 			r.Version, r.Events, r.Gen.Wall, r.Import.Wall, r.Replay.Wall, r.Replay.CPU, r.Replay.PeakMB, r.EventsPerS, r.ReplayByGen,
 			r.ResP50us, r.ResP99us, r.Verify.Wall, r.Verify.PeakMB, r.Mismatches, r.BytesPerEv)
+	}
+	var pgRows strings.Builder
+	for _, r := range rep.Rooms {
+		if pg := r.Postgres; pg != nil {
+			fmt.Fprintf(&pgRows, "| v%s | %d | %.1f s | %.1f s / %.1f s | %.1f s | %.0f MB | %.0f | %.2fx | %.1f s | %d |\n",
+				r.Version, r.Events, pg.Import.Wall, pg.Replay.Wall, r.Replay.Wall, pg.Replay.CPU, pg.Replay.PeakMB, pg.EventsPerS, pg.ByPack, pg.Verify.Wall, pg.Mismatches)
+		}
+	}
+	if pgRows.Len() > 0 {
+		fmt.Fprintf(&b, "\nThe same rooms on PostgreSQL (pgstore, `--store postgres://...`, a fresh database on the local server `make bench-replay` starts with scripts/pgserver.sh, default durable settings), in the same run:\n\n")
+		fmt.Fprintf(&b, "| room | events | import wall | replay wall: PostgreSQL / packfiles | replay CPU | replay peak RSS | replay events/s | PostgreSQL / packfiles | verify --expected wall | mismatches |\n")
+		fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString(pgRows.String())
 	}
 	fmt.Fprintf(&b, "\nAnchors (issue 14, not measured here): gomatrixserverlib parses and hash-checks one event in ~50 us (~20,000 events/s per core); Synapse joins Matrix HQ (28k state events) at about 40 events/s; Dendrite loading HQ's state reached 8 GB RSS.\n")
 	if err := os.WriteFile(filepath.Join(out, "replay.md"), []byte(b.String()), 0o644); err != nil {
