@@ -28,7 +28,16 @@ func (s *Store) Engine() packstore.StorageEngine { return s.eng }
 // Rooms returns every room that has a head record, sorted by room ID.
 func (s *Store) Rooms() ([]*Room, error) {
 	var rooms []*Room
-	for _, coll := range s.eng.Collections() {
+	colls := s.eng.Collections()
+	if l, ok := s.eng.(interface{ ListCollections() ([]packstore.ID, error) }); ok {
+		// An engine whose listing can fail (pgstore) says so here rather than
+		// returning no rooms.
+		var err error
+		if colls, err = l.ListCollections(); err != nil {
+			return nil, fmt.Errorf("roomstate: list rooms: %w", err)
+		}
+	}
+	for _, coll := range colls {
 		b, err := getKind(s.eng, coll, headRecordID, ReadOther)
 		if errors.Is(err, packstore.ErrNotFound) {
 			continue // not a room collection
