@@ -30,6 +30,9 @@ func (e *lockedError) Error() string {
 	if e.pid == 0 {
 		return fmt.Sprintf("packstore: store %s is in use by another process", e.dir)
 	}
+	if e.pid == os.Getpid() { // flock is per open file: a second Open in one process
+		return fmt.Sprintf("packstore: store %s is already open in this process (pid %d); close it first", e.dir, e.pid)
+	}
 	return fmt.Sprintf("packstore: store %s is in use by another process (pid %d)", e.dir, e.pid)
 }
 

@@ -12,7 +12,7 @@ import (
 )
 
 // TestOpenLockedInProcess: a second Open of an open store fails at once
-// with ErrLocked naming the directory and this process's pid, and touches
+// with ErrLocked saying the store is open in this process (its pid), and touches
 // nothing (a .tmp file the first store may be writing survives); after
 // Close the store opens again.
 func TestOpenLockedInProcess(t *testing.T) {
@@ -30,7 +30,7 @@ func TestOpenLockedInProcess(t *testing.T) {
 	if !errors.Is(err, ErrLocked) {
 		t.Fatalf("second Open: %v, want ErrLocked", err)
 	}
-	want := fmt.Sprintf("packstore: store %s is in use by another process (pid %d)", opts.Dir, os.Getpid())
+	want := fmt.Sprintf("packstore: store %s is already open in this process (pid %d); close it first", opts.Dir, os.Getpid())
 	if err.Error() != want {
 		t.Fatalf("second Open: %q, want %q", err, want)
 	}

@@ -434,7 +434,7 @@ func (imp *importer) one(q *queuedPDU) error {
 				known: map[string]uint32{},
 				isNew: true,
 			}
-			pr.room = imp.s.newRoom(CollectionID(roomID), pr.head)
+			pr.room = imp.s.newRoom(CollectionID(roomID), pr.head, nil) // no head stored yet
 			imp.rooms[roomID] = pr
 		}
 	}
@@ -666,13 +666,11 @@ func (imp *importer) flush() error {
 			}
 		}
 		sort.Strings(h.ForwardExtremities)
-		recs = append(recs, packstore.Record{ID: headRecordID, Data: encodeHead(&h)})
-		if err := imp.s.eng.PutMany(pr.room.coll, recs); err != nil {
+		if err := pr.room.putWithHead(recs, h); err != nil {
 			imp.dropBatch()
 			return fmt.Errorf("roomstate: import %s: write room %s: %w", imp.source, id, err)
 		}
 		pr.head = h
-		pr.room.head, pr.room.gen = h, imp.s.publish(pr.room.coll, h)
 		pr.batch, pr.batchID, pr.raw, pr.graph = nil, nil, nil, nil
 	}
 	n := imp.pending

@@ -19,23 +19,47 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/pgstore"
 	"github.com/mtxdb/mtxdb/repackplan"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
-// openStore opens a store directory; only import and demo may create one.
-func openStore(dir string, create bool) (*packstore.PackfileStorage, *roomstate.Store, error) {
+// storeHelp describes --store.
+const storeHelp = "store directory, or a postgres:// URL (a PostgreSQL database shared by several processes)"
+
+// storeEngine is what the commands use of a store, whichever engine holds it:
+// a packfile directory (packstore) or a PostgreSQL database (pgstore: --store
+// postgres://...).
+type storeEngine interface {
+	packstore.StorageEngine
+	Repack(packstore.RepackPlan) (packstore.RepackStats, error)
+}
+
+// openStore opens a store directory or database; only import and demo may
+// create one.
+func openStore(dir string, create bool) (storeEngine, *roomstate.Store, error) {
 	return openStoreMode(dir, create, false)
 }
 
 // openStoreMode is openStore, read-only (packstore.Options.ReadOnly: no
-// truncation, no writes, a shared lock) for the commands that only read:
-// verify, stats, state.
-func openStoreMode(dir string, create, readOnly bool) (*packstore.PackfileStorage, *roomstate.Store, error) {
+// truncation, no writes, a shared lock; pgstore.Options.ReadOnly: no schema
+// created, read-only sessions) for the commands that only read: verify,
+// stats, state. Every command opens its store here.
+func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.Store, error) {
 	if dir == "" {
 		return nil, nil, fmt.Errorf("--store is required")
+	}
+	if pgstore.IsURL(dir) {
+		eng, err := pgstore.Open(pgstore.Options{URL: dir, NoCreate: !create, ReadOnly: readOnly})
+		if errors.Is(err, pgstore.ErrNoSchema) {
+			return nil, nil, fmt.Errorf("%w: no mtxdb store in that database (mtxdb import creates it)", err)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return eng, roomstate.New(eng), nil
 	}
 	if !create {
 		if fi, err := os.Stat(dir); err != nil {
@@ -82,6 +106,19 @@ func openStoreMode(dir string, create, readOnly bool) (*packstore.PackfileStorag
 			dir, r.TruncatedBytes, r.TruncatedFile, r.TruncatedAt, r.Source)
 	}
 	return eng, roomstate.New(eng), nil
+}
+
+// storeStats is the engine's Stats; for a PostgreSQL store DiskBytes is the
+// records table's size with its indexes (pgstore.Stats.TableBytes) and Shards 0.
+func storeStats(eng storeEngine) (packstore.Stats, error) {
+	switch e := eng.(type) {
+	case *packstore.PackfileStorage:
+		return e.Stats(), nil
+	case *pgstore.Store:
+		st, err := e.Stats()
+		return packstore.Stats{DiskBytes: st.TableBytes, Collections: st.Collections, LiveRecords: int(st.LiveRecords), LiveBytes: st.LiveBytes}, err
+	}
+	return packstore.Stats{}, fmt.Errorf("no stats for a %T store", eng)
 }
 
 // looksLikeStore reports whether dir holds a packstore's files: shard files or
@@ -265,7 +302,7 @@ to continue. A second signal stops at once.`,
 			return err
 		},
 	}
-	c.Flags().StringVar(&store, "store", "", "store directory (created if missing)")
+	c.Flags().StringVar(&store, "store", "", storeHelp+" (created if missing)")
 	c.Flags().IntVar(&batch, "batch", 1000, "events written and synced per batch")
 	c.Flags().BoolVar(&anyOrder, "any-order", false, "accept PDUs before their prev/auth events (backfill order)")
 	c.Flags().StringVar(&keysFile, "keys", "", "servers' public signing keys (JSON); without it signatures are not checked")
@@ -323,7 +360,7 @@ func sortedSet(m map[string]bool) []string {
 }
 
 // openRooms opens an existing store and selects every room, or the one named.
-func openRooms(store, roomID string, readOnly bool) (*packstore.PackfileStorage, []*roomstate.Room, error) {
+func openRooms(store, roomID string, readOnly bool) (storeEngine, []*roomstate.Room, error) {
 	eng, st, err := openStoreMode(store, false, readOnly)
 	if err != nil {
 		return nil, nil, err
@@ -408,7 +445,7 @@ are synced, the command prints its summary and how to continue, and exits 130
 			return nil
 		},
 	}
-	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().StringVar(&store, "store", "", storeHelp)
 	c.Flags().StringVar(&room, "room", "", "replay only this room ID")
 	c.Flags().BoolVar(&force, "force", false, "recompute every event, not only those without a state record")
 	jsonFlag(c, &asJSON)
@@ -524,7 +561,8 @@ otherwise.`,
 					return err
 				}
 			}
-			if r := eng.OpenReport(); r.TruncatedBytes > 0 {
+			if pf, ok := eng.(*packstore.PackfileStorage); ok && pf.OpenReport().TruncatedBytes > 0 {
+				r := pf.OpenReport()
 				// A bad tail (opened read-only, it stays on disk): after a crash
 				// that is unsynced data, but verify cannot tell it from lost data
 				// (README, Known limits).
@@ -541,7 +579,7 @@ otherwise.`,
 			return nil
 		},
 	}
-	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().StringVar(&store, "store", "", storeHelp)
 	c.Flags().StringVar(&room, "room", "", "verify only this room ID")
 	c.Flags().StringArrayVar(&expected, "expected", nil, "room directory, or directory of rooms, with recorded state")
 	c.Flags().BoolVar(&listRejected, "rejected", false, "print each rejected event with the reason replay recorded (the authorization rule)")
@@ -795,7 +833,7 @@ garbage the next repack reclaims). Exit status 130 (143).`,
 			return err
 		},
 	}
-	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().StringVar(&store, "store", "", storeHelp)
 	c.Flags().StringVar(&room, "room", "", "repack only this room ID")
 	rf.register(c, "plan kind: "+planKinds())
 	jsonFlag(c, &asJSON)
@@ -887,7 +925,7 @@ func planRooms(rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) 
 }
 
 // repackRooms plans every room and repacks them through one output stream.
-func repackRooms(eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackStats, error) {
+func repackRooms(eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackStats, error) {
 	plan, _, err := planRooms(rooms, opts, out)
 	if err != nil {
 		return packstore.RepackStats{}, err
@@ -901,15 +939,16 @@ func repackRooms(eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts r
 // (records no plan kept, of which state records the liveness policy dropped; dead
 // frames of superseded or deleted records go with the retired shards), shards
 // retired and the bytes returned.
-func repackSummary(out io.Writer, eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
+func repackSummary(out io.Writer, eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
 	return repackSummaryTo(out, false, eng, rooms, opts)
 }
 
 // repackWithProgress runs eng.Repack with a bar over the rooms copied (when out is
 // a terminal), polled from the engine.
-func repackWithProgress(eng *packstore.PackfileStorage, plan packstore.RepackPlan, out io.Writer) (packstore.RepackStats, error) {
+func repackWithProgress(eng storeEngine, plan packstore.RepackPlan, out io.Writer) (packstore.RepackStats, error) {
+	pf, isPack := eng.(*packstore.PackfileStorage)
 	bar := newProgress(out, int64(len(plan.Collections)), "repack", false)
-	if bar == nil {
+	if bar == nil || !isPack {
 		return eng.Repack(plan)
 	}
 	done := make(chan struct{})
@@ -923,7 +962,7 @@ func repackWithProgress(eng *packstore.PackfileStorage, plan packstore.RepackPla
 			case <-done:
 				return
 			case <-t.C:
-				if i := eng.RepackProgress(); i >= 0 {
+				if i := pf.RepackProgress(); i >= 0 {
 					bar.set(int64(i))
 				}
 			}
@@ -953,20 +992,26 @@ func repackInterrupted(store string) func() string {
 }
 
 // repackSummaryTo is repackSummary, with JSON lines if asJSON.
-func repackSummaryTo(out io.Writer, asJSON bool, eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
+func repackSummaryTo(out io.Writer, asJSON bool, eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
 	repackPhase.Store("planning")
 	plan, ps, err := planRooms(rooms, opts, out)
 	if err != nil {
 		return packstore.RepackStats{}, err
 	}
-	before := eng.Stats()
+	before, err := storeStats(eng)
+	if err != nil {
+		return packstore.RepackStats{}, err
+	}
 	repackPhase.Store("copying")
 	testStall("repack-copy")
 	rs, err := repackWithProgress(eng, plan, out)
 	if err != nil {
 		return rs, err
 	}
-	after := eng.Stats()
+	after, err := storeStats(eng)
+	if err != nil {
+		return rs, err
+	}
 	liveness := string(opts.Liveness)
 	if liveness == "" {
 		liveness = string(repackplan.AllSnapshots)
@@ -1017,7 +1062,10 @@ this process's: another process's reads cannot be seen.`,
 				return err
 			}
 			defer eng.Close()
-			s := eng.Stats()
+			s, err := storeStats(eng)
+			if err != nil {
+				return err
+			}
 			rooms, err := st.Rooms()
 			if err != nil {
 				return err
@@ -1056,7 +1104,7 @@ this process's: another process's reads cannot be seen.`,
 			return nil
 		},
 	}
-	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().StringVar(&store, "store", "", storeHelp)
 	c.Flags().BoolVar(&reads, "reads", false, "run the server walks and print their read budget by kind")
 	c.Flags().StringVar(&room, "room", "", "with --reads: only this room ID")
 	c.Flags().StringVar(&walks, "walks", "all", "with --reads: comma-separated walks ("+fmt.Sprint(repackplan.WalkKinds)+")")
@@ -1072,6 +1120,9 @@ func statsReads(out io.Writer, asJSON bool, store, roomID, walkList string, limi
 	ws, err := parseWalks(walkList)
 	if err != nil {
 		return err
+	}
+	if pgstore.IsURL(store) {
+		return fmt.Errorf("stats --reads counts packfile reads (pages, seeks); a PostgreSQL store has none to count")
 	}
 	eng, st, err := openStoreMode(store, false, true)
 	if err != nil {

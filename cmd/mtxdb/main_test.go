@@ -59,6 +59,23 @@ func TestCLIMainJob(t *testing.T) {
 	if _, err := os.Stat(store); err == nil {
 		t.Fatal("replay created the missing store")
 	}
+	mainJob(t, store)
+	// An --expected directory with no rooms in it is a usage error, not a pass.
+	if out, code := run(t, "verify", "--store", store, "--expected", t.TempDir()); code != 1 || !strings.Contains(out, "holds no room directory") {
+		t.Errorf("verify against an empty directory: exit %d\n%s", code, out)
+	}
+	// A recorded room the store lacks is a problem, not a silent pass.
+	out, code := run(t, "verify", "--store", store, "--expected", room("room001"))
+	if code != 2 || !strings.Contains(out, "not in the store") {
+		t.Errorf("verify against a room not in the store: exit %d\n%s", code, out)
+	}
+}
+
+// mainJob runs import, replay, verify, repack, verify, stats and state on room003
+// in store (a directory or a postgres:// URL), then a replay that must find
+// nothing to do.
+func mainJob(t *testing.T, store string) {
+	t.Helper()
 	for _, step := range [][]string{
 		{"import", "--store", store, room("room003")},
 		{"replay", "--store", store},
@@ -68,7 +85,7 @@ func TestCLIMainJob(t *testing.T) {
 		{"stats", "--store", store},
 	} {
 		if out, code := run(t, step...); code != 0 {
-			t.Fatalf("%v: exit %d\n%s", step, code, out)
+			t.Fatalf("%v: exit %d\n%s", step[0], code, out)
 		}
 	}
 	out, code := run(t, "state", "--store", store, "--room", "!FymyxFJPGCZLfPcMwA:server1.test")
@@ -78,15 +95,6 @@ func TestCLIMainJob(t *testing.T) {
 	out, _ = run(t, "replay", "--store", store)
 	if !strings.Contains(out, "computed=0") {
 		t.Errorf("second replay recomputed: %s", out)
-	}
-	// An --expected directory with no rooms in it is a usage error, not a pass.
-	if out, code := run(t, "verify", "--store", store, "--expected", t.TempDir()); code != 1 || !strings.Contains(out, "holds no room directory") {
-		t.Errorf("verify against an empty directory: exit %d\n%s", code, out)
-	}
-	// A recorded room the store lacks is a problem, not a silent pass.
-	out, code = run(t, "verify", "--store", store, "--expected", room("room001"))
-	if code != 2 || !strings.Contains(out, "not in the store") {
-		t.Errorf("verify against a room not in the store: exit %d\n%s", code, out)
 	}
 }
 

@@ -71,7 +71,7 @@ rejected, a first line "# rejected EVENT_ID: reason" names the authorization rul
 			return nil
 		},
 	}
-	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().StringVar(&store, "store", "", storeHelp)
 	c.Flags().StringVar(&room, "room", "", "room ID")
 	c.Flags().StringVar(&event, "event", "", "event ID (default: the current state)")
 	c.Flags().BoolVar(&before, "before", false, "the state before --event instead of after it")
