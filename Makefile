@@ -4,7 +4,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: dendrite test-dendrite-e2e bench-replay bench-repack all deps deps-all build demo test test-dendrite vet fuzz bench bench-resolver crash crash-bitflips clean
+.PHONY: dendrite test-dendrite-e2e test-dendrite-suite bench-replay bench-repack all deps deps-all build demo test test-dendrite vet fuzz bench bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -153,3 +153,10 @@ test-dendrite-e2e: dendrite
 	  (cd integration/dendrite/server/e2e && MTXDB_DENDRITE_BIN=$(DENDRITE_BIN) MTXDB_PG_URL=$$url \
 	    $(GO) test -count=1 -v -run '^TestStockAndMtxdbAgree$$' .) || rc=$$?; \
 	  scripts/pgserver.sh stop $(PG_DIR); exit $$rc
+
+# Dendrite's own tests (DENDRITE_SUITE packages) against the swapped build, SQLite and
+# PostgreSQL; installs libolm-dev, starts and stops PostgreSQL; a failed package is run
+# once more (Dendrite's suite is timing-dependent under load, stock builds too).
+DENDRITE_SUITE ?= ./roomserver/... ./clientapi/... ./syncapi/... ./federationapi/...
+test-dendrite-suite: dendrite
+	integration/dendrite/server/suite.sh $(DENDRITE_WORK)/src $(PG_DIR) $(DENDRITE_SUITE)

@@ -20,7 +20,6 @@ import (
 
 	"github.com/matrix-org/dendrite/roomserver/storage/tables"
 	"github.com/matrix-org/dendrite/roomserver/types"
-	"github.com/matrix-org/dendrite/setup/config"
 	"github.com/mtxdb/mtxdb/packstore"
 )
 
@@ -523,32 +522,24 @@ func crashChild() {
 }
 
 func TestDirFor(t *testing.T) {
-	t.Setenv(EnvDir, "")
 	t.Setenv(EnvBase, "/base")
-	for _, c := range []struct {
-		conn, want, err string
-	}{
-		{"file:/data/roomserver.db", "/data/roomserver.db.mtxdb-state", ""},
-		{"file:rs.db?_busy_timeout=5000", "rs.db.mtxdb-state", ""},
-		{"file:", "", "names no database file"},
-		{"", "", "no connection string"},
-		{"postgres://u:p@db.example:5432/dendrite?sslmode=disable", "/base/pg-db.example_5432-dendrite", ""},
-		{"user=alice dbname=rs sslmode=disable host=/run/postgresql", "/base/pg-_run_postgresql-rs", ""},
-		{"user=alice sslmode=disable", "/base/pg-local-alice", ""},
+	for _, c := range []struct{ got, want string }{
+		{postgresDir("127.0.0.1", "5432", "dendrite"), "/base/pg-127.0.0.1-5432-dendrite"},
+		{postgresDir("", "", "rs"), "/base/pg-local--rs"},
+		{postgresDir("::1", "15000", "a b;c"), "/base/pg-_1-15000-a_b_c"},
 	} {
-		got, err := DirFor(config.DataSource(c.conn))
-		if c.err != "" {
-			if err == nil || !strings.Contains(err.Error(), c.err) {
-				t.Errorf("%q: err %v, want %q", c.conn, err, c.err)
-			}
-			continue
-		}
-		if err != nil || got != c.want {
-			t.Errorf("%q: %q, %v; want %q", c.conn, got, err, c.want)
+		if c.got != c.want {
+			t.Errorf("%q, want %q", c.got, c.want)
 		}
 	}
+	if d, err := sqliteDir("/data/roomserver.db"); err != nil || d != "/data/roomserver.db.mtxdb-state" {
+		t.Errorf("sqlite: %q, %v", d, err)
+	}
+	if _, err := sqliteDir(""); err == nil || !strings.Contains(err.Error(), EnvDir) {
+		t.Errorf("in-memory sqlite: %v", err)
+	}
 	t.Setenv(EnvDir, "/explicit")
-	if got, _ := DirFor("file:x.db"); got != "/explicit" {
-		t.Errorf("%s: %q", EnvDir, got)
+	if got, err := DirFor(context.Background(), nil, true); err != nil || got != "/explicit" {
+		t.Errorf("%s: %q, %v", EnvDir, got, err)
 	}
 }

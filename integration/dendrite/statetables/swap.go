@@ -5,11 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/matrix-org/dendrite/roomserver/storage/shared"
@@ -27,82 +25,75 @@ const (
 	EnvBase = "MTXDB_DENDRITE_STATE_BASE"
 )
 
-// DirFor returns the store directory of a roomserver database: $MTXDB_DENDRITE_STATE_DIR
-// when set; for SQLite (file:PATH[?...]) PATH + ".mtxdb-state" beside the database
-// file; for PostgreSQL $MTXDB_DENDRITE_STATE_BASE (default ./mtxdb-state) joined with
-// "pg-" + host + "-" + database name. Errors: an empty connection string without
-// $MTXDB_DENDRITE_STATE_DIR, a file: string without a path.
-func DirFor(conn config.DataSource) (string, error) {
+// DirFor returns the store directory of a roomserver database, from the database
+// itself (so that a connection string inherited from Dendrite's global database
+// options works too): $MTXDB_DENDRITE_STATE_DIR when set; for SQLite the main
+// database file (PRAGMA database_list) + ".mtxdb-state"; for PostgreSQL
+// $MTXDB_DENDRITE_STATE_BASE (default ./mtxdb-state) joined with
+// "pg-" + server address + "-" + port + "-" + database name. Errors: an in-memory
+// SQLite database, a failed query.
+func DirFor(ctx context.Context, db *sql.DB, sqlite bool) (string, error) {
 	if d := os.Getenv(EnvDir); d != "" {
 		return d, nil
 	}
-	cs := string(conn)
-	if cs == "" {
-		return "", fmt.Errorf("statetables: the roomserver database has no connection string of its own; set %s to the mtxdb state directory", EnvDir)
-	}
-	if conn.IsSQLite() {
-		path := strings.TrimPrefix(cs, "file:")
-		if i := strings.IndexByte(path, '?'); i >= 0 {
-			path = path[:i]
+	if sqlite {
+		rows, err := db.QueryContext(ctx, "PRAGMA database_list")
+		if err != nil {
+			return "", fmt.Errorf("statetables: SQLite database file: %w", err)
 		}
-		if path == "" || path == ":memory:" {
-			return "", fmt.Errorf("statetables: SQLite connection string %q names no database file; set %s", cs, EnvDir)
+		defer rows.Close()
+		for rows.Next() {
+			var seq int
+			var name, file string
+			if err := rows.Scan(&seq, &name, &file); err != nil {
+				return "", fmt.Errorf("statetables: SQLite database file: %w", err)
+			}
+			if name == "main" {
+				return sqliteDir(file)
+			}
 		}
-		return path + ".mtxdb-state", nil
+		if err := rows.Err(); err != nil {
+			return "", fmt.Errorf("statetables: SQLite database file: %w", err)
+		}
+		return sqliteDir("")
 	}
+	var host, port sql.NullString
+	var name string
+	if err := db.QueryRowContext(ctx, "SELECT current_database(), host(inet_server_addr()), inet_server_port()::text").Scan(&name, &host, &port); err != nil {
+		return "", fmt.Errorf("statetables: PostgreSQL database name: %w", err)
+	}
+	return postgresDir(host.String, port.String, name), nil
+}
+
+func sqliteDir(file string) (string, error) {
+	if file == "" {
+		return "", fmt.Errorf("statetables: the SQLite roomserver database has no file (in memory?); set %s", EnvDir)
+	}
+	return file + ".mtxdb-state", nil
+}
+
+// postgresDir: host "" (a Unix socket) is "local".
+func postgresDir(host, port, db string) string {
 	base := os.Getenv(EnvBase)
 	if base == "" {
 		base = "mtxdb-state"
 	}
-	host, db := postgresHostDB(cs)
-	return filepath.Join(base, "pg-"+sanitize(host)+"-"+sanitize(db)), nil
-}
-
-// postgresHostDB reads host and database name from a PostgreSQL URL or key=value
-// connection string (libpq defaults: host "local", database = user).
-func postgresHostDB(cs string) (host, db string) {
-	if u, err := url.Parse(cs); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		host, db = u.Host, strings.TrimPrefix(u.Path, "/")
-		if db == "" && u.User != nil {
-			db = u.User.Username()
-		}
-	} else {
-		user := ""
-		for _, f := range strings.Fields(cs) {
-			k, v, ok := strings.Cut(f, "=")
-			if !ok {
-				continue
-			}
-			v = strings.Trim(v, "'")
-			switch k {
-			case "host":
-				host = v
-			case "dbname":
-				db = v
-			case "user":
-				user = v
-			}
-		}
-		if db == "" {
-			db = user
-		}
-	}
 	if host == "" {
 		host = "local"
 	}
-	return host, db
+	return filepath.Join(base, "pg-"+sanitize(host)+"-"+sanitize(port)+"-"+sanitize(db))
 }
 
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
 func sanitize(s string) string { return unsafeChars.ReplaceAllString(s, "_") }
 
-// Swap opens the store of a roomserver database (DirFor) and puts it in place of
+// Swap opens the store of a roomserver database (DirFor; opts says which kind it is) and puts it in place of
 // Dendrite's SQL state snapshot and state block tables, after CheckMigrated; purges
 // also purge the store (PurgeAfterSQL). This is the whole change a fork makes, right
 // after roomserver/storage's sqlite3.Open or postgres.Open.
 func Swap(ctx context.Context, d *shared.Database, opts *config.DatabaseOptions) error {
-	dir, err := DirFor(opts.ConnectionString)
+	dir, err := DirFor(ctx, d.DB, opts.ConnectionString.IsSQLite())
 	if err != nil {
 		return err
 	}

@@ -156,6 +156,8 @@ type world struct {
 	alice, bob, carol *mautrix.Client
 	rooms             []id.RoomID
 	forbidden         []string
+	// last is, per room, the ID of the workload's last event (a message by alice).
+	last []id.EventID
 }
 
 func client(t *testing.T, s *server) *mautrix.Client {
@@ -265,13 +267,37 @@ func drive(t *testing.T, s *server) *world {
 	text(w.bob, r2, "in room two")
 	_, err = w.bob.SendStateEvent(ctx, r2, event.StateTopic, "", map[string]any{"topic": "bob in two"})
 	w.forbidden = append(w.forbidden, forbidden(t, "bob (0) sets the topic of room 2", err))
+	for _, r := range w.rooms {
+		w.last = append(w.last, m(w.alice.SendText(ctx, r, "end of workload")).or(t, "last message").EventID)
+	}
 	return w
+}
+
+// settle waits until /messages of every room starts at the workload's last event:
+// Dendrite's sync API learns events asynchronously (through NATS JetStream), so
+// answers read right after the writes may lag, on stock builds too.
+func settle(t *testing.T, w *world) {
+	ctx := context.Background()
+	for i, r := range w.rooms {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			msgs := m(w.alice.Messages(ctx, r, "", "", mautrix.DirectionBackward, nil, 1)).or(t, "messages")
+			if len(msgs.Chunk) > 0 && msgs.Chunk[0].ID == w.last[i] {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("room %d: /messages does not reach the last event %s within 60 s", i+1, w.last[i])
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 }
 
 // answers reads /state, /joined_members and /messages of every room as alice,
 // normalised: room IDs by creation order, event IDs, timestamps, unsigned and
 // pagination tokens left out.
 func answers(t *testing.T, w *world) map[string]string {
+	settle(t, w)
 	ctx := context.Background()
 	out := map[string]string{}
 	norm := func(v any) string {
@@ -410,8 +436,9 @@ func TestStockAndMtxdbAgree(t *testing.T) {
 			stock := newServer(t, "stock", filepath.Join(bin, "stock"), stockURL, nil)
 			dir := t.TempDir()
 			if backend == "postgres" {
-				// generate-config -db sets the global connection string only.
-				env = []string{"MTXDB_DENDRITE_STATE_DIR=" + filepath.Join(dir, "mtxdb-state")}
+				// The store's place under MTXDB_DENDRITE_STATE_BASE follows from the
+				// database (generate-config -db sets only the global connection string).
+				env = []string{"MTXDB_DENDRITE_STATE_BASE=" + filepath.Join(dir, "mtxdb-state")}
 			}
 			swapped := newServer(t, "mtxdb", bin, mtxdbURL, env)
 			results := map[string][2]map[string]string{}
