@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build.sh BIN WORK: builds Dendrite v0.13.8 from the Go module proxy twice:
 #   BIN/dendrite, BIN/generate-config, BIN/generate-keys, BIN/create-account
-#       with dendrite-v0.13.8.patch applied (state snapshots and blocks in mtxdb);
+#       with dendrite-v0.13.8.patch applied (state snapshots and blocks in mtxdb),
+#       and BIN/mtxdb-dendrite-migrate (statetables' migration command);
 #   BIN/stock/{dendrite,generate-config,generate-keys,create-account}
 #       unmodified, for comparisons (the end-to-end test, the benchmark).
 # WORK/src is a writable copy of the module cache's v0.13.8 with the patch applied (the
@@ -47,6 +48,8 @@ fi
 CMDS="./cmd/dendrite ./cmd/generate-config ./cmd/generate-keys ./cmd/create-account"
 echo "== build patched Dendrite $VERSION into $BIN"
 (cd "$SRC" && GOFLAGS=-mod=readonly $GO build -trimpath -o "$BIN/" $CMDS)
+echo "== build mtxdb-dendrite-migrate into $BIN"
+(cd "$REPO/integration/dendrite/statetables" && $GO build -trimpath -o "$BIN/" ./cmd/mtxdb-dendrite-migrate)
 echo "== build stock Dendrite $VERSION into $BIN/stock"
 mkdir -p "$BIN/stock"
 (cd "$MOD" && GOFLAGS=-mod=readonly $GO build -trimpath -o "$BIN/stock/" $CMDS)

@@ -37,7 +37,7 @@ unset MTXDB_DENDRITE_STATE_DIR
 cd "$SRC"
 pkgs=$($GO list "$@")
 n=$(echo "$pkgs" | wc -l)
-echo "== Dendrite's tests: $n packages, SQLite and PostgreSQL ($url without password: ${url%%:*}://...@$PGHOST:$PGPORT)"
+echo "== Dendrite's tests: $n packages, SQLite and PostgreSQL (server on $PGHOST:$PGPORT)"
 log=$(mktemp /tmp/mtxdb-dendrite-suite.XXXXXX.log)
 start=$(date +%s)
 set +e

@@ -24,11 +24,12 @@
 //
 // NIDs (int64, never 0, never reused):
 //
-//	snapshot (and its block)  room NID << 32 | seq   seq = 1, 2, ... per room (< 2^32)
-//	delta block (memory)      seq                    1 .. 2^32-1 per process
+//	snapshot (and its block)  room NID << 32 | seq   seq = 1, 2, ... per room; room NID 1 .. 2^31-2
+//	migrated snapshot         the SQL NID            1 .. 2^32-1 (mtxdb-dendrite-migrate)
+//	delta block (memory)      (2^31-1) << 32 | seq   seq = 1 .. 2^32-1 per process
 //
-// so a NID names its room, snapshot NIDs of a room grow with time, and a delta NID
-// can never be taken for a snapshot NID. A room NID must be below 2^31.
+// so a NID names its room (a migrated one through its LegacyCollection record),
+// snapshot NIDs of a room grow with time, and no kind can be taken for another.
 //
 // # Records
 //
@@ -38,10 +39,14 @@
 // SHA-256 over a domain-separated input truncated to 16 bytes; payloads start with a
 // kind byte and a version byte (1); integers are little-endian:
 //
-//	record    ID                                    payload
-//	snapshot  H("mtxdb/dendrite/state/nid\x00"  || u32le(seq))  'S' 1 | root (16 B)
-//	root      H("mtxdb/dendrite/state/root\x00" || root)        'R' 1 | seq u32
-//	lease     H("mtxdb/dendrite/state/lease")                   'L' 1 | end u32
+//	record    ID                                                payload
+//	snapshot  H("mtxdb/dendrite/state/nid\x00"  || u32le(seq))        'S' 1 | root (16 B)
+//	root      H("mtxdb/dendrite/state/root\x00" || root)              'R' 1 | snapshot NID u64
+//	lease     H("mtxdb/dendrite/state/lease")                         'L' 1 | end u32
+//	migrated  H("mtxdb/dendrite/state/legacy-nid\x00" || u64le(NID)) 'S' 1 | root (16 B)
+//
+// and one more collection, LegacyCollection = H("mtxdb/dendrite/state/legacy"),
+// holds per migrated NID a record of the same ID with payload 'M' 1 | room NID u64.
 //
 // HAMT keys are uvarint(event type NID) || uvarint(state key NID) (prefix-free, so
 // unambiguous); values are u64le(event NID) followed by 8 zero bytes. A seq is

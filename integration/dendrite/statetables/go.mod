@@ -4,7 +4,9 @@ go 1.26.0
 
 require (
 	github.com/hashicorp/golang-lru/v2 v2.0.7
+	github.com/lib/pq v1.10.9
 	github.com/matrix-org/dendrite v0.13.8
+	github.com/mattn/go-sqlite3 v1.14.22
 	github.com/mtxdb/mtxdb/hamtstore v0.0.0
 	github.com/mtxdb/mtxdb/packstore v0.0.0
 )
@@ -22,13 +24,11 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/kr/pretty v0.3.1 // indirect
-	github.com/lib/pq v1.10.9 // indirect
 	github.com/matrix-org/dugong v0.0.0-20210921133753-66e6b1c67e2e // indirect
 	github.com/matrix-org/gomatrix v0.0.0-20220926102614-ceba4d9f7530 // indirect
 	github.com/matrix-org/gomatrixserverlib v0.0.0-20240910190622-2c764912ce93 // indirect
 	github.com/matrix-org/util v0.0.0-20221111132719-399730281e66 // indirect
 	github.com/mattn/go-isatty v0.0.19 // indirect
-	github.com/mattn/go-sqlite3 v1.14.22 // indirect
 	github.com/minio/highwayhash v1.0.3 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nats-io/jwt/v2 v2.5.8 // indirect

@@ -18,8 +18,10 @@ const (
 	// LeaseStep is how many snapshot seqs one lease record covers (doc.go "Records").
 	LeaseStep = 1024
 	// MaxRoomNID is the largest room NID a snapshot NID can carry (room NID << 32).
-	MaxRoomNID = 1<<31 - 1
-	maxSeq     = 1<<32 - 1
+	MaxRoomNID = 1<<31 - 2
+	// deltaRoom is the room field of delta block NIDs.
+	deltaRoom = 1<<31 - 1
+	maxSeq    = 1<<32 - 1
 
 	// Cache bounds: NID -> root, (room, root) -> seq, and snapshot -> event NIDs.
 	rootCacheSize    = 1 << 16
@@ -46,8 +48,8 @@ type Store struct {
 	mu    sync.Mutex
 	rooms map[types.RoomNID]*room
 
-	roots   *lru.Cache[types.StateSnapshotNID, hamtstore.NodeID]
-	seqs    *lru.Cache[roomRoot, uint32]
+	roots   *lru.Cache[types.StateSnapshotNID, roomRoot]
+	seqs    *lru.Cache[roomRoot, types.StateSnapshotNID]
 	entries *lru.Cache[types.StateSnapshotNID, []types.EventNID]
 	deltas  deltaTable
 }
@@ -100,8 +102,8 @@ func Open(dir string) (*Store, error) {
 	s := &Store{eng: eng, dir: abs, rooms: map[types.RoomNID]*room{}}
 	s.commit.sync = eng.Sync
 	s.commit.cond = sync.NewCond(&s.commit.mu)
-	s.roots, _ = lru.New[types.StateSnapshotNID, hamtstore.NodeID](rootCacheSize)
-	s.seqs, _ = lru.New[roomRoot, uint32](seqCacheSize)
+	s.roots, _ = lru.New[types.StateSnapshotNID, roomRoot](rootCacheSize)
+	s.seqs, _ = lru.New[roomRoot, types.StateSnapshotNID](seqCacheSize)
 	s.entries, _ = lru.New[types.StateSnapshotNID, []types.EventNID](entriesCacheSize)
 	s.deltas.init(DeltaCapacity)
 	registry[abs] = &sharedStore{s: s, refs: 1}
@@ -169,9 +171,34 @@ func SnapshotNID(roomNID types.RoomNID, seq uint32) types.StateSnapshotNID {
 	return types.StateSnapshotNID(int64(roomNID)<<32 | int64(seq))
 }
 
-// splitNID returns the room and seq of a snapshot (or block) NID; room 0 is a delta.
+// splitNID returns the room and seq of a snapshot (or block) NID; room 0 is a
+// migrated (legacy) snapshot NID, room deltaRoom a delta.
 func splitNID(nid int64) (types.RoomNID, uint32) {
 	return types.RoomNID(nid >> 32), uint32(nid)
+}
+
+func isDelta(nid int64) bool { return nid > 0 && nid>>32 == deltaRoom }
+
+// LegacyCollection maps the snapshot NIDs kept by the migration from Dendrite's SQL
+// (NIDs below 2^32) to their rooms; the snapshot records and nodes themselves are in
+// the rooms' collections, so a purge removes them too.
+var LegacyCollection = hashID([]byte("mtxdb/dendrite/state/legacy"))
+
+// legacyRecordID names a migrated NID: in LegacyCollection ('M' 1 | room NID u64)
+// and in its room's collection ('S' 1 | root).
+func legacyRecordID(nid types.StateSnapshotNID) packstore.ID {
+	return hashID([]byte("mtxdb/dendrite/state/legacy-nid\x00"), binary.LittleEndian.AppendUint64(nil, uint64(nid)))
+}
+
+func encodeU64(kind byte, v uint64) []byte {
+	return binary.LittleEndian.AppendUint64([]byte{kind, recordVersion}, v)
+}
+
+func decodeU64(kind byte, b []byte) (uint64, error) {
+	if len(b) != 10 || b[0] != kind || b[1] != recordVersion {
+		return 0, fmt.Errorf("statetables: corrupt %q record (%d bytes, kind %q)", kind, len(b), firstByte(b))
+	}
+	return binary.LittleEndian.Uint64(b[2:]), nil
 }
 
 func checkRoom(roomNID types.RoomNID) error {
@@ -323,7 +350,7 @@ func (d *deltaTable) put(entries []types.StateEntry) types.StateBlockNID {
 	d.ring[d.pos] = d.next
 	d.pos = (d.pos + 1) % len(d.ring)
 	d.items[d.next] = entries
-	return types.StateBlockNID(d.next)
+	return types.StateBlockNID(int64(deltaRoom)<<32 | int64(d.next))
 }
 
 func (d *deltaTable) get(nid types.StateBlockNID) ([]types.StateEntry, bool) {

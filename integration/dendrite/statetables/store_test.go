@@ -178,7 +178,7 @@ func TestModel(t *testing.T) {
 				slices.Reverse(blocks) // order matters: later wins
 				want = state{}
 				for _, b := range blocks {
-					if b>>32 != 0 {
+					if !isDelta(int64(b)) {
 						maps.Copy(want, m.byNID[types.StateSnapshotNID(b)])
 					} else {
 						d, _ := s.deltas.get(b)
@@ -300,7 +300,8 @@ func TestErrors(t *testing.T) {
 	}{
 		{"room 0", 0, nil, "room NID 0 out of range"},
 		{"room too large", MaxRoomNID + 1, nil, "out of range"},
-		{"unknown delta", 1, types.StateBlockNIDs{999999}, "block 999999 (#0) unknown"},
+		{"unknown delta", 1, types.StateBlockNIDs{d + 999999}, "(#0) unknown"},
+		{"unknown migrated NID", 1, types.StateBlockNIDs{999999}, "block 999999 (#0) unknown"},
 		{"unknown snapshot", 1, types.StateBlockNIDs{types.StateBlockNID(SnapshotNID(1, 77))}, "unknown"},
 		{"other room", 2, types.StateBlockNIDs{types.StateBlockNID(s1)}, "belongs to room NID 1"},
 	} {
@@ -371,7 +372,7 @@ func TestCorruptRecords(t *testing.T) {
 			if c.id != nil {
 				id = c.id(s, nid)
 			} else {
-				root, _, _ := s.rootOf(nid)
+				_, root, _, _ := s.locate(nid)
 				id = packstore.ID(root)
 			}
 			if err := s.eng.Put(coll, id, c.data); err != nil {

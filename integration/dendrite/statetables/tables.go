@@ -53,35 +53,51 @@ func (s *Store) load(r *room) error {
 	return nil
 }
 
-// rootOf returns the HAMT root of a snapshot NID; ok is false when there is none.
-func (s *Store) rootOf(nid types.StateSnapshotNID) (hamtstore.NodeID, bool, error) {
-	if root, ok := s.roots.Get(nid); ok {
-		return root, true, nil
+// locate returns the room and HAMT root of a snapshot NID; ok is false when there
+// is none (0, a delta NID, an unknown NID).
+func (s *Store) locate(nid types.StateSnapshotNID) (types.RoomNID, hamtstore.NodeID, bool, error) {
+	if rr, ok := s.roots.Get(nid); ok {
+		return rr.room, rr.root, true, nil
 	}
 	roomNID, seq := splitNID(int64(nid))
-	if nid <= 0 || roomNID == 0 || seq == 0 {
-		return hamtstore.NodeID{}, false, nil
+	if nid <= 0 || roomNID == deltaRoom || (roomNID != 0 && seq == 0) {
+		return 0, hamtstore.NodeID{}, false, nil
 	}
-	b, err := s.eng.Get(RoomCollection(roomNID), snapshotRecordID(seq))
+	var root hamtstore.NodeID
+	recID := snapshotRecordID(seq)
+	if roomNID == 0 {
+		b, err := s.eng.Get(LegacyCollection, legacyRecordID(nid))
+		if errors.Is(err, packstore.ErrNotFound) {
+			return 0, root, false, nil
+		}
+		if err != nil {
+			return 0, root, false, fmt.Errorf("statetables: snapshot NID %d: %w", nid, err)
+		}
+		r, err := decodeU64('M', b)
+		if err != nil || r == 0 || r > MaxRoomNID {
+			return 0, root, false, fmt.Errorf("statetables: snapshot NID %d: corrupt migrated NID record (room %d, %v)", nid, r, err)
+		}
+		roomNID, recID = types.RoomNID(r), legacyRecordID(nid)
+	}
+	b, err := s.eng.Get(RoomCollection(roomNID), recID)
 	if errors.Is(err, packstore.ErrNotFound) {
-		return hamtstore.NodeID{}, false, nil
+		return 0, root, false, nil
 	}
 	if err != nil {
-		return hamtstore.NodeID{}, false, fmt.Errorf("statetables: snapshot NID %d: %w", nid, err)
+		return 0, root, false, fmt.Errorf("statetables: snapshot NID %d: %w", nid, err)
 	}
-	root, err := decodeSnapshot(b)
-	if err != nil {
-		return root, false, fmt.Errorf("snapshot NID %d: %w", nid, err)
+	if root, err = decodeSnapshot(b); err != nil {
+		return 0, root, false, fmt.Errorf("snapshot NID %d: %w", nid, err)
 	}
-	s.roots.Add(nid, root)
-	return root, true, nil
+	s.roots.Add(nid, roomRoot{roomNID, root})
+	return roomNID, root, true, nil
 }
 
-// seqOf returns the seq of a room's snapshot with this root; ok is false when none.
-func (s *Store) seqOf(r *room, root hamtstore.NodeID) (uint32, bool, error) {
+// nidOf returns the NID of a room's snapshot with this root; ok is false when none.
+func (s *Store) nidOf(r *room, root hamtstore.NodeID) (types.StateSnapshotNID, bool, error) {
 	key := roomRoot{r.nid, root}
-	if seq, ok := s.seqs.Get(key); ok {
-		return seq, true, nil
+	if nid, ok := s.seqs.Get(key); ok {
+		return nid, true, nil
 	}
 	b, err := s.eng.Get(r.coll, rootRecordID(root))
 	if errors.Is(err, packstore.ErrNotFound) {
@@ -90,12 +106,12 @@ func (s *Store) seqOf(r *room, root hamtstore.NodeID) (uint32, bool, error) {
 	if err != nil {
 		return 0, false, fmt.Errorf("statetables: room NID %d: root record %x: %w", r.nid, root[:], err)
 	}
-	seq, err := decodeU32('R', b)
+	nid, err := decodeU64('R', b)
 	if err != nil {
 		return 0, false, fmt.Errorf("room NID %d: %w", r.nid, err)
 	}
-	s.seqs.Add(key, seq)
-	return seq, true, nil
+	s.seqs.Add(key, types.StateSnapshotNID(nid))
+	return types.StateSnapshotNID(nid), true, nil
 }
 
 // deltaChanges turns a delta's entries into HAMT changes: sorted by event NID so
@@ -133,8 +149,7 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 	rd := hamtstore.NewReader(ov)
 	root := hamtstore.EmptyRoot
 	for i, b := range stateBlockNIDs {
-		blockRoom, _ := splitNID(int64(b))
-		if b > 0 && blockRoom == 0 {
+		if isDelta(int64(b)) {
 			entries, ok := s.deltas.get(b)
 			if !ok {
 				return 0, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) unknown: delta blocks live in memory from BulkInsertStateData until InsertState, and this process has none of that NID", roomNID, b, i)
@@ -145,15 +160,15 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 			}
 			continue
 		}
-		if blockRoom != roomNID {
-			return 0, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) belongs to room NID %d", roomNID, b, i, blockRoom)
-		}
-		broot, ok, err := s.rootOf(types.StateSnapshotNID(b))
+		blockRoom, broot, ok, err := s.locate(types.StateSnapshotNID(b))
 		if err != nil {
 			return 0, fmt.Errorf("InsertState room NID %d: %w", roomNID, err)
 		}
 		if !ok {
 			return 0, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) unknown", roomNID, b, i)
+		}
+		if blockRoom != roomNID {
+			return 0, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) belongs to room NID %d", roomNID, b, i, blockRoom)
 		}
 		if root == hamtstore.EmptyRoot {
 			root = broot
@@ -171,12 +186,8 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 		}
 	}
 
-	seq, ok, err := s.seqOf(r, root)
-	if err != nil {
-		return 0, err
-	}
-	if ok {
-		return SnapshotNID(roomNID, seq), nil
+	if nid, ok, err := s.nidOf(r, root); err != nil || ok {
+		return nid, err
 	}
 	if err := s.load(r); err != nil {
 		return 0, err
@@ -184,14 +195,15 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 	if r.next == 0 || r.next >= maxSeq {
 		return 0, fmt.Errorf("statetables: room NID %d has used all %d snapshot NIDs", roomNID, uint64(maxSeq))
 	}
-	seq = r.next
+	seq := r.next
+	nid := SnapshotNID(roomNID, seq)
 	recs, err := s.newNodes(ov, rd, r, root)
 	if err != nil {
 		return 0, err
 	}
 	recs = append(recs,
 		packstore.Record{ID: snapshotRecordID(seq), Data: encodeSnapshot(root)},
-		packstore.Record{ID: rootRecordID(root), Data: encodeU32('R', seq)})
+		packstore.Record{ID: rootRecordID(root), Data: encodeU64('R', uint64(nid))})
 	newEnd := r.leaseEnd
 	if seq >= r.leaseEnd {
 		newEnd = uint32(min(uint64(seq)+LeaseStep, maxSeq))
@@ -205,9 +217,8 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 		return 0, err
 	}
 	r.leaseEnd = newEnd
-	nid := SnapshotNID(roomNID, seq)
-	s.roots.Add(nid, root)
-	s.seqs.Add(roomRoot{roomNID, root}, seq)
+	s.roots.Add(nid, roomRoot{roomNID, root})
+	s.seqs.Add(roomRoot{roomNID, root}, nid)
 	return nid, nil
 }
 
@@ -255,7 +266,7 @@ func (s *Store) newNodes(ov *overlay, rd *hamtstore.Reader, r *room, root hamtst
 func (s *Store) BulkSelectStateBlockNIDs(ctx context.Context, txn *sql.Tx, stateNIDs []types.StateSnapshotNID) ([]types.StateBlockNIDList, error) {
 	out := make([]types.StateBlockNIDList, len(stateNIDs))
 	for i, nid := range stateNIDs {
-		root, ok, err := s.rootOf(nid)
+		_, root, ok, err := s.locate(nid)
 		if err != nil {
 			return nil, err
 		}
@@ -307,8 +318,7 @@ func (s *Store) BulkSelectStateBlockEntries(ctx context.Context, txn *sql.Tx, st
 }
 
 func (s *Store) blockEvents(b types.StateBlockNID) ([]types.EventNID, error) {
-	roomNID, _ := splitNID(int64(b))
-	if b > 0 && roomNID == 0 {
+	if isDelta(int64(b)) {
 		entries, ok := s.deltas.get(b)
 		if !ok {
 			return nil, fmt.Errorf("storage: state block NID %d missing (delta blocks live in memory until InsertState)", b)
@@ -330,7 +340,7 @@ func (s *Store) blockEvents(b types.StateBlockNID) ([]types.EventNID, error) {
 	if ev, ok := s.entries.Get(nid); ok {
 		return slices.Clone(ev), nil
 	}
-	root, ok, err := s.rootOf(nid)
+	roomNID, root, ok, err := s.locate(nid)
 	if err != nil {
 		return nil, err
 	}
@@ -365,14 +375,13 @@ func (s *Store) stateEvents(roomNID types.RoomNID, root hamtstore.NodeID) ([]typ
 // checks and the migration. Errors: unknown snapshot (types.MissingStateError),
 // corrupt records or nodes.
 func (s *Store) State(nid types.StateSnapshotNID) ([]types.StateEntry, error) {
-	root, ok, err := s.rootOf(nid)
+	roomNID, root, ok, err := s.locate(nid)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, types.MissingStateError(fmt.Sprintf("storage: state snapshot NID %d missing from the mtxdb state store", nid))
 	}
-	roomNID, _ := splitNID(int64(nid))
 	var out []types.StateEntry
 	rd := hamtstore.NewReader(nodeStore{eng: s.eng, coll: RoomCollection(roomNID)})
 	err = rd.Iterate(root, func(k []byte, v hamtstore.Value) error {
@@ -419,11 +428,11 @@ func (s *Store) PurgeRoom(ctx context.Context, roomNID types.RoomNID) error {
 	}
 	r.next, r.leaseEnd = end, end
 	for _, k := range s.roots.Keys() {
-		if rn, _ := splitNID(int64(k)); rn == roomNID {
+		if rr, ok := s.roots.Peek(k); ok && rr.room == roomNID {
 			s.roots.Remove(k)
-			s.entries.Remove(k)
 		}
 	}
+	s.entries.Purge()
 	for _, k := range s.seqs.Keys() {
 		if k.room == roomNID {
 			s.seqs.Remove(k)

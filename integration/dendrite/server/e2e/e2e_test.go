@@ -442,11 +442,15 @@ func TestStockAndMtxdbAgree(t *testing.T) {
 			}
 			swapped := newServer(t, "mtxdb", bin, mtxdbURL, env)
 			results := map[string][2]map[string]string{}
+			var stockWorld []*world
 			for _, s := range []*server{stock, swapped} {
 				if err := s.start(); err != nil {
 					t.Fatal(err)
 				}
 				w := drive(t, s)
+				if s == stock {
+					stockWorld = append(stockWorld, w)
+				}
 				before := answers(t, w)
 				s.stop()
 				if err := s.start(); err != nil {
@@ -494,16 +498,43 @@ func TestStockAndMtxdbAgree(t *testing.T) {
 
 			// The startup guard: the mtxdb build refuses the stock server's database,
 			// whose state is in SQL, instead of failing every state request later.
-			guard := &server{t: t, name: "mtxdb-on-stock-db", bin: bin, dir: stock.dir,
-				env: []string{"MTXDB_DENDRITE_STATE_DIR=" + filepath.Join(t.TempDir(), "empty-state")}}
-			err := guard.start()
+			migrated := filepath.Join(t.TempDir(), "migrated-state")
+			onStock := &server{t: t, name: "mtxdb-on-stock-db", bin: bin, dir: stock.dir,
+				env: []string{"MTXDB_DENDRITE_STATE_DIR=" + migrated}}
+			t.Cleanup(onStock.stop)
+			err := onStock.start()
 			if err == nil {
-				guard.stop()
+				onStock.stop()
 				t.Fatal("the mtxdb build started on an unmigrated database")
 			}
 			if !strings.Contains(err.Error(), "mtxdb-dendrite-migrate") {
 				t.Fatalf("unmigrated database: the server exited without naming the migration: %v", err)
 			}
+			t.Logf("%s: unmigrated database refused: %s", backend, regexp.MustCompile(`statetables: [^"]*`).FindString(err.Error()))
+
+			// The migration of the stock database: then the mtxdb build on it gives
+			// stock's answers.
+			dbArg := "file:" + filepath.Join(stock.dir, "dendrite_roomserver.db")
+			if backend == "postgres" {
+				dbArg = stockURL
+			}
+			out := run(t, stock.dir, nil, filepath.Join(bin, "mtxdb-dendrite-migrate"), "-db", dbArg, "-store", migrated)
+			t.Logf("%s: %s", backend, strings.TrimSpace(out))
+			if err := onStock.start(); err != nil {
+				t.Fatal(err)
+			}
+			w := stockWorld[0]
+			for _, c := range []*mautrix.Client{w.alice, w.bob, w.carol} {
+				c.HomeserverURL, _ = url.Parse(onStock.url)
+			}
+			got := answers(t, w)
+			onStock.stop()
+			for name, want := range results["stock"][0] {
+				if got[name] != want {
+					t.Errorf("after migration, %s:\n stock: %s\n mtxdb: %s", name, want, got[name])
+				}
+			}
+			t.Logf("%s: after migration, the mtxdb build on the stock database: %d answers compared with stock's", backend, len(got))
 		})
 	}
 }
