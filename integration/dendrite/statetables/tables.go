@@ -260,12 +260,17 @@ func (s *Store) newNodes(ov *overlay, rd *hamtstore.Reader, r *room, root hamtst
 	return recs, nil
 }
 
-// BulkSelectStateBlockNIDs returns, per snapshot NID and in request order, the
-// snapshot's block list: the snapshot itself, or no block for the empty state.
-// An unknown or 0 NID is a types.MissingStateError, as in Dendrite's SQL.
+// BulkSelectStateBlockNIDs returns the block list of each snapshot NID asked, as
+// Dendrite's SQL does: sorted by snapshot NID, each NID once (Dendrite's callers,
+// e.g. LoadMembershipAtEvent, binary-search the result). A snapshot's list is the
+// snapshot itself, or no block for the empty state. An unknown or 0 NID is a
+// types.MissingStateError, as in Dendrite's SQL.
 func (s *Store) BulkSelectStateBlockNIDs(ctx context.Context, txn *sql.Tx, stateNIDs []types.StateSnapshotNID) ([]types.StateBlockNIDList, error) {
-	out := make([]types.StateBlockNIDList, len(stateNIDs))
-	for i, nid := range stateNIDs {
+	nids := slices.Clone(stateNIDs)
+	slices.Sort(nids)
+	nids = slices.Compact(nids)
+	out := make([]types.StateBlockNIDList, len(nids))
+	for i, nid := range nids {
 		_, root, ok, err := s.locate(nid)
 		if err != nil {
 			return nil, err
