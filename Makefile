@@ -4,7 +4,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: dendrite test-dendrite-e2e test-dendrite-suite bench-replay bench-repack all deps deps-all build demo test test-dendrite vet fuzz bench bench-resolver crash crash-bitflips clean
+.PHONY: dendrite test-dendrite-e2e test-dendrite-suite bench-dendrite bench-replay bench-repack all deps deps-all build demo test test-dendrite vet fuzz bench bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -160,3 +160,14 @@ test-dendrite-e2e: dendrite
 DENDRITE_SUITE ?= ./roomserver/... ./clientapi/... ./syncapi/... ./federationapi/...
 test-dendrite-suite: dendrite
 	integration/dendrite/server/suite.sh $(DENDRITE_WORK)/src $(PG_DIR) $(DENDRITE_SUITE)
+
+# The scripted workload (BENCH_DENDRITE_USERS users joining one room, state changes,
+# messages) on stock and mtxdb Dendrite, SQLite and PostgreSQL, one run each: state
+# bytes, state-write latency p50/p99, requests/s; writes docs/bench/dendrite.{json,md,png}.
+BENCH_DENDRITE_USERS ?= 100
+bench-dendrite: dendrite
+	@set -e; url=$$(scripts/pgserver.sh start $(PG_DIR)-bench); rc=0; \
+	  (cd integration/dendrite/server/e2e && MTXDB_DENDRITE_BIN=$(DENDRITE_BIN) MTXDB_PG_URL=$$url \
+	    MTXDB_BENCH_OUT=$(CURDIR)/docs/bench MTXDB_BENCH_USERS=$(BENCH_DENDRITE_USERS) \
+	    $(GO) test -count=1 -v -timeout 90m -run '^TestBenchDendrite$$' .) || rc=$$?; \
+	  scripts/pgserver.sh stop $(PG_DIR)-bench; exit $$rc
