@@ -4,15 +4,16 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: bench-replay bench-repack all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz bench bench-micro bench-resolver crash crash-bitflips clean
+.PHONY: dendrite test-dendrite-e2e test-dendrite-suite bench-dendrite bench-replay bench-repack all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz bench bench-micro bench-resolver crash crash-bitflips clean
 
 all: build
 
 # Every Go module of the repository but bench/ (the cross-engine benchmark's, with cgo
-# engines: `make bench`): the core, its storage modules (packstore, hamtstore, internal:
-# modules of their own so that a Dendrite fork links them without the core's
-# gomatrixserverlib requirement) and integration/dendrite.
-MODULES := $(sort $(patsubst ./%,%,$(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' -not -path './bench/*' -not -path '*/testdata/*'))))
+# engines: `make bench`) and integration/dendrite/server/e2e (it needs the built servers:
+# `make test-dendrite-e2e`): the core, its storage modules (packstore, hamtstore,
+# internal: modules of their own so that a Dendrite fork links them without the core's
+# gomatrixserverlib requirement), integration/dendrite and its statetables.
+MODULES := $(sort $(patsubst ./%,%,$(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' -not -path './.build/*' -not -path './bench/*' -not -path './integration/dendrite/server/e2e/*' -not -path '*/testdata/*'))))
 
 deps:
 	$(GO) mod download
@@ -160,3 +161,42 @@ bench-repack: build
 	test -f $(REPACK_GEN)/backfill_order.jsonl || ./bin/mtxdb gen --out $(REPACK_GEN) --events $(REPACK_EVENTS) --seed 1 --backfill
 	./bin/mtxdb bench-repack --gen $(REPACK_GEN) --real testrooms/real --runs $(REPACK_RUNS) --out docs/bench --label -$(REPACK_EVENTS)
 	cd bench && $(GO) run ./cmd/plotrepack ../docs/bench/repack-$(REPACK_EVENTS).json
+
+# Issue 15: Dendrite v0.13.8 from the module proxy with integration/dendrite/server's
+# patch (its state snapshots and blocks in mtxdb: statetables), as bin/dendrite,
+# bin/generate-config, bin/generate-keys, bin/create-account, and the stock build in
+# bin/stock/. DENDRITE_WORK holds the patched copy of Dendrite's source (reused while
+# the patch is unchanged) where make test-dendrite-suite runs Dendrite's own tests.
+# Cold: about 5-9 minutes on 2 cores; warm: under a minute.
+DENDRITE_WORK ?= $(CURDIR)/.build/dendrite
+DENDRITE_BIN  ?= $(CURDIR)/bin
+# A throwaway PostgreSQL (scripts/pgserver.sh) for the Dendrite targets, stopped after.
+PG_DIR ?= /tmp/mtxdb-pg-$(notdir $(CURDIR))-dendrite
+dendrite:
+	integration/dendrite/server/build.sh $(DENDRITE_BIN) $(DENDRITE_WORK)
+
+# Stock and mtxdb Dendrite on loopback, SQLite and PostgreSQL, driven through the
+# client-server API with mautrix; answers compared, SQL state tables checked empty.
+test-dendrite-e2e: dendrite
+	@set -e; url=$$(scripts/pgserver.sh start $(PG_DIR)); rc=0; \
+	  (cd integration/dendrite/server/e2e && MTXDB_DENDRITE_BIN=$(DENDRITE_BIN) MTXDB_PG_URL=$$url \
+	    $(GO) test -count=1 -v -run '^TestStockAndMtxdbAgree$$' .) || rc=$$?; \
+	  scripts/pgserver.sh stop $(PG_DIR); exit $$rc
+
+# Dendrite's own tests (DENDRITE_SUITE packages) against the swapped build, SQLite and
+# PostgreSQL; installs libolm-dev, starts and stops PostgreSQL; a failed package is run
+# once more (Dendrite's suite is timing-dependent under load, stock builds too).
+DENDRITE_SUITE ?= ./roomserver/... ./clientapi/... ./syncapi/... ./federationapi/...
+test-dendrite-suite: dendrite
+	integration/dendrite/server/suite.sh $(DENDRITE_WORK)/src $(PG_DIR) $(DENDRITE_SUITE)
+
+# The scripted workload (BENCH_DENDRITE_USERS users joining one room, state changes,
+# messages) on stock and mtxdb Dendrite, SQLite and PostgreSQL, one run each: state
+# bytes, state-write latency p50/p99, requests/s; writes docs/bench/dendrite.{json,md,png}.
+BENCH_DENDRITE_USERS ?= 100
+bench-dendrite: dendrite
+	@set -e; url=$$(scripts/pgserver.sh start $(PG_DIR)-bench); rc=0; \
+	  (cd integration/dendrite/server/e2e && MTXDB_DENDRITE_BIN=$(DENDRITE_BIN) MTXDB_PG_URL=$$url \
+	    MTXDB_BENCH_OUT=$(CURDIR)/docs/bench MTXDB_BENCH_USERS=$(BENCH_DENDRITE_USERS) \
+	    $(GO) test -count=1 -v -timeout 90m -run '^TestBenchDendrite$$' .) || rc=$$?; \
+	  scripts/pgserver.sh stop $(PG_DIR)-bench; exit $$rc
