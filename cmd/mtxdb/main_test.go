@@ -255,6 +255,24 @@ func TestCLIStatsReads(t *testing.T) {
 	if out, code := run(t, "stats", "--store", store, "--reads", "--walks", "nope"); code != 1 || !strings.Contains(out, "unknown walk") {
 		t.Fatalf("unknown walk: %d %s", code, out)
 	}
+
+	// A room with several forward extremities (room004_union): the resolve-extremities walk
+	// resolves their states on the read-only store (it failed writing the
+	// resolved nodes; from the fresh-user pass), and writes nothing.
+	multi := filepath.Join(t.TempDir(), "m")
+	for _, step := range [][]string{{"import", "--store", multi, room("room004_union")}, {"replay", "--store", multi}} {
+		if out, code := run(t, step...); code != 0 {
+			t.Fatalf("%v: %d %s", step, code, out)
+		}
+	}
+	sum := dirsum.Must(t, multi)
+	out, code := run(t, "stats", "--store", multi, "--reads", "--walks", "resolve-extremities")
+	if code != 0 || !strings.Contains(out, "walk resolve-extremities") {
+		t.Fatalf("stats --reads on room004_union (several forward extremities): %d %s", code, out)
+	}
+	if got := dirsum.Must(t, multi); !maps.Equal(got, sum) {
+		t.Fatal("stats --reads changed the store")
+	}
 }
 
 // TestCLICorruptionExitStatus: with one frame of the store damaged, every command
