@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mtxdb/mtxdb/pgstore/pgtest"
 	"github.com/mtxdb/mtxdb/pgstore"
+	"github.com/mtxdb/mtxdb/pgstore/pgtest"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
