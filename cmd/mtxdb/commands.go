@@ -87,8 +87,14 @@ func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.S
 	}
 	r := eng.OpenReport()
 	if r.CheckpointErr != nil || r.DeltaErr != nil {
-		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: index files not used (%v; %v), index rebuilt from %s\n",
-			dir, r.CheckpointErr, r.DeltaErr, r.Source)
+		var why []string
+		for _, e := range []error{r.CheckpointErr, r.DeltaErr} {
+			if e != nil {
+				why = append(why, e.Error())
+			}
+		}
+		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: index files not used (%s), index rebuilt from %s\n",
+			dir, strings.Join(why, "; "), r.Source)
 	}
 	for _, w := range r.Warnings {
 		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s\n", w)
@@ -228,7 +234,7 @@ to continue. A second signal stops at once.`,
 			refused := 0
 			defer func() {
 				if strict && refused > 0 && rerr == nil {
-					fmt.Fprintf(out, "import: %d PDUs refused (--strict)\n", refused)
+					printLine(out, asJSON, "strict", kv{"refused", refused}, kv{"exit", 2})
 					rerr = exitError(2)
 				}
 			}()

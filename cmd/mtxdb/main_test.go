@@ -195,6 +195,19 @@ func TestCLIImportErrors(t *testing.T) {
 	if code != 2 || !strings.Contains(out, "refused import "+bad+" line 4") || !strings.Contains(out, "malformed PDU") || !strings.Contains(out, " refused=1 ") {
 		t.Fatalf("--strict: exit %d\n%s", code, out)
 	}
+	// --json --strict: every line of standard output is a JSON object, the
+	// strict verdict included (it was a plain-text line; fresh-user pass).
+	jsonStore := filepath.Join(dir, "json")
+	cmdJSON := exec.Command(bin, "import", "--store", jsonStore, "--strict", "--json", bad)
+	jsonOut, _ := cmdJSON.Output()
+	if cmdJSON.ProcessState.ExitCode() != 2 || !strings.Contains(string(jsonOut), `{"kind":"strict","refused":1,"exit":2}`) {
+		t.Fatalf("--strict --json: exit %d\n%s", cmdJSON.ProcessState.ExitCode(), jsonOut)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(jsonOut)), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Fatalf("--strict --json printed a line that is not JSON: %q", line)
+		}
+	}
 	out, code = run(t, "import", "--store", store, bad)
 	if code != 0 || !strings.Contains(out, "bad.jsonl line 4") || !strings.Contains(out, "imported=6 ") {
 		t.Fatalf("exit %d\n%s", code, out)
