@@ -114,3 +114,27 @@ func TestOpenLockedOtherProcess(t *testing.T) {
 	defer s.Close()
 	mustCheck(t, s)
 }
+
+// TestOpenLockedByReaders: a writer refused by read-only opens is told the
+// store is being read, not the pid the LOCK file holds (the last writer's,
+// long gone: read-only opens write no pid; from the fresh-user pass).
+func TestOpenLockedByReaders(t *testing.T) {
+	opts := Options{Dir: t.TempDir(), MaxShardBytes: 16 << 10}
+	s := openStore(t, opts)
+	if err := s.Put(idN(1, 0), idN(2, 0), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	// The LOCK file now names this process as its last writer.
+	ro := opts
+	ro.ReadOnly = true
+	r, err := Open(ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	_, err = Open(opts)
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "reading it") || strings.Contains(err.Error(), "pid") {
+		t.Fatalf("writer beside a reader: %v", err)
+	}
+}
