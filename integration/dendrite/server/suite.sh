@@ -60,5 +60,6 @@ for p in $failed; do
 	fi
 done
 stores=$(find "$STATE_BASE" -mindepth 1 -maxdepth 1 -name 'pg-*' | wc -l)
-echo "== $n packages passed ($(($(date +%s) - start)) s)${retried:+; passed on the second run:$retried}; PostgreSQL roomserver databases with an mtxdb state store: $stores"
+tested=$(grep -c -E '^ok[[:space:]]' "$log" || true)
+echo "== all $tested packages with tests passed (of $n listed; $(($(date +%s) - start)) s)${retried:+; passed on the second run:$retried}; PostgreSQL roomserver databases with an mtxdb state store: $stores"
 [ "$stores" -gt 0 ] || { echo "== FAIL: no test opened an mtxdb state store: the swap is not in effect" >&2; exit 1; }
