@@ -4,10 +4,10 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/mtxdb/mtxdb/pgstore/pgtest"
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/packstore/enginetest"
 	"github.com/mtxdb/mtxdb/pgstore"
+	"github.com/mtxdb/mtxdb/pgstore/pgtest"
 )
 
 func open(t *testing.T, url string, noCreate bool) *pgstore.Store {
