@@ -1,7 +1,6 @@
 package statetables
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -141,15 +140,7 @@ func (s *Store) Syncs() uint64 {
 
 // --- identifiers ------------------------------------------------------------------
 
-func hashID(parts ...[]byte) packstore.ID {
-	h := sha256.New()
-	for _, p := range parts {
-		h.Write(p)
-	}
-	var id packstore.ID
-	copy(id[:], h.Sum(nil))
-	return id
-}
+func hashID(parts ...[]byte) packstore.ID { return packstore.HashID(parts...) }
 
 // RoomCollection is the packstore collection of a room's state.
 func RoomCollection(roomNID types.RoomNID) packstore.ID {
