@@ -295,7 +295,7 @@ to continue. A second signal stops at once.`,
 			}
 			tot, err := replayRooms(rooms, false, out, nil)
 			if errors.Is(err, resolver.ErrStopped) {
-				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import --repack: interrupted while replaying: the imported events are stored and synced, and the states computed so far; run mtxdb replay --store %s to finish the replay, then mtxdb repack\n", store)
+				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import --repack: interrupted while replaying: the imported events are stored and synced, and the states computed so far; run mtxdb replay --store %s to finish the replay, then mtxdb repack\n", pgstore.Redacted(store))
 				return interruptExit()
 			}
 			if err != nil {
@@ -435,17 +435,7 @@ are synced, the command prints its summary and how to continue, and exits 130
 				kv{"conflicted_keys", tot.ConflictedKeys}, kv{"auth_difference", tot.AuthDifference}, kv{"pdus_parsed", tot.PDUsParsed},
 				kv{"resolution_p50_us", p50.Microseconds()}, kv{"resolution_p99_us", p99.Microseconds()})
 			if stopped {
-				again := "mtxdb replay --store " + store
-				if room != "" {
-					again += " --room " + room
-				}
-				how := "run " + again + " to continue: it computes only the events without a state record"
-				if force {
-					// A forced replay rewrites records and clears the every-k rule at
-					// its end: a plain replay would keep the rule.
-					how = "run " + again + " --force again to recompute every event (it starts over)"
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: replay: interrupted (%v): the state records of the %d events computed are stored and synced; %s\n", err, tot.Computed, how)
+				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: replay: interrupted (%v): the state records of the %d events computed are stored and synced; %s\n", err, tot.Computed, replayResumeHint(store, room, force))
 				return interruptExit()
 			}
 			return nil
@@ -990,9 +980,9 @@ func repackInterrupted(store string) func() string {
 	return func() string {
 		switch repackPhase.Load() {
 		case "copying":
-			return "stopped during the copy: the store stays consistent (rooms whose copy was not finished keep their old layout; some may already be repacked; the copies written so far are garbage the next repack reclaims, and the next command may warn that it cut their unsynced tail); run mtxdb repack --store " + store + " again"
+			return "stopped during the copy: the store stays consistent (rooms whose copy was not finished keep their old layout; some may already be repacked; the copies written so far are garbage the next repack reclaims, and the next command may warn that it cut their unsynced tail); run mtxdb repack --store " + pgstore.Redacted(store) + " again"
 		default:
-			return "stopped while planning: nothing was repacked (an every-k plan may have recorded its keep rule in room heads, which the next repack applies); run mtxdb repack --store " + store + " again"
+			return "stopped while planning: nothing was repacked (an every-k plan may have recorded its keep rule in room heads, which the next repack applies); run mtxdb repack --store " + pgstore.Redacted(store) + " again"
 		}
 	}
 }
@@ -1095,7 +1085,7 @@ this process's: another process's reads cannot be seen.`,
 					if asJSON {
 						printLine(out, true, "more_rooms", kv{"rooms", len(rooms) - 10})
 					} else {
-						fmt.Fprintf(out, "... %d more rooms (mtxdb rooms --store %s lists them all)\n", len(rooms)-10, store)
+						fmt.Fprintf(out, "... %d more rooms (mtxdb rooms --store %s lists them all)\n", len(rooms)-10, pgstore.Redacted(store))
 					}
 					break
 				}
@@ -1187,4 +1177,19 @@ func statsReads(out io.Writer, asJSON bool, store, roomID, walkList string, limi
 // countersJSON names read counters as the text lines do.
 func countersJSON(c packstore.ReadCounters) map[string]int64 {
 	return map[string]int64{"reads": c.Reads, "bytes": c.Bytes, "pages": c.Pages, "seeks": c.Seeks, "cache_hits": c.CacheHits}
+}
+
+// replayResumeHint says how to continue an interrupted replay, with a
+// postgres:// store's password masked.
+func replayResumeHint(store, room string, force bool) string {
+	again := "mtxdb replay --store " + pgstore.Redacted(store)
+	if room != "" {
+		again += " --room " + room
+	}
+	if force {
+		// A forced replay rewrites records and clears the every-k rule at its
+		// end: a plain replay would keep the rule.
+		return "run " + again + " --force again to recompute every event (it starts over)"
+	}
+	return "run " + again + " to continue: it computes only the events without a state record"
 }

@@ -43,7 +43,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 			// On Ctrl-C, say what is left: a temporary store is removed.
 			defer catchInterrupts("demo", func() string {
 				if scratch == "" {
-					return "stopped; the store is left in " + store
+					return "stopped; the store is left in " + pgstore.Redacted(store)
 				}
 				os.RemoveAll(scratch)
 				return "stopped; its temporary store was removed"
