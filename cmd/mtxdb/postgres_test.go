@@ -99,8 +99,11 @@ func TestCLIPostgresTwoProcesses(t *testing.T) {
 		out  string
 		code int
 	}
+	// B's replays start only once A's replay has started, so the two overlap
+	// however fast this machine is (CI once finished B before A had begun).
 	bDone := make(chan result, 1)
 	bEnd := make(chan time.Time, 1)
+	aStarted := make(chan struct{})
 	go func() {
 		defer func() { bEnd <- time.Now() }()
 		var all strings.Builder
@@ -108,7 +111,15 @@ func TestCLIPostgresTwoProcesses(t *testing.T) {
 		for _, id := range realIDs {
 			steps = append(steps, []string{"replay", "--store", url, "--room", id})
 		}
-		for _, step := range steps {
+		for i, step := range steps {
+			if i == 1 {
+				select {
+				case <-aStarted:
+				case <-time.After(3 * time.Minute):
+					bDone <- result{all.String() + "replay A never started", 1}
+					return
+				}
+			}
 			out, err := exec.Command(bin, step...).CombinedOutput()
 			all.Write(out)
 			if err != nil {
@@ -142,6 +153,7 @@ func TestCLIPostgresTwoProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	aStart := time.Now()
+	close(aStarted)
 	aExit := make(chan error, 1)
 	go func() { aExit <- a.Wait() }()
 	deadline := time.Now().Add(2 * time.Minute)
