@@ -174,34 +174,63 @@ func (v SQLView) PutMany(coll packstore.ID, recs []packstore.Record) error {
 		}
 	}
 	slices.SortFunc(rows, func(a, b packstore.Record) int { return bytes.Compare(a.ID[:], b.ID[:]) })
-	err := v.inTx(func(c SQLConn) error {
-		for start := 0; start < len(rows); {
-			end, size := start, 0
-			for end < len(rows) && end-start < viewBatch && (end == start || size+len(rows[end].Data) <= batchBytes) {
-				size += len(rows[end].Data)
-				end++
-			}
-			var q strings.Builder
-			q.WriteString(`INSERT INTO mtxdb_records (coll, id, data) VALUES `)
-			args := make([]any, 1, 2*(end-start)+1)
-			args[0] = coll[:]
-			for i, r := range rows[start:end] {
-				if i > 0 {
-					q.WriteString(", ")
-				}
-				fmt.Fprintf(&q, "($1, $%d, $%d)", 2*i+2, 2*i+3)
-				args = append(args, r.ID[:], nonNil(r.Data))
-			}
-			q.WriteString(` ON CONFLICT (coll, id) DO UPDATE SET data = excluded.data WHERE mtxdb_records.data IS DISTINCT FROM excluded.data`)
-			if _, err := c.ExecContext(v.ctx, q.String(), args...); err != nil {
-				return err
-			}
-			start = end
-		}
-		return nil
-	})
+	err := v.inTx(func(c SQLConn) error { return v.upsert(c, coll, rows) })
 	if err != nil {
 		return writeErr(coll, len(recs), err)
+	}
+	return nil
+}
+
+// PutIf writes one record if it still holds old (nil: absent), as
+// Store.PutManyIf does for one record; otherwise nothing is written and the
+// error wraps packstore.ErrConflict. In the view's transaction when it is a
+// *sql.Tx, else committed on its own.
+func (v SQLView) PutIf(coll, id packstore.ID, data, old []byte) error {
+	var res sql.Result
+	var err error
+	if old == nil {
+		res, err = v.c.ExecContext(v.ctx, `INSERT INTO mtxdb_records (coll, id, data) VALUES ($1, $2, $3) ON CONFLICT (coll, id) DO NOTHING`,
+			coll[:], id[:], nonNil(data))
+	} else {
+		res, err = v.c.ExecContext(v.ctx, `UPDATE mtxdb_records SET data = $3 WHERE coll = $1 AND id = $2 AND data = $4`,
+			coll[:], id[:], nonNil(data), old)
+	}
+	if err != nil {
+		return writeErr(coll, 1, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return writeErr(coll, 1, err)
+	} else if n != 1 {
+		return fmt.Errorf("%w: collection %s record %s", packstore.ErrConflict, coll, id)
+	}
+	return nil
+}
+
+// upsert writes rows (distinct IDs) in statements of at most viewBatch rows
+// and batchBytes payload bytes.
+func (v SQLView) upsert(c SQLConn, coll packstore.ID, rows []packstore.Record) error {
+	for start := 0; start < len(rows); {
+		end, size := start, 0
+		for end < len(rows) && end-start < viewBatch && (end == start || size+len(rows[end].Data) <= batchBytes) {
+			size += len(rows[end].Data)
+			end++
+		}
+		var q strings.Builder
+		q.WriteString(`INSERT INTO mtxdb_records (coll, id, data) VALUES `)
+		args := make([]any, 1, 2*(end-start)+1)
+		args[0] = coll[:]
+		for i, r := range rows[start:end] {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			fmt.Fprintf(&q, "($1, $%d, $%d)", 2*i+2, 2*i+3)
+			args = append(args, r.ID[:], nonNil(r.Data))
+		}
+		q.WriteString(` ON CONFLICT (coll, id) DO UPDATE SET data = excluded.data WHERE mtxdb_records.data IS DISTINCT FROM excluded.data`)
+		if _, err := c.ExecContext(v.ctx, q.String(), args...); err != nil {
+			return err
+		}
+		start = end
 	}
 	return nil
 }
@@ -210,6 +239,30 @@ func (v SQLView) PutMany(coll packstore.ID, recs []packstore.Record) error {
 // transaction when it is a *sql.Tx).
 func (v SQLView) DeleteCollection(coll packstore.ID) error {
 	if _, err := v.c.ExecContext(v.ctx, `DELETE FROM mtxdb_records WHERE coll = $1`, coll[:]); err != nil {
+		return writeErr(coll, 0, err)
+	}
+	return nil
+}
+
+// DeleteCollectionExcept deletes every record of the collection but those
+// named in keep (in the view's transaction when it is a *sql.Tx).
+func (v SQLView) DeleteCollectionExcept(coll packstore.ID, keep ...packstore.ID) error {
+	if len(keep) == 0 {
+		return v.DeleteCollection(coll)
+	}
+	if len(keep) > viewBatch {
+		return fmt.Errorf("pgstore: delete collection %s except %d records: at most %d", coll, len(keep), viewBatch)
+	}
+	q := `DELETE FROM mtxdb_records WHERE coll = $1 AND id NOT IN (`
+	args := []any{coll[:]}
+	for i := range keep {
+		if i > 0 {
+			q += ", "
+		}
+		q += "$" + strconv.Itoa(i+2)
+		args = append(args, keep[i][:])
+	}
+	if _, err := v.c.ExecContext(v.ctx, q+")", args...); err != nil {
 		return writeErr(coll, 0, err)
 	}
 	return nil

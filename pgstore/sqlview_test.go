@@ -167,3 +167,56 @@ func TestSQLViewSchema(t *testing.T) {
 		t.Fatalf("PrepareSQL of a newer schema: %v, want ErrSchemaVersion", err)
 	}
 }
+
+// TestSQLViewPutIfAndExcept: PutIf writes only over the expected bytes (or an
+// absent record) and otherwise reports ErrConflict and changes nothing;
+// DeleteCollectionExcept keeps exactly the named records of that collection.
+func TestSQLViewPutIfAndExcept(t *testing.T) {
+	u := pgtest.NewDatabase(t)
+	db := sqlDB(t, u)
+	ctx := context.Background()
+	if err := pgstore.PrepareSQL(ctx, db, false); err != nil {
+		t.Fatal(err)
+	}
+	v := pgstore.OverSQL(ctx, db)
+	c, other, a, b := packstore.ID{1}, packstore.ID{2}, packstore.ID{3}, packstore.ID{4}
+	steps := []struct {
+		data, old string
+		absent    bool
+		conflict  bool
+		want      string
+	}{
+		{data: "1", absent: true, want: "1"},
+		{data: "2", absent: true, conflict: true, want: "1"},
+		{data: "3", old: "2", conflict: true, want: "1"},
+		{data: "4", old: "1", want: "4"},
+	}
+	for i, st := range steps {
+		old := []byte(st.old)
+		if st.absent {
+			old = nil
+		}
+		err := v.PutIf(c, a, []byte(st.data), old)
+		if st.conflict != errors.Is(err, packstore.ErrConflict) || !st.conflict && err != nil {
+			t.Fatalf("step %d: PutIf = %v, conflict expected %v", i, err, st.conflict)
+		}
+		if got, err := v.Get(c, a); err != nil || string(got) != st.want {
+			t.Fatalf("step %d: record %q, %v; want %q", i, got, err, st.want)
+		}
+	}
+	for _, coll := range []packstore.ID{c, other} {
+		if err := v.PutMany(coll, []packstore.Record{{ID: b, Data: []byte("b")}, {ID: packstore.ID{5}, Data: []byte("5")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.DeleteCollectionExcept(c, a, packstore.ID{5}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := v.GetMany(c, []packstore.ID{a, b, {5}})
+	if err != nil || string(got[0]) != "4" || got[1] != nil || string(got[2]) != "5" {
+		t.Fatalf("after DeleteCollectionExcept: %q, %v", got, err)
+	}
+	if got, err := v.GetMany(other, []packstore.ID{b, {5}}); err != nil || got[0] == nil || got[1] == nil {
+		t.Fatalf("DeleteCollectionExcept touched another collection: %q, %v", got, err)
+	}
+}

@@ -179,6 +179,22 @@ func pgTableBytes(t *testing.T, url string) (bytes int64, eventJSON int64) {
 	return bytes, eventJSON
 }
 
+// pgStoreBytes is pg_total_relation_size of mtxdb_records (heap, TOAST, indexes),
+// where a PostgreSQL Dendrite with mtxdb keeps its state; the test fails when the
+// table is empty.
+func pgStoreBytes(t *testing.T, url string) int64 {
+	db, err := sql.Open("postgres", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var rows, bytes int64
+	if err := db.QueryRow("SELECT count(*), pg_total_relation_size('mtxdb_records') FROM mtxdb_records").Scan(&rows, &bytes); err != nil || rows == 0 {
+		t.Errorf("mtxdb_records: %d rows, %d bytes, %v", rows, bytes, err)
+	}
+	return bytes
+}
+
 // TestBenchDendrite is make bench-dendrite: the workload on stock and mtxdb Dendrite,
 // SQLite and PostgreSQL, one run each; writes dendrite.{json,md,png} to
 // MTXDB_BENCH_OUT.
@@ -221,11 +237,11 @@ func TestBenchDendrite(t *testing.T) {
 			}
 			r.SQLSnapshots, r.SQLBlocks = stateRows(t, s, dbURL)
 			if build == "mtxdb" {
-				storeDir := filepath.Join(s.dir, "dendrite_roomserver.db.mtxdb-state")
 				if backend == "postgres" {
-					storeDir = filepath.Join(root, "mtxdb-state")
+					r.StoreBytes = pgStoreBytes(t, dbURL) // the state is in the roomserver's database
+				} else {
+					r.StoreBytes = dirBytes(t, filepath.Join(s.dir, "dendrite_roomserver.db.mtxdb-state"))
 				}
-				r.StoreBytes = dirBytes(t, storeDir)
 			}
 			r.StateBytes = r.SQLStateBytes + r.StoreBytes
 			t.Logf("%+v", r)
