@@ -506,9 +506,9 @@ func (s *Store) PurgeRoom(ctx context.Context, txn *sql.Tx, roomNID types.RoomNI
 		return err
 	}
 	r := s.room(roomNID)
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if s.db != nil {
+		// No Go lock held while the DELETE may wait for another transaction's
+		// row locks (InsertState: the same reason). The lease record stays.
 		v := pgstore.OverSQL(ctx, s.db)
 		if txn != nil {
 			v = pgstore.OverSQL(ctx, txn)
@@ -517,6 +517,8 @@ func (s *Store) PurgeRoom(ctx context.Context, txn *sql.Tx, roomNID types.RoomNI
 			return fmt.Errorf("statetables: purge room NID %d: %w", roomNID, err)
 		}
 	} else {
+		r.mu.Lock()
+		defer r.mu.Unlock()
 		if err := s.load(r); err != nil {
 			return err
 		}
