@@ -263,7 +263,7 @@ func writeBench(t *testing.T, out string, runs []benchRun, load0, load1 string) 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Dendrite v0.13.8: stock SQL state tables against mtxdb (make bench-dendrite)\n\n")
 	fmt.Fprintf(&b, "%s, one run per row, %d users (%s). Load average (1/5/15 min) %s before, %s after.\n\n", meta["date"], runs[0].Users, meta["workload"], load0, load1)
-	fmt.Fprintf(&b, "State bytes: stock = the two SQL tables with their indexes (SQLite: a VACUUMed copy minus a VACUUMed copy without the two tables; PostgreSQL: pg_total_relation_size, dead tuples included, as a running server holds them); mtxdb = the store directory plus the same SQL measure (0 rows). Event JSON = SUM(LENGTH(event_json)) of roomserver_event_json, the anchor of dendrite #2464 (11 GB of state blocks beside 914 MB of event JSON: 12x).\n\n")
+	fmt.Fprintf(&b, "State bytes: stock = the two SQL tables with their indexes (SQLite: a VACUUMed copy minus a VACUUMed copy without the two tables; PostgreSQL: pg_total_relation_size, dead tuples included, as a running server holds them); mtxdb = the store (SQLite: its directory; PostgreSQL: pg_total_relation_size of mtxdb_records in the same database) plus the same SQL measure (0 rows). Event JSON = SUM(LENGTH(event_json)) of roomserver_event_json, the anchor of dendrite #2464 (11 GB of state blocks beside 914 MB of event JSON: 12x).\n\n")
 	fmt.Fprintf(&b, "| database | build | state bytes | state / event JSON | x stock | state-write p50 ms | p99 ms | requests/s | SQL snapshot/block rows |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 	stock := map[string]int64{}
 	for _, r := range runs {
