@@ -150,16 +150,13 @@ func (s *Store) schema(ctx context.Context, noCreate bool) error {
 func checkSchema(ctx context.Context, noCreate bool, exec func(string) error, version func() (*int32, error)) error {
 	if !noCreate {
 		// Two processes creating the tables at once can collide in
-		// PostgreSQL's catalog (a unique violation on pg_type) even with IF
-		// NOT EXISTS; the second attempt then finds them.
+		// PostgreSQL's catalog (a unique violation on pg_type, or "type ...
+		// already exists") even with IF NOT EXISTS; the second attempt then
+		// finds them. The statements go as one string (one implicit
+		// transaction of the simple query protocol, as before SQLView).
 		var err error
 		for range 3 {
-			for _, q := range createStatements {
-				if err = exec(q); err != nil {
-					break
-				}
-			}
-			if err == nil || !isCode(err, "23505", "42P07", "40001") {
+			if err = exec(strings.Join(createStatements, ";\n")); err == nil || !isCode(err, "23505", "42P07", "42710", "40001") {
 				break
 			}
 		}

@@ -220,3 +220,33 @@ func TestSQLViewPutIfAndExcept(t *testing.T) {
 		t.Fatalf("DeleteCollectionExcept touched another collection: %q, %v", got, err)
 	}
 }
+
+// TestSchemaRace: stores opening a fresh database at once, through pgx (Open)
+// and database/sql (PrepareSQL), all succeed: the catalog collisions of
+// concurrent CREATE TABLE IF NOT EXISTS are retried (TestCLIPostgresSameRoom
+// once failed on "type mtxdb_records already exists", SQLSTATE 42710).
+func TestSchemaRace(t *testing.T) {
+	for range 4 {
+		u := pgtest.NewDatabase(t)
+		db := sqlDB(t, u)
+		errs := make(chan error, 8)
+		for i := range 8 {
+			go func() {
+				if i%2 == 0 {
+					errs <- pgstore.PrepareSQL(context.Background(), db, false)
+					return
+				}
+				s, err := pgstore.Open(pgstore.Options{URL: u})
+				if err == nil {
+					s.Close()
+				}
+				errs <- err
+			}()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Fatalf("concurrent schema creation: %v", err)
+			}
+		}
+	}
+}

@@ -80,7 +80,12 @@
 // compare-and-set (pgstore.SQLView.PutIf: UPDATE ... WHERE data = old, or INSERT
 // ... ON CONFLICT DO NOTHING), committed on its own; on a conflict it reads again.
 // Two Stores never hold one seq; the unused rest of a range is skipped when a Store
-// closes.
+// closes. The compare-and-set runs on a connection of Dendrite's pool of its own
+// while the caller's transaction holds another: a pool whose every connection is
+// held by transactions that all need a new range at once (at most once per
+// LeaseStep snapshots of a room and Store) waits for one to be freed, forever if
+// none is (a deadlock; Dendrite's default database.max_open_conns is 90, and no
+// test here has come near it).
 //
 // # Durability and Dendrite's SQL transaction
 //
