@@ -75,7 +75,7 @@
 //
 // Only tables, a composite primary key, CHECK constraints, INSERT ... ON
 // CONFLICT DO UPDATE/DO NOTHING, UPDATE/DELETE with = ANY(array), unnest of
-// parallel arrays, and WITH RECURSIVE. That rules out: advisory locks
+// parallel arrays, WITH RECURSIVE, and (SQLView) IN lists and multi-row VALUES. That rules out: advisory locks
 // (pg_advisory_lock; CockroachDB has none), LISTEN/NOTIFY, COPY into a temporary
 // table for PutMany (temporary tables are experimental in CockroachDB), CLUSTER
 // and BRIN indexes, large objects, table inheritance and partitioning DDL,

@@ -810,3 +810,62 @@ func TestPostgresStoreLeftInDirectory(t *testing.T) {
 		t.Fatalf("database with state: %v", err)
 	}
 }
+
+// TestPostgresRolledBackTransaction: a snapshot written in a Dendrite transaction
+// (lib/pq) is visible inside it, invisible outside it until it commits, and gone
+// with a rollback; the same state stored afterwards gets another NID (a rolled-back
+// NID is never handed out again), and a committed one stays after a reopen.
+func TestPostgresRolledBackTransaction(t *testing.T) {
+	db := pgDB(t)
+	s, err := OpenPostgres(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := types.StateEntries{{StateKeyTuple: types.StateKeyTuple{EventTypeNID: 1, EventStateKeyNID: 1}, EventNID: 42}}
+	var missing types.MissingStateError
+	insert := func(txn *sql.Tx) types.StateSnapshotNID {
+		t.Helper()
+		d, err := s.BulkInsertStateData(ctx, txn, entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nid, err := s.InsertState(ctx, txn, 1, types.StateBlockNIDs{d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nid
+	}
+	txn, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rolled := insert(txn)
+	if st, err := s.BulkSelectStateBlockEntries(ctx, txn, types.StateBlockNIDs{types.StateBlockNID(rolled)}); err != nil || len(st[0]) != 1 || st[0][0] != 42 {
+		t.Fatalf("inside its transaction: %v, %v", st, err)
+	}
+	if _, err := s.BulkSelectStateBlockNIDs(ctx, nil, []types.StateSnapshotNID{rolled}); !errors.As(err, &missing) {
+		t.Fatalf("outside its open transaction: err %v, want MissingStateError", err)
+	}
+	if err := txn.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.State(rolled); !errors.As(err, &missing) {
+		t.Fatalf("after the rollback: err %v, want MissingStateError", err)
+	}
+	committed := insert(nil)
+	if committed == rolled {
+		t.Fatalf("the rolled-back NID %d was handed out again", rolled)
+	}
+	again, err := OpenPostgres(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []*Store{s, again} {
+		if got, err := st.State(committed); err != nil || len(got) != 1 || got[0].EventNID != 42 {
+			t.Fatalf("committed NID %d: %v, %v", committed, got, err)
+		}
+		if _, err := st.State(rolled); !errors.As(err, &missing) {
+			t.Fatalf("rolled-back NID %d: err %v, want MissingStateError", rolled, err)
+		}
+	}
+}
