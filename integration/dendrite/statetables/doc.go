@@ -99,7 +99,9 @@
 // written again. The reverse, SQL naming a NID this store lost, cannot happen
 // unless the store's directory is lost or swapped.
 //
-// On PostgreSQL, what is atomic with Dendrite's transaction txn (txn not nil):
+// On PostgreSQL a commit is as durable as the server makes it (synchronous_commit,
+// synchronous replicas). What is atomic with Dendrite's transaction txn (txn not
+// nil):
 //
 //   - InsertState writes the snapshot's new HAMT nodes, its snapshot record and its
 //     root record in txn: they commit or roll back with Dendrite's rows. Dendrite
@@ -122,14 +124,14 @@
 //     range is handed out, as a PostgreSQL sequence is: a rolled-back or crashed
 //     transaction skips its seq, which is never handed out again. A crash between
 //     the lease commit and Dendrite's commit leaves only that gap.
-//   - Where Dendrite passes txn nil (Database.AddState: backfill, and state stored
-//     outside a room updater, goes through sqlutil's Writer.Do, which opens a
-//     transaction around InsertState alone and commits it when InsertState returns;
-//     the rows naming the NID are written later in other transactions), the
+//   - Where Dendrite's caller holds no transaction (Database.AddState: backfill, and
+//     state stored outside a room updater), sqlutil's Writer.Do opens one around
+//     BulkInsertStateData and InsertState alone and commits it when they return;
+//     the rows naming the NID are written later, in other transactions. There the
 //     snapshot commits first: a crash before the naming rows commit leaves a
-//     snapshot no row names (garbage, as on packstore), never a row naming a missing
-//     snapshot. txn nil at InsertState itself: its records are one transaction of
-//     their own, committed before the NID is returned.
+//     snapshot no row names (garbage, as on packstore), never a row naming a
+//     missing snapshot. Given txn nil, InsertState writes its records in one
+//     transaction of its own, committed before the NID is returned.
 //   - BulkInsertStateData keeps its delta block in memory on both engines (Model):
 //     nothing is written, txn is not used; a crash loses only blocks no snapshot
 //     was made of yet.
