@@ -247,13 +247,13 @@ func (s *PackfileStorage) writableLocked() error {
 }
 
 // encodeRecord appends the frame of one record to dst, compressing the
-// payload when enabled and smaller. scratch is a reusable buffer for the
-// compressed payload; the grown buffer is returned.
-func (s *PackfileStorage) encodeRecord(dst, scratch []byte, coll, id ID, data []byte, dense bool) ([]byte, []byte, error) {
+// payload when compress is set and that makes it smaller. scratch is a
+// reusable buffer for the compressed payload; the grown buffer is returned.
+func (s *PackfileStorage) encodeRecord(dst, scratch []byte, coll, id ID, data []byte, dense, compress bool) ([]byte, []byte, error) {
 	if len(data) > s.maxData {
 		return dst, scratch, fmt.Errorf("%w: %d bytes, at most %d per record with MaxShardBytes %d", ErrTooLarge, len(data), s.maxData, s.opts.MaxShardBytes)
 	}
-	if s.opts.Compress && len(data) >= compressMin {
+	if compress && len(data) >= compressMin {
 		enc, _, _ := codecs()
 		if dense {
 			enc = zstdRaw
@@ -271,9 +271,13 @@ const parallelEncodeMin = 64
 
 // encodeFrames encodes the frames of recs, on up to GOMAXPROCS goroutines
 // for a large batch. Each frame is a subslice of one shared buffer per
-// goroutine.
+// goroutine. In a batch below Options.InlineCompressMin records only Dense
+// records are compressed (without the entropy stage, a few microseconds
+// each); the others are written raw and Repack compresses them when it
+// copies them.
 func (s *PackfileStorage) encodeFrames(coll ID, recs []Record) ([]outFrame, error) {
 	frames := make([]outFrame, len(recs))
+	inline := len(recs) >= s.opts.InlineCompressMin
 	workers := 1
 	if len(recs) >= parallelEncodeMin {
 		workers = min(runtime.GOMAXPROCS(0), len(recs)/(parallelEncodeMin/2))
@@ -293,7 +297,7 @@ func (s *PackfileStorage) encodeFrames(coll ID, recs []Record) ([]outFrame, erro
 				r := recs[i]
 				start := len(buf)
 				var err error
-				if buf, scratch, err = s.encodeRecord(buf, scratch, coll, r.ID, r.Data, r.Dense); err != nil {
+				if buf, scratch, err = s.encodeRecord(buf, scratch, coll, r.ID, r.Data, r.Dense, s.opts.Compress && (inline || r.Dense)); err != nil {
 					errs[w] = err
 					return
 				}

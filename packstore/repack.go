@@ -242,7 +242,8 @@ func (s *PackfileStorage) copyJobLocked(j repackJob) (*lossyTable, loc, int64, e
 		frames, pending = frames[:0], 0
 		return nil
 	}
-	next := 0 // first record not yet prefetched
+	var scratch []byte // recompress's
+	next := 0          // first record not yet prefetched
 	for i, id := range j.ids {
 		if i == next {
 			for n := 0; next < len(j.ids) && n < repackChunk; next++ {
@@ -258,6 +259,7 @@ func (s *PackfileStorage) copyJobLocked(j repackJob) (*lossyTable, loc, int64, e
 		if err != nil {
 			return nil, loc{}, 0, err
 		}
+		b, scratch = s.recompress(b, scratch)
 		frames = append(frames, outFrame{coll: j.coll, id: id, b: b})
 		pending += len(b)
 		if pending >= repackChunk {
@@ -361,4 +363,24 @@ func (s *PackfileStorage) markerNeededLocked(sh *shard, all []*shard, cand map[u
 		}
 	}
 	return false
+}
+
+// recompress returns the copy b of a validated frame compressed, when it was
+// written uncompressed (a batch below Options.InlineCompressMin, or an
+// earlier attempt that did not shrink it), Compress is on and zstd makes it
+// smaller; otherwise b itself. Only smaller, so the sizes checkFitLocked
+// counted stay an upper bound. scratch is reused and returned.
+func (s *PackfileStorage) recompress(b, scratch []byte) ([]byte, []byte) {
+	if !s.opts.Compress {
+		return b, scratch
+	}
+	fv, err := decodeFrameCRC(b, false)
+	if err != nil || fv.Flags != 0 || len(fv.Payload) < compressMin {
+		return b, scratch
+	}
+	out, scratch, err := s.encodeRecord(nil, scratch, fv.Coll, fv.ID, fv.Payload, false, true)
+	if err != nil || len(out) >= len(b) {
+		return b, scratch
+	}
+	return out, scratch
 }
