@@ -38,7 +38,7 @@ func frameFlagsOnDisk(t *testing.T, dir string) map[ID]byte {
 	}
 	flags := map[ID]byte{}
 	for _, s := range shards {
-		for off := HeaderSize; off < len(s.b); {
+		for off := HeaderSize; off < len(s.b) && !allZero(s.b[off:]); {
 			fv, err := decodeFrame(s.b[off:])
 			if err != nil {
 				t.Fatalf("frame at %d: %v", off, err)

@@ -287,6 +287,12 @@ func (s *PackfileStorage) Close() error {
 		return ErrClosed
 	}
 	err := s.broken
+	if err == nil && !s.opts.ReadOnly {
+		// The file ends with its last frame again (doc.go "Commit latency").
+		if err = s.trimLocked(s.active); err == nil {
+			err = s.syncActiveLocked()
+		}
+	}
 	if err == nil && !s.opts.ReadOnly && (len(s.pending) > 0 || s.deltaN > 0 || s.ckptStale || s.delta == nil) {
 		err = s.writeCheckpointLocked()
 	}
