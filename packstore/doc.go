@@ -315,9 +315,11 @@
 //
 // An appending write changes the file size, so its fsync or fdatasync
 // also waits for an ext4 journal commit. The active shard's file therefore
-// runs ahead of its frames: when the frames reach the end of the file, the
-// writer appends written zeros up to the next multiple of 1 MiB
-// (preallocStep; at most MaxShardBytes), and Sync fdatasyncs the shard, so
+// runs ahead of its frames: when an append under 64 KiB (a commit's, not a
+// bulk write's or a repack's, which would write most bytes twice) reaches
+// the end of the file, the writer appends written zeros up to the next
+// multiple of 1 MiB (preallocStep; at most MaxShardBytes), and Sync
+// fdatasyncs the shard, so
 // most commits overwrite allocated bytes inside the file size and flush
 // data only (an LSM reuses its WAL files for the same reason). 9,000-byte
 // commits with a 768-byte write to a second file, medians of 500, five
