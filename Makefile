@@ -4,15 +4,16 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: bench-replay bench-repack all deps deps-all build demo test test-dendrite vet fuzz bench bench-micro bench-resolver crash crash-bitflips clean
+.PHONY: dendrite test-dendrite-e2e test-dendrite-suite bench-dendrite bench-replay bench-repack all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz bench bench-micro bench-resolver crash crash-bitflips clean
 
 all: build
 
 # Every Go module of the repository but bench/ (the cross-engine benchmark's, with cgo
-# engines: `make bench`): the core, its storage modules (packstore, hamtstore, internal:
-# modules of their own so that a Dendrite fork links them without the core's
-# gomatrixserverlib requirement) and integration/dendrite.
-MODULES := $(sort $(patsubst ./%,%,$(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' -not -path './bench/*' -not -path '*/testdata/*'))))
+# engines: `make bench`) and integration/dendrite/server/e2e (it needs the built servers:
+# `make test-dendrite-e2e`): the core, its storage modules (packstore, hamtstore,
+# internal: modules of their own so that a Dendrite fork links them without the core's
+# gomatrixserverlib requirement), integration/dendrite and its statetables.
+MODULES := $(sort $(patsubst ./%,%,$(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' -not -path './.build/*' -not -path './bench/*' -not -path './integration/dendrite/server/e2e/*' -not -path '*/testdata/*'))))
 
 deps:
 	$(GO) mod download
@@ -33,9 +34,23 @@ vet: deps-all
 	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && $(GO) vet ./...); done
 
 # The tests of every module in MODULES (the Dendrite seam's pulls Dendrite v0.13.8,
-# which the core module does not require).
+# which the core module does not require). They get a throwaway PostgreSQL
+# (scripts/pgserver.sh: installs Debian's postgresql if missing, loopback only,
+# fsync off, stopped and removed at the end) through MTXDB_TEST_POSTGRES; if it
+# cannot start, make test fails under CI and otherwise runs the rest with the
+# PostgreSQL tests skipped (each says why).
 test: vet
-	@set -e; for m in $(MODULES); do echo "== test $$m"; (cd $$m && $(GO) test -count=1 ./...); done
+	@set -e; dir=$$(mktemp -d "$${TMPDIR:-/tmp}/mtxdb-pgtest.XXXXXX"); \
+	trap 'scripts/pgserver.sh stop "'"$$dir"'" >/dev/null 2>&1 || true; rm -rf "'"$$dir"'"' EXIT; trap 'exit 1' HUP INT TERM; \
+	if url=$$(PGSERVER_FAST=1 scripts/pgserver.sh start "$$dir"); then export MTXDB_TEST_POSTGRES="$$url"; \
+	elif [ -n "$$CI" ]; then echo "make test: PostgreSQL did not start (scripts/pgserver.sh); CI needs it" >&2; exit 1; \
+	else echo "make test: PostgreSQL did not start: its tests will be skipped" >&2; fi; \
+	for m in $(MODULES); do echo "== test $$m"; (cd $$m && $(GO) test -count=1 ./...); done
+
+# scripts/pgserver.sh's install path as on a fresh machine, in a throwaway
+# overlay of / where postgresql and apt's lists are removed (root, network).
+test-pgserver-install:
+	scripts/pgserver-install-test.sh
 
 test-dendrite:
 	cd integration/dendrite && $(GO) mod download && $(GO) vet ./... && $(GO) test -count=1 ./...
@@ -81,16 +96,22 @@ bench-micro: deps-all
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...); done
 
 # Cross-engine benchmark (issue 8): packstore (checksum none/writeonly/full),
-# bbolt, pebble v2, badger v4, SQLite (mattn/go-sqlite3, WAL, synchronous=FULL)
-# and libmdbx (mdbx-go), 1 and 32 collections, fsync per batch, with the disk's
+# bbolt, pebble v2, badger v4, SQLite (mattn/go-sqlite3, WAL, synchronous=FULL),
+# libmdbx (mdbx-go) and PostgreSQL (pgstore), 1 and 32 collections, fsync per batch, with the disk's
 # limits measured in the same run. Its own module in bench/ (cgo: the first
 # build compiles SQLite and libmdbx, minutes on 2 cores), out of `make test`'s
 # path. Writes docs/bench/results-<sizes>.{json,md} and PNG plots.
 # BENCH_SIZES in MB, e.g. BENCH_SIZES=64,256,1024; BENCH_FLAGS for more.
 BENCH_SIZES ?= 64
 BENCH_FLAGS ?=
+# The postgres engine (pgstore) runs on a throwaway server (scripts/pgserver.sh,
+# durable settings) whose cluster lives under bench/.work beside the others' files.
 bench:
-	cd bench && $(GO) build -o ../bin/mtxdb-bench . && \
+	cd bench && $(GO) build -o ../bin/mtxdb-bench .
+	@set -e; mkdir -p bench/.work; dir=$$(mktemp -d "$$(pwd)/bench/.work/pgserver.XXXXXX"); \
+	trap 'scripts/pgserver.sh stop "'"$$dir"'" >/dev/null 2>&1 || true; rm -rf "'"$$dir"'"' EXIT; trap 'exit 1' HUP INT TERM; \
+	scripts/pgserver.sh start "$$dir" >/dev/null; \
+	cd bench && MTXDB_BENCH_PGDIR="$$dir" MTXDB_BENCH_PGSERVER="$$(pwd)/../scripts/pgserver.sh" \
 	  ../bin/mtxdb-bench -sizes $(BENCH_SIZES) -out ../docs/bench -dir .work $(BENCH_FLAGS)
 
 # State resolution on a generated 100k-event, 10k-member room with forks: ours per
@@ -122,13 +143,60 @@ REPACK_RUNS   ?= 5
 # here, 12 GB of memory for its generation and 3 GB of disk for its store.
 # The published run is the default set; other sets write to BENCH_REPLAY_OUT
 # (default: a directory of their own under docs/bench, untracked unless added).
-BENCH_REPLAY_ROOMS ?= 12:10000,12:100000,10:100000,12:1000000
-BENCH_REPLAY_OUT ?= $(if $(filter 12:10000$(comma)12:100000$(comma)10:100000$(comma)12:1000000,$(BENCH_REPLAY_ROOMS)),docs/bench,docs/bench/replay-custom)
+BENCH_REPLAY_ROOMS ?= 12:10000,12:100000,12:1000000,10:100000
+BENCH_REPLAY_OUT ?= $(if $(filter 12:10000$(comma)12:100000$(comma)12:1000000$(comma)10:100000,$(BENCH_REPLAY_ROOMS)),docs/bench,docs/bench/replay-custom)
 comma := ,
+# BENCH_REPLAY_PG_ROOMS are also imported, replayed and verified on PostgreSQL
+# (a throwaway durable server, scripts/pgserver.sh; empty: none). Replay there
+# waits on a round trip per read: a 100k-event room ran for more than 8 minutes
+# (load 13-18) before the run was stopped, so the default is the 10k room.
+BENCH_REPLAY_PG_ROOMS ?= 12:10000
 bench-replay: build
-	cd bench && $(GO) run ./cmd/benchreplay -mtxdb ../bin/mtxdb -rooms $(BENCH_REPLAY_ROOMS) -out ../$(BENCH_REPLAY_OUT)
+	@set -e; mkdir -p bench/.work; dir=$$(mktemp -d "$$(pwd)/bench/.work/replay-pg.XXXXXX"); \
+	trap 'scripts/pgserver.sh stop "'"$$dir"'" >/dev/null 2>&1 || true; rm -rf "'"$$dir"'"' EXIT; trap 'exit 1' HUP INT TERM; \
+	pg=; if [ -n "$(BENCH_REPLAY_PG_ROOMS)" ]; then pg="-postgres $$(scripts/pgserver.sh start "$$dir") -postgres-rooms $(BENCH_REPLAY_PG_ROOMS)"; fi; \
+	cd bench && $(GO) run ./cmd/benchreplay -mtxdb ../bin/mtxdb -rooms $(BENCH_REPLAY_ROOMS) -out ../$(BENCH_REPLAY_OUT) $$pg
 
 bench-repack: build
 	test -f $(REPACK_GEN)/backfill_order.jsonl || ./bin/mtxdb gen --out $(REPACK_GEN) --events $(REPACK_EVENTS) --seed 1 --backfill
 	./bin/mtxdb bench-repack --gen $(REPACK_GEN) --real testrooms/real --runs $(REPACK_RUNS) --out docs/bench --label -$(REPACK_EVENTS)
 	cd bench && $(GO) run ./cmd/plotrepack ../docs/bench/repack-$(REPACK_EVENTS).json
+
+# Issue 15: Dendrite v0.13.8 from the module proxy with integration/dendrite/server's
+# patch (its state snapshots and blocks in mtxdb: statetables), as bin/dendrite,
+# bin/generate-config, bin/generate-keys, bin/create-account, and the stock build in
+# bin/stock/. DENDRITE_WORK holds the patched copy of Dendrite's source (reused while
+# the patch is unchanged) where make test-dendrite-suite runs Dendrite's own tests.
+# Cold: about 5-9 minutes on 2 cores; warm: under a minute.
+DENDRITE_WORK ?= $(CURDIR)/.build/dendrite
+DENDRITE_BIN  ?= $(CURDIR)/bin
+# A throwaway PostgreSQL (scripts/pgserver.sh) for the Dendrite targets, stopped after.
+PG_DIR ?= /tmp/mtxdb-pg-$(notdir $(CURDIR))-dendrite
+dendrite:
+	integration/dendrite/server/build.sh $(DENDRITE_BIN) $(DENDRITE_WORK)
+
+# Stock and mtxdb Dendrite on loopback, SQLite and PostgreSQL, driven through the
+# client-server API with mautrix; answers compared, SQL state tables checked empty.
+test-dendrite-e2e: dendrite
+	@set -e; url=$$(scripts/pgserver.sh start $(PG_DIR)); rc=0; \
+	  (cd integration/dendrite/server/e2e && MTXDB_DENDRITE_BIN=$(DENDRITE_BIN) MTXDB_PG_URL=$$url \
+	    $(GO) test -count=1 -v -run '^TestStockAndMtxdbAgree$$' .) || rc=$$?; \
+	  scripts/pgserver.sh stop $(PG_DIR); exit $$rc
+
+# Dendrite's own tests (DENDRITE_SUITE packages) against the swapped build, SQLite and
+# PostgreSQL; installs libolm-dev, starts and stops PostgreSQL; a failed package is run
+# once more (Dendrite's suite is timing-dependent under load, stock builds too).
+DENDRITE_SUITE ?= ./roomserver/... ./clientapi/... ./syncapi/... ./federationapi/...
+test-dendrite-suite: dendrite
+	integration/dendrite/server/suite.sh $(DENDRITE_WORK)/src $(PG_DIR) $(DENDRITE_SUITE)
+
+# The scripted workload (BENCH_DENDRITE_USERS users joining one room, state changes,
+# messages) on stock and mtxdb Dendrite, SQLite and PostgreSQL, one run each: state
+# bytes, state-write latency p50/p99, requests/s; writes docs/bench/dendrite.{json,md,png}.
+BENCH_DENDRITE_USERS ?= 100
+bench-dendrite: dendrite
+	@set -e; url=$$(scripts/pgserver.sh start $(PG_DIR)-bench); rc=0; \
+	  (cd integration/dendrite/server/e2e && MTXDB_DENDRITE_BIN=$(DENDRITE_BIN) MTXDB_PG_URL=$$url \
+	    MTXDB_BENCH_OUT=$(CURDIR)/docs/bench MTXDB_BENCH_USERS=$(BENCH_DENDRITE_USERS) \
+	    $(GO) test -count=1 -v -timeout 90m -run '^TestBenchDendrite$$' .) || rc=$$?; \
+	  scripts/pgserver.sh stop $(PG_DIR)-bench; exit $$rc

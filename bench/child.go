@@ -134,13 +134,19 @@ func runCell(p Params) (res Result, err error) {
 		return res, fmt.Errorf("close: %w", err)
 	}
 	res.CloseSeconds = time.Since(t).Seconds()
-	res.DiskAlloc, res.DiskApparent = diskUsage(p.Dir)
+	if d, ok := e.(interface{ Disk() (int64, int64, error) }); ok {
+		if res.DiskAlloc, res.DiskApparent, err = d.Disk(); err != nil {
+			return res, fmt.Errorf("disk: %w", err)
+		}
+	} else {
+		res.DiskAlloc, res.DiskApparent = diskUsage(p.Dir)
+	}
 
 	rng := rand.New(rand.NewPCG(p.Seed^0x9e3779b97f4a7c15, 1))
 	first := recordAt(p.Seed, rng.IntN(n), p.Colls)
 
 	// 2. Cold reopen: evict the files, open, time to the first successful read.
-	if err := evictDir(p.Dir); err != nil {
+	if err := evict(e, p.Dir); err != nil {
 		return res, fmt.Errorf("evict: %w", err)
 	}
 	r0, _ := procIO()
@@ -169,7 +175,7 @@ func runCell(p Params) (res Result, err error) {
 		// Evict before every get: with the device's read-ahead (8 MiB here)
 		// one faulting read can pull most of a small store into the cache.
 		// Pages the process has mapped and the engine's own caches stay.
-		if err := evictDir(p.Dir); err != nil {
+		if err := evict(e, p.Dir); err != nil {
 			return res, err
 		}
 		b0, _ := procIO()
@@ -193,7 +199,7 @@ func runCell(p Params) (res Result, err error) {
 	if err := e.Close(); err != nil {
 		return res, err
 	}
-	if err := evictDir(p.Dir); err != nil {
+	if err := evict(e, p.Dir); err != nil {
 		return res, err
 	}
 	if err := e.Open(p.Dir, p.Colls); err != nil {
@@ -304,4 +310,14 @@ func runCell(p Params) (res Result, err error) {
 		return res, err
 	}
 	return res, e.Close()
+}
+
+// evict drops the store from every cache the cold measurements must miss: the
+// engine's own way (pgstore: restart the server) or its files from the page
+// cache.
+func evict(e Engine, dir string) error {
+	if ev, ok := e.(interface{ Evict() error }); ok {
+		return ev.Evict()
+	}
+	return evictDir(dir)
 }

@@ -31,7 +31,7 @@ type Engine interface {
 // engineNames is the run order of a forward pass.
 var engineNames = []string{
 	"packstore-none", "packstore-writeonly", "packstore-full", "packstore-full-raw",
-	"bbolt", "pebble", "badger", "sqlite", "mdbx",
+	"bbolt", "pebble", "badger", "sqlite", "mdbx", "postgres",
 }
 
 // engineSettings says, per engine, what the harness changed from its
@@ -46,6 +46,7 @@ var engineSettings = map[string]string{
 	"badger":              "v4.9.6 defaults (Snappy, 256 MiB block cache, values in LSM below 1 MiB) + SyncWrites=true; key = prefix + ID; one Txn per batch",
 	"sqlite":              "mattn/go-sqlite3 v1.14.53, journal_mode=WAL, synchronous=FULL (fsync of the WAL per commit); one table (k BLOB PRIMARY KEY, v BLOB) per collection; one transaction per batch",
 	"mdbx":                "mdbx-go v0.39.0 (libmdbx), default SYNC_DURABLE (fsync per commit), geometry upper 64 GiB grow 32 MiB; one DBI per collection",
+	"postgres":            "pgstore over PostgreSQL 15 (Debian, scripts/pgserver.sh: defaults, fsync and synchronous_commit on, loopback TCP); one transaction per batch (PutCollections); cold reads restart the server and evict its files; disk = pg_total_relation_size of the records table (WAL not counted); storage read bytes are the server's, not counted",
 }
 
 func newEngine(name string) (Engine, error) {
@@ -68,6 +69,8 @@ func newEngine(name string) (Engine, error) {
 		return &sqliteEngine{}, nil
 	case "mdbx":
 		return &mdbxEngine{}, nil
+	case "postgres":
+		return &pgEngine{}, nil
 	}
 	return nil, fmt.Errorf("unknown engine %q", name)
 }
@@ -112,11 +115,16 @@ func (e *packEngine) Get(coll int, id [16]byte) ([]byte, error) {
 }
 
 func (e *packEngine) GetMany(coll int, ids [][16]byte) ([][]byte, error) {
+	return storeGetMany(e.s, coll, ids)
+}
+
+// storeGetMany is GetMany of a packstore.StorageEngine (packstore, pgstore).
+func storeGetMany(s packstore.StorageEngine, coll int, ids [][16]byte) ([][]byte, error) {
 	pids := make([]packstore.ID, len(ids))
 	for i, id := range ids {
 		pids[i] = packstore.ID(id)
 	}
-	return e.s.GetMany(packstore.ID(collID(coll)), pids)
+	return s.GetMany(packstore.ID(collID(coll)), pids)
 }
 
 func (e *packEngine) Close() error { return e.s.Close() }

@@ -64,6 +64,18 @@ type StorageEngine interface {
 	Close() error
 }
 
+// ConditionalPutter is implemented by engines that several processes write at
+// once (pgstore): PutManyIf writes recs as one atomic PutMany only if the
+// record cond of coll still holds exactly old (nil old: cond must be absent);
+// recs must include cond's new value. Otherwise nothing is written and the
+// error wraps ErrConflict. Mutable records (a room head, a NID counter) go
+// through it so two writers never lose an update. Engines without it
+// (PackfileStorage, MemStorage) have one writer per store (the directory
+// lock), and callers use PutMany.
+type ConditionalPutter interface {
+	PutManyIf(coll ID, recs []Record, cond ID, old []byte) error
+}
+
 var (
 	_ StorageEngine = (*PackfileStorage)(nil)
 	_ StorageEngine = (*MemStorage)(nil)

@@ -32,6 +32,10 @@ var (
 	// Repack, Sync or Close retries it. A Repack error that does not match
 	// ErrRepackApplied left the in-memory index as it was.
 	ErrRepackApplied = errors.New("packstore: repack applied, but a later step failed")
+	// ErrConflict is returned (wrapped) by ConditionalPutter.PutManyIf when the
+	// condition record no longer holds what the caller read: another writer
+	// changed it first. Nothing of the batch is written; re-read and retry.
+	ErrConflict = errors.New("packstore: record changed by another writer")
 )
 
 // Errors returned by any operation.

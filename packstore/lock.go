@@ -23,12 +23,21 @@ var ErrLocked = errors.New("packstore: store is in use by another process")
 // lockedError is ErrLocked with the directory and the holder's pid.
 type lockedError struct {
 	dir string
-	pid int // 0 when the LOCK file holds no readable pid
+	pid int // 0 when the LOCK file holds no readable pid, or the holders are readers
+	// readers: the holders are read-only opens (a shared lock), which write no
+	// pid: the LOCK file's pid is then the last writer's, not a holder's.
+	readers bool
 }
 
 func (e *lockedError) Error() string {
+	if e.readers {
+		return fmt.Sprintf("packstore: store %s is in use by another process reading it (a read-only open: mtxdb verify, stats, state or rooms)", e.dir)
+	}
 	if e.pid == 0 {
 		return fmt.Sprintf("packstore: store %s is in use by another process", e.dir)
+	}
+	if e.pid == os.Getpid() { // flock is per open file: a second Open in one process
+		return fmt.Sprintf("packstore: store %s is already open in this process (pid %d); close it first", e.dir, e.pid)
 	}
 	return fmt.Sprintf("packstore: store %s is in use by another process (pid %d)", e.dir, e.pid)
 }
@@ -67,6 +76,9 @@ func lockDir(dir string, shared bool, perm os.FileMode) (*dirLock, error) {
 	if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
+			if !shared && onlyReaders(path) {
+				return nil, &lockedError{dir: dir, readers: true}
+			}
 			b, _ := os.ReadFile(path)
 			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 			return nil, &lockedError{dir: dir, pid: pid}
@@ -96,4 +108,19 @@ func (l *dirLock) release() error {
 	err := l.f.Close()
 	l.f = nil
 	return err
+}
+
+// onlyReaders reports whether the lock on path that refused an exclusive lock
+// is held shared only (read-only opens): a shared lock is then granted.
+func onlyReaders(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB) != nil {
+		return false
+	}
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return true
 }

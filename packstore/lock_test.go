@@ -12,7 +12,7 @@ import (
 )
 
 // TestOpenLockedInProcess: a second Open of an open store fails at once
-// with ErrLocked naming the directory and this process's pid, and touches
+// with ErrLocked saying the store is open in this process (its pid), and touches
 // nothing (a .tmp file the first store may be writing survives); after
 // Close the store opens again.
 func TestOpenLockedInProcess(t *testing.T) {
@@ -30,7 +30,7 @@ func TestOpenLockedInProcess(t *testing.T) {
 	if !errors.Is(err, ErrLocked) {
 		t.Fatalf("second Open: %v, want ErrLocked", err)
 	}
-	want := fmt.Sprintf("packstore: store %s is in use by another process (pid %d)", opts.Dir, os.Getpid())
+	want := fmt.Sprintf("packstore: store %s is already open in this process (pid %d); close it first", opts.Dir, os.Getpid())
 	if err.Error() != want {
 		t.Fatalf("second Open: %q, want %q", err, want)
 	}
@@ -113,4 +113,28 @@ func TestOpenLockedOtherProcess(t *testing.T) {
 	s := openStore(t, Options{Dir: dir, MaxShardBytes: 16 << 10})
 	defer s.Close()
 	mustCheck(t, s)
+}
+
+// TestOpenLockedByReaders: a writer refused by read-only opens is told the
+// store is being read, not the pid the LOCK file holds (the last writer's,
+// long gone: read-only opens write no pid; from the fresh-user pass).
+func TestOpenLockedByReaders(t *testing.T) {
+	opts := Options{Dir: t.TempDir(), MaxShardBytes: 16 << 10}
+	s := openStore(t, opts)
+	if err := s.Put(idN(1, 0), idN(2, 0), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	// The LOCK file now names this process as its last writer.
+	ro := opts
+	ro.ReadOnly = true
+	r, err := Open(ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	_, err = Open(opts)
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "reading it") || strings.Contains(err.Error(), "pid") {
+		t.Fatalf("writer beside a reader: %v", err)
+	}
 }

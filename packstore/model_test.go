@@ -21,7 +21,7 @@ func (m model) put(coll, id ID, data []byte) {
 }
 
 // compareAll checks every collection and record of the model against e.
-func compareAll(t *testing.T, e engine, m model, when string) {
+func compareAll(t *testing.T, e *PackfileStorage, m model, when string) {
 	t.Helper()
 	var want []ID
 	for c, recs := range m {

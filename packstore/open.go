@@ -269,7 +269,8 @@ func (s *PackfileStorage) warnPermsLocked(ents []os.DirEntry) {
 	}
 	if len(wide) > 0 {
 		s.report.Warnings = append(s.report.Warnings, fmt.Sprintf(
-			"%d files in %s grant more than mode %04o (Options.Perm): %s", len(wide), s.opts.Dir, s.opts.Perm, strings.Join(wide[:min(len(wide), 5)], ", ")))
+			"%d files in %s grant more than mode %04o (Options.Perm): %s; chmod %04o %s/*", len(wide), s.opts.Dir, s.opts.Perm,
+			strings.Join(wide[:min(len(wide), 5)], ", "), s.opts.Perm, s.opts.Dir))
 	}
 }
 

@@ -147,6 +147,9 @@ func Walk(room *roomstate.Room, kind WalkKind, limit int) (WalkStats, error) {
 		if err != nil {
 			return ws, err
 		}
+		// The resolved state is measured, not kept: its nodes go to memory, so the
+		// walk runs on a store opened read-only (stats --reads).
+		r.WriteNodesTo(hamtstore.NewOverlay(room.Nodes()))
 		var roots []hamtstore.NodeID
 		for _, f := range h.ForwardExtremities {
 			root, err := room.StateAfter(f)

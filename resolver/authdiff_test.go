@@ -17,7 +17,25 @@ import (
 // children) equals the brute-force one (spec, state resolution v2: the union of
 // the states' full auth chains, each the union of its events' auth chains, minus
 // their intersection).
+//
+// It runs twice: with the default lineage-cut depth, and with cuts searched from
+// depth 1 (these rooms' lineages are short), where the test fails if no cut was made.
 func TestAuthDifferenceModel(t *testing.T) {
+	t.Run("default", func(t *testing.T) { authDifferenceModel(t) })
+	t.Run("cut-every-lineage", func(t *testing.T) {
+		cuts, restore := resolver.SetMinCutDepth(1)
+		defer restore()
+		before := cuts()
+		authDifferenceModel(t)
+		if made := cuts() - before; made == 0 {
+			t.Fatal("no lineage cut was made: the cut is not exercised")
+		} else {
+			t.Logf("%d lineage cuts made", made)
+		}
+	})
+}
+
+func authDifferenceModel(t *testing.T) {
 	dirs, err := testrooms.RealRoomDirs(filepath.Join(testrooms.Dir(), "real"))
 	if err != nil {
 		t.Fatal(err)

@@ -100,3 +100,12 @@ func AuthDifferenceOf(r *Resolver, maps []StateMap) ([]string, error) {
 	}
 	return diff, err
 }
+
+// SetMinCutDepth sets the lineage depth from which the auth difference cuts a
+// value's lineage (cutLineages) and returns the number of cuts made so far and
+// a function restoring the old depth.
+func SetMinCutDepth(d int32) (cuts func() int64, restore func()) {
+	old := minCutDepth
+	minCutDepth = d
+	return lineageCuts.Load, func() { minCutDepth = old }
+}

@@ -31,17 +31,17 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 	}()
 	var authPDUs []gomatrixserverlib.PDU
 	for _, id := range pdu.AuthEventIDs() {
-		if r.Rejected(id) {
-			return fmt.Errorf("%w: event %s: auth event %s was rejected", ErrRejected, pdu.EventID(), id)
-		}
 		p, err := r.pdu(id)
 		if err != nil {
 			return err
 		}
-		if p.StateKey() == nil {
-			return fmt.Errorf("%w: event %s: auth event %s is not a state event", ErrRejected, pdu.EventID(), id)
-		}
 		authPDUs = append(authPDUs, p)
+	}
+	// The rules on auth_events (authrules_check.go) first; then the rules
+	// against the auth events and the state (ours, then gomatrixserverlib's
+	// Allowed: allowedList).
+	if err := CheckAuthEvents(pdu, authPDUs, r.Rejected, r.impliedCreate(pdu)); err != nil {
+		return fmt.Errorf("%w: event %s: against its auth events: %w", ErrRejected, pdu.EventID(), err)
 	}
 	if err := r.cache.allowedOnce(pdu, authPDUs); err != nil {
 		return fmt.Errorf("%w: event %s: against its auth events: %v", ErrRejected, pdu.EventID(), err)
@@ -249,9 +249,7 @@ func (rp *replay) run() (ReplayResult, error) {
 			if err := room.Sync(); err != nil {
 				return rp.res, err
 			}
-			rp.res.Resolutions, rp.res.ConflictedKeys = r.Resolutions, r.ConflictedKeys
-			rp.res.AuthDifference, rp.res.FullConflicted = r.AuthDifference, r.FullConflicted
-			rp.res.PDUsParsed = r.EventsLoaded
+			rp.countStats()
 			return rp.res, fmt.Errorf("%w: room %s after %d of %d events", ErrStopped, room.ID(), p, len(order))
 		}
 		r.upTo = int32(p) - 1
@@ -388,11 +386,17 @@ func (rp *replay) run() (ReplayResult, error) {
 	if err := room.Sync(); err != nil {
 		return rp.res, err
 	}
+	rp.countStats()
+	rp.res.ForwardExtremities, rp.res.CurrentState = fwd, cur
+	return rp.res, nil
+}
+
+// countStats copies the resolver's counters into the result.
+func (rp *replay) countStats() {
+	r := rp.r
 	rp.res.Resolutions, rp.res.ConflictedKeys = r.Resolutions, r.ConflictedKeys
 	rp.res.AuthDifference, rp.res.FullConflicted = r.AuthDifference, r.FullConflicted
 	rp.res.PDUsParsed = r.EventsLoaded
-	rp.res.ForwardExtremities, rp.res.CurrentState = fwd, cur
-	return rp.res, nil
 }
 
 // prefetcher parses the PDUs of the events ahead of the replay on another

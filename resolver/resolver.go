@@ -69,8 +69,10 @@ type ResolutionStats struct {
 type Resolver struct {
 	room *roomstate.Room
 	rd   *hamtstore.Reader
-	algo gomatrixserverlib.StateResAlgorithm
-	pdus *lru.Cache[string, gomatrixserverlib.PDU] // parsed state PDUs, bounded
+	// nodes, if set (WriteNodesTo), receives the nodes resolutions write.
+	nodes hamtstore.NodeStore
+	algo  gomatrixserverlib.StateResAlgorithm
+	pdus  *lru.Cache[string, gomatrixserverlib.PDU] // parsed state PDUs, bounded
 	// cur is the last non-state PDU parsed (the event being replayed, usually): a
 	// message is read once, to authorise it, and no auth chain or resolution
 	// reads it again, so non-state PDUs stay out of the LRU, where they pushed
@@ -134,6 +136,24 @@ const pduCacheSize = 20_000
 
 // maxResolveMemo bounds Resolver.memo (an entry is ~50-100 bytes).
 const maxResolveMemo = 1 << 16
+
+// WriteNodesTo makes resolutions write the nodes of the states they compute to
+// ns, and read through it, instead of the room's store: ns must also answer
+// every node of the room, as a hamtstore.Overlay over Room.Nodes does. For
+// resolving over a store opened read-only (the walks of mtxdb stats --reads).
+// Call it before the first resolution.
+func (r *Resolver) WriteNodesTo(ns hamtstore.NodeStore) {
+	r.nodes, r.rd = ns, hamtstore.NewReader(ns)
+}
+
+// nodeStore is where resolutions write their nodes: the room's store unless
+// WriteNodesTo said otherwise.
+func (r *Resolver) nodeStore() hamtstore.NodeStore {
+	if r.nodes != nil {
+		return r.nodes
+	}
+	return r.room.Nodes()
+}
 
 // Reader returns the resolver's HAMT reader (its decoded nodes are shared).
 func (r *Resolver) Reader() *hamtstore.Reader { return r.rd }
@@ -369,7 +389,7 @@ func (r *Resolver) resolve(uniq []hamtstore.NodeID) (hamtstore.NodeID, error) {
 		return hamtstore.NodeID{}, err
 	}
 	// Start from any input state: its unconflicted entries are those of every state.
-	root, err := hamtstore.Apply(r.room.Nodes(), r.rd, uniq[0], changes)
+	root, err := hamtstore.Apply(r.nodeStore(), r.rd, uniq[0], changes)
 	if err != nil {
 		return hamtstore.NodeID{}, fmt.Errorf("resolver: room %s: write resolved state: %w", r.room.ID(), err)
 	}
@@ -607,6 +627,12 @@ func (v *resView) UnconflictedOf(h int32) (int32, bool) { return v.unconflictedO
 
 // SameKeyAncestor implements AuthIndex by jump pointers (graph.sameKeyAncestor).
 func (v *resView) SameKeyAncestor(z, u int32) bool { return v.g.sameKeyAncestor(z, u) }
+
+// SameKeyDepth implements AuthIndex.
+func (v *resView) SameKeyDepth(h int32) int32 { return v.g.link(h).sdepth }
+
+// SameKeyAncestorAt implements AuthIndex (graph.climb).
+func (v *resView) SameKeyAncestorAt(h, d int32) int32 { return v.g.climb(h, d) }
 
 // StateKeyOfHandle implements AuthIndex.
 func (v *resView) StateKeyOfHandle(h int32) (Key, bool) {

@@ -825,13 +825,17 @@ func allowed(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU) error
 	return allowedList(p, list)
 }
 
-// allowedList is allowed for a list of auth events.
+// allowedList is allowed for a list of auth events: this package's rules
+// (CheckRules), then gomatrixserverlib's Allowed.
 func allowedList(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU) (err error) {
 	defer func() {
 		if rec := recover(); rec != nil {
 			err = fmt.Errorf("%w: event %s: gomatrixserverlib panicked: %v", ErrRejected, p.EventID(), rec)
 		}
 	}()
+	if err := checkRulesList(p, list); err != nil {
+		return err // our rules first (authrules_check.go)
+	}
 	ae, err := gomatrixserverlib.NewAuthEvents(list)
 	if err != nil {
 		return err

@@ -56,6 +56,17 @@ type ImportOptions struct {
 	// (with AnyOrder, a backfill reaches the create event last). Empty: such PDUs are
 	// refused with ErrNoCreateEvent.
 	RoomVersion string
+	// KeepGoing: a PDU that is not a valid event, or cannot be stored where it
+	// stands (unknown prev/auth events without AnyOrder, no m.room.create, another
+	// room's auth event, a conflicting copy), is refused, recorded in
+	// ImportResult.Refused with its line and reason, and the import goes on with the
+	// next, as a homeserver drops an invalid PDU (spec, Server-Server API, "Checks
+	// performed on receipt of a PDU", step 1). Without it Import stops at the first.
+	KeepGoing bool
+	// Keys, if set, are the servers' signing keys: every new PDU must carry valid
+	// signatures from the servers that must sign it (KeyRing.checkSignatures), or
+	// it is refused with ErrBadSignature. Without keys signatures are not checked.
+	Keys KeyRing
 }
 
 // ImportResult counts what Import did.
@@ -67,6 +78,9 @@ type ImportResult struct {
 	// reference hash, so the same event: typically one copy is redacted).
 	Variants int
 	Rooms    []string // rooms touched, sorted
+	// Refused lists the PDUs not stored (KeepGoing), in input order, each with its
+	// line (or array element), event ID where it could be read, and reason.
+	Refused []*ImportError
 }
 
 // pendingRoom is a room being written by an import: its head as it will be after the
@@ -98,8 +112,13 @@ type pendingRoom struct {
 // Re-importing an event already stored is a no-op, so an import that failed can be
 // re-run after fixing the input.
 //
-// On bad input Import stops with an *ImportError naming the source, the line and
-// the event; everything before that line is stored and synced, nothing after it is.
+// A PDU that is not a valid event or cannot be placed is an *ImportError naming the
+// source, the line (or array element), the event where it could be read, and the
+// reason (one of the package's sentinel errors; validate.go has the size, field,
+// other-room and signature checks). With opts.KeepGoing it is recorded in
+// ImportResult.Refused and the import goes on with the next PDU; without, Import
+// stops there: everything before that line is stored and synced, nothing after it
+// is. Store and I/O errors always stop it.
 func (s *Store) Import(in io.Reader, source string, opts ImportOptions) (ImportResult, error) {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 1000
@@ -126,6 +145,8 @@ type importer struct {
 	// queued PDUs, parsed on several goroutines (prepare) before one stores
 	// them in order.
 	queued []queuedPDU
+	// stored: the store's rooms, listed when roomOf first needs them
+	stored []*Room
 }
 
 // queuedPDU is one PDU of the input with what prepare learnt of it.
@@ -137,9 +158,12 @@ type queuedPDU struct {
 	header     pduHeader
 	headerErr  error
 	headerRead bool
-	version    gomatrixserverlib.RoomVersion // the version pdu was parsed for ("" when not parsed)
-	pdu        gomatrixserverlib.PDU
-	err        error
+	// sizeErr: the PDU breaks the size or field limits (checked before anything
+	// parses or hashes it)
+	sizeErr error
+	version gomatrixserverlib.RoomVersion // the version pdu was parsed for ("" when not parsed)
+	pdu     gomatrixserverlib.PDU
+	err     error
 }
 
 // parseAhead is how many PDUs are parsed together, spread over the cores.
@@ -163,11 +187,35 @@ func (imp *importer) drain() error {
 	imp.queued = imp.queued[:0:0]
 	imp.prepare(q)
 	for i := range q {
-		if err := imp.one(&q[i]); err != nil {
+		if err := imp.refuse(imp.one(&q[i])); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// refuse records a PDU's refusal and returns nil when the import keeps going
+// past it (ImportOptions.KeepGoing, and err is about that PDU, not the store);
+// otherwise it returns err.
+func (imp *importer) refuse(err error) error {
+	var ie *ImportError
+	if err == nil || !imp.opts.KeepGoing || !errors.As(err, &ie) || !isRefusal(ie.Err) {
+		return err
+	}
+	imp.res.Refused = append(imp.res.Refused, ie)
+	return nil
+}
+
+// isRefusal reports whether err is about the PDU itself (so a homeserver would
+// drop it and go on) rather than the store or the input stream.
+func isRefusal(err error) bool {
+	for _, s := range []error{ErrMalformedPDU, ErrUnknownRoomVersion, ErrEventIDMismatch, ErrMissingPrevEvent,
+		ErrMissingAuthEvent, ErrNoCreateEvent, ErrConflictingEvent, ErrTooLarge, ErrFieldTooLong, ErrOtherRoom, ErrBadSignature} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // prepare parses each queued PDU whose room version is known before any of them
@@ -181,9 +229,15 @@ func (imp *importer) prepare(q []queuedPDU) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < len(q); i += workers {
+				if q[i].sizeErr = checkSize(q[i].raw); q[i].sizeErr != nil {
+					continue
+				}
 				h, err := readHeader(q[i].raw)
 				q[i].header, q[i].headerErr, q[i].headerRead = h, err, true
 				if err != nil {
+					continue
+				}
+				if q[i].sizeErr = checkFieldLimits(h); q[i].sizeErr != nil {
 					continue
 				}
 				var v gomatrixserverlib.RoomVersion
@@ -235,13 +289,16 @@ func (imp *importer) run(in io.Reader) error {
 		for ; dec.More(); n++ {
 			var raw json.RawMessage
 			if err := dec.Decode(&raw); err != nil {
+				// The elements before it are stored; the decoder cannot find
+				// the next element's start, so the rest of the array is lost.
+				if derr := imp.drain(); derr != nil {
+					return derr
+				}
 				if readFailed(err) {
-					if derr := imp.drain(); derr != nil {
-						return derr
-					}
 					return &ImportError{Source: imp.source, Line: n, Element: true, Err: err}
 				}
-				return &ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: %v", ErrMalformedPDU, err)}
+				return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true,
+					Err: fmt.Errorf("%w: %v (the rest of the array cannot be read)", ErrMalformedPDU, err)})
 			}
 			if err := imp.queue(raw, n, true); err != nil {
 				return err
@@ -253,10 +310,10 @@ func (imp *importer) run(in io.Reader) error {
 		// The array must end with "]" and nothing but white space may follow:
 		// a second array or trailing bytes would otherwise be dropped unread.
 		if tok, err := dec.Token(); err != nil || tok != json.Delim(']') {
-			return &ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: the array does not end with ] after element %d (%v)", ErrMalformedPDU, n-1, err)}
+			return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: the array does not end with ] after element %d (%v)", ErrMalformedPDU, n-1, err)})
 		}
 		if _, err := dec.Token(); err != io.EOF {
-			return &ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: data after the closing ] of the array", ErrMalformedPDU)}
+			return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: data after the closing ] of the array", ErrMalformedPDU)})
 		}
 		return nil
 	}
@@ -310,7 +367,16 @@ func (imp *importer) one(q *queuedPDU) error {
 	}
 	h, err := q.header, q.headerErr
 	if !q.headerRead {
-		h, err = readHeader(raw)
+		if q.sizeErr = checkSize(raw); q.sizeErr == nil {
+			if h, err = readHeader(raw); err == nil {
+				q.sizeErr = checkFieldLimits(h)
+			}
+		} else {
+			h, _ = readHeader(raw)
+		}
+	}
+	if q.sizeErr != nil {
+		return fail(imp.refusedEventID(h, raw), q.sizeErr)
 	}
 	if err != nil {
 		return fail("", err)
@@ -368,7 +434,7 @@ func (imp *importer) one(q *queuedPDU) error {
 				known: map[string]uint32{},
 				isNew: true,
 			}
-			pr.room = imp.s.newRoom(CollectionID(roomID), pr.head)
+			pr.room = imp.s.newRoom(CollectionID(roomID), pr.head, nil) // no head stored yet
 			imp.rooms[roomID] = pr
 		}
 	}
@@ -381,6 +447,15 @@ func (imp *importer) one(q *queuedPDU) error {
 		}
 		imp.res.Skipped++
 		return nil
+	}
+	if imp.opts.Keys != nil {
+		verImpl, err := gomatrixserverlib.GetRoomVersion(version)
+		if err != nil {
+			return fail(eventID, err)
+		}
+		if err := imp.opts.Keys.checkSignatures(verImpl, pdu, raw); err != nil {
+			return fail(eventID, err)
+		}
 	}
 	if isCreate {
 		if pr.sawCreate || (pr.head.Events > 0 && !imp.opts.AnyOrder) {
@@ -404,6 +479,9 @@ func (imp *importer) one(q *queuedPDU) error {
 		}
 		for _, a := range pdu.AuthEventIDs() {
 			if _, ok := pr.known[a]; !ok {
+				if other := imp.roomOf(a, roomID); other != "" {
+					return fail(eventID, otherRoomError(version, a, other))
+				}
 				return fail(eventID, fmt.Errorf("%w: %s", ErrMissingAuthEvent, a))
 			}
 		}
@@ -588,13 +666,11 @@ func (imp *importer) flush() error {
 			}
 		}
 		sort.Strings(h.ForwardExtremities)
-		recs = append(recs, packstore.Record{ID: headRecordID, Data: encodeHead(&h)})
-		if err := imp.s.eng.PutMany(pr.room.coll, recs); err != nil {
+		if err := pr.room.putWithHead(recs, h); err != nil {
 			imp.dropBatch()
 			return fmt.Errorf("roomstate: import %s: write room %s: %w", imp.source, id, err)
 		}
 		pr.head = h
-		pr.room.head, pr.room.gen = h, imp.s.publish(pr.room.coll, h)
 		pr.batch, pr.batchID, pr.raw, pr.graph = nil, nil, nil, nil
 	}
 	n := imp.pending

@@ -200,6 +200,22 @@ func FuzzImport(f *testing.F) {
 	f.Add([]byte("[" + lines[0] + "] [" + lines[1] + "]"))
 	f.Add([]byte(`{"type":"m.room.create"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// Keeping going: no error from a memory store, and every PDU read is
+		// imported, skipped or refused (plus at most one refusal of a JSON
+		// array's broken end, which is not a PDU).
+		kg := roomstate.New(packstore.NewMemStorage())
+		kres, err := kg.Import(bytes.NewReader(data), "fuzz", roomstate.ImportOptions{KeepGoing: true})
+		if err != nil {
+			t.Fatalf("KeepGoing import: %v", err)
+		}
+		if n := kres.Imported + kres.Skipped + len(kres.Refused); n < kres.Read || n > kres.Read+1 {
+			t.Fatalf("read %d, imported %d, skipped %d, refused %d", kres.Read, kres.Imported, kres.Skipped, len(kres.Refused))
+		}
+		for _, r := range kres.Refused {
+			if r.Line <= 0 {
+				t.Fatalf("refusal without a line: %v", r)
+			}
+		}
 		st := roomstate.New(packstore.NewMemStorage())
 		res, err := st.Import(bytes.NewReader(data), "fuzz", roomstate.ImportOptions{AnyOrder: true, RoomVersion: "10"})
 		if err != nil && res.Imported == 0 {

@@ -43,6 +43,7 @@ type pduHeader struct {
 	StateKey *string         `json:"state_key"`
 	EventID  string          `json:"event_id"`
 	Content  json.RawMessage `json:"content"`
+	Sender   string          `json:"sender"` // for the field limits (checkFieldLimits)
 }
 
 func readHeader(raw []byte) (pduHeader, error) {

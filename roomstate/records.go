@@ -1,7 +1,6 @@
 package roomstate
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -28,15 +27,7 @@ const (
 	kindGraph = 'G'
 )
 
-func hashID(parts ...[]byte) packstore.ID {
-	h := sha256.New()
-	for _, p := range parts {
-		h.Write(p)
-	}
-	var id packstore.ID
-	copy(id[:], h.Sum(nil))
-	return id
-}
+func hashID(parts ...[]byte) packstore.ID { return packstore.HashID(parts...) }
 
 // CollectionID is the packstore collection of a room: H("mtxdb/room\x00" || room_id).
 func CollectionID(roomID string) packstore.ID {

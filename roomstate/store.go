@@ -29,6 +29,7 @@ type Store struct {
 type headGen struct {
 	gen  uint64
 	head Head
+	raw  []byte // the head record's bytes (Room.headRaw)
 }
 
 // New returns a Store over eng. The Store does not own eng: closing eng is the
@@ -38,12 +39,12 @@ func New(eng packstore.StorageEngine) *Store {
 }
 
 // publish records h as room coll's newest head, after it was written to the engine.
-func (s *Store) publish(coll packstore.ID, h Head) uint64 {
+func (s *Store) publish(coll packstore.ID, h Head, raw []byte) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.heads[coll]
 	e.gen++
-	e.head = h
+	e.head, e.raw = h, raw
 	s.heads[coll] = e
 	return e.gen
 }
@@ -56,8 +57,8 @@ func (s *Store) generation(coll packstore.ID) uint64 {
 }
 
 // newRoom returns a Room over a head just read from the engine.
-func (s *Store) newRoom(coll packstore.ID, h Head) *Room {
-	return &Room{s: s, coll: coll, head: h, gen: s.generation(coll)}
+func (s *Store) newRoom(coll packstore.ID, h Head, raw []byte) *Room {
+	return &Room{s: s, coll: coll, head: h, headRaw: raw, gen: s.generation(coll)}
 }
 
 // Engine returns the underlying storage engine.
@@ -66,7 +67,18 @@ func (s *Store) Engine() packstore.StorageEngine { return s.eng }
 // Rooms returns every room that has a head record, sorted by room ID.
 func (s *Store) Rooms() ([]*Room, error) {
 	var rooms []*Room
-	for _, coll := range s.eng.Collections() {
+	colls := s.eng.Collections()
+	if l, ok := s.eng.(interface {
+		ListCollections() ([]packstore.ID, error)
+	}); ok {
+		// An engine whose listing can fail (pgstore) says so here rather than
+		// returning no rooms.
+		var err error
+		if colls, err = l.ListCollections(); err != nil {
+			return nil, fmt.Errorf("roomstate: list rooms: %w", err)
+		}
+	}
+	for _, coll := range colls {
 		b, err := getKind(s.eng, coll, headRecordID, ReadOther)
 		if errors.Is(err, packstore.ErrNotFound) {
 			continue // not a room collection
@@ -78,7 +90,7 @@ func (s *Store) Rooms() ([]*Room, error) {
 		if err != nil {
 			return nil, fmt.Errorf("room collection %s: %w", coll, err)
 		}
-		rooms = append(rooms, s.newRoom(coll, h))
+		rooms = append(rooms, s.newRoom(coll, h, b))
 	}
 	sort.Slice(rooms, func(i, j int) bool { return rooms[i].head.RoomID < rooms[j].head.RoomID })
 	return rooms, nil
@@ -101,7 +113,7 @@ func (s *Store) Room(roomID string) (*Room, error) {
 	if h.RoomID != roomID {
 		return nil, fmt.Errorf("%w: head of collection for %s names room %s", ErrCorruptRecord, roomID, h.RoomID)
 	}
-	return s.newRoom(coll, h), nil
+	return s.newRoom(coll, h, b), nil
 }
 
 // Room is one room's view of the store. A Room caches its head and follows the
@@ -114,7 +126,11 @@ type Room struct {
 	s    *Store
 	coll packstore.ID
 	head Head
-	gen  uint64 // the Store's head generation r.head is from
+	// headRaw is the head record as last read or written (nil: not stored
+	// yet): on engines several processes write (packstore.ConditionalPutter),
+	// the next head write succeeds only if the stored head still is this.
+	headRaw []byte
+	gen     uint64 // the Store's head generation r.head is from
 }
 
 // refresh takes the room's newest head written through the Store, if it is newer
@@ -123,7 +139,7 @@ func (r *Room) refresh() {
 	r.s.mu.Lock()
 	defer r.s.mu.Unlock()
 	if e, ok := r.s.heads[r.coll]; ok && e.gen != r.gen {
-		r.head, r.gen = e.head, e.gen
+		r.head, r.headRaw, r.gen = e.head, e.raw, e.gen
 	}
 }
 
@@ -152,10 +168,34 @@ func (r *Room) SetHead(h Head) error {
 		return fmt.Errorf("roomstate: SetHead for %s names room %s", r.head.RoomID, h.RoomID)
 	}
 	sort.Strings(h.ForwardExtremities)
-	if err := r.s.eng.Put(r.coll, headRecordID, encodeHead(&h)); err != nil {
+	if err := r.putWithHead(nil, h); err != nil {
 		return fmt.Errorf("roomstate: room %s: write head: %w", r.head.RoomID, err)
 	}
-	r.head, r.gen = h, r.s.publish(r.coll, h)
+	return nil
+}
+
+// putWithHead writes recs and then the head h as one batch and caches h. On an
+// engine several processes write, the batch is conditional on the stored head
+// being the one this Room last read or wrote: if another writer changed it,
+// nothing is written and the error wraps packstore.ErrConflict (open the room
+// again and redo the work).
+func (r *Room) putWithHead(recs []packstore.Record, h Head) error {
+	raw := encodeHead(&h)
+	recs = append(recs, packstore.Record{ID: headRecordID, Data: raw})
+	var err error
+	if cp, ok := r.s.eng.(packstore.ConditionalPutter); ok {
+		err = cp.PutManyIf(r.coll, recs, headRecordID, r.headRaw)
+		if errors.Is(err, packstore.ErrConflict) {
+			err = fmt.Errorf("the room head changed since this process read it (another process writes this room; rerun to continue from what it stored): %w", err)
+		}
+	} else {
+		err = r.s.eng.PutMany(r.coll, recs)
+	}
+	if err != nil {
+		return err
+	}
+	r.head, r.headRaw = h, raw
+	r.gen = r.s.publish(r.coll, h, raw)
 	return nil
 }
 

@@ -19,23 +19,47 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/pgstore"
 	"github.com/mtxdb/mtxdb/repackplan"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
-// openStore opens a store directory; only import and demo may create one.
-func openStore(dir string, create bool) (*packstore.PackfileStorage, *roomstate.Store, error) {
+// storeHelp describes --store.
+const storeHelp = "store directory, or a postgres:// URL (a PostgreSQL database shared by several processes)"
+
+// storeEngine is what the commands use of a store, whichever engine holds it:
+// a packfile directory (packstore) or a PostgreSQL database (pgstore: --store
+// postgres://...).
+type storeEngine interface {
+	packstore.StorageEngine
+	Repack(packstore.RepackPlan) (packstore.RepackStats, error)
+}
+
+// openStore opens a store directory or database; only import and demo may
+// create one.
+func openStore(dir string, create bool) (storeEngine, *roomstate.Store, error) {
 	return openStoreMode(dir, create, false)
 }
 
 // openStoreMode is openStore, read-only (packstore.Options.ReadOnly: no
-// truncation, no writes, a shared lock) for the commands that only read:
-// verify, stats, state.
-func openStoreMode(dir string, create, readOnly bool) (*packstore.PackfileStorage, *roomstate.Store, error) {
+// truncation, no writes, a shared lock; pgstore.Options.ReadOnly: no schema
+// created, read-only sessions) for the commands that only read: verify,
+// stats, state. Every command opens its store here.
+func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.Store, error) {
 	if dir == "" {
 		return nil, nil, fmt.Errorf("--store is required")
+	}
+	if pgstore.IsURL(dir) {
+		eng, err := pgstore.Open(pgstore.Options{URL: dir, NoCreate: !create, ReadOnly: readOnly})
+		if errors.Is(err, pgstore.ErrNoSchema) {
+			return nil, nil, fmt.Errorf("%w: no mtxdb store in that database (mtxdb import creates it)", err)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return eng, roomstate.New(eng), nil
 	}
 	if !create {
 		if fi, err := os.Stat(dir); err != nil {
@@ -63,8 +87,14 @@ func openStoreMode(dir string, create, readOnly bool) (*packstore.PackfileStorag
 	}
 	r := eng.OpenReport()
 	if r.CheckpointErr != nil || r.DeltaErr != nil {
-		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: index files not used (%v; %v), index rebuilt from %s\n",
-			dir, r.CheckpointErr, r.DeltaErr, r.Source)
+		var why []string
+		for _, e := range []error{r.CheckpointErr, r.DeltaErr} {
+			if e != nil {
+				why = append(why, e.Error())
+			}
+		}
+		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: index files not used (%s), index rebuilt from %s\n",
+			dir, strings.Join(why, "; "), r.Source)
 	}
 	for _, w := range r.Warnings {
 		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s\n", w)
@@ -82,6 +112,19 @@ func openStoreMode(dir string, create, readOnly bool) (*packstore.PackfileStorag
 			dir, r.TruncatedBytes, r.TruncatedFile, r.TruncatedAt, r.Source)
 	}
 	return eng, roomstate.New(eng), nil
+}
+
+// storeStats is the engine's Stats; for a PostgreSQL store DiskBytes is the
+// records table's size with its indexes (pgstore.Stats.TableBytes) and Shards 0.
+func storeStats(eng storeEngine) (packstore.Stats, error) {
+	switch e := eng.(type) {
+	case *packstore.PackfileStorage:
+		return e.Stats(), nil
+	case *pgstore.Store:
+		st, err := e.Stats()
+		return packstore.Stats{DiskBytes: st.TableBytes, Collections: st.Collections, LiveRecords: int(st.LiveRecords), LiveBytes: st.LiveBytes}, err
+	}
+	return packstore.Stats{}, fmt.Errorf("no stats for a %T store", eng)
 }
 
 // looksLikeStore reports whether dir holds a packstore's files: shard files or
@@ -122,12 +165,12 @@ type corruptError struct{ error }
 func (c corruptError) Unwrap() error { return c.error }
 
 func importCmd() *cobra.Command {
-	var store, roomVersion string
+	var store, roomVersion, keysFile string
 	var rf repackFlags
 	var batch int
-	var anyOrder, repack, asJSON bool
+	var anyOrder, repack, asJSON, strict bool
 	c := &cobra.Command{
-		Use:   "import --store DIR [--any-order [--room-version V]] [--repack [--plan KIND] [--liveness all|every-k [--every K]]] PATH...",
+		Use:   "import --store DIR [--strict] [--keys FILE] [--any-order [--room-version V]] [--repack [--plan KIND] [--liveness all|every-k [--every K]]] PATH...",
 		Short: "Import PDUs (JSON lines or a JSON array; room directories with events.jsonl, or directories of them)",
 		Long: `Import reads PDUs and stores each new one with its prev/auth edges. A PATH is a
 file of PDUs, a room directory (its events.jsonl), or a directory of room
@@ -135,9 +178,16 @@ directories (each room's events.jsonl, by name; testrooms/real, gen --rooms). An
 empty or blank file is skipped with a warning; if every input is, nothing is
 written and the exit status is 1. Every PDU's
 prev_events and auth_events must be in the store or earlier in the input; a room's
-first PDU must be its m.room.create. Events already stored are skipped, so a failed
-import can be re-run. On bad input it stops with the file, line and event; what came
-before that line is kept and synced. With --any-order, PDUs may come before their
+first PDU must be its m.room.create. Events already stored are skipped, so an import
+can be re-run. A PDU that is not a valid event (over 65,536 bytes, a field over 255
+bytes, malformed JSON, a bad event ID, an unknown room version) or cannot be placed
+(unknown prev/auth events, no m.room.create yet, an auth event of another room) is
+refused: a "refused FILE line N (event ID): reason" line, and the import goes on with
+the next PDU, as a homeserver drops an invalid PDU. The summary counts refused=N; the
+exit status is 0 unless --strict is given, then 2 when anything was refused. --keys
+FILE (servers' public keys: {"server": {"ed25519:ID": "base64"}}; mtxdb gen --keys
+writes one) also refuses PDUs without valid signatures from the sender's server (v1-2:
+and the event_id's server; restricted joins: the authorising user's server). With --any-order, PDUs may come before their
 prev/auth events (a backfill, newest first): replay then sorts them and leaves out as
 outliers events whose ancestors never arrive; --room-version names the version of a
 room whose m.room.create comes later. --repack replays and repacks the rooms just
@@ -147,7 +197,7 @@ Ctrl-C (SIGINT) or SIGTERM stops at the next read: what was imported is synced,
 the command says where it stopped and exits 130 (143); run the same import again
 to continue. A second signal stops at once.`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) (rerr error) {
 			if batch <= 0 {
 				return fmt.Errorf("--batch must be positive, not %d", batch)
 			}
@@ -168,6 +218,12 @@ to continue. A second signal stops at once.`,
 			if paths, err = dropBlank(paths, cmd.ErrOrStderr()); err != nil {
 				return err
 			}
+			var keys roomstate.KeyRing
+			if keysFile != "" {
+				if keys, err = roomstate.LoadKeyRing(keysFile); err != nil {
+					return err
+				}
+			}
 			eng, st, err := openStore(store, true)
 			if err != nil {
 				return err
@@ -175,12 +231,27 @@ to continue. A second signal stops at once.`,
 			defer eng.Close()
 			out := cmd.OutOrStdout()
 			touched := map[string]bool{}
+			refused := 0
+			defer func() {
+				if strict && refused > 0 && rerr == nil {
+					printLine(out, asJSON, "strict", kv{"refused", refused}, kv{"exit", 2})
+					rerr = exitError(2)
+				}
+			}()
 			var all roomstate.ImportResult // over every input
 			stop := catchInterrupts("import", nil)
 			defer stop()
 			for n, path := range paths {
-				res, err := importFile(st, path, roomstate.ImportOptions{BatchSize: batch, AnyOrder: anyOrder, RoomVersion: roomVersion}, out)
-				f := []kv{{"read", res.Read}, {"imported", res.Imported}, {"skipped", res.Skipped}, {"variants", res.Variants}, {"rooms", len(res.Rooms)}}
+				res, err := importFile(st, path, roomstate.ImportOptions{BatchSize: batch, AnyOrder: anyOrder, RoomVersion: roomVersion, KeepGoing: true, Keys: keys}, out)
+				for _, r := range res.Refused {
+					if asJSON {
+						printLine(out, true, "refused", kv{"file", path}, kv{"line", r.Line}, kv{"element", r.Element}, kv{"event_id", r.EventID}, kv{"reason", r.Err.Error()})
+					} else {
+						fmt.Fprintf(out, "refused %s\n", r)
+					}
+				}
+				refused += len(res.Refused)
+				f := []kv{{"read", res.Read}, {"imported", res.Imported}, {"skipped", res.Skipped}, {"variants", res.Variants}, {"refused", len(res.Refused)}, {"rooms", len(res.Rooms)}}
 				if asJSON {
 					printLine(out, true, "import", append([]kv{{"file", path}}, f...)...)
 				} else {
@@ -208,7 +279,7 @@ to continue. A second signal stops at once.`,
 				if asJSON {
 					what = "import_total"
 				}
-				printLine(out, asJSON, what, kv{"files", len(paths)}, kv{"read", all.Read}, kv{"imported", all.Imported}, kv{"skipped", all.Skipped}, kv{"variants", all.Variants}, kv{"rooms", len(touched)})
+				printLine(out, asJSON, what, kv{"files", len(paths)}, kv{"read", all.Read}, kv{"imported", all.Imported}, kv{"skipped", all.Skipped}, kv{"variants", all.Variants}, kv{"refused", refused}, kv{"rooms", len(touched)})
 			}
 			if !repack {
 				return nil
@@ -224,7 +295,7 @@ to continue. A second signal stops at once.`,
 			}
 			tot, err := replayRooms(rooms, false, out, nil)
 			if errors.Is(err, resolver.ErrStopped) {
-				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import --repack: interrupted while replaying: the imported events are stored and synced, and the states computed so far; run mtxdb replay --store %s to finish the replay, then mtxdb repack\n", store)
+				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import --repack: interrupted while replaying: the imported events are stored and synced, and the states computed so far; run mtxdb replay --store %s to finish the replay, then mtxdb repack\n", pgstore.Redacted(store))
 				return interruptExit()
 			}
 			if err != nil {
@@ -237,9 +308,11 @@ to continue. A second signal stops at once.`,
 			return err
 		},
 	}
-	c.Flags().StringVar(&store, "store", "", "store directory (created if missing)")
+	c.Flags().StringVar(&store, "store", "", storeHelp+" (created if missing)")
 	c.Flags().IntVar(&batch, "batch", 1000, "events written and synced per batch")
 	c.Flags().BoolVar(&anyOrder, "any-order", false, "accept PDUs before their prev/auth events (backfill order)")
+	c.Flags().StringVar(&keysFile, "keys", "", "servers' public signing keys (JSON); without it signatures are not checked")
+	c.Flags().BoolVar(&strict, "strict", false, "exit with status 2 when any PDU was refused (they are refused and reported either way)")
 	c.Flags().BoolVar(&repack, "repack", false, "after importing, replay the rooms imported and repack them (an exported room)")
 	rf.register(c, "plan kind for --repack: "+planKinds())
 	c.Flags().StringVar(&roomVersion, "room-version", "", "room version of rooms whose m.room.create is not first (with --any-order)")
@@ -293,7 +366,7 @@ func sortedSet(m map[string]bool) []string {
 }
 
 // openRooms opens an existing store and selects every room, or the one named.
-func openRooms(store, roomID string, readOnly bool) (*packstore.PackfileStorage, []*roomstate.Room, error) {
+func openRooms(store, roomID string, readOnly bool) (storeEngine, []*roomstate.Room, error) {
 	eng, st, err := openStoreMode(store, false, readOnly)
 	if err != nil {
 		return nil, nil, err
@@ -362,23 +435,13 @@ are synced, the command prints its summary and how to continue, and exits 130
 				kv{"conflicted_keys", tot.ConflictedKeys}, kv{"auth_difference", tot.AuthDifference}, kv{"pdus_parsed", tot.PDUsParsed},
 				kv{"resolution_p50_us", p50.Microseconds()}, kv{"resolution_p99_us", p99.Microseconds()})
 			if stopped {
-				again := "mtxdb replay --store " + store
-				if room != "" {
-					again += " --room " + room
-				}
-				how := "run " + again + " to continue: it computes only the events without a state record"
-				if force {
-					// A forced replay rewrites records and clears the every-k rule at
-					// its end: a plain replay would keep the rule.
-					how = "run " + again + " --force again to recompute every event (it starts over)"
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: replay: interrupted (%v): the state records of the %d events computed are stored and synced; %s\n", err, tot.Computed, how)
+				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: replay: interrupted (%v): the state records of the %d events computed are stored and synced; %s\n", err, tot.Computed, replayResumeHint(store, room, force))
 				return interruptExit()
 			}
 			return nil
 		},
 	}
-	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().StringVar(&store, "store", "", storeHelp)
 	c.Flags().StringVar(&room, "room", "", "replay only this room ID")
 	c.Flags().BoolVar(&force, "force", false, "recompute every event, not only those without a state record")
 	jsonFlag(c, &asJSON)
@@ -437,9 +500,9 @@ func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]ti
 func verifyCmd() *cobra.Command {
 	var store, room string
 	var expected []string
-	var asJSON bool
+	var asJSON, listRejected bool
 	c := &cobra.Command{
-		Use:   "verify --store DIR [--room ROOM_ID] [--expected DIR]...",
+		Use:   "verify --store DIR [--room ROOM_ID] [--expected DIR]... [--rejected]",
 		Short: "Check every record and snapshot; compare with recorded state",
 		Long: `Verify reads every record of each room: PDUs, metadata, state records, every
 distinct snapshot (node hashes, canonical CHAMP shape, entries naming state events of
@@ -448,7 +511,9 @@ of such rooms) it also compares the state after every event and the current stat
 what the origin server recorded, printing each mismatch with room, event, key, ours,
 recorded. Events whose state an every-k repack dropped (mtxdb repack --liveness
 every-k) are counted as state_not_kept and not compared. A recorded room directory
-needs meta.json naming its room_id.
+needs meta.json naming its room_id. The summary counts the events replay rejected;
+--rejected prints each as "rejected room=… event=…: reason", the reason naming the
+authorization rule.
 
 A room not replayed to its end (only imported, a replay interrupted, events imported
 since) has its existing state records checked, and its events without one are
@@ -487,7 +552,13 @@ otherwise.`,
 			if err != nil {
 				return err
 			}
-			if r := eng.OpenReport(); r.TruncatedBytes > 0 {
+			if listRejected {
+				if err := printRejected(rooms, cmd.OutOrStdout()); err != nil {
+					return err
+				}
+			}
+			if pf, ok := eng.(*packstore.PackfileStorage); ok && pf.OpenReport().TruncatedBytes > 0 {
+				r := pf.OpenReport()
 				// A bad tail (opened read-only, it stays on disk): after a crash
 				// that is unsynced data, but verify cannot tell it from lost data
 				// (README, Known limits).
@@ -497,16 +568,17 @@ otherwise.`,
 			}
 			printLine(out, asJSON, "verify", kv{"rooms", len(rooms)}, kv{"events", v.events}, kv{"unchecked_events", v.unchecked}, kv{"unreplayed", v.unreplayed},
 				kv{"snapshots", v.snapshots}, kv{"state_not_kept", v.notKept}, kv{"compared_events", v.compared}, kv{"compared_room_dirs", v.comparedRooms},
-				kv{"mismatches", v.mismatches}, kv{"problems", v.problems})
+				kv{"mismatches", v.mismatches}, kv{"problems", v.problems}, kv{"rejected", v.rejected})
 			if v.mismatches > 0 || v.problems > 0 {
 				return exitError(2)
 			}
 			return nil
 		},
 	}
-	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().StringVar(&store, "store", "", storeHelp)
 	c.Flags().StringVar(&room, "room", "", "verify only this room ID")
 	c.Flags().StringArrayVar(&expected, "expected", nil, "room directory, or directory of rooms, with recorded state")
+	c.Flags().BoolVar(&listRejected, "rejected", false, "print each rejected event with the reason replay recorded (the authorization rule)")
 	jsonFlag(c, &asJSON)
 	return c
 }
@@ -563,6 +635,8 @@ type verifyTotals struct {
 	events, snapshots, compared, comparedRooms, mismatches, problems int
 	// notKept: events whose state an every-k repack dropped (not compared, not a problem).
 	notKept int
+	// rejected: events replay rejected (their reasons: verify --rejected).
+	rejected int
 	// unreplayed: events without a state record in rooms not replayed to their end.
 	unreplayed int
 	// unchecked: events of rooms whose check failed (not in events).
@@ -615,6 +689,7 @@ func verifyRoomsTo(rooms []*roomstate.Room, exps map[string][]*testrooms.Expecte
 		v.events += cr.Events
 		v.snapshots += cr.Snapshots
 		v.notKept += cr.NotKept
+		v.rejected += cr.Rejected
 		v.unreplayed += cr.Unreplayed
 		if cr.Unreplayed > 0 {
 			bar.clear()
@@ -754,7 +829,7 @@ garbage the next repack reclaims). Exit status 130 (143).`,
 			return err
 		},
 	}
-	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().StringVar(&store, "store", "", storeHelp)
 	c.Flags().StringVar(&room, "room", "", "repack only this room ID")
 	rf.register(c, "plan kind: "+planKinds())
 	jsonFlag(c, &asJSON)
@@ -846,7 +921,7 @@ func planRooms(rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) 
 }
 
 // repackRooms plans every room and repacks them through one output stream.
-func repackRooms(eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackStats, error) {
+func repackRooms(eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackStats, error) {
 	plan, _, err := planRooms(rooms, opts, out)
 	if err != nil {
 		return packstore.RepackStats{}, err
@@ -860,15 +935,16 @@ func repackRooms(eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts r
 // (records no plan kept, of which state records the liveness policy dropped; dead
 // frames of superseded or deleted records go with the retired shards), shards
 // retired and the bytes returned.
-func repackSummary(out io.Writer, eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
+func repackSummary(out io.Writer, eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
 	return repackSummaryTo(out, false, eng, rooms, opts)
 }
 
 // repackWithProgress runs eng.Repack with a bar over the rooms copied (when out is
 // a terminal), polled from the engine.
-func repackWithProgress(eng *packstore.PackfileStorage, plan packstore.RepackPlan, out io.Writer) (packstore.RepackStats, error) {
+func repackWithProgress(eng storeEngine, plan packstore.RepackPlan, out io.Writer) (packstore.RepackStats, error) {
+	pf, isPack := eng.(*packstore.PackfileStorage)
 	bar := newProgress(out, int64(len(plan.Collections)), "repack", false)
-	if bar == nil {
+	if bar == nil || !isPack {
 		return eng.Repack(plan)
 	}
 	done := make(chan struct{})
@@ -882,7 +958,7 @@ func repackWithProgress(eng *packstore.PackfileStorage, plan packstore.RepackPla
 			case <-done:
 				return
 			case <-t.C:
-				if i := eng.RepackProgress(); i >= 0 {
+				if i := pf.RepackProgress(); i >= 0 {
 					bar.set(int64(i))
 				}
 			}
@@ -904,28 +980,34 @@ func repackInterrupted(store string) func() string {
 	return func() string {
 		switch repackPhase.Load() {
 		case "copying":
-			return "stopped during the copy: the store stays consistent (rooms whose copy was not finished keep their old layout; some may already be repacked; the copies written so far are garbage the next repack reclaims, and the next command may warn that it cut their unsynced tail); run mtxdb repack --store " + store + " again"
+			return "stopped during the copy: the store stays consistent (rooms whose copy was not finished keep their old layout; some may already be repacked; the copies written so far are garbage the next repack reclaims, and the next command may warn that it cut their unsynced tail); run mtxdb repack --store " + pgstore.Redacted(store) + " again"
 		default:
-			return "stopped while planning: nothing was repacked (an every-k plan may have recorded its keep rule in room heads, which the next repack applies); run mtxdb repack --store " + store + " again"
+			return "stopped while planning: nothing was repacked (an every-k plan may have recorded its keep rule in room heads, which the next repack applies); run mtxdb repack --store " + pgstore.Redacted(store) + " again"
 		}
 	}
 }
 
 // repackSummaryTo is repackSummary, with JSON lines if asJSON.
-func repackSummaryTo(out io.Writer, asJSON bool, eng *packstore.PackfileStorage, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
+func repackSummaryTo(out io.Writer, asJSON bool, eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
 	repackPhase.Store("planning")
 	plan, ps, err := planRooms(rooms, opts, out)
 	if err != nil {
 		return packstore.RepackStats{}, err
 	}
-	before := eng.Stats()
+	before, err := storeStats(eng)
+	if err != nil {
+		return packstore.RepackStats{}, err
+	}
 	repackPhase.Store("copying")
 	testStall("repack-copy")
 	rs, err := repackWithProgress(eng, plan, out)
 	if err != nil {
 		return rs, err
 	}
-	after := eng.Stats()
+	after, err := storeStats(eng)
+	if err != nil {
+		return rs, err
+	}
 	liveness := string(opts.Liveness)
 	if liveness == "" {
 		liveness = string(repackplan.AllSnapshots)
@@ -976,7 +1058,10 @@ this process's: another process's reads cannot be seen.`,
 				return err
 			}
 			defer eng.Close()
-			s := eng.Stats()
+			s, err := storeStats(eng)
+			if err != nil {
+				return err
+			}
 			rooms, err := st.Rooms()
 			if err != nil {
 				return err
@@ -1000,7 +1085,7 @@ this process's: another process's reads cannot be seen.`,
 					if asJSON {
 						printLine(out, true, "more_rooms", kv{"rooms", len(rooms) - 10})
 					} else {
-						fmt.Fprintf(out, "... %d more rooms (mtxdb rooms --store %s lists them all)\n", len(rooms)-10, store)
+						fmt.Fprintf(out, "... %d more rooms (mtxdb rooms --store %s lists them all)\n", len(rooms)-10, pgstore.Redacted(store))
 					}
 					break
 				}
@@ -1015,7 +1100,7 @@ this process's: another process's reads cannot be seen.`,
 			return nil
 		},
 	}
-	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().StringVar(&store, "store", "", storeHelp)
 	c.Flags().BoolVar(&reads, "reads", false, "run the server walks and print their read budget by kind")
 	c.Flags().StringVar(&room, "room", "", "with --reads: only this room ID")
 	c.Flags().StringVar(&walks, "walks", "all", "with --reads: comma-separated walks ("+fmt.Sprint(repackplan.WalkKinds)+")")
@@ -1031,6 +1116,9 @@ func statsReads(out io.Writer, asJSON bool, store, roomID, walkList string, limi
 	ws, err := parseWalks(walkList)
 	if err != nil {
 		return err
+	}
+	if pgstore.IsURL(store) {
+		return fmt.Errorf("stats --reads counts packfile reads (pages, seeks); a PostgreSQL store has none to count")
 	}
 	eng, st, err := openStoreMode(store, false, true)
 	if err != nil {
@@ -1089,4 +1177,19 @@ func statsReads(out io.Writer, asJSON bool, store, roomID, walkList string, limi
 // countersJSON names read counters as the text lines do.
 func countersJSON(c packstore.ReadCounters) map[string]int64 {
 	return map[string]int64{"reads": c.Reads, "bytes": c.Bytes, "pages": c.Pages, "seeks": c.Seeks, "cache_hits": c.CacheHits}
+}
+
+// replayResumeHint says how to continue an interrupted replay, with a
+// postgres:// store's password masked.
+func replayResumeHint(store, room string, force bool) string {
+	again := "mtxdb replay --store " + pgstore.Redacted(store)
+	if room != "" {
+		again += " --room " + room
+	}
+	if force {
+		// A forced replay rewrites records and clears the every-k rule at its
+		// end: a plain replay would keep the rule.
+		return "run " + again + " --force again to recompute every event (it starts over)"
+	}
+	return "run " + again + " to continue: it computes only the events without a state record"
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mtxdb/mtxdb/pgstore"
 	"github.com/mtxdb/mtxdb/repackplan"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
@@ -42,7 +43,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 			// On Ctrl-C, say what is left: a temporary store is removed.
 			defer catchInterrupts("demo", func() string {
 				if scratch == "" {
-					return "stopped; the store is left in " + store
+					return "stopped; the store is left in " + pgstore.Redacted(store)
 				}
 				os.RemoveAll(scratch)
 				return "stopped; its temporary store was removed"
@@ -78,7 +79,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "demo: imported room_dirs=%d rooms=%d events=%d into %s\n", dirs, len(rooms), imported, store)
+			fmt.Fprintf(out, "demo: imported room_dirs=%d rooms=%d events=%d into %s\n", dirs, len(rooms), imported, pgstore.Redacted(store))
 			testStall("demo-imported")
 
 			// 2. Replay.
@@ -97,7 +98,10 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 			fmt.Fprintf(out, "demo: verified before repack: compared_events=%d mismatches=%d\n", v1.compared, v1.mismatches)
 
 			// 4. Repack every room through one output stream.
-			before := eng.Stats()
+			before, err := storeStats(eng)
+			if err != nil {
+				return err
+			}
 			rs, err := repackRooms(eng, rooms, repackplan.Options{Kind: repackplan.ReverseTopological}, out)
 			if err != nil {
 				return err
@@ -115,7 +119,10 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 				return fmt.Errorf("demo: reopen after repack: %w", err)
 			}
 			eng = eng2
-			after := eng2.Stats()
+			after, err := storeStats(eng2)
+			if err != nil {
+				return err
+			}
 			rooms2, err := st2.Rooms()
 			if err != nil {
 				return err
@@ -137,7 +144,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 		},
 	}
 	c.Flags().StringVar(&roomsDir, "rooms", "testrooms/real", "directory of room directories (events.jsonl, expected_state.jsonl)")
-	c.Flags().StringVar(&store, "store", "", "store directory (default: a new temporary directory, removed afterwards)")
+	c.Flags().StringVar(&store, "store", "", storeHelp+" (default: a new temporary directory, removed afterwards)")
 	c.Flags().BoolVar(&keep, "keep", false, "keep the temporary store")
 	return c
 }

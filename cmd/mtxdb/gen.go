@@ -18,7 +18,7 @@ import (
 
 func genCmd() *cobra.Command {
 	opts := gen.DefaultOptions()
-	var out string
+	var out, keysOut string
 	var rooms int
 	c := &cobra.Command{
 		Use:   "gen --out DIR [--seed N --events N --servers N --room-version V ...]",
@@ -83,6 +83,13 @@ and events_backfill.jsonl (the PDUs in that order, for import --any-order
 				fmt.Fprintf(os.Stderr, "mtxdb: gen: %v: stopped, nothing written to %s\n", sig, out)
 				os.Exit(128 + int(sig.(syscall.Signal)))
 			}()
+			if keysOut != "" {
+				// The servers' public keys, for import --keys (written first: it
+				// does not depend on the rooms).
+				if err := os.WriteFile(keysOut, gen.KeyRing(opts).Encode(), 0o644); err != nil {
+					return fmt.Errorf("gen: --keys: %w", err)
+				}
+			}
 			start := time.Now()
 			// The generator allocates much short-lived JSON and keeps every event:
 			// collect less often (about 1 GB at 100k events).
@@ -117,6 +124,7 @@ and events_backfill.jsonl (the PDUs in that order, for import --any-order
 	}
 	f := c.Flags()
 	f.StringVar(&out, "out", "", "output directory")
+	f.StringVar(&keysOut, "keys", "", "also write the servers' public signing keys to this file (for import --keys)")
 	f.IntVar(&rooms, "rooms", 1, "number of rooms (multi-room mode when > 1)")
 	f.Uint64Var(&opts.Seed, "seed", opts.Seed, "seed")
 	f.IntVar(&opts.Events, "events", opts.Events, "events per room")

@@ -59,6 +59,23 @@ func TestCLIMainJob(t *testing.T) {
 	if _, err := os.Stat(store); err == nil {
 		t.Fatal("replay created the missing store")
 	}
+	mainJob(t, store)
+	// An --expected directory with no rooms in it is a usage error, not a pass.
+	if out, code := run(t, "verify", "--store", store, "--expected", t.TempDir()); code != 1 || !strings.Contains(out, "holds no room directory") {
+		t.Errorf("verify against an empty directory: exit %d\n%s", code, out)
+	}
+	// A recorded room the store lacks is a problem, not a silent pass.
+	out, code := run(t, "verify", "--store", store, "--expected", room("room001"))
+	if code != 2 || !strings.Contains(out, "not in the store") {
+		t.Errorf("verify against a room not in the store: exit %d\n%s", code, out)
+	}
+}
+
+// mainJob runs import, replay, verify, repack, verify, stats and state on room003
+// in store (a directory or a postgres:// URL), then a replay that must find
+// nothing to do.
+func mainJob(t *testing.T, store string) {
+	t.Helper()
 	for _, step := range [][]string{
 		{"import", "--store", store, room("room003")},
 		{"replay", "--store", store},
@@ -68,7 +85,7 @@ func TestCLIMainJob(t *testing.T) {
 		{"stats", "--store", store},
 	} {
 		if out, code := run(t, step...); code != 0 {
-			t.Fatalf("%v: exit %d\n%s", step, code, out)
+			t.Fatalf("%v: exit %d\n%s", step[0], code, out)
 		}
 	}
 	out, code := run(t, "state", "--store", store, "--room", "!FymyxFJPGCZLfPcMwA:server1.test")
@@ -78,15 +95,6 @@ func TestCLIMainJob(t *testing.T) {
 	out, _ = run(t, "replay", "--store", store)
 	if !strings.Contains(out, "computed=0") {
 		t.Errorf("second replay recomputed: %s", out)
-	}
-	// An --expected directory with no rooms in it is a usage error, not a pass.
-	if out, code := run(t, "verify", "--store", store, "--expected", t.TempDir()); code != 1 || !strings.Contains(out, "holds no room directory") {
-		t.Errorf("verify against an empty directory: exit %d\n%s", code, out)
-	}
-	// A recorded room the store lacks is a problem, not a silent pass.
-	out, code = run(t, "verify", "--store", store, "--expected", room("room001"))
-	if code != 2 || !strings.Contains(out, "not in the store") {
-		t.Errorf("verify against a room not in the store: exit %d\n%s", code, out)
 	}
 }
 
@@ -167,8 +175,8 @@ func TestCLIEveryK(t *testing.T) {
 	}
 }
 
-// TestCLIImportErrors: a bad line names file, line and event and exits 1; the good
-// lines before it stay imported.
+// TestCLIImportErrors: a bad line is refused with file and line, the import goes on
+// with the lines after it (exit 0; 2 with --strict, which still imports the rest).
 func TestCLIImportErrors(t *testing.T) {
 	dir := t.TempDir()
 	b, err := os.ReadFile(filepath.Join(room("room002"), "events.jsonl"))
@@ -182,13 +190,33 @@ func TestCLIImportErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := filepath.Join(dir, "s")
-	out, code := run(t, "import", "--store", store, bad)
-	if code != 1 || !strings.Contains(out, "bad.jsonl line 4") || !strings.Contains(out, "malformed PDU") {
+	strictStore := filepath.Join(dir, "strict")
+	out, code := run(t, "import", "--store", strictStore, "--strict", bad)
+	if code != 2 || !strings.Contains(out, "refused import "+bad+" line 4") || !strings.Contains(out, "malformed PDU") || !strings.Contains(out, " refused=1 ") {
+		t.Fatalf("--strict: exit %d\n%s", code, out)
+	}
+	// --json --strict: every line of standard output is a JSON object, the
+	// strict verdict included (it was a plain-text line; fresh-user pass).
+	jsonStore := filepath.Join(dir, "json")
+	cmdJSON := exec.Command(bin, "import", "--store", jsonStore, "--strict", "--json", bad)
+	jsonOut, _ := cmdJSON.Output()
+	if cmdJSON.ProcessState.ExitCode() != 2 || !strings.Contains(string(jsonOut), `{"kind":"strict","refused":1,"exit":2}`) {
+		t.Fatalf("--strict --json: exit %d\n%s", cmdJSON.ProcessState.ExitCode(), jsonOut)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(jsonOut)), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Fatalf("--strict --json printed a line that is not JSON: %q", line)
+		}
+	}
+	out, code = run(t, "import", "--store", store, bad)
+	if code != 0 || !strings.Contains(out, "bad.jsonl line 4") || !strings.Contains(out, "imported=6 ") {
 		t.Fatalf("exit %d\n%s", code, out)
 	}
-	out, code = run(t, "stats", "--store", store)
-	if code != 0 || !strings.Contains(out, "events=3 ") {
-		t.Fatalf("after a failed import: exit %d\n%s", code, out)
+	for _, s := range []string{store, strictStore} {
+		out, code = run(t, "stats", "--store", s)
+		if code != 0 || !strings.Contains(out, "events=6 ") {
+			t.Fatalf("after an import with a refused line: exit %d\n%s", code, out)
+		}
 	}
 	if out, code := run(t, "import", "--store", store, "--batch", "0", bad); code != 1 || !strings.Contains(out, "--batch") {
 		t.Fatalf("--batch 0: exit %d\n%s", code, out)
@@ -239,6 +267,24 @@ func TestCLIStatsReads(t *testing.T) {
 	}
 	if out, code := run(t, "stats", "--store", store, "--reads", "--walks", "nope"); code != 1 || !strings.Contains(out, "unknown walk") {
 		t.Fatalf("unknown walk: %d %s", code, out)
+	}
+
+	// A room with several forward extremities (room004_union): the resolve-extremities walk
+	// resolves their states on the read-only store (it failed writing the
+	// resolved nodes; from the fresh-user pass), and writes nothing.
+	multi := filepath.Join(t.TempDir(), "m")
+	for _, step := range [][]string{{"import", "--store", multi, room("room004_union")}, {"replay", "--store", multi}} {
+		if out, code := run(t, step...); code != 0 {
+			t.Fatalf("%v: %d %s", step, code, out)
+		}
+	}
+	sum := dirsum.Must(t, multi)
+	out, code := run(t, "stats", "--store", multi, "--reads", "--walks", "resolve-extremities")
+	if code != 0 || !strings.Contains(out, "walk resolve-extremities") {
+		t.Fatalf("stats --reads on room004_union (several forward extremities): %d %s", code, out)
+	}
+	if got := dirsum.Must(t, multi); !maps.Equal(got, sum) {
+		t.Fatal("stats --reads changed the store")
 	}
 }
 
@@ -335,8 +381,9 @@ func TestCLIVerifyCountsOutliers(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := filepath.Join(dir, "s")
-	// The wrong room version: every event but the create is stored, as an outlier.
-	if out, code := run(t, "import", "--store", store, "--any-order", "--room-version", "10", in); code != 1 || !strings.Contains(out, "new store") {
+	// The wrong room version: every event but the create is stored, as an outlier;
+	// the create is refused (and reported) and the import ends with status 0.
+	if out, code := run(t, "import", "--store", store, "--any-order", "--room-version", "10", in); code != 0 || !strings.Contains(out, "new store") || !strings.Contains(out, " refused=1 ") {
 		t.Fatalf("import with the wrong room version: exit %d\n%s", code, out)
 	}
 	if out, code := run(t, "replay", "--store", store); code != 0 {

@@ -17,7 +17,8 @@ func stateCmd() *cobra.Command {
 		Short: "Print a room's current state, or the state after (or before) one event",
 		Long: `State prints one state snapshot of a replayed room as lines of
 "event_type<TAB>state_key<TAB>event_id", sorted: the current state by default, the
-state after --event, or the state before it with --before.`,
+state after --event, or the state before it with --before. For an event replay
+rejected, a first line "# rejected EVENT_ID: reason" names the authorization rule.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if room == "" {
@@ -49,6 +50,12 @@ state after --event, or the state before it with --before.`,
 			if err != nil {
 				return err
 			}
+			if event != "" {
+				// A rejected event's state after is its state before; say why.
+				if es, ok, err := r.EventState(event); err == nil && ok && es.Rejected {
+					fmt.Fprintf(cmd.OutOrStdout(), "# rejected %s: %s\n", event, es.Reason)
+				}
+			}
 			entries, err := r.State(r.NewReader(), root)
 			if err != nil {
 				return err
@@ -64,7 +71,7 @@ state after --event, or the state before it with --before.`,
 			return nil
 		},
 	}
-	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().StringVar(&store, "store", "", storeHelp)
 	c.Flags().StringVar(&room, "room", "", "room ID")
 	c.Flags().StringVar(&event, "event", "", "event ID (default: the current state)")
 	c.Flags().BoolVar(&before, "before", false, "the state before --event instead of after it")

@@ -61,11 +61,15 @@ func measureWalk(dir, roomID string, walk repackplan.WalkKind, limit int, cold b
 			return wb, err
 		}
 	}
-	eng, st, err := openStoreMode(dir, false, true)
+	se, st, err := openStoreMode(dir, false, true)
 	if err != nil {
 		return wb, err
 	}
-	defer eng.Close()
+	defer se.Close()
+	eng, ok := se.(*packstore.PackfileStorage)
+	if !ok {
+		return wb, fmt.Errorf("walk read budgets need a packfile store")
+	}
 	room, err := st.Room(roomID)
 	if err != nil {
 		return wb, err

@@ -216,16 +216,19 @@ func (v authView) unconflictedOf(e *event) (int32, bool) {
 // (u is the unconflicted event with z's key): u's ancestor at z's lineage depth,
 // found through the jump pointers, is z.
 func (v authView) sameKeyAncestor(z, u int32) bool {
-	dz := v.events[z].sdepth
-	a := u
-	for v.events[a].sdepth > dz {
-		if j := v.events[a].jump; v.events[j].sdepth >= dz {
+	return v.ancestorAt(u, v.events[z].sdepth) == z
+}
+
+// ancestorAt returns a's same-key ancestor at lineage depth d (a when not deeper).
+func (v authView) ancestorAt(a int32, d int32) int32 {
+	for v.events[a].sdepth > d {
+		if j := v.events[a].jump; v.events[j].sdepth >= d {
 			a = j
 		} else {
 			a = v.events[a].prevSame
 		}
 	}
-	return a == z
+	return a
 }
 
 // Handle implements resolver.AuthIndex: the event index.
@@ -264,8 +267,14 @@ func (v authView) UnconflictedOf(i int32) (int32, bool) { return v.unconflictedO
 
 // SameKeyAncestor implements resolver.AuthIndex.
 func (v authView) SameKeyAncestor(z, u int32) bool {
-	return v.events[z].key == v.events[u].key && v.sameKeyAncestor(z, u)
+	return v.events[z].key == v.events[u].key && v.ancestorAt(u, v.events[z].sdepth) == z
 }
+
+// SameKeyDepth implements resolver.AuthIndex.
+func (v authView) SameKeyDepth(i int32) int32 { return v.events[i].sdepth }
+
+// SameKeyAncestorAt implements resolver.AuthIndex.
+func (v authView) SameKeyAncestorAt(i, d int32) int32 { return v.ancestorAt(i, d) }
 
 // StateKeyOfHandle implements resolver.AuthIndex.
 func (v authView) StateKeyOfHandle(i int32) (resolver.Key, bool) {

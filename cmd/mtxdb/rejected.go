@@ -1,0 +1,30 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/mtxdb/mtxdb/roomstate"
+)
+
+// printRejected prints every event replay rejected, room by room in arrival order,
+// with the reason its state record keeps (resolver.Authorize's error: the
+// authorization rule's version, number and ID).
+func printRejected(rooms []*roomstate.Room, out io.Writer) error {
+	for _, r := range rooms {
+		ids, err := r.EventIDs()
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			st, ok, err := r.EventState(id)
+			if err != nil {
+				return err
+			}
+			if ok && st.Rejected {
+				fmt.Fprintf(out, "rejected room=%s event=%s: %s\n", r.ID(), id, st.Reason)
+			}
+		}
+	}
+	return nil
+}

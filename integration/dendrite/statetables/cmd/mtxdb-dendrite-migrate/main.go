@@ -1,0 +1,248 @@
+// Command mtxdb-dendrite-migrate moves a Dendrite v0.13.8 roomserver database's state
+// snapshots and blocks from its SQL (SQLite or PostgreSQL) into an mtxdb state store
+// (statetables), keeping every snapshot NID, and then checks every snapshot: the
+// state read back from the store must equal the state Dendrite's SQL tables give
+// (blocks merged in their stored order, the last entry per state key winning).
+//
+//	mtxdb-dendrite-migrate -db CONNECTION [-store DIR]
+//
+// CONNECTION: file:PATH or a plain PATH (SQLite; the file must exist), or a
+// PostgreSQL URL (postgres://...) or key=value string. DIR defaults to where the
+// patched Dendrite looks (statetables.DirFor). Stop Dendrite first. The SQL rows are
+// left in place; the store must hold no migrated NID of another database.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/lib/pq"
+	"github.com/matrix-org/dendrite/roomserver/types"
+	_ "github.com/mattn/go-sqlite3"
+	"github.com/mtxdb/mtxdb/integration/dendrite/statetables"
+)
+
+func main() {
+	dbFlag := flag.String("db", "", "roomserver database: file:PATH or PATH (SQLite), or a PostgreSQL connection string")
+	storeFlag := flag.String("store", "", "mtxdb state store directory (default: where the patched Dendrite looks for it)")
+	flag.Parse()
+	if *dbFlag == "" || flag.NArg() != 0 {
+		fmt.Fprintln(os.Stderr, "usage: mtxdb-dendrite-migrate -db CONNECTION [-store DIR]")
+		os.Exit(2)
+	}
+	sum, err := migrate(context.Background(), *dbFlag, *storeFlag)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mtxdb-dendrite-migrate:", err)
+		os.Exit(1)
+	}
+	fmt.Println(sum)
+}
+
+// openDB opens CONNECTION and says whether it is SQLite.
+func openDB(conn string) (*sql.DB, bool, error) {
+	switch {
+	case strings.HasPrefix(conn, "postgres://"), strings.HasPrefix(conn, "postgresql://"), strings.Contains(conn, "="):
+		db, err := sql.Open("postgres", conn)
+		return db, false, err
+	}
+	path := strings.TrimPrefix(conn, "file:")
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+		return nil, true, fmt.Errorf("-db %q: no SQLite database file at %s (a PostgreSQL database needs a postgres:// URL or key=value string)", conn, path)
+	}
+	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro")
+	return db, true, err
+}
+
+type snapshot struct {
+	nid    types.StateSnapshotNID
+	room   types.RoomNID
+	blocks []int64
+}
+
+func migrate(ctx context.Context, conn, storeDir string) (string, error) {
+	db, sqlite, err := openDB(conn)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	if err := db.PingContext(ctx); err != nil {
+		return "", fmt.Errorf("-db: %w", err)
+	}
+	for _, table := range []string{"roomserver_state_snapshots", "roomserver_state_block", "roomserver_events"} {
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&n); err != nil {
+			return "", fmt.Errorf("-db %q is not a Dendrite roomserver database (table %s: %v)", conn, table, err)
+		}
+	}
+	ints := func(raw []byte, arr pq.Int64Array) ([]int64, error) {
+		if !sqlite {
+			return arr, nil
+		}
+		var v []int64
+		err := json.Unmarshal(raw, &v)
+		return v, err
+	}
+	// Event NID -> state key tuple, for the state events the blocks name.
+	keys := map[types.EventNID]types.StateKeyTuple{}
+	rows, err := db.QueryContext(ctx, "SELECT event_nid, event_type_nid, event_state_key_nid FROM roomserver_events WHERE event_state_key_nid <> 0")
+	if err != nil {
+		return "", fmt.Errorf("read roomserver_events: %w", err)
+	}
+	for rows.Next() {
+		var e, t, k int64
+		if err := rows.Scan(&e, &t, &k); err != nil {
+			rows.Close()
+			return "", fmt.Errorf("read roomserver_events: %w", err)
+		}
+		keys[types.EventNID(e)] = types.StateKeyTuple{EventTypeNID: types.EventTypeNID(t), EventStateKeyNID: types.EventStateKeyNID(k)}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("read roomserver_events: %w", err)
+	}
+	blocks := map[int64][]int64{}
+	rows, err = db.QueryContext(ctx, "SELECT state_block_nid, event_nids FROM roomserver_state_block")
+	if err != nil {
+		return "", fmt.Errorf("read roomserver_state_block: %w", err)
+	}
+	for rows.Next() {
+		var nid int64
+		var raw []byte
+		var arr pq.Int64Array
+		dst := any(&raw)
+		if !sqlite {
+			dst = &arr
+		}
+		if err := rows.Scan(&nid, dst); err != nil {
+			rows.Close()
+			return "", fmt.Errorf("read roomserver_state_block: %w", err)
+		}
+		ev, err := ints(raw, arr)
+		if err != nil {
+			rows.Close()
+			return "", fmt.Errorf("state block %d: event NIDs %q: %w", nid, raw, err)
+		}
+		blocks[nid] = ev
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("read roomserver_state_block: %w", err)
+	}
+	var snaps []snapshot
+	rows, err = db.QueryContext(ctx, "SELECT state_snapshot_nid, room_nid, state_block_nids FROM roomserver_state_snapshots ORDER BY state_snapshot_nid")
+	if err != nil {
+		return "", fmt.Errorf("read roomserver_state_snapshots: %w", err)
+	}
+	for rows.Next() {
+		var nid, room int64
+		var raw []byte
+		var arr pq.Int64Array
+		dst := any(&raw)
+		if !sqlite {
+			dst = &arr
+		}
+		if err := rows.Scan(&nid, &room, dst); err != nil {
+			rows.Close()
+			return "", fmt.Errorf("read roomserver_state_snapshots: %w", err)
+		}
+		b, err := ints(raw, arr)
+		if err != nil {
+			rows.Close()
+			return "", fmt.Errorf("state snapshot %d: block NIDs %q: %w", nid, raw, err)
+		}
+		snaps = append(snaps, snapshot{types.StateSnapshotNID(nid), types.RoomNID(room), b})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("read roomserver_state_snapshots: %w", err)
+	}
+
+	// Every snapshot's state, as Dendrite's LoadStateAtSnapshot builds it.
+	states := make([][]types.StateEntry, len(snaps))
+	for i, sn := range snaps {
+		st := map[types.StateKeyTuple]types.EventNID{}
+		for _, b := range sn.blocks {
+			ev, ok := blocks[b]
+			if !ok {
+				return "", fmt.Errorf("state snapshot %d (room NID %d) names state block %d, which is not in roomserver_state_block", sn.nid, sn.room, b)
+			}
+			sorted := append([]int64(nil), ev...)
+			sort.Slice(sorted, func(a, b int) bool { return sorted[a] < sorted[b] })
+			for _, e := range sorted {
+				k, ok := keys[types.EventNID(e)]
+				if !ok {
+					return "", fmt.Errorf("state block %d names event NID %d, which is no state event in roomserver_events", b, e)
+				}
+				st[k] = types.EventNID(e)
+			}
+		}
+		for k, e := range st {
+			states[i] = append(states[i], types.StateEntry{StateKeyTuple: k, EventNID: e})
+		}
+		sort.Slice(states[i], func(a, b int) bool { return states[i][a].StateKeyTuple.LessThan(states[i][b].StateKeyTuple) })
+	}
+
+	// Only now, with the input read and understood, the store.
+	if storeDir == "" {
+		if storeDir, err = statetables.DirFor(ctx, db, sqlite); err != nil {
+			return "", err
+		}
+	}
+	store, err := statetables.Open(storeDir)
+	if err != nil {
+		return "", err
+	}
+	for i, sn := range snaps {
+		if err := store.ImportSnapshot(sn.room, sn.nid, states[i]); err != nil {
+			_ = store.Close()
+			return "", err
+		}
+	}
+	if err := store.Sync(); err != nil {
+		_ = store.Close()
+		return "", err
+	}
+	if err := store.Close(); err != nil {
+		return "", err
+	}
+	// Check every snapshot in a fresh open.
+	if store, err = statetables.Open(storeDir); err != nil {
+		return "", err
+	}
+	defer store.Close()
+	entries := 0
+	for i, sn := range snaps {
+		got, err := store.State(sn.nid)
+		if err != nil {
+			return "", fmt.Errorf("check snapshot %d: %w", sn.nid, err)
+		}
+		if !equal(got, states[i]) {
+			return "", fmt.Errorf("check snapshot %d (room NID %d): the store holds %d entries, SQL gives %d (or they differ)", sn.nid, sn.room, len(got), len(states[i]))
+		}
+		entries += len(got)
+	}
+	abs, _ := filepath.Abs(storeDir)
+	return fmt.Sprintf("migrated snapshots=%d blocks=%d entries=%d store=%s checked=%d mismatches=0", len(snaps), len(blocks), entries, abs, len(snaps)), nil
+}
+
+func equal(a, b []types.StateEntry) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

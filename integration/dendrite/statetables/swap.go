@@ -1,0 +1,168 @@
+package statetables
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/matrix-org/dendrite/roomserver/storage/shared"
+	"github.com/matrix-org/dendrite/roomserver/storage/tables"
+	"github.com/matrix-org/dendrite/roomserver/types"
+	"github.com/matrix-org/dendrite/setup/config"
+)
+
+// Environment variables that place the store (see DirFor).
+const (
+	// EnvDir names the store directory outright (one roomserver database per process).
+	EnvDir = "MTXDB_DENDRITE_STATE_DIR"
+	// EnvBase is the directory under which PostgreSQL databases get a store each
+	// (default: "mtxdb-state" in the working directory).
+	EnvBase = "MTXDB_DENDRITE_STATE_BASE"
+)
+
+// DirFor returns the store directory of a roomserver database, from the database
+// itself (so that a connection string inherited from Dendrite's global database
+// options works too): $MTXDB_DENDRITE_STATE_DIR when set; for SQLite the main
+// database file (PRAGMA database_list) + ".mtxdb-state"; for PostgreSQL
+// $MTXDB_DENDRITE_STATE_BASE (default ./mtxdb-state) joined with
+// "pg-" + server address + "-" + port + "-" + database name. Errors: an in-memory
+// SQLite database, a failed query.
+func DirFor(ctx context.Context, db *sql.DB, sqlite bool) (string, error) {
+	if d := os.Getenv(EnvDir); d != "" {
+		return d, nil
+	}
+	if sqlite {
+		rows, err := db.QueryContext(ctx, "PRAGMA database_list")
+		if err != nil {
+			return "", fmt.Errorf("statetables: SQLite database file: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var seq int
+			var name, file string
+			if err := rows.Scan(&seq, &name, &file); err != nil {
+				return "", fmt.Errorf("statetables: SQLite database file: %w", err)
+			}
+			if name == "main" {
+				return sqliteDir(file)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return "", fmt.Errorf("statetables: SQLite database file: %w", err)
+		}
+		return sqliteDir("")
+	}
+	var host, port sql.NullString
+	var name string
+	if err := db.QueryRowContext(ctx, "SELECT current_database(), host(inet_server_addr()), inet_server_port()::text").Scan(&name, &host, &port); err != nil {
+		return "", fmt.Errorf("statetables: PostgreSQL database name: %w", err)
+	}
+	return postgresDir(host.String, port.String, name), nil
+}
+
+func sqliteDir(file string) (string, error) {
+	if file == "" {
+		return "", fmt.Errorf("statetables: the SQLite roomserver database has no file (in memory?); set %s", EnvDir)
+	}
+	return file + ".mtxdb-state", nil
+}
+
+// postgresDir: host "" (a Unix socket) is "local".
+func postgresDir(host, port, db string) string {
+	base := os.Getenv(EnvBase)
+	if base == "" {
+		base = "mtxdb-state"
+	}
+	if host == "" {
+		host = "local"
+	}
+	return filepath.Join(base, "pg-"+sanitize(host)+"-"+sanitize(port)+"-"+sanitize(db))
+}
+
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+func sanitize(s string) string { return unsafeChars.ReplaceAllString(s, "_") }
+
+// Swap opens the store of a roomserver database (DirFor; opts says which kind it is) and puts it in place of
+// Dendrite's SQL state snapshot and state block tables, after CheckMigrated; purges
+// also purge the store (PurgeAfterSQL). This is the whole change a fork makes, right
+// after roomserver/storage's sqlite3.Open or postgres.Open.
+func Swap(ctx context.Context, d *shared.Database, opts *config.DatabaseOptions) error {
+	dir, err := DirFor(ctx, d.DB, opts.ConnectionString.IsSQLite())
+	if err != nil {
+		return err
+	}
+	s, err := Open(dir)
+	if err != nil {
+		return err
+	}
+	if err := CheckMigrated(ctx, d.DB, s); err != nil {
+		_ = s.Close()
+		return err
+	}
+	d.StateSnapshotTable = s
+	d.StateBlockTable = s
+	d.Purge = PurgeAfterSQL(d.Purge, d.DB, s)
+	return nil
+}
+
+// ErrNotMigrated: the SQL snapshot table has rows and the store is empty.
+var ErrNotMigrated = errors.New("statetables: this roomserver database keeps its state in SQL (roomserver_state_snapshots has rows) and its mtxdb state store is empty")
+
+// CheckMigrated refuses a database whose state is still in SQL while the store is
+// empty (a Dendrite that ran without mtxdb before): every state request would fail.
+// The error names the migration command.
+func CheckMigrated(ctx context.Context, db *sql.DB, s *Store) error {
+	if !s.Empty() {
+		return nil
+	}
+	var one int
+	err := db.QueryRowContext(ctx, "SELECT 1 FROM roomserver_state_snapshots LIMIT 1").Scan(&one)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("statetables: check roomserver_state_snapshots: %w", err)
+	}
+	return fmt.Errorf("%w (%s): run `mtxdb-dendrite-migrate -db CONNECTION -store %s` first", ErrNotMigrated, s.Dir(), s.Dir())
+}
+
+// PurgeAfterSQL wraps Dendrite's purge: the SQL purge runs in its transaction as
+// before, and the store's copy of the room is deleted only once the room's row is
+// gone from roomserver_rooms outside that transaction (committed), checked every
+// 100 ms for up to a minute; a rolled-back purge leaves the store untouched.
+func PurgeAfterSQL(p tables.Purge, db *sql.DB, s *Store) tables.Purge {
+	return purge{next: p, db: db, s: s}
+}
+
+type purge struct {
+	next tables.Purge
+	db   *sql.DB
+	s    *Store
+}
+
+func (p purge) PurgeRoom(ctx context.Context, txn *sql.Tx, roomNID types.RoomNID, roomID string) error {
+	if err := p.next.PurgeRoom(ctx, txn, roomNID, roomID); err != nil {
+		return err
+	}
+	go p.afterCommit(roomNID)
+	return nil
+}
+
+func (p purge) afterCommit(roomNID types.RoomNID) {
+	ctx := context.Background()
+	for i := 0; i < 600; i++ {
+		var one int
+		err := p.db.QueryRowContext(ctx, "SELECT 1 FROM roomserver_rooms WHERE room_nid = $1", int64(roomNID)).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			_ = p.s.PurgeRoom(ctx, roomNID)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,447 @@
+package statetables
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/matrix-org/dendrite/roomserver/storage/tables"
+	"github.com/matrix-org/dendrite/roomserver/types"
+	"github.com/mtxdb/mtxdb/hamtstore"
+	"github.com/mtxdb/mtxdb/packstore"
+)
+
+var (
+	_ tables.StateSnapshot = (*Store)(nil)
+	_ tables.StateBlock    = (*Store)(nil)
+)
+
+// room returns the write state of a room, creating it on first use.
+func (s *Store) room(roomNID types.RoomNID) *room {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.rooms[roomNID]
+	if !ok {
+		r = &room{nid: roomNID, coll: RoomCollection(roomNID)}
+		s.rooms[roomNID] = r
+	}
+	return r
+}
+
+// load reads the room's lease record once; the caller holds r.mu.
+func (s *Store) load(r *room) error {
+	if r.loaded {
+		return nil
+	}
+	b, err := s.eng.Get(r.coll, leaseRecordID)
+	switch {
+	case errors.Is(err, packstore.ErrNotFound):
+		r.next, r.leaseEnd = 1, 0
+	case err != nil:
+		return fmt.Errorf("statetables: room NID %d: lease record: %w", r.nid, err)
+	default:
+		end, err := decodeU32('L', b)
+		if err != nil {
+			return fmt.Errorf("room NID %d: %w", r.nid, err)
+		}
+		r.next, r.leaseEnd = end, end
+	}
+	r.loaded = true
+	return nil
+}
+
+// locate returns the room and HAMT root of a snapshot NID; ok is false when there
+// is none (0, a delta NID, an unknown NID).
+func (s *Store) locate(nid types.StateSnapshotNID) (types.RoomNID, hamtstore.NodeID, bool, error) {
+	if rr, ok := s.roots.Get(nid); ok {
+		return rr.room, rr.root, true, nil
+	}
+	roomNID, seq := splitNID(int64(nid))
+	if nid <= 0 || roomNID == deltaRoom || (roomNID != 0 && seq == 0) {
+		return 0, hamtstore.NodeID{}, false, nil
+	}
+	var root hamtstore.NodeID
+	recID := snapshotRecordID(seq)
+	if roomNID == 0 {
+		b, err := s.eng.Get(LegacyCollection, legacyRecordID(nid))
+		if errors.Is(err, packstore.ErrNotFound) {
+			return 0, root, false, nil
+		}
+		if err != nil {
+			return 0, root, false, fmt.Errorf("statetables: snapshot NID %d: %w", nid, err)
+		}
+		r, err := decodeU64('M', b)
+		if err != nil || r == 0 || r > MaxRoomNID {
+			return 0, root, false, fmt.Errorf("statetables: snapshot NID %d: corrupt migrated NID record (room %d, %v)", nid, r, err)
+		}
+		roomNID, recID = types.RoomNID(r), legacyRecordID(nid)
+	}
+	b, err := s.eng.Get(RoomCollection(roomNID), recID)
+	if errors.Is(err, packstore.ErrNotFound) {
+		return 0, root, false, nil
+	}
+	if err != nil {
+		return 0, root, false, fmt.Errorf("statetables: snapshot NID %d: %w", nid, err)
+	}
+	if root, err = decodeSnapshot(b); err != nil {
+		return 0, root, false, fmt.Errorf("snapshot NID %d: %w", nid, err)
+	}
+	s.roots.Add(nid, roomRoot{roomNID, root})
+	return roomNID, root, true, nil
+}
+
+// nidOf returns the NID of a room's snapshot with this root; ok is false when none.
+func (s *Store) nidOf(r *room, root hamtstore.NodeID) (types.StateSnapshotNID, bool, error) {
+	key := roomRoot{r.nid, root}
+	if nid, ok := s.seqs.Get(key); ok {
+		return nid, true, nil
+	}
+	b, err := s.eng.Get(r.coll, rootRecordID(root))
+	if errors.Is(err, packstore.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("statetables: room NID %d: root record %x: %w", r.nid, root[:], err)
+	}
+	nid, err := decodeU64('R', b)
+	if err != nil {
+		return 0, false, fmt.Errorf("room NID %d: %w", r.nid, err)
+	}
+	s.seqs.Add(key, types.StateSnapshotNID(nid))
+	return types.StateSnapshotNID(nid), true, nil
+}
+
+// deltaChanges turns a delta's entries into HAMT changes: sorted by event NID so
+// that the highest event NID of a key is applied last and wins (Dendrite's SQL
+// sorts a block by event NID and LoadStateAtSnapshot keeps the last per key).
+func deltaChanges(entries []types.StateEntry) []hamtstore.Change {
+	sorted := slices.Clone(entries)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].EventNID < sorted[j].EventNID })
+	ch := make([]hamtstore.Change, len(sorted))
+	for i, e := range sorted {
+		ch[i] = hamtstore.Change{Key: stateKey(e.StateKeyTuple), Value: eventValue(e.EventNID)}
+	}
+	return ch
+}
+
+// InsertState stores the state that the blocks make, merged in the order given (a
+// later block's entry for a key replaces an earlier one), as one snapshot of the
+// room, and returns its NID: the existing NID when the room already has this state.
+// Blocks are snapshot NIDs of the same room or delta NIDs of BulkInsertStateData.
+// The NID is durable when returned (group commit); txn is not used (doc.go
+// "Durability"). Errors name the block and room: unknown block, block of another
+// room, room NID out of range, engine errors, ErrBroken.
+func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.RoomNID, stateBlockNIDs types.StateBlockNIDs) (types.StateSnapshotNID, error) {
+	if err := checkRoom(roomNID); err != nil {
+		return 0, err
+	}
+	if err := s.commit.broken(); err != nil {
+		return 0, err
+	}
+	r := s.room(roomNID)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	ov := &overlay{base: nodeStore{eng: s.eng, coll: r.coll}, nodes: map[hamtstore.NodeID][]byte{}}
+	rd := hamtstore.NewReader(ov)
+	root := hamtstore.EmptyRoot
+	for i, b := range stateBlockNIDs {
+		if isDelta(int64(b)) {
+			entries, ok := s.deltas.get(b)
+			if !ok {
+				return 0, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) unknown: delta blocks live in memory from BulkInsertStateData until InsertState, and this process has none of that NID", roomNID, b, i)
+			}
+			var err error
+			if root, err = hamtstore.Apply(ov, rd, root, deltaChanges(entries)); err != nil {
+				return 0, fmt.Errorf("statetables: InsertState room NID %d: fold block %d: %w", roomNID, b, err)
+			}
+			continue
+		}
+		blockRoom, broot, ok, err := s.locate(types.StateSnapshotNID(b))
+		if err != nil {
+			return 0, fmt.Errorf("InsertState room NID %d: %w", roomNID, err)
+		}
+		if !ok {
+			return 0, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) unknown", roomNID, b, i)
+		}
+		if blockRoom != roomNID {
+			return 0, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) belongs to room NID %d", roomNID, b, i, blockRoom)
+		}
+		if root == hamtstore.EmptyRoot {
+			root = broot
+			continue
+		}
+		var changes []hamtstore.Change
+		if err := rd.Iterate(broot, func(k []byte, v hamtstore.Value) error {
+			changes = append(changes, hamtstore.Change{Key: slices.Clone(k), Value: v})
+			return nil
+		}); err != nil {
+			return 0, fmt.Errorf("statetables: InsertState room NID %d: read block %d: %w", roomNID, b, err)
+		}
+		if root, err = hamtstore.Apply(ov, rd, root, changes); err != nil {
+			return 0, fmt.Errorf("statetables: InsertState room NID %d: fold block %d: %w", roomNID, b, err)
+		}
+	}
+
+	if nid, ok, err := s.nidOf(r, root); err != nil || ok {
+		return nid, err
+	}
+	if err := s.load(r); err != nil {
+		return 0, err
+	}
+	if r.next == 0 || r.next >= maxSeq {
+		return 0, fmt.Errorf("statetables: room NID %d has used all %d snapshot NIDs", roomNID, uint64(maxSeq))
+	}
+	seq := r.next
+	nid := SnapshotNID(roomNID, seq)
+	recs, err := s.newNodes(ov, rd, r, root)
+	if err != nil {
+		return 0, err
+	}
+	recs = append(recs,
+		packstore.Record{ID: snapshotRecordID(seq), Data: encodeSnapshot(root)},
+		packstore.Record{ID: rootRecordID(root), Data: encodeU64('R', uint64(nid))})
+	newEnd := r.leaseEnd
+	if seq >= r.leaseEnd {
+		newEnd = uint32(min(uint64(seq)+LeaseStep, maxSeq))
+		recs = append(recs, packstore.Record{ID: leaseRecordID, Data: encodeU32('L', newEnd)})
+	}
+	r.next++ // never handed out twice, even when the append below fails
+	if err := s.eng.PutMany(r.coll, recs); err != nil {
+		return 0, fmt.Errorf("statetables: InsertState room NID %d: %w", roomNID, err)
+	}
+	if err := s.commit.wait(); err != nil {
+		return 0, err
+	}
+	r.leaseEnd = newEnd
+	s.roots.Add(nid, roomRoot{roomNID, root})
+	s.seqs.Add(roomRoot{roomNID, root}, nid)
+	return nid, nil
+}
+
+// newNodes returns the records of the overlay's nodes reachable from root that the
+// room's collection does not hold yet.
+func (s *Store) newNodes(ov *overlay, rd *hamtstore.Reader, r *room, root hamtstore.NodeID) ([]packstore.Record, error) {
+	if len(ov.nodes) == 0 {
+		return nil, nil
+	}
+	var ids []packstore.ID
+	if err := rd.Walk(root, func(id hamtstore.NodeID) (bool, error) {
+		if _, ok := ov.nodes[id]; !ok {
+			return false, nil
+		}
+		ids = append(ids, packstore.ID(id))
+		return true, nil
+	}); err != nil {
+		return nil, fmt.Errorf("statetables: room NID %d: walk new state: %w", r.nid, err)
+	}
+	if len(ids) > 4 {
+		// A state built from nothing (Dendrite's full-state AddState) shares most
+		// nodes with states already stored: keep only the missing ones.
+		have, err := s.eng.GetMany(r.coll, ids)
+		if err != nil {
+			return nil, fmt.Errorf("statetables: room NID %d: %w", r.nid, err)
+		}
+		kept := ids[:0]
+		for i, id := range ids {
+			if have[i] == nil {
+				kept = append(kept, id)
+			}
+		}
+		ids = kept
+	}
+	recs := make([]packstore.Record, len(ids))
+	for i, id := range ids {
+		recs[i] = packstore.Record{ID: id, Data: ov.nodes[hamtstore.NodeID(id)]}
+	}
+	return recs, nil
+}
+
+// BulkSelectStateBlockNIDs returns the block list of each snapshot NID asked, as
+// Dendrite's SQL does: sorted by snapshot NID, each NID once (Dendrite's callers,
+// e.g. LoadMembershipAtEvent, binary-search the result). A snapshot's list is the
+// snapshot itself, or no block for the empty state. An unknown or 0 NID is a
+// types.MissingStateError, as in Dendrite's SQL.
+func (s *Store) BulkSelectStateBlockNIDs(ctx context.Context, txn *sql.Tx, stateNIDs []types.StateSnapshotNID) ([]types.StateBlockNIDList, error) {
+	nids := slices.Clone(stateNIDs)
+	slices.Sort(nids)
+	nids = slices.Compact(nids)
+	out := make([]types.StateBlockNIDList, len(nids))
+	for i, nid := range nids {
+		_, root, ok, err := s.locate(nid)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, types.MissingStateError(fmt.Sprintf("storage: state snapshot NID %d missing from the mtxdb state store", nid))
+		}
+		out[i].StateSnapshotNID = nid
+		if root == hamtstore.EmptyRoot {
+			out[i].StateBlockNIDs = []types.StateBlockNID{}
+		} else {
+			out[i].StateBlockNIDs = []types.StateBlockNID{types.StateBlockNID(nid)}
+		}
+	}
+	return out, nil
+}
+
+// BulkSelectStateForHistoryVisibility is not supported (Dendrite's SQLite backend
+// does not support it either): tables.OptimisationNotSupportedError.
+func (s *Store) BulkSelectStateForHistoryVisibility(ctx context.Context, txn *sql.Tx, stateSnapshotNID types.StateSnapshotNID, domain string) ([]types.EventNID, error) {
+	return nil, tables.OptimisationNotSupportedError
+}
+
+// BulkSelectMembershipForHistoryVisibility is not supported (as in Dendrite's
+// SQLite backend): tables.OptimisationNotSupportedError.
+func (s *Store) BulkSelectMembershipForHistoryVisibility(ctx context.Context, txn *sql.Tx, userNID types.EventStateKeyNID, roomInfo *types.RoomInfo, eventIDs ...string) (map[string]*types.HeaderedEvent, error) {
+	return nil, tables.OptimisationNotSupportedError
+}
+
+// BulkInsertStateData keeps entries as a delta block in memory and returns its NID
+// (1 .. 2^32-1), for the InsertState of the same AddState (doc.go "Model"). Within
+// the delta, the highest event NID of a key wins. Never fails.
+func (s *Store) BulkInsertStateData(ctx context.Context, txn *sql.Tx, entries types.StateEntries) (types.StateBlockNID, error) {
+	return s.deltas.put(slices.Clone([]types.StateEntry(entries))), nil
+}
+
+// BulkSelectStateBlockEntries returns, per block NID and in request order, the
+// block's event NIDs in ascending order (a snapshot: its whole state; a delta: its
+// entries after the highest-event-NID-per-key rule). An unknown block is an error.
+func (s *Store) BulkSelectStateBlockEntries(ctx context.Context, txn *sql.Tx, stateBlockNIDs types.StateBlockNIDs) ([][]types.EventNID, error) {
+	out := make([][]types.EventNID, len(stateBlockNIDs))
+	for i, b := range stateBlockNIDs {
+		ev, err := s.blockEvents(b)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = ev
+	}
+	return out, nil
+}
+
+func (s *Store) blockEvents(b types.StateBlockNID) ([]types.EventNID, error) {
+	if isDelta(int64(b)) {
+		entries, ok := s.deltas.get(b)
+		if !ok {
+			return nil, fmt.Errorf("storage: state block NID %d missing (delta blocks live in memory until InsertState)", b)
+		}
+		last := map[types.StateKeyTuple]types.EventNID{}
+		for _, e := range entries {
+			if cur, ok := last[e.StateKeyTuple]; !ok || e.EventNID > cur {
+				last[e.StateKeyTuple] = e.EventNID
+			}
+		}
+		ev := make([]types.EventNID, 0, len(last))
+		for _, n := range last {
+			ev = append(ev, n)
+		}
+		slices.Sort(ev)
+		return ev, nil
+	}
+	nid := types.StateSnapshotNID(b)
+	if ev, ok := s.entries.Get(nid); ok {
+		return slices.Clone(ev), nil
+	}
+	roomNID, root, ok, err := s.locate(nid)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("storage: state block NID %d missing from the mtxdb state store", b)
+	}
+	ev, err := s.stateEvents(roomNID, root)
+	if err != nil {
+		return nil, fmt.Errorf("storage: state block NID %d: %w", b, err)
+	}
+	s.entries.Add(nid, ev)
+	return slices.Clone(ev), nil
+}
+
+// stateEvents returns the event NIDs of a room's state, ascending.
+func (s *Store) stateEvents(roomNID types.RoomNID, root hamtstore.NodeID) ([]types.EventNID, error) {
+	var ev []types.EventNID
+	rd := hamtstore.NewReader(nodeStore{eng: s.eng, coll: RoomCollection(roomNID)})
+	err := rd.Iterate(root, func(k []byte, v hamtstore.Value) error {
+		n, err := valueEvent(v)
+		if err != nil {
+			return err
+		}
+		ev = append(ev, n)
+		return nil
+	})
+	slices.Sort(ev)
+	return ev, err
+}
+
+// State returns the entries of a snapshot, sorted by (type NID, state key NID); for
+// checks and the migration. Errors: unknown snapshot (types.MissingStateError),
+// corrupt records or nodes.
+func (s *Store) State(nid types.StateSnapshotNID) ([]types.StateEntry, error) {
+	roomNID, root, ok, err := s.locate(nid)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, types.MissingStateError(fmt.Sprintf("storage: state snapshot NID %d missing from the mtxdb state store", nid))
+	}
+	var out []types.StateEntry
+	rd := hamtstore.NewReader(nodeStore{eng: s.eng, coll: RoomCollection(roomNID)})
+	err = rd.Iterate(root, func(k []byte, v hamtstore.Value) error {
+		t, err := parseStateKey(k)
+		if err != nil {
+			return err
+		}
+		n, err := valueEvent(v)
+		if err != nil {
+			return err
+		}
+		out = append(out, types.StateEntry{StateKeyTuple: t, EventNID: n})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("statetables: snapshot NID %d: %w", nid, err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].StateKeyTuple.LessThan(out[j].StateKeyTuple) })
+	return out, nil
+}
+
+// PurgeRoom deletes a room's snapshots and nodes (its collection) and keeps only its
+// lease record, so the room's NIDs are never handed out again. The caller makes sure
+// no SQL row names them any more (see PurgeAfterSQL).
+func (s *Store) PurgeRoom(ctx context.Context, roomNID types.RoomNID) error {
+	if err := checkRoom(roomNID); err != nil {
+		return err
+	}
+	r := s.room(roomNID)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := s.load(r); err != nil {
+		return err
+	}
+	end := max(r.leaseEnd, r.next)
+	if err := s.eng.DeleteCollection(r.coll); err != nil {
+		return fmt.Errorf("statetables: purge room NID %d: %w", roomNID, err)
+	}
+	if err := s.eng.Put(r.coll, leaseRecordID, encodeU32('L', end)); err != nil {
+		return fmt.Errorf("statetables: purge room NID %d: lease: %w", roomNID, err)
+	}
+	if err := s.commit.wait(); err != nil {
+		return err
+	}
+	r.next, r.leaseEnd = end, end
+	for _, k := range s.roots.Keys() {
+		if rr, ok := s.roots.Peek(k); ok && rr.room == roomNID {
+			s.roots.Remove(k)
+		}
+	}
+	s.entries.Purge()
+	for _, k := range s.seqs.Keys() {
+		if k.room == roomNID {
+			s.seqs.Remove(k)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,551 @@
+// Package enginetest is the conformance suite of packstore.StorageEngine: the
+// parts of packstore's tests that are about the interface (no files, no
+// crashes), run against every engine (packstore's PackfileStorage and
+// MemStorage in packstore's tests, pgstore over a real PostgreSQL in pgstore's).
+//
+// Run drives fixed cases (owned copies, empty payloads, supersede, GetMany order
+// and absences, DeleteCollection, Repack validation and dropping, Close) and a
+// model-based random test against a plain map (seed printed on failure; set it
+// with -enginetest.seed, the length with -enginetest.steps). Engines that
+// implement packstore.ConditionalPutter also get its compare-and-set cases,
+// including writers racing on one record.
+package enginetest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mtxdb/mtxdb/packstore"
+)
+
+type ID = packstore.ID
+
+// Engine is what the suite drives: the StorageEngine plus the repack and
+// listing operations every implementation offers.
+type Engine interface {
+	packstore.StorageEngine
+	Repack(packstore.RepackPlan) (packstore.RepackStats, error)
+	CollectionRecords(ID) ([]ID, error)
+}
+
+// Open returns a fresh, empty engine for one subtest; it registers its own
+// cleanup. Reopen, when not nil, closes e and opens the same store again (the
+// model test then checks that everything survived); engines without a notion of
+// reopening pass nil.
+type Open func(t *testing.T) Engine
+
+// Reopen closes an engine and opens the same store again.
+type Reopen func(t *testing.T, e Engine) Engine
+
+var (
+	seedFlag  = flag.Uint64("enginetest.seed", 0, "seed of the enginetest model test (0: time-based, printed)")
+	stepsFlag = flag.Int("enginetest.steps", 0, "steps of the enginetest model test (0: 1500, 300 with -short)")
+)
+
+// ident returns a deterministic 16-byte ID: SHA-256 of (group, n), truncated.
+func ident(group byte, n int) ID {
+	var in [9]byte
+	in[0] = group
+	binary.LittleEndian.PutUint64(in[1:], uint64(n))
+	sum := sha256.Sum256(in[:])
+	return ID(sum[:16])
+}
+
+// blob returns n bytes: random, or (text) a JSON-like run that compresses.
+func blob(r *rand.Rand, n int, text bool) []byte {
+	out := make([]byte, 0, n)
+	if text {
+		for len(out) < n {
+			out = fmt.Appendf(out, `{"k":%d}`, r.IntN(10))
+		}
+		return out[:n]
+	}
+	for len(out) < n {
+		out = binary.LittleEndian.AppendUint64(out, r.Uint64())
+	}
+	return out[:n]
+}
+
+// expect checks one record: want nil means absent (ErrNotFound).
+func expect(t testing.TB, e packstore.StorageEngine, coll, id ID, want []byte) {
+	t.Helper()
+	got, err := e.Get(coll, id)
+	switch {
+	case want == nil && !errors.Is(err, packstore.ErrNotFound):
+		t.Fatalf("Get(%s, %s) = %d bytes, %v; want ErrNotFound", coll, id, len(got), err)
+	case want != nil && err != nil:
+		t.Fatalf("Get(%s, %s): %v", coll, id, err)
+	case want != nil && (got == nil || !bytes.Equal(got, want)):
+		t.Fatalf("Get(%s, %s) = %d bytes (nil %v), want %d bytes", coll, id, len(got), got == nil, len(want))
+	}
+}
+
+func sorted(ids ...ID) []ID {
+	slices.SortFunc(ids, ID.Compare)
+	return ids
+}
+
+// Run runs the whole suite; each subtest calls open for a fresh engine.
+func Run(t *testing.T, open Open, reopen Reopen) {
+	r := rand.New(rand.NewPCG(1, 2))
+	c1, c2 := ident(1, 1), ident(1, 2)
+
+	t.Run("PutGet", func(t *testing.T) {
+		e := open(t)
+		small, big, empty := blob(r, 10, false), blob(r, 5000, true), []byte{}
+		for i, d := range [][]byte{small, big, empty} {
+			if err := e.Put(c1, ident(2, i), d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		expect(t, e, c1, ident(2, 0), small)
+		expect(t, e, c1, ident(2, 1), big)
+		expect(t, e, c1, ident(2, 2), empty) // non-nil and empty
+		// Owned copy: mutating the result does not change the store.
+		got, _ := e.Get(c1, ident(2, 0))
+		got[0] ^= 0xff
+		expect(t, e, c1, ident(2, 0), small)
+		// Mutating the caller's buffer after Put does not either.
+		buf := []byte("abc")
+		if err := e.Put(c1, ident(2, 9), buf); err != nil {
+			t.Fatal(err)
+		}
+		buf[0] = 'x'
+		expect(t, e, c1, ident(2, 9), []byte("abc"))
+		// Re-writing a record with the same bytes (a content-addressed
+		// record stored twice) is harmless.
+		if err := e.PutMany(c1, []packstore.Record{{ID: ident(2, 1), Data: big}, {ID: ident(2, 0), Data: small}}); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, e, c1, ident(2, 1), big)
+		if ids, err := e.CollectionRecords(c1); err != nil || len(ids) != 4 {
+			t.Fatalf("CollectionRecords = %d ids, %v; want 4", len(ids), err)
+		}
+	})
+
+	t.Run("NotFound", func(t *testing.T) {
+		e := open(t)
+		expect(t, e, c1, ident(2, 0), nil)
+		if err := e.Put(c1, ident(2, 0), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, e, c1, ident(2, 1), nil)
+		expect(t, e, c2, ident(2, 0), nil)
+	})
+
+	t.Run("GetMany", func(t *testing.T) {
+		e := open(t)
+		var recs []packstore.Record
+		for i := range 200 {
+			recs = append(recs, packstore.Record{ID: ident(3, i), Data: blob(r, r.IntN(300), i%2 == 0)})
+		}
+		if err := e.PutMany(c1, recs); err != nil {
+			t.Fatal(err)
+		}
+		ids := []ID{ident(3, 5), ident(9, 9), ident(3, 199), ident(3, 5), ident(3, 0)}
+		got, err := e.GetMany(c1, ids)
+		if err != nil || len(got) != len(ids) {
+			t.Fatalf("GetMany = %d entries, %v", len(got), err)
+		}
+		want := [][]byte{recs[5].Data, nil, recs[199].Data, recs[5].Data, recs[0].Data}
+		for i := range want {
+			if (got[i] == nil) != (want[i] == nil) || !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("GetMany[%d] = %d bytes (nil %v), want %d bytes (nil %v)", i, len(got[i]), got[i] == nil, len(want[i]), want[i] == nil)
+			}
+		}
+		if len(got[0]) > 0 {
+			got[0][0] ^= 0xff // the two entries for one ID are separate copies
+			if !bytes.Equal(got[3], recs[5].Data) {
+				t.Fatal("GetMany returned one buffer for an ID asked twice")
+			}
+		}
+		got, err = e.GetMany(c2, ids)
+		if err != nil || len(got) != len(ids) || slices.ContainsFunc(got, func(b []byte) bool { return b != nil }) {
+			t.Fatalf("GetMany on unknown collection = %v, %v", got, err)
+		}
+		if got, err := e.GetMany(c1, nil); err != nil || len(got) != 0 {
+			t.Fatalf("GetMany of nothing = %v, %v", got, err)
+		}
+	})
+
+	t.Run("Supersede", func(t *testing.T) {
+		e := open(t)
+		id := ident(4, 0)
+		e.Put(c1, id, []byte("v1"))
+		e.Put(c1, id, []byte("v2"))
+		expect(t, e, c1, id, []byte("v2"))
+		e.PutMany(c1, []packstore.Record{{ID: id, Data: []byte("v3")}, {ID: ident(4, 1), Data: []byte("a")}, {ID: id, Data: []byte("v4")}})
+		expect(t, e, c1, id, []byte("v4"))
+		ids, _ := e.CollectionRecords(c1)
+		if len(ids) != 2 {
+			t.Fatalf("CollectionRecords = %d ids, want 2", len(ids))
+		}
+		// Same record ID in another collection is independent.
+		e.Put(c2, id, []byte("other"))
+		expect(t, e, c1, id, []byte("v4"))
+		expect(t, e, c2, id, []byte("other"))
+	})
+
+	t.Run("DeleteCollection", func(t *testing.T) {
+		e := open(t)
+		e.Put(c1, ident(5, 0), []byte("a"))
+		e.Put(c2, ident(5, 0), []byte("b"))
+		if got := e.Collections(); !slices.Equal(got, sorted(c1, c2)) {
+			t.Fatalf("Collections = %v", got)
+		}
+		if err := e.DeleteCollection(c1); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.DeleteCollection(ident(9, 9)); err != nil {
+			t.Fatalf("deleting an unknown collection: %v", err)
+		}
+		expect(t, e, c1, ident(5, 0), nil)
+		expect(t, e, c2, ident(5, 0), []byte("b"))
+		if got := e.Collections(); !slices.Equal(got, []ID{c2}) {
+			t.Fatalf("Collections after delete = %v", got)
+		}
+		e.Put(c1, ident(5, 1), []byte("new"))
+		expect(t, e, c1, ident(5, 0), nil)
+		expect(t, e, c1, ident(5, 1), []byte("new"))
+	})
+
+	t.Run("Repack", func(t *testing.T) {
+		e := open(t)
+		for i := range 50 {
+			e.Put(c1, ident(6, i), []byte{byte(i)})
+			e.Put(c2, ident(6, i), []byte{byte(i), 2})
+		}
+		e.Put(c1, ident(6, 3), []byte("v2"))
+		keep := []ID{ident(6, 10), ident(6, 3), ident(6, 7)}
+		st, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1, Records: keep}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.CollectionsRepacked != 1 || st.RecordsCopied != 3 || st.RecordsDropped != 47 {
+			t.Fatalf("stats %+v", st)
+		}
+		expect(t, e, c1, ident(6, 3), []byte("v2"))
+		expect(t, e, c1, ident(6, 10), []byte{10})
+		expect(t, e, c1, ident(6, 11), nil)
+		expect(t, e, c2, ident(6, 11), []byte{11, 2})
+		if ids, _ := e.CollectionRecords(c1); len(ids) != 3 {
+			t.Fatalf("after repack %d records, want 3", len(ids))
+		}
+		// A listed record that does not exist fails before anything changes.
+		_, err = e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{
+			{Collection: c2, Records: []ID{ident(6, 1)}},
+			{Collection: c1, Records: []ID{ident(6, 3), ident(6, 11)}},
+		}})
+		if !errors.Is(err, packstore.ErrNotFound) {
+			t.Fatalf("repack with missing record: %v, want ErrNotFound", err)
+		}
+		if ids, _ := e.CollectionRecords(c2); len(ids) != 50 {
+			t.Fatalf("failed repack changed c2: %d records", len(ids))
+		}
+		if _, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1, Records: []ID{ident(6, 3), ident(6, 3)}}}}); err == nil {
+			t.Fatal("repack listing a record twice succeeded")
+		}
+		if _, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1}, {Collection: c1}}}); err == nil {
+			t.Fatal("repack listing a collection twice succeeded")
+		}
+		// An empty list empties the collection.
+		if _, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1}}}); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, e, c1, ident(6, 3), nil)
+		if got := e.Collections(); !slices.Equal(got, []ID{c2}) {
+			t.Fatalf("Collections after emptying repack = %v", got)
+		}
+	})
+
+	t.Run("Closed", func(t *testing.T) {
+		e := open(t)
+		e.Put(c1, ident(7, 0), []byte("x"))
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Get(c1, ident(7, 0)); !errors.Is(err, packstore.ErrClosed) {
+			t.Fatalf("Get after Close: %v", err)
+		}
+		if err := e.Put(c1, ident(7, 1), nil); !errors.Is(err, packstore.ErrClosed) {
+			t.Fatalf("Put after Close: %v", err)
+		}
+		if err := e.Sync(); !errors.Is(err, packstore.ErrClosed) {
+			t.Fatalf("Sync after Close: %v", err)
+		}
+	})
+
+	t.Run("Model", func(t *testing.T) { runModel(t, open, reopen) })
+
+	t.Run("ConditionalPut", func(t *testing.T) {
+		e := open(t)
+		if _, ok := e.(packstore.ConditionalPutter); !ok {
+			t.Skip("engine has one writer per store: no packstore.ConditionalPutter")
+		}
+		runConditional(t, e)
+	})
+}
+
+// runConditional checks PutManyIf: a stale condition writes nothing, and
+// writers racing to increment one counter record never lose an increment.
+func runConditional(t *testing.T, e Engine) {
+	cp := e.(packstore.ConditionalPutter)
+	c, head, other := ident(8, 0), ident(8, 1), ident(8, 2)
+	put := func(old, data []byte, extra ...packstore.Record) error {
+		return cp.PutManyIf(c, append(extra, packstore.Record{ID: head, Data: data}), head, old)
+	}
+	if err := put(nil, []byte("h1"), packstore.Record{ID: other, Data: []byte("o1")}); err != nil {
+		t.Fatalf("create with absent condition: %v", err)
+	}
+	expect(t, e, c, head, []byte("h1"))
+	expect(t, e, c, other, []byte("o1"))
+	for _, old := range [][]byte{nil, []byte("h0"), []byte("")} {
+		if err := put(old, []byte("bad"), packstore.Record{ID: other, Data: []byte("bad")}); !errors.Is(err, packstore.ErrConflict) {
+			t.Fatalf("PutManyIf with stale condition %q: %v, want ErrConflict", old, err)
+		}
+	}
+	expect(t, e, c, head, []byte("h1"))
+	expect(t, e, c, other, []byte("o1")) // nothing of a refused batch is written
+	if err := put([]byte("h1"), []byte("h2"), packstore.Record{ID: other, Data: []byte("o2")}); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e, c, head, []byte("h2"))
+	expect(t, e, c, other, []byte("o2"))
+	if err := cp.PutManyIf(c, []packstore.Record{{ID: other, Data: []byte("x")}}, head, []byte("h2")); err == nil || errors.Is(err, packstore.ErrConflict) {
+		t.Fatalf("PutManyIf without the condition record in the batch: %v, want a usage error", err)
+	}
+
+	// Racing increments: each writer reads the counter and writes n+1 under
+	// the condition; every success must be one increment.
+	ctr := ident(8, 3)
+	if err := cp.PutManyIf(c, []packstore.Record{{ID: ctr, Data: binary.LittleEndian.AppendUint64(nil, 0)}}, ctr, nil); err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 4, 25
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	conflicts := 0
+	errc := make(chan error, writers)
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for done := 0; done < each; {
+				old, err := e.Get(c, ctr)
+				if err != nil {
+					errc <- err
+					return
+				}
+				next := binary.LittleEndian.AppendUint64(nil, binary.LittleEndian.Uint64(old)+1)
+				err = cp.PutManyIf(c, []packstore.Record{{ID: ctr, Data: next}}, ctr, old)
+				switch {
+				case errors.Is(err, packstore.ErrConflict):
+					mu.Lock()
+					conflicts++
+					mu.Unlock()
+				case err != nil:
+					errc <- err
+					return
+				default:
+					done++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	got, err := e.Get(c, ctr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := binary.LittleEndian.Uint64(got); n != writers*each {
+		t.Fatalf("counter = %d after %d acknowledged increments (%d conflicts): an update was lost", n, writers*each, conflicts)
+	}
+	t.Logf("%d increments, %d conflicts retried", writers*each, conflicts)
+}
+
+// model is the reference: collection -> record -> payload.
+type model map[ID]map[ID][]byte
+
+// verify compares the engine with the model: the collection list, each
+// collection's record IDs, and every payload through one GetMany per
+// collection.
+func (m model) verify(t *testing.T, e Engine, seed uint64, step int) {
+	t.Helper()
+	var colls []ID
+	for c := range m {
+		colls = append(colls, c)
+	}
+	slices.SortFunc(colls, ID.Compare)
+	if got := e.Collections(); !slices.Equal(got, colls) {
+		t.Fatalf("seed %d step %d: Collections = %v, model %v", seed, step, got, colls)
+	}
+	for _, c := range colls {
+		var ids []ID
+		for id := range m[c] {
+			ids = append(ids, id)
+		}
+		slices.SortFunc(ids, ID.Compare)
+		listed, err := e.CollectionRecords(c)
+		slices.SortFunc(listed, ID.Compare)
+		if err != nil || !slices.Equal(listed, ids) {
+			t.Fatalf("seed %d step %d: collection %s lists %d records (%v), model %d", seed, step, c, len(listed), err, len(ids))
+		}
+		got, err := e.GetMany(c, ids)
+		if err != nil {
+			t.Fatalf("seed %d step %d: GetMany: %v", seed, step, err)
+		}
+		for i, id := range ids {
+			if !bytes.Equal(got[i], m[c][id]) {
+				t.Fatalf("seed %d step %d: record %s/%s = %d bytes, model %d", seed, step, c, id, len(got[i]), len(m[c][id]))
+			}
+		}
+	}
+}
+
+// runModel applies random operations to the engine and to a model and compares
+// them after every read and at the end.
+func runModel(t *testing.T, open Open, reopen Reopen) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	steps := 1500
+	if testing.Short() {
+		steps = 300
+	}
+	if *stepsFlag > 0 {
+		steps = *stepsFlag
+	}
+	t.Logf("seed %d (-enginetest.seed=%d to repeat), %d steps", seed, seed, steps)
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	e := open(t)
+	m := model{}
+	colls := make([]ID, 5)
+	for i := range colls {
+		colls[i] = ident(20, int(r.Uint32()))
+	}
+	const perColl = 60 // record IDs per collection: enough repeats to supersede
+	rec := func() (ID, ID) {
+		return colls[r.IntN(len(colls))], ident(21, r.IntN(perColl))
+	}
+	write := func(c, id ID, d []byte) {
+		if m[c] == nil {
+			m[c] = map[ID][]byte{}
+		}
+		m[c][id] = d
+	}
+	for step := range steps {
+		switch op := r.IntN(100); {
+		case op < 30:
+			c, id := rec()
+			d := blob(r, r.IntN(600), r.IntN(2) == 0)
+			if err := e.Put(c, id, d); err != nil {
+				t.Fatalf("seed %d step %d: Put: %v", seed, step, err)
+			}
+			write(c, id, d)
+		case op < 45:
+			c, _ := rec()
+			batch := make([]packstore.Record, 1+r.IntN(25))
+			for i := range batch {
+				_, id := rec()
+				batch[i] = packstore.Record{ID: id, Data: blob(r, r.IntN(400), r.IntN(2) == 0)}
+			}
+			if err := e.PutMany(c, batch); err != nil {
+				t.Fatalf("seed %d step %d: PutMany: %v", seed, step, err)
+			}
+			for _, b := range batch {
+				write(c, b.ID, b.Data)
+			}
+		case op < 62:
+			c, id := rec()
+			want, ok := m[c][id]
+			got, err := e.Get(c, id)
+			if ok && (err != nil || !bytes.Equal(got, want)) || !ok && !errors.Is(err, packstore.ErrNotFound) {
+				t.Fatalf("seed %d step %d: Get = %d bytes, %v; model has it: %v", seed, step, len(got), err, ok)
+			}
+		case op < 74:
+			c, _ := rec()
+			ids := make([]ID, 1+r.IntN(40))
+			for i := range ids {
+				_, ids[i] = rec()
+			}
+			got, err := e.GetMany(c, ids)
+			if err != nil || len(got) != len(ids) {
+				t.Fatalf("seed %d step %d: GetMany = %d entries, %v", seed, step, len(got), err)
+			}
+			for i, id := range ids {
+				want, ok := m[c][id]
+				if ok != (got[i] != nil) || !bytes.Equal(got[i], want) {
+					t.Fatalf("seed %d step %d: GetMany[%d] = %d bytes, model has it: %v", seed, step, i, len(got[i]), ok)
+				}
+			}
+		case op < 78:
+			c, _ := rec()
+			if err := e.DeleteCollection(c); err != nil {
+				t.Fatalf("seed %d step %d: DeleteCollection: %v", seed, step, err)
+			}
+			delete(m, c)
+		case op < 88:
+			// Repack one or two collections, keeping a random subset in a
+			// random order.
+			var plan packstore.RepackPlan
+			dropped := 0
+			for _, c := range colls[:1+r.IntN(2)] {
+				if r.IntN(2) == 0 {
+					continue
+				}
+				var keep []ID
+				for id := range m[c] {
+					if r.IntN(3) > 0 {
+						keep = append(keep, id)
+					}
+				}
+				slices.SortFunc(keep, ID.Compare)
+				r.Shuffle(len(keep), func(i, j int) { keep[i], keep[j] = keep[j], keep[i] })
+				plan.Collections = append(plan.Collections, packstore.CollectionPlan{Collection: c, Records: keep})
+				dropped += len(m[c]) - len(keep)
+			}
+			st, err := e.Repack(plan)
+			if err != nil {
+				t.Fatalf("seed %d step %d: Repack: %v", seed, step, err)
+			}
+			if st.RecordsDropped != dropped {
+				t.Fatalf("seed %d step %d: Repack dropped %d, model %d", seed, step, st.RecordsDropped, dropped)
+			}
+			for _, cp := range plan.Collections {
+				kept := map[ID][]byte{}
+				for _, id := range cp.Records {
+					kept[id] = m[cp.Collection][id]
+				}
+				if len(kept) == 0 {
+					delete(m, cp.Collection)
+				} else {
+					m[cp.Collection] = kept
+				}
+			}
+		case op < 93:
+			if err := e.Sync(); err != nil {
+				t.Fatalf("seed %d step %d: Sync: %v", seed, step, err)
+			}
+		case op < 96 && reopen != nil:
+			e = reopen(t, e)
+			m.verify(t, e, seed, step)
+		default:
+			m.verify(t, e, seed, step)
+		}
+	}
+	m.verify(t, e, seed, steps)
+}
