@@ -405,7 +405,11 @@
 // for a collection X with position P, no other surviving shard holds a data
 // frame of X located before P (else a rebuild by scan would resurrect it;
 // each shard remembers the offset of its first frame per collection;
-// "before" is in (sequence number, offset) order). Retirement runs only
+// "before" is in (sequence number, offset) order). Only X's marker with the
+// largest P in any shard counts: a rebuild drops every frame of X before
+// it, all that an older marker drops, so older markers never keep a shard
+// (each repack of X would otherwise pin one while an old shard holds a dead
+// frame of X beside another collection's live records). Retirement runs only
 // after the repack output and the active shard are fsynced, and it writes a
 // checkpoint (and an empty delta) without the shards before it deletes any
 // file; shards are unmapped (after in-flight reads) before deletion and the
