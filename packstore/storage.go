@@ -39,7 +39,8 @@ type Options struct {
 	// about 100 us of CPU (up to 150 us at load 10), most of it building
 	// Huffman and FSE tables for each small payload, against a 200-400 us
 	// device flush (doc.go "Commit latency"). 0 or 1 compresses every
-	// batch; DefaultOptions sets DefaultInlineCompressMin.
+	// batch as it is written (a bulk writer's choice: the mtxdb commands
+	// set 0); DefaultOptions sets DefaultInlineCompressMin.
 	InlineCompressMin int
 
 	// CacheBytes bounds the node cache of decoded payloads (ristretto v2,
