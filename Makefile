@@ -11,8 +11,8 @@ all: build
 # Every Go module of the repository but bench/ (the cross-engine benchmark's, with cgo
 # engines: `make bench`) and integration/dendrite/server/e2e (it needs the built servers:
 # `make test-dendrite-e2e`): the core, its storage modules (packstore, hamtstore,
-# internal: modules of their own so that a Dendrite fork links them without the core's
-# gomatrixserverlib requirement), integration/dendrite and its statetables.
+# pgstore, internal: modules of their own so that a Dendrite fork links them without
+# the core's gomatrixserverlib requirement), integration/dendrite and its statetables.
 MODULES := $(sort $(patsubst ./%,%,$(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' -not -path './.build/*' -not -path './bench/*' -not -path './integration/dendrite/server/e2e/*' -not -path '*/testdata/*'))))
 
 deps:
@@ -176,7 +176,8 @@ dendrite:
 	integration/dendrite/server/build.sh $(DENDRITE_BIN) $(DENDRITE_WORK)
 
 # Stock and mtxdb Dendrite on loopback, SQLite and PostgreSQL, driven through the
-# client-server API with mautrix; answers compared, SQL state tables checked empty.
+# client-server API with mautrix; answers compared, SQL state tables checked empty, a
+# PostgreSQL Dendrite's state rows found in mtxdb_records in its own database.
 test-dendrite-e2e: dendrite
 	@set -e; url=$$(scripts/pgserver.sh start $(PG_DIR)); rc=0; \
 	  (cd integration/dendrite/server/e2e && MTXDB_DENDRITE_BIN=$(DENDRITE_BIN) MTXDB_PG_URL=$$url \

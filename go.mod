@@ -6,7 +6,6 @@ require (
 	github.com/KimMachineGun/automemlimit v1.0.1
 	github.com/dustin/go-humanize v1.0.1
 	github.com/hashicorp/golang-lru/v2 v2.0.7
-	github.com/jackc/pgx/v5 v5.12.0
 	github.com/matrix-org/gomatrixserverlib v0.0.0-20250815065806-6697d93cbcba
 	github.com/mattn/go-isatty v0.0.24
 	github.com/mtxdb/mtxdb/hamtstore v0.0.0
@@ -17,6 +16,8 @@ require (
 	github.com/stretchr/testify v1.12.1
 	github.com/tidwall/sjson v1.2.5
 )
+
+require github.com/jackc/pgx/v5 v5.12.0 // indirect
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -31,6 +32,7 @@ require (
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/matrix-org/util v0.0.0-20221111132719-399730281e66 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
+	github.com/mtxdb/mtxdb/pgstore v0.0.0
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/oleiade/lane/v2 v2.0.0 // indirect
 	github.com/pbnjay/memory v0.0.0-20210728143218-7b4eea64cf58 // indirect
@@ -61,3 +63,5 @@ replace (
 	github.com/mtxdb/mtxdb/internal => ./internal
 	github.com/mtxdb/mtxdb/packstore => ./packstore
 )
+
+replace github.com/mtxdb/mtxdb/pgstore => ./pgstore

@@ -11,8 +11,8 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/klauspost/compress v1.20.4
 	github.com/mattn/go-sqlite3 v1.14.53
-	github.com/mtxdb/mtxdb v0.0.0-00010101000000-000000000000
 	github.com/mtxdb/mtxdb/packstore v0.0.0
+	github.com/mtxdb/mtxdb/pgstore v0.0.0
 	go.etcd.io/bbolt v1.5.0
 	golang.org/x/sys v0.48.0
 	gonum.org/v1/plot v0.17.0
@@ -75,3 +75,5 @@ replace github.com/mtxdb/mtxdb/internal => ../internal
 replace github.com/mtxdb/mtxdb/packstore => ../packstore
 
 replace github.com/mtxdb/mtxdb/hamtstore => ../hamtstore
+
+replace github.com/mtxdb/mtxdb/pgstore => ../pgstore

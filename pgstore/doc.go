@@ -2,13 +2,20 @@
 // github.com/jackc/pgx/v5), for deployments that already run PostgreSQL and put
 // several server processes on one database.
 //
-// # Why a package of the core module
+// # Why a module of its own
 //
-// pgx is pure Go (no cgo, no C compiler) and small (pgx, puddle, pgpassfile,
-// pgservicefile, x/text), and the CLI must open postgres:// stores wherever it
-// opens a directory, so the engine lives beside packstore in the core module
-// (github.com/mtxdb/mtxdb/pgstore). The benchmark engines stay in bench/
-// because they need cgo; this one does not.
+// pgstore is a nested module (github.com/mtxdb/mtxdb/pgstore, go.mod beside
+// this file, like packstore and hamtstore), not a package of the core module,
+// because the Dendrite state tables (integration/dendrite/statetables) link
+// it into a Dendrite v0.13.8 build: the core module requires a
+// gomatrixserverlib that Dendrite v0.13.8 does not compile against, and
+// minimal version selection would impose it on any build that requires the
+// core. This module requires only packstore (for the StorageEngine interface
+// and its errors) and pgx, which is pure Go (no cgo) and small (pgx, puddle,
+// pgpassfile, pgservicefile, x/text, x/sync). The core module requires it
+// (replace ./pgstore) so the CLI opens postgres:// stores wherever it opens a
+// directory. The benchmark engines stay in bench/ because they need cgo; this
+// one does not.
 //
 // # Schema (version 1)
 //
@@ -54,11 +61,21 @@
 //     table). RepackStats.RecordsCopied counts the records kept in place;
 //     BytesCopied, ShardsRetired and BytesRetired are 0.
 //
+// # In another program's transaction: SQLView
+//
+// SQLView (sqlview.go) is the same records over database/sql, for a program
+// that already holds a transaction on the database with another driver: the
+// Dendrite state tables write a snapshot's records in the *sql.Tx (lib/pq)
+// Dendrite hands them, so the records commit or roll back with Dendrite's own
+// rows. Its statements take []byte parameters only (IN lists and multi-row
+// VALUES instead of arrays); PrepareSQL is Open's schema step over such a
+// handle. It has no Repack, ConditionalPutter or Stats: Store has them.
+//
 // # SQL kept to what CockroachDB and YugabyteDB accept
 //
 // Only tables, a composite primary key, CHECK constraints, INSERT ... ON
 // CONFLICT DO UPDATE/DO NOTHING, UPDATE/DELETE with = ANY(array), unnest of
-// parallel arrays, and WITH RECURSIVE. That rules out: advisory locks
+// parallel arrays, WITH RECURSIVE, and (SQLView) IN lists and multi-row VALUES. That rules out: advisory locks
 // (pg_advisory_lock; CockroachDB has none), LISTEN/NOTIFY, COPY into a temporary
 // table for PutMany (temporary tables are experimental in CockroachDB), CLUSTER
 // and BRIN indexes, large objects, table inheritance and partitioning DDL,

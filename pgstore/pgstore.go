@@ -119,29 +119,44 @@ func Open(opts Options) (*Store, error) {
 	return s, nil
 }
 
-const createSQL = `
-CREATE TABLE IF NOT EXISTS mtxdb_schema (
+// createStatements create the schema (version 1); each is idempotent.
+var createStatements = []string{
+	`CREATE TABLE IF NOT EXISTS mtxdb_schema (
 	version INT PRIMARY KEY,
 	created TIMESTAMPTZ NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS mtxdb_records (
+)`,
+	`CREATE TABLE IF NOT EXISTS mtxdb_records (
 	coll BYTEA NOT NULL CHECK (length(coll) = 16),
 	id   BYTEA NOT NULL CHECK (length(id) = 16),
 	data BYTEA NOT NULL,
 	PRIMARY KEY (coll, id)
-);
-INSERT INTO mtxdb_schema (version) VALUES (1) ON CONFLICT (version) DO NOTHING;
-`
+)`,
+	`INSERT INTO mtxdb_schema (version) VALUES (1) ON CONFLICT (version) DO NOTHING`,
+}
 
 // schema creates the tables (unless noCreate) and checks the recorded version.
 func (s *Store) schema(ctx context.Context, noCreate bool) error {
+	return checkSchema(ctx, noCreate,
+		func(q string) error { _, err := s.pool.Exec(ctx, q); return err },
+		func() (*int32, error) {
+			var v *int32
+			err := s.pool.QueryRow(ctx, `SELECT max(version) FROM mtxdb_schema`).Scan(&v)
+			return v, err
+		})
+}
+
+// checkSchema is schema's logic over any connection: exec runs one statement
+// without parameters, version reads max(version) of mtxdb_schema (nil: no row).
+func checkSchema(ctx context.Context, noCreate bool, exec func(string) error, version func() (*int32, error)) error {
 	if !noCreate {
 		// Two processes creating the tables at once can collide in
-		// PostgreSQL's catalog (a unique violation on pg_type) even with IF
-		// NOT EXISTS; the second attempt then finds them.
+		// PostgreSQL's catalog (a unique violation on pg_type, or "type ...
+		// already exists") even with IF NOT EXISTS; the second attempt then
+		// finds them. The statements go as one string (one implicit
+		// transaction of the simple query protocol, as before SQLView).
 		var err error
 		for range 3 {
-			if _, err = s.pool.Exec(ctx, createSQL); err == nil || !isCode(err, "23505", "42P07", "40001") {
+			if err = exec(strings.Join(createStatements, ";\n")); err == nil || !isCode(err, "23505", "42P07", "42710", "40001") {
 				break
 			}
 		}
@@ -149,8 +164,7 @@ func (s *Store) schema(ctx context.Context, noCreate bool) error {
 			return fmt.Errorf("create schema: %w", err)
 		}
 	}
-	var v *int32
-	err := s.pool.QueryRow(ctx, `SELECT max(version) FROM mtxdb_schema`).Scan(&v)
+	v, err := version()
 	switch {
 	case isCode(err, "42P01"): // undefined_table
 		return ErrNoSchema
@@ -161,7 +175,7 @@ func (s *Store) schema(ctx context.Context, noCreate bool) error {
 	case *v > SchemaVersion:
 		return fmt.Errorf("%w: version %d, this mtxdb reads up to %d", ErrSchemaVersion, *v, SchemaVersion)
 	}
-	if _, err := s.pool.Exec(ctx, `SELECT coll, id, data FROM mtxdb_records LIMIT 0`); err != nil {
+	if err := exec(`SELECT coll, id, data FROM mtxdb_records LIMIT 0`); err != nil {
 		if isCode(err, "42P01") {
 			return fmt.Errorf("%w (mtxdb_schema exists, mtxdb_records does not)", ErrNoSchema)
 		}
@@ -170,14 +184,15 @@ func (s *Store) schema(ctx context.Context, noCreate bool) error {
 	return nil
 }
 
-// isCode reports whether err is a PostgreSQL error with one of the SQLSTATE codes.
+// isCode reports whether err is a PostgreSQL error with one of the SQLSTATE
+// codes: pgx's *pgconn.PgError and lib/pq's *pq.Error both have SQLState.
 func isCode(err error, codes ...string) bool {
-	var pe *pgconn.PgError
+	var pe interface{ SQLState() string }
 	if !errors.As(err, &pe) {
 		return false
 	}
 	for _, c := range codes {
-		if pe.Code == c {
+		if pe.SQLState() == c {
 			return true
 		}
 	}
@@ -318,7 +333,7 @@ func (s *Store) putMany(coll packstore.ID, recs []packstore.Record, cond *packst
 				coll[:], cond[:], condData, old)
 		}
 		if err != nil {
-			return s.writeErr(coll, len(recs), err)
+			return writeErr(coll, len(recs), err)
 		}
 		if tag.RowsAffected() != 1 {
 			return fmt.Errorf("%w: collection %s record %s", packstore.ErrConflict, coll, *cond)
@@ -329,10 +344,10 @@ func (s *Store) putMany(coll packstore.ID, recs []packstore.Record, cond *packst
 		skip = *cond
 	}
 	if err := upsert(ctx, tx, coll, recs, last, cond != nil, skip); err != nil {
-		return s.writeErr(coll, len(recs), err)
+		return writeErr(coll, len(recs), err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return s.writeErr(coll, len(recs), err)
+		return writeErr(coll, len(recs), err)
 	}
 	return nil
 }
@@ -396,18 +411,18 @@ func (s *Store) PutCollections(batches []CollectionBatch) error {
 			last[r.ID] = i
 		}
 		if err := upsert(ctx, tx, b.Collection, b.Records, last, false, packstore.ID{}); err != nil {
-			return s.writeErr(b.Collection, len(b.Records), err)
+			return writeErr(b.Collection, len(b.Records), err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return s.writeErr(packstore.ID{}, 0, err)
+		return writeErr(packstore.ID{}, 0, err)
 	}
 	return nil
 }
 
 // writeErr wraps a write failure; a serialization failure (SERIALIZABLE
 // isolation) or deadlock is a lost race, reported as packstore.ErrConflict.
-func (s *Store) writeErr(coll packstore.ID, n int, err error) error {
+func writeErr(coll packstore.ID, n int, err error) error {
 	if isCode(err, "40001", "40P01") {
 		return fmt.Errorf("%w: collection %s: %v", packstore.ErrConflict, coll, err)
 	}
@@ -431,7 +446,7 @@ func (s *Store) DeleteCollection(coll packstore.ID) error {
 		return err
 	}
 	if _, err := s.pool.Exec(context.Background(), `DELETE FROM mtxdb_records WHERE coll = $1`, coll[:]); err != nil {
-		return s.writeErr(coll, 0, err)
+		return writeErr(coll, 0, err)
 	}
 	return nil
 }
@@ -562,7 +577,7 @@ func (s *Store) Repack(plan packstore.RepackPlan) (packstore.RepackStats, error)
 		var n int
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT id FROM mtxdb_records WHERE coll = $1 AND id = ANY($2) FOR UPDATE) AS k`,
 			cp.Collection[:], keys).Scan(&n); err != nil {
-			return st, s.writeErr(cp.Collection, len(keys), err)
+			return st, writeErr(cp.Collection, len(keys), err)
 		}
 		if n != len(keys) {
 			return st, fmt.Errorf("%w: repack plan for collection %s lists %d records that do not exist",
@@ -570,14 +585,14 @@ func (s *Store) Repack(plan packstore.RepackPlan) (packstore.RepackStats, error)
 		}
 		tag, err := tx.Exec(ctx, `DELETE FROM mtxdb_records WHERE coll = $1 AND NOT (id = ANY($2))`, cp.Collection[:], keys)
 		if err != nil {
-			return st, s.writeErr(cp.Collection, len(keys), err)
+			return st, writeErr(cp.Collection, len(keys), err)
 		}
 		st.CollectionsRepacked++
 		st.RecordsCopied += len(keys)
 		st.RecordsDropped += int(tag.RowsAffected())
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return packstore.RepackStats{}, s.writeErr(packstore.ID{}, 0, err)
+		return packstore.RepackStats{}, writeErr(packstore.ID{}, 0, err)
 	}
 	return st, nil
 }

@@ -23,14 +23,12 @@ import (
 // decoding a metadata record or a PDU.
 type graph struct {
 	ids      []string               // event ID by index
-	index    map[string]int32       // event ID -> index
+	index    idTable                // event ID -> index
 	byRecord map[packstore.ID]int32 // event record ID (HAMT value) -> index
 	g        *roomstate.Graph       // edges by index (missing edges are -1)
-	authIDs  [][]string             // auth_events as IDs, as the PDU lists them
 	keys     []Key                  // interned keys; g.Key[i] indexes it
 	kidsOff  []int32                // auth children CSR: kids of i are kids[kidsOff[i]:kidsOff[i+1]]
 	kids     []int32                // state events only, in index order (re-sorted by replay)
-	kidIDs   []string               // kids as IDs, same layout
 	lin      []lineageLink          // same-key lineage, filled on use
 	depth    []int32                // auth depth (AuthOrder), -1 until computed
 	keyIndex map[Key]int32          // Key -> interned index
@@ -59,30 +57,18 @@ func newGraph(room *roomstate.Room) (*graph, error) {
 func indexGraph(rg *roomstate.Graph) *graph {
 	n := len(rg.IDs)
 	g := &graph{ids: rg.IDs, g: rg, keys: make([]Key, len(rg.Keys)), keyIndex: make(map[Key]int32, len(rg.Keys)),
-		index: make(map[string]int32, n), byRecord: make(map[packstore.ID]int32, n)}
+		index: newIDTable(rg.IDs), byRecord: make(map[packstore.ID]int32, n)}
 	for i, k := range rg.Keys {
 		g.keys[i] = k
 		g.keyIndex[g.keys[i]] = int32(i)
 	}
 	for i, id := range rg.IDs {
-		g.index[id] = int32(i)
 		g.byRecord[roomstate.EventRecordID(id)] = int32(i)
 	}
-	g.authIDs = make([][]string, n)
 	nkids := make([]int32, n+1)
 	for i := range n {
-		auth := rg.Auth(i)
-		ids := make([]string, len(auth))
-		for j, a := range auth {
-			if a >= 0 {
-				ids[j] = rg.IDs[a]
-			} else {
-				ids[j] = rg.MissingAuth(i, j)
-			}
-		}
-		g.authIDs[i] = ids
 		if rg.Key[i] >= 0 {
-			for _, a := range auth {
+			for _, a := range rg.Auth(i) {
 				if a >= 0 {
 					nkids[a+1]++
 				}
@@ -106,10 +92,6 @@ func indexGraph(rg *roomstate.Graph) *graph {
 			}
 		}
 	}
-	g.kidIDs = make([]string, len(g.kids))
-	for j, k := range g.kids {
-		g.kidIDs[j] = rg.IDs[k]
-	}
 	g.lin = make([]lineageLink, n)
 	g.depth = make([]int32, n)
 	for i := range g.lin {
@@ -121,7 +103,7 @@ func indexGraph(rg *roomstate.Graph) *graph {
 
 // idx returns the index of an event of the room.
 func (g *graph) idx(id string) (int32, error) {
-	if i, ok := g.index[id]; ok {
+	if i, ok := g.index.find(g.ids, id); ok {
 		return i, nil
 	}
 	return 0, fmt.Errorf("%w: event %s is not in the room", errNoEvent, id)
@@ -133,8 +115,27 @@ func (g *graph) keyOf(i int32) int32 { return g.g.Key[i] }
 // children returns the auth children of i (state events citing it), restricted
 // during a replay to those already replayed (g.pos set, kids sorted by position).
 func (g *graph) children(i int32, upTo int32) []string {
-	lo := g.kidsOff[i]
-	return g.kidIDs[lo : lo+int32(len(g.childHandles(i, upTo)))]
+	hs := g.childHandles(i, upTo)
+	ids := make([]string, len(hs))
+	for j, h := range hs {
+		ids[j] = g.ids[h]
+	}
+	return ids
+}
+
+// authIDs returns the auth_events of i as IDs, as the PDU lists them (those
+// not in the room by the ID the PDU gives).
+func (g *graph) authIDs(i int32) []string {
+	auth := g.g.Auth(int(i))
+	ids := make([]string, len(auth))
+	for j, a := range auth {
+		if a >= 0 {
+			ids[j] = g.ids[a]
+		} else {
+			ids[j] = g.g.MissingAuth(int(i), j)
+		}
+	}
+	return ids
 }
 
 // childHandles is children by handle.
@@ -170,9 +171,6 @@ func (g *graph) sortKidsByPosition() {
 			return 1 << 40
 		}
 		slices.SortStableFunc(ks, func(a, b int32) int { return cmp.Compare(posOf(a), posOf(b)) })
-		for j := lo; j < hi; j++ {
-			g.kidIDs[j] = g.ids[g.kids[j]]
-		}
 	}
 }
 

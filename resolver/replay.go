@@ -256,9 +256,12 @@ func (rp *replay) run() (ReplayResult, error) {
 		id := g.ids[i]
 		pf.take()
 		if p%readerResetEvery == readerResetEvery-1 {
-			// Bound the decoded nodes kept (later reads go to the store) and the
-			// store's pages mapped into the process (a replay reads every PDU).
+			// Bound the decoded nodes kept (later reads go to the store).
 			r.rd.Reset()
+		}
+		if p%releaseMappedEvery == releaseMappedEvery-1 {
+			// Bound the store's pages mapped into the process (a replay reads
+			// every PDU).
 			if err := room.ReleaseMapped(); err != nil {
 				return rp.res, err
 			}
@@ -468,7 +471,11 @@ func (pf *prefetcher) stop() {
 
 // readerResetEvery bounds the HAMT nodes a replay keeps decoded: the reader is reset
 // every so many events (the nodes a later event needs are read again from the store).
-const readerResetEvery = 4096
+const readerResetEvery = 16384
+
+// releaseMappedEvery is how often (in events) a replay releases the store's
+// mapped pages.
+const releaseMappedEvery = 4096
 
 // metaForKeep is what Head.KeepsState reads of an event.
 func (rp *replay) metaForKeep(i int32) roomstate.EventMeta {

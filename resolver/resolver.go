@@ -464,7 +464,7 @@ func (r *Resolver) AuthEvents(eventID string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return g.authIDs[i], nil
+	return g.authIDs(i), nil
 }
 
 // AuthChildren implements AuthIndex: the state events that cite eventID in their
@@ -587,7 +587,7 @@ func (v *resView) unconflictedOf(i int32) (int32, bool) {
 			v.err = err
 		}
 		if found {
-			if x, ok := v.g.index[id]; ok {
+			if x, ok := v.g.index.find(v.g.ids, id); ok {
 				u = x
 			}
 		}

@@ -42,7 +42,12 @@
 //
 // One assignment writes forward, reverse and counter in one PutMany batch. If a
 // crash keeps the first two but not the counter, reopening moves the counter past
-// every NID that has a reverse record, so no NID is handed out twice.
+// every NID that has a reverse record, so no NID is handed out twice. On an engine
+// several processes write (packstore.ConditionalPutter: pgstore), the batch is a
+// compare-and-set of the counter as stored now (PutManyIf), and a process that
+// loses the race reads the name and the counter again: processes sharing one
+// database never hand out a NID twice nor give a name two
+// (TestNIDsTwoProcessesPostgres).
 //
 // # Concurrency
 //

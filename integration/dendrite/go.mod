@@ -11,8 +11,13 @@ require (
 
 require (
 	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/mtxdb/mtxdb/internal v0.0.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sync v0.23.0 // indirect
 )
 
 require (
@@ -32,6 +37,7 @@ require (
 	github.com/matrix-org/gomatrixserverlib v0.0.0-20250815065806-6697d93cbcba
 	github.com/matrix-org/util v0.0.0-20221111132719-399730281e66 // indirect
 	github.com/minio/highwayhash v1.0.3 // indirect
+	github.com/mtxdb/mtxdb/pgstore v0.0.0
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nats-io/jwt/v2 v2.5.8 // indirect
 	github.com/nats-io/nats-server/v2 v2.10.20 // indirect
@@ -69,3 +75,5 @@ replace github.com/mtxdb/mtxdb/internal => ../../internal
 replace github.com/mtxdb/mtxdb/packstore => ../../packstore
 
 replace github.com/mtxdb/mtxdb/hamtstore => ../../hamtstore
+
+replace github.com/mtxdb/mtxdb/pgstore => ../../pgstore

@@ -112,21 +112,52 @@ func (t *nidTable) lookup(eng packstore.StorageEngine, name string) (int64, erro
 
 // get returns the NID of name, assigning the next free one if it has none. An
 // assignment writes the forward record, the reverse record and the counter in one
-// append batch.
+// append batch. On an engine several processes write (packstore.ConditionalPutter:
+// PostgreSQL) the batch is a compare-and-set of the counter as stored now, so two
+// processes never hand out one NID nor give one name two: the loser of a race reads
+// the name (the winner may have assigned it) and the counter again.
 func (t *nidTable) get(eng packstore.StorageEngine, name string) (int64, error) {
-	nid, err := t.lookup(eng, name)
-	if err != nil || nid != 0 {
-		return nid, err
+	cp, shared := eng.(packstore.ConditionalPutter)
+	for attempt := 0; ; attempt++ {
+		nid, err := t.lookup(eng, name)
+		if err != nil || nid != 0 {
+			return nid, err
+		}
+		if !shared {
+			if err := t.loadCounter(eng); err != nil {
+				return 0, err
+			}
+			nid = t.next
+			if err := t.put(eng, name, nid, nid+1, nil); err != nil {
+				return 0, err
+			}
+			t.next = nid + 1
+			return nid, nil
+		}
+		old, err := eng.Get(nidCollection, counterID(t.kind))
+		nid = t.floor
+		switch {
+		case errors.Is(err, packstore.ErrNotFound):
+			old = nil
+		case err != nil:
+			return 0, fmt.Errorf("mtxdb/dendrite: %c NID counter: %w", t.kind, err)
+		default:
+			if nid, err = decodeNID(recCounter, old, fmt.Sprintf("counter %c", t.kind)); err != nil {
+				return 0, err
+			}
+			nid = max(nid, t.floor)
+		}
+		err = t.put(eng, name, nid, nid+1, func(recs []packstore.Record) error {
+			return cp.PutManyIf(nidCollection, recs, counterID(t.kind), old)
+		})
+		if errors.Is(err, packstore.ErrConflict) && attempt < 100 {
+			continue // another process assigned a NID since the counter was read
+		}
+		if err != nil {
+			return 0, err
+		}
+		return nid, nil
 	}
-	if err := t.loadCounter(eng); err != nil {
-		return 0, err
-	}
-	nid = t.next
-	if err := t.put(eng, name, nid, nid+1); err != nil {
-		return 0, err
-	}
-	t.next = nid + 1
-	return nid, nil
 }
 
 // fix records name at a fixed NID (below floor) unless it is already there.
@@ -141,10 +172,12 @@ func (t *nidTable) fix(eng packstore.StorageEngine, name string, nid int64) erro
 	if got != 0 {
 		return fmt.Errorf("%w: %c %q has NID %d, Dendrite fixes it at %d", ErrCorruptRecord, t.kind, name, got, nid)
 	}
-	return t.put(eng, name, nid, 0)
+	return t.put(eng, name, nid, 0, nil)
 }
 
-func (t *nidTable) put(eng packstore.StorageEngine, name string, nid, next int64) error {
+// put writes name's forward and reverse records and, unless next is 0, the counter,
+// in one batch: through write when it is not nil (a compare-and-set), else PutMany.
+func (t *nidTable) put(eng packstore.StorageEngine, name string, nid, next int64, write func([]packstore.Record) error) error {
 	recs := []packstore.Record{
 		{ID: forwardID(t.kind, name), Data: encodeNID(recForward, nid)},
 		{ID: reverseID(t.kind, nid), Data: append([]byte{recReverse, nidVersion}, name...)},
@@ -152,7 +185,10 @@ func (t *nidTable) put(eng packstore.StorageEngine, name string, nid, next int64
 	if next != 0 {
 		recs = append(recs, packstore.Record{ID: counterID(t.kind), Data: encodeNID(recCounter, next)})
 	}
-	if err := eng.PutMany(nidCollection, recs); err != nil {
+	if write == nil {
+		write = func(recs []packstore.Record) error { return eng.PutMany(nidCollection, recs) }
+	}
+	if err := write(recs); err != nil {
 		return fmt.Errorf("mtxdb/dendrite: assign %c NID %d to %q: %w", t.kind, nid, name, err)
 	}
 	t.fwd[name], t.rev[nid] = nid, name

@@ -2,14 +2,18 @@ package dendrite
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/matrix-org/dendrite/roomserver/types"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/pgstore"
+	"github.com/mtxdb/mtxdb/pgstore/pgtest"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/testrooms"
@@ -130,4 +134,71 @@ func TestWrongRoomRefused(t *testing.T) {
 	_, err = b.SnapshotNIDFromEventID(context.Background(), "$not-an-event")
 	var missing types.MissingEventError
 	require.ErrorAs(t, err, &missing)
+}
+
+// TestNIDsTwoProcessesPostgres: two Storages on one PostgreSQL database (two
+// server processes) assign NIDs to overlapping names at once; every name gets one
+// NID, no NID two names, and each Storage reads the other's (the counter is a
+// compare-and-set on an engine several processes write). Without the
+// compare-and-set both would hand out the counter's next NID to different names.
+func TestNIDsTwoProcessesPostgres(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	var storages []*Storage
+	for range 2 {
+		eng, err := pgstore.Open(pgstore.Options{URL: url})
+		require.NoError(t, err)
+		t.Cleanup(func() { eng.Close() })
+		s, err := New(roomstate.New(eng))
+		require.NoError(t, err)
+		storages = append(storages, s)
+	}
+	const names = 150
+	got := make([]map[string]int64, 2)
+	var wg sync.WaitGroup
+	for w, s := range storages {
+		got[w] = map[string]int64{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range names {
+				if w == 1 {
+					i = names - 1 - i // the other order: they meet in the middle
+				}
+				name := fmt.Sprintf("m.test.%d", i)
+				nid, err := s.nid(kindEventType, name)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got[w][name] = nid
+			}
+		}()
+	}
+	wg.Wait()
+	byNID := map[int64]string{}
+	for i := range names {
+		name := fmt.Sprintf("m.test.%d", i)
+		a, b := got[0][name], got[1][name]
+		require.Equal(t, a, b, "name %s has two NIDs", name)
+		require.Greater(t, a, int64(types.MRoomHistoryVisibilityNID), "name %s", name)
+		if other, ok := byNID[a]; ok {
+			t.Fatalf("NID %d given to %s and %s", a, other, name)
+		}
+		byNID[a] = name
+	}
+	// A third Storage (a fresh process) reads them all the same and continues above.
+	eng, err := pgstore.Open(pgstore.Options{URL: url})
+	require.NoError(t, err)
+	defer eng.Close()
+	s3, err := New(roomstate.New(eng))
+	require.NoError(t, err)
+	for nid, name := range byNID {
+		n, err := s3.nid(kindEventType, name)
+		require.NoError(t, err)
+		require.Equal(t, nid, n, name)
+	}
+	n, err := s3.nid(kindEventType, "m.test.new")
+	require.NoError(t, err)
+	_, taken := byNID[n]
+	require.False(t, taken, "new name got the taken NID %d", n)
 }

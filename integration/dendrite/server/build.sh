@@ -9,7 +9,7 @@
 # swap in roomserver/storage/storage.go, and go.mod/go.sum with the statetables
 # requirement and the versions it raises, pinned: no `go mod tidy`, nothing resolved
 # @latest) and go.mod's replace lines pointing at this repository's statetables,
-# packstore, hamtstore and internal modules; it is reused while the patch is unchanged.
+# packstore, hamtstore, pgstore and internal modules; it is reused while the patch is unchanged.
 # Dendrite's own tests run in WORK/src (make test-dendrite-suite). Nothing of Dendrite's
 # source is kept in the repository: only the patch.
 set -euo pipefail
@@ -41,6 +41,7 @@ if [ "$(cat "$SRC/.mtxdb-stamp" 2>/dev/null)" != "$stamp" ]; then
 		-replace=github.com/mtxdb/mtxdb/integration/dendrite/statetables="$REPO/integration/dendrite/statetables" \
 		-replace=github.com/mtxdb/mtxdb/packstore="$REPO/packstore" \
 		-replace=github.com/mtxdb/mtxdb/hamtstore="$REPO/hamtstore" \
+		-replace=github.com/mtxdb/mtxdb/pgstore="$REPO/pgstore" \
 		-replace=github.com/mtxdb/mtxdb/internal="$REPO/internal")
 	echo "$stamp" >"$SRC/.mtxdb-stamp"
 fi

@@ -31,9 +31,14 @@ trap '"$REPO/scripts/pgserver.sh" stop "$PG_DIR"' EXIT
 # shellcheck disable=SC1091
 . "$PG_DIR/env"
 export POSTGRES_USER=$PGUSER POSTGRES_PASSWORD=$PGPASSWORD POSTGRES_HOST=$PGHOST POSTGRES_DB=$PGDATABASE PGPORT
+# A PostgreSQL roomserver keeps its mtxdb state in its own database; SQLite ones in a
+# directory beside their file. statetables.Swap logs every store it opens to
+# MTXDB_DENDRITE_STATE_LOG (the test databases are gone when the suite ends), and no
+# store directory may appear under MTXDB_DENDRITE_STATE_BASE (where PostgreSQL
+# stores were kept before they moved into the database).
 STATE_BASE=$(mktemp -d /tmp/mtxdb-dendrite-suite-state.XXXXXX)
 trap 'rm -rf "$STATE_BASE"; "$REPO/scripts/pgserver.sh" stop "$PG_DIR"' EXIT
-export MTXDB_DENDRITE_STATE_BASE=$STATE_BASE
+export MTXDB_DENDRITE_STATE_BASE=$STATE_BASE/base MTXDB_DENDRITE_STATE_LOG=$STATE_BASE/opened.log
 unset MTXDB_DENDRITE_STATE_DIR
 
 cd "$SRC"
@@ -59,7 +64,9 @@ for p in $failed; do
 		exit 1
 	fi
 done
-stores=$(find "$STATE_BASE" -mindepth 1 -maxdepth 1 -name 'pg-*' | wc -l)
+pg=$(grep -c '^postgres ' "$STATE_BASE/opened.log" 2>/dev/null || true)
+dirs=$(grep -c '^directory ' "$STATE_BASE/opened.log" 2>/dev/null || true)
 tested=$(grep -c -E '^ok[[:space:]]' "$log" || true)
-echo "== all $tested packages with tests passed (of $n listed; $(($(date +%s) - start)) s)${retried:+; passed on the second run:$retried}; PostgreSQL roomserver databases with an mtxdb state store: $stores"
-[ "$stores" -gt 0 ] || { echo "== FAIL: no test opened an mtxdb state store: the swap is not in effect" >&2; exit 1; }
+echo "== all $tested packages with tests passed (of $n listed; $(($(date +%s) - start)) s)${retried:+; passed on the second run:$retried}; mtxdb state stores opened: ${pg:-0} in PostgreSQL roomserver databases, ${dirs:-0} SQLite store directories"
+[ "${pg:-0}" -gt 0 ] && [ "${dirs:-0}" -gt 0 ] || { echo "== FAIL: no test opened an mtxdb state store on one of the databases: the swap is not in effect there" >&2; exit 1; }
+[ ! -d "$STATE_BASE/base" ] || { echo "== FAIL: a PostgreSQL roomserver kept its state in a directory: $(ls "$STATE_BASE/base")" >&2; exit 1; }

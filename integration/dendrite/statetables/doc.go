@@ -1,9 +1,10 @@
 // Package statetables implements Dendrite v0.13.8's two roomserver state tables,
 // tables.StateSnapshot and tables.StateBlock (roomserver/storage/tables), over
-// mtxdb's hamtstore (CHAMP maps) in a packstore engine, so that a Dendrite fork
-// keeps its room state in mtxdb and every other table in its SQL. It imports
-// neither mtxdb's core module nor its gomatrixserverlib: only packstore, hamtstore
-// and Dendrite's own types.
+// mtxdb's hamtstore (CHAMP maps) in a packstore directory or, for a PostgreSQL
+// Dendrite, in pgstore's tables inside Dendrite's own database, so that a Dendrite
+// fork keeps its room state in mtxdb and every other table in its SQL. It imports
+// neither mtxdb's core module nor its gomatrixserverlib: only packstore, hamtstore,
+// pgstore (modules of their own) and Dendrite's own types.
 //
 // # Model
 //
@@ -29,11 +30,13 @@
 //	delta block (memory)      (2^31-1) << 32 | seq   seq = 1 .. 2^32-1 per process
 //
 // so a NID names its room (a migrated one through its LegacyCollection record),
-// snapshot NIDs of a room grow with time, and no kind can be taken for another.
+// snapshot NIDs of a room grow with time (on PostgreSQL, those of one Store: each
+// takes a range of its own), and no kind can be taken for another.
 //
 // # Records
 //
-// Every room is one packstore collection, ID = SHA-256("mtxdb/dendrite/state/room\x00"
+// Every room is one collection (of the packstore engine, or rows of pgstore's
+// mtxdb_records sharing coll), ID = SHA-256("mtxdb/dendrite/state/room\x00"
 // || u64le(room NID))[:16]. It holds the room's HAMT nodes (record ID = node ID,
 // payload = hamtstore's node encoding) and three kinds of NID records, whose IDs are
 // SHA-256 over a domain-separated input truncated to 16 bytes; payloads start with a
@@ -50,27 +53,96 @@
 //
 // HAMT keys are uvarint(event type NID) || uvarint(state key NID) (prefix-free, so
 // unambiguous); values are u64le(event NID) followed by 8 zero bytes. A seq is
-// handed out only below the room's lease end; the lease record moves the end
-// forward by LeaseStep in the same append batch as the snapshot that needs it, so a
+// handed out only below the room's lease end; on packstore the lease record moves
+// the end forward by LeaseStep in the same append batch as the snapshot that needs
+// it (PostgreSQL: "Where the records are"), so a
 // reopen starts at the lease end and never hands out a seq twice (at most LeaseStep
 // seqs are skipped per restart).
 //
+// # Where the records are
+//
+// A SQLite Dendrite's store is a packstore directory beside its database file
+// (file + ".mtxdb-state": DirFor). A PostgreSQL Dendrite's store is its roomserver
+// database itself: pgstore's tables (mtxdb_schema, mtxdb_records: pgstore's package
+// doc), created there on first open, one row per record above. They are read and
+// written through Dendrite's own *sql.DB and transactions (lib/pq) with
+// pgstore.SQLView: no second connection pool, no connection string to find.
+// $MTXDB_DENDRITE_STATE_DIR puts either kind in a directory instead. A PostgreSQL
+// database with no mtxdb rows whose store directory of earlier versions
+// ($MTXDB_DENDRITE_STATE_BASE/pg-HOST-PORT-DB) exists is refused at start
+// (ErrStoreInDirectory), naming the variable that keeps using it.
+//
+// Leases differ: on packstore the lease record is appended in the batch of the
+// snapshot that needs it (one process per directory: packstore locks it). On
+// PostgreSQL any number of Stores (processes, or Dendrite opening the database
+// twice) may share a room, so a Store takes LeaseStep seqs at a time: it reads the
+// lease record (the room's next free seq; absent: 1) and moves it forward by
+// compare-and-set (pgstore.SQLView.PutIf: UPDATE ... WHERE data = old, or INSERT
+// ... ON CONFLICT DO NOTHING), committed on its own; on a conflict it reads again.
+// Two Stores never hold one seq; the unused rest of a range is skipped when a Store
+// closes. The compare-and-set runs on a connection of Dendrite's pool of its own
+// while the caller's transaction holds another: a pool whose every connection is
+// held by transactions that all need a new range at once (at most once per
+// LeaseStep snapshots of a room and Store) waits for one to be freed, forever if
+// none is (a deadlock; Dendrite's default database.max_open_conns is 90, and no
+// test here has come near it).
+//
 // # Durability and Dendrite's SQL transaction
 //
-// InsertState returns a NID only once the nodes and records naming it are durable
-// (packstore Sync). Syncs are group commits: every writer that appended before a
-// sync started is covered by it, so concurrent writers (of any room) share fsyncs.
-// The store sits outside Dendrite's SQL transaction (txn is ignored; on SQLite it
-// is nil anyway): the SQL rows that name a snapshot NID (roomserver_events,
-// roomserver_rooms) commit after the NID is durable here. A crash between the two
-// leaves a snapshot no SQL row names: garbage, harmless, and found again (same
-// NID) if the same state is written again. The reverse, SQL naming a NID this store
-// lost, cannot happen unless the store's directory is lost or swapped.
+// On packstore, InsertState returns a NID only once the nodes and records naming it
+// are durable (packstore Sync). Syncs are group commits: every writer that appended
+// before a sync started is covered by it, so concurrent writers (of any room) share
+// fsyncs. The store sits outside Dendrite's SQL transaction (txn is ignored): the
+// SQL rows that name a snapshot NID (roomserver_events, roomserver_rooms) commit
+// after the NID is durable here. A crash between the two leaves a snapshot no SQL
+// row names: garbage, harmless, and found again (same NID) if the same state is
+// written again. The reverse, SQL naming a NID this store lost, cannot happen
+// unless the store's directory is lost or swapped.
+//
+// On PostgreSQL a commit is as durable as the server makes it (synchronous_commit,
+// synchronous replicas). What is atomic with Dendrite's transaction txn (txn not
+// nil):
+//
+//   - InsertState writes the snapshot's new HAMT nodes, its snapshot record and its
+//     root record in txn: they commit or roll back with Dendrite's rows. Dendrite
+//     v0.13.8 hands InsertState (through RoomUpdater.AddState) the room updater's
+//     transaction on its input path (roomserver/internal/input: the state before an
+//     event, given or calculated through the updater, then SetState, which writes
+//     the NID into roomserver_events, in the same transaction): there a snapshot and
+//     the rows naming it commit together, and a crash leaves both or neither.
+//   - Reads with a txn (InsertState's folds, BulkSelectStateBlockNIDs,
+//     BulkSelectStateBlockEntries) go through it, so a transaction sees the
+//     snapshots it wrote; what is read or written through a transaction does not
+//     enter the caches (the transaction may roll back), only what is read or written
+//     outside one.
+//   - A room's purge (PurgeAfterSQL) deletes its rows but the lease record in
+//     Dendrite's purge transaction.
+//
+// What is not:
+//
+//   - The lease record (NID allocation) is committed on its own before a seq of its
+//     range is handed out, as a PostgreSQL sequence is: a rolled-back or crashed
+//     transaction skips its seq, which is never handed out again. A crash between
+//     the lease commit and Dendrite's commit leaves only that gap.
+//   - Where Dendrite's caller holds no transaction (Database.AddState: backfill, and
+//     state stored outside a room updater), sqlutil's Writer.Do opens one around
+//     BulkInsertStateData and InsertState alone and commits it when they return;
+//     the rows naming the NID are written later, in other transactions. There the
+//     snapshot commits first: a crash before the naming rows commit leaves a
+//     snapshot no row names (garbage, as on packstore), never a row naming a
+//     missing snapshot. Given txn nil, InsertState writes its records in one
+//     transaction of its own, committed before the NID is returned.
+//   - BulkInsertStateData keeps its delta block in memory on both engines (Model):
+//     nothing is written, txn is not used; a crash loses only blocks no snapshot
+//     was made of yet.
+//   - ImportSnapshot (the migration) writes in transactions of its own.
 //
 // # Concurrency
 //
 // Writers of different rooms do not share a lock (each room has its own mutex over
-// its seq counter and dedup); the NID -> root and (room, root) -> NID caches and
+// its seq counter and dedup; on PostgreSQL it is released before the write, which
+// may wait for another transaction's row locks, so no Go lock is held while the
+// database waits); the NID -> root and (room, root) -> NID caches and
 // the per-snapshot event NID cache are bounded LRUs.
 //
 // # Not supported

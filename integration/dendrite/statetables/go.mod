@@ -9,6 +9,15 @@ require (
 	github.com/mattn/go-sqlite3 v1.14.22
 	github.com/mtxdb/mtxdb/hamtstore v0.0.0
 	github.com/mtxdb/mtxdb/packstore v0.0.0
+	github.com/mtxdb/mtxdb/pgstore v0.0.0
+)
+
+require (
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	golang.org/x/sync v0.23.0 // indirect
 )
 
 require (
@@ -71,4 +80,5 @@ replace (
 	github.com/mtxdb/mtxdb/hamtstore => ../../../hamtstore
 	github.com/mtxdb/mtxdb/internal => ../../../internal
 	github.com/mtxdb/mtxdb/packstore => ../../../packstore
+	github.com/mtxdb/mtxdb/pgstore => ../../../pgstore
 )

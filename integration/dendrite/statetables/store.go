@@ -1,6 +1,8 @@
 package statetables
 
 import (
+	"context"
+	"database/sql"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"github.com/matrix-org/dendrite/roomserver/types"
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/pgstore"
 )
 
 const (
@@ -38,10 +41,14 @@ const (
 var ErrBroken = errors.New("statetables: an earlier sync failed; reopen the store")
 
 // Store is the mtxdb state store of one Dendrite roomserver database: it implements
-// tables.StateSnapshot and tables.StateBlock. Safe for concurrent use.
+// tables.StateSnapshot and tables.StateBlock. Its records are in a packstore
+// directory (Open: a SQLite Dendrite) or in the roomserver's own PostgreSQL
+// database (OpenPostgres), doc.go "Where the records are". Safe for concurrent use.
 type Store struct {
-	eng    *packstore.PackfileStorage
-	dir    string
+	eng    *packstore.PackfileStorage // Open's engine; nil on PostgreSQL
+	db     *sql.DB                    // OpenPostgres's database; nil with eng
+	dir    string                     // eng's directory (absolute)
+	where  string                     // for messages: the directory or the database
 	commit groupCommit
 
 	mu    sync.Mutex
@@ -51,6 +58,43 @@ type Store struct {
 	seqs    *lru.Cache[roomRoot, types.StateSnapshotNID]
 	entries *lru.Cache[types.StateSnapshotNID, []types.EventNID]
 	deltas  deltaTable
+}
+
+// records is what the store reads and writes its records through: the packstore
+// engine, or pgstore's view over Dendrite's database or transaction.
+type records interface {
+	Get(coll, id packstore.ID) ([]byte, error)
+	GetMany(coll packstore.ID, ids []packstore.ID) ([][]byte, error)
+	PutMany(coll packstore.ID, recs []packstore.Record) error
+}
+
+// at returns where a call that Dendrite handed txn reads and writes: the packstore
+// engine (txn ignored), the transaction txn (PostgreSQL), or the database itself
+// (PostgreSQL, txn nil: each PutMany a transaction of its own).
+func (s *Store) at(ctx context.Context, txn *sql.Tx) records {
+	switch {
+	case s.db == nil:
+		return s.eng
+	case txn != nil:
+		return pgstore.OverSQL(ctx, txn)
+	default:
+		return pgstore.OverSQL(ctx, s.db)
+	}
+}
+
+// cacheable reports whether what a call handed txn reads or writes may enter the
+// caches: not when it may be a row of a Dendrite transaction that is still open
+// (it could roll back, and a cached NID would outlive it).
+func (s *Store) cacheable(txn *sql.Tx) bool { return s.db == nil || txn == nil }
+
+// durable returns once what was written is durable: a group commit of the packstore
+// engine; on PostgreSQL every write is committed (or in Dendrite's transaction) when
+// it returns.
+func (s *Store) durable() error {
+	if s.eng == nil {
+		return nil
+	}
+	return s.commit.wait()
 }
 
 type roomRoot struct {
@@ -98,19 +142,47 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("statetables: open store %s: %w", abs, err)
 	}
-	s := &Store{eng: eng, dir: abs, rooms: map[types.RoomNID]*room{}}
+	s := newStore()
+	s.eng, s.dir, s.where = eng, abs, abs
 	s.commit.sync = eng.Sync
+	registry[abs] = &sharedStore{s: s, refs: 1}
+	return s, nil
+}
+
+func newStore() *Store {
+	s := &Store{rooms: map[types.RoomNID]*room{}}
 	s.commit.cond = sync.NewCond(&s.commit.mu)
 	s.roots, _ = lru.New[types.StateSnapshotNID, roomRoot](rootCacheSize)
 	s.seqs, _ = lru.New[roomRoot, types.StateSnapshotNID](seqCacheSize)
 	s.entries, _ = lru.New[types.StateSnapshotNID, []types.EventNID](entriesCacheSize)
 	s.deltas.init(DeltaCapacity)
-	registry[abs] = &sharedStore{s: s, refs: 1}
+	return s
+}
+
+// OpenPostgres opens the store whose records are in the PostgreSQL database db
+// (pgstore's tables, created if missing: pgstore.PrepareSQL), the roomserver
+// database of a PostgreSQL Dendrite. Any number of Stores, in this process or
+// others, may open one database (snapshot NIDs come from leases taken by
+// compare-and-set: doc.go "Where the records are"). db stays the caller's: Close
+// does not close it. Errors: those of the schema step (pgstore.ErrSchemaVersion).
+func OpenPostgres(ctx context.Context, db *sql.DB) (*Store, error) {
+	if err := pgstore.PrepareSQL(ctx, db, false); err != nil {
+		return nil, fmt.Errorf("statetables: %w", err)
+	}
+	var name string
+	if err := db.QueryRowContext(ctx, "SELECT current_database()").Scan(&name); err != nil {
+		return nil, fmt.Errorf("statetables: PostgreSQL database name: %w", err)
+	}
+	s := newStore()
+	s.db, s.where = db, "PostgreSQL database "+name+" (table mtxdb_records)"
 	return s, nil
 }
 
 // Close releases this reference; the last one closes the engine.
 func (s *Store) Close() error {
+	if s.eng == nil {
+		return nil
+	}
 	registryMu.Lock()
 	defer registryMu.Unlock()
 	sh, ok := registry[s.dir]
@@ -125,11 +197,19 @@ func (s *Store) Close() error {
 	return s.eng.Close()
 }
 
-// Dir is the store's directory (absolute).
+// Dir is the store's directory (absolute); "" for a store in PostgreSQL.
 func (s *Store) Dir() string { return s.dir }
 
+// Where names the store's place for messages: its directory or its database.
+func (s *Store) Where() string { return s.where }
+
 // Empty reports whether the store holds no room at all.
-func (s *Store) Empty() bool { return len(s.eng.Collections()) == 0 }
+func (s *Store) Empty() (bool, error) {
+	if s.eng != nil {
+		return len(s.eng.Collections()) == 0, nil
+	}
+	return pgstore.OverSQL(context.Background(), s.db).Empty()
+}
 
 // Syncs is the number of engine syncs so far (group commits).
 func (s *Store) Syncs() uint64 {
@@ -355,7 +435,7 @@ func (d *deltaTable) get(nid types.StateBlockNID) ([]types.StateEntry, bool) {
 
 // nodeStore reads a room's HAMT nodes from its collection.
 type nodeStore struct {
-	eng  packstore.StorageEngine
+	eng  records
 	coll packstore.ID
 }
 

@@ -3,6 +3,7 @@ package statetables
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,9 +19,11 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/lib/pq"
 	"github.com/matrix-org/dendrite/roomserver/storage/tables"
 	"github.com/matrix-org/dendrite/roomserver/types"
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/pgstore/pgtest"
 )
 
 var seedFlag = flag.Uint64("statetables.seed", 0, "seed of the random tests (0: time)")
@@ -131,22 +134,86 @@ func (m *model) check(t *testing.T, s *Store) {
 	}
 }
 
-// TestModel drives the tables as Dendrite's AddState does (a snapshot's blocks
-// plus a delta, a delta alone, several snapshots and deltas in one list), with
-// reopens and a purge, and compares every snapshot with the model after each phase.
-func TestModel(t *testing.T) {
-	rng := rand.New(rand.NewPCG(seed(t), 1))
-	dir := t.TempDir()
-	s, err := Open(dir)
+// place is where a test's store keeps its records: open opens it (again: a fresh
+// Store over the same records); db is the PostgreSQL database (nil on packstore).
+type place struct {
+	open func() *Store
+	db   *sql.DB
+}
+
+// eachPlace runs f on a packstore directory and on a fresh PostgreSQL database of
+// the server in MTXDB_TEST_POSTGRES (pgstore/pgtest: skipped, saying why, when it
+// is unset; make test sets it), opened with lib/pq as Dendrite opens it.
+func eachPlace(t *testing.T, f func(t *testing.T, p place)) {
+	t.Run("packstore", func(t *testing.T) {
+		dir := t.TempDir()
+		f(t, place{open: func() *Store {
+			s, err := Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		db := pgDB(t)
+		f(t, place{db: db, open: func() *Store {
+			s, err := OpenPostgres(ctx, db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}})
+	})
+}
+
+func pgDB(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("postgres", pgtest.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// TestModel drives the tables as Dendrite's AddState does (a snapshot's blocks
+// plus a delta, a delta alone, several snapshots and deltas in one list), with
+// reopens and a purge, and compares every snapshot with the model after each phase;
+// on PostgreSQL also with every AddState in a Dendrite transaction (lib/pq), a
+// quarter of them rolled back: a rolled-back new NID must be invisible outside
+// (MissingStateError), the transaction must read its own snapshot, and no NID may
+// be handed out twice.
+func TestModel(t *testing.T) {
+	eachPlace(t, func(t *testing.T, p place) {
+		testModel(t, p, false)
+		if p.db != nil {
+			t.Run("transactions", func(t *testing.T) { testModel(t, p, true) })
+		}
+	})
+}
+
+func testModel(t *testing.T, p place, inTx bool) {
+	rng := rand.New(rand.NewPCG(seed(t), 1))
+	s := p.open()
+	var err error
 	m := &model{byNID: map[types.StateSnapshotNID]state{}}
+	handed := map[types.StateSnapshotNID]string{} // every NID InsertState returned: its state
+	rolledBack := 0
 	rooms := []types.RoomNID{1, 2, 7, MaxRoomNID}
+	if inTx {
+		rooms = []types.RoomNID{11, 12, 17}
+	}
 	byRoom := map[types.RoomNID][]types.StateSnapshotNID{}
 	for phase := 0; phase < 4; phase++ {
 		for op := 0; op < 150; op++ {
 			room := rooms[rng.IntN(len(rooms))]
+			var txn *sql.Tx
+			if inTx {
+				if txn, err = p.db.BeginTx(ctx, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
 			var blocks types.StateBlockNIDs
 			want := state{}
 			have := byRoom[room]
@@ -167,7 +234,7 @@ func TestModel(t *testing.T) {
 						break
 					}
 				}
-				bn, err := s.BulkInsertStateData(ctx, nil, d)
+				bn, err := s.BulkInsertStateData(ctx, txn, d)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -186,12 +253,43 @@ func TestModel(t *testing.T) {
 					}
 				}
 			}
-			nid, err := s.InsertState(ctx, nil, room, blocks)
+			nid, err := s.InsertState(ctx, txn, room, blocks)
 			if err != nil {
 				t.Fatalf("InsertState(%d, %v): %v", room, blocks, err)
 			}
 			if r, _ := splitNID(int64(nid)); r != room {
 				t.Fatalf("NID %d names room %d, want %d", nid, r, room)
+			}
+			if old, ok := handed[nid]; ok && old != stateOf(want) {
+				t.Fatalf("NID %d handed out for two states: %s and %s", nid, old, stateOf(want))
+			}
+			handed[nid] = stateOf(want)
+			if txn != nil {
+				// The transaction reads its own snapshot, as Dendrite's SQL would.
+				if _, err := s.BulkSelectStateBlockNIDs(ctx, txn, []types.StateSnapshotNID{nid}); err != nil {
+					t.Fatalf("NID %d inside its transaction: %v", nid, err)
+				}
+				if rng.IntN(4) == 0 {
+					if err := txn.Rollback(); err != nil {
+						t.Fatal(err)
+					}
+					rolledBack++
+					_, err := s.BulkSelectStateBlockNIDs(ctx, nil, []types.StateSnapshotNID{nid})
+					var missing types.MissingStateError
+					_, committed := m.byNID[nid]
+					if committed && err != nil {
+						t.Fatalf("NID %d committed before, rolled back again: %v", nid, err)
+					} else if !committed && !errors.As(err, &missing) {
+						t.Fatalf("NID %d of a rolled-back transaction: err %v, want MissingStateError", nid, err)
+					}
+					if !committed {
+						handed[nid] = "rolled back" // never to be handed out again
+					}
+					continue
+				}
+				if err := txn.Commit(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if old, ok := m.byNID[nid]; ok && stateOf(old) != stateOf(want) {
 				t.Fatalf("NID %d given to two states: %s and %s", nid, stateOf(old), stateOf(want))
@@ -205,16 +303,21 @@ func TestModel(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if s, err = Open(dir); err != nil {
-			t.Fatal(err)
-		}
+		s = p.open()
 		m.check(t, s)
+	}
+	if inTx {
+		t.Logf("%d transactions rolled back", rolledBack)
+		if rolledBack == 0 {
+			t.Fatal("no transaction rolled back: the test proved nothing")
+		}
 	}
 
 	// Purge room 2: its NIDs are gone, other rooms intact, new NIDs are higher.
-	purged := byRoom[2]
+	purgedRoom := rooms[1]
+	purged := byRoom[purgedRoom]
 	maxOld := slices.Max(purged)
-	if err := s.PurgeRoom(ctx, 2); err != nil {
+	if err := s.PurgeRoom(ctx, nil, purgedRoom); err != nil {
 		t.Fatal(err)
 	}
 	for _, nid := range purged {
@@ -228,7 +331,7 @@ func TestModel(t *testing.T) {
 	m.check(t, s)
 	for i := 0; i < 2; i++ {
 		bn, _ := s.BulkInsertStateData(ctx, nil, randomDelta(rng, 3))
-		nid, err := s.InsertState(ctx, nil, 2, types.StateBlockNIDs{bn})
+		nid, err := s.InsertState(ctx, nil, purgedRoom, types.StateBlockNIDs{bn})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,20 +341,17 @@ func TestModel(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if s, err = Open(dir); err != nil {
-			t.Fatal(err)
-		}
+		s = p.open()
 	}
 	_ = s.Close()
 }
 
 // TestSliceOrderMatters: the blocks are merged in the order given. Dendrite's SQL
 // sorts them by NID, so a delta reused under an older NID would lose (note dendrite.md).
-func TestBlockOrder(t *testing.T) {
-	s, err := Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+func TestBlockOrder(t *testing.T) { eachPlace(t, testBlockOrder) }
+
+func testBlockOrder(t *testing.T, p place) {
+	s := p.open()
 	defer s.Close()
 	k := types.StateKeyTuple{EventTypeNID: 1, EventStateKeyNID: 1}
 	y, _ := s.BulkInsertStateData(ctx, nil, types.StateEntries{{StateKeyTuple: k, EventNID: 20}})
@@ -281,11 +381,10 @@ func TestBlockOrder(t *testing.T) {
 	}
 }
 
-func TestErrors(t *testing.T) {
-	s, err := Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+func TestErrors(t *testing.T) { eachPlace(t, testErrors) }
+
+func testErrors(t *testing.T, p place) {
+	s := p.open()
 	defer s.Close()
 	d, _ := s.BulkInsertStateData(ctx, nil, types.StateEntries{{StateKeyTuple: types.StateKeyTuple{EventTypeNID: 1, EventStateKeyNID: 1}, EventNID: 5}})
 	s1, err := s.InsertState(ctx, nil, 1, types.StateBlockNIDs{d})
@@ -374,7 +473,7 @@ func TestCorruptRecords(t *testing.T) {
 			if c.id != nil {
 				id = c.id(s, nid)
 			} else {
-				_, root, _, _ := s.locate(nid)
+				_, root, _, _ := s.locate(ctx, nil, nid)
 				id = packstore.ID(root)
 			}
 			if err := s.eng.Put(coll, id, c.data); err != nil {
@@ -544,5 +643,229 @@ func TestDirFor(t *testing.T) {
 	t.Setenv(EnvDir, "/explicit")
 	if got, err := DirFor(context.Background(), nil, true); err != nil || got != "/explicit" {
 		t.Errorf("%s: %q, %v", EnvDir, got, err)
+	}
+}
+
+// TestPostgresTwoStores: two Stores on one database (two processes, or Dendrite
+// opening it twice) write snapshots of the same rooms, concurrently and with a
+// lease taken by the other between a Store's read of the lease record and its
+// compare-and-set: every NID is handed out once, and each Store reads the other's.
+func TestPostgresTwoStores(t *testing.T) {
+	db := pgDB(t)
+	a, err := OpenPostgres(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenPostgres(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first lease of room 1 by a loses to b's, taken in between.
+	raced := false
+	leaseHook = func() {
+		if raced {
+			return
+		}
+		raced = true
+		d, _ := b.BulkInsertStateData(ctx, nil, types.StateEntries{{StateKeyTuple: types.StateKeyTuple{EventTypeNID: 1, EventStateKeyNID: 1}, EventNID: 1}})
+		if _, err := b.InsertState(ctx, nil, 1, types.StateBlockNIDs{d}); err != nil {
+			t.Error(err)
+		}
+	}
+	d, _ := a.BulkInsertStateData(ctx, nil, types.StateEntries{{StateKeyTuple: types.StateKeyTuple{EventTypeNID: 1, EventStateKeyNID: 1}, EventNID: 2}})
+	first, err := a.InsertState(ctx, nil, 1, types.StateBlockNIDs{d})
+	leaseHook = nil
+	if err != nil || !raced {
+		t.Fatalf("InsertState after a lost lease race: %d, %v (raced %v)", first, err, raced)
+	}
+	if _, seq := splitNID(int64(first)); seq != 1+LeaseStep {
+		t.Fatalf("the Store that lost the lease race got seq %d, want %d (the range after the winner's)", seq, 1+LeaseStep)
+	}
+	type result struct {
+		nid  types.StateSnapshotNID
+		want types.EventNID
+	}
+	var mu sync.Mutex
+	var results []result
+	var wg sync.WaitGroup
+	for w, s := range []*Store{a, b, a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 100 {
+				ev := types.EventNID(1000*(w+1) + i)
+				room := types.RoomNID(1 + i%3)
+				d, _ := s.BulkInsertStateData(ctx, nil, types.StateEntries{{StateKeyTuple: types.StateKeyTuple{EventTypeNID: 2, EventStateKeyNID: 2}, EventNID: ev}})
+				nid, err := s.InsertState(ctx, nil, room, types.StateBlockNIDs{d})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				results = append(results, result{nid, ev})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	seen := map[types.StateSnapshotNID]bool{}
+	for _, r := range results {
+		if seen[r.nid] {
+			t.Fatalf("NID %d handed out twice", r.nid)
+		}
+		seen[r.nid] = true
+		for _, s := range []*Store{a, b} {
+			st, err := s.State(r.nid)
+			if err != nil || len(st) != 1 || st[0].EventNID != r.want {
+				t.Fatalf("NID %d: state %v, %v; want event %d", r.nid, st, err, r.want)
+			}
+		}
+	}
+	if len(results) != 400 {
+		t.Fatalf("%d snapshots, want 400", len(results))
+	}
+}
+
+// TestPostgresPurgeInTransaction: on PostgreSQL a room's purge runs in Dendrite's
+// purge transaction: rolled back, the room's snapshots stay; committed, they are
+// gone and the room's next NID is above every earlier one.
+func TestPostgresPurgeInTransaction(t *testing.T) {
+	db := pgDB(t)
+	s, err := OpenPostgres(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := s.BulkInsertStateData(ctx, nil, types.StateEntries{{StateKeyTuple: types.StateKeyTuple{EventTypeNID: 1, EventStateKeyNID: 1}, EventNID: 5}})
+	nid, err := s.InsertState(ctx, nil, 3, types.StateBlockNIDs{d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, commit := range []bool{false, true} {
+		txn, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PurgeRoom(ctx, txn, 3); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = txn.Commit()
+		} else {
+			err = txn.Rollback()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.State(nid)
+		var missing types.MissingStateError
+		if commit != errors.As(err, &missing) {
+			t.Fatalf("purge committed=%v: State(%d) err %v", commit, nid, err)
+		}
+	}
+	other := s.at(ctx, nil)
+	if b, err := other.Get(RoomCollection(3), leaseRecordID); err != nil || len(b) == 0 {
+		t.Fatalf("the purge did not keep the lease record: %v", err)
+	}
+	again, err := OpenPostgres(ctx, db) // a fresh Store: its NIDs come from the lease record
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ = again.BulkInsertStateData(ctx, nil, types.StateEntries{{StateKeyTuple: types.StateKeyTuple{EventTypeNID: 1, EventStateKeyNID: 1}, EventNID: 5}})
+	nid2, err := again.InsertState(ctx, nil, 3, types.StateBlockNIDs{d})
+	if err != nil || nid2 <= nid {
+		t.Fatalf("after the purge: NID %d, %v; want above %d", nid2, err, nid)
+	}
+}
+
+// TestPostgresStoreLeftInDirectory: a PostgreSQL database with no mtxdb state
+// whose store directory of earlier versions exists is refused, naming the
+// directory and the variable that keeps it; once the database has state, or
+// without the directory, it is not.
+func TestPostgresStoreLeftInDirectory(t *testing.T) {
+	db := pgDB(t)
+	t.Setenv(EnvBase, t.TempDir())
+	t.Setenv(EnvDir, "")
+	s, err := OpenPostgres(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkNoDirectory(ctx, db, s); err != nil {
+		t.Fatalf("no directory: %v", err)
+	}
+	dir, err := DirFor(ctx, db, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err = checkNoDirectory(ctx, db, s)
+	if !errors.Is(err, ErrStoreInDirectory) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), EnvDir) {
+		t.Fatalf("directory left: %v", err)
+	}
+	if _, err := s.InsertState(ctx, nil, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkNoDirectory(ctx, db, s); err != nil {
+		t.Fatalf("database with state: %v", err)
+	}
+}
+
+// TestPostgresRolledBackTransaction: a snapshot written in a Dendrite transaction
+// (lib/pq) is visible inside it, invisible outside it until it commits, and gone
+// with a rollback; the same state stored afterwards gets another NID (a rolled-back
+// NID is never handed out again), and a committed one stays after a reopen.
+func TestPostgresRolledBackTransaction(t *testing.T) {
+	db := pgDB(t)
+	s, err := OpenPostgres(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := types.StateEntries{{StateKeyTuple: types.StateKeyTuple{EventTypeNID: 1, EventStateKeyNID: 1}, EventNID: 42}}
+	var missing types.MissingStateError
+	insert := func(txn *sql.Tx) types.StateSnapshotNID {
+		t.Helper()
+		d, err := s.BulkInsertStateData(ctx, txn, entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nid, err := s.InsertState(ctx, txn, 1, types.StateBlockNIDs{d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nid
+	}
+	txn, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rolled := insert(txn)
+	if st, err := s.BulkSelectStateBlockEntries(ctx, txn, types.StateBlockNIDs{types.StateBlockNID(rolled)}); err != nil || len(st[0]) != 1 || st[0][0] != 42 {
+		t.Fatalf("inside its transaction: %v, %v", st, err)
+	}
+	if _, err := s.BulkSelectStateBlockNIDs(ctx, nil, []types.StateSnapshotNID{rolled}); !errors.As(err, &missing) {
+		t.Fatalf("outside its open transaction: err %v, want MissingStateError", err)
+	}
+	if err := txn.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.State(rolled); !errors.As(err, &missing) {
+		t.Fatalf("after the rollback: err %v, want MissingStateError", err)
+	}
+	committed := insert(nil)
+	if committed == rolled {
+		t.Fatalf("the rolled-back NID %d was handed out again", rolled)
+	}
+	again, err := OpenPostgres(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []*Store{s, again} {
+		if got, err := st.State(committed); err != nil || len(got) != 1 || got[0].EventNID != 42 {
+			t.Fatalf("committed NID %d: %v, %v", committed, got, err)
+		}
+		if _, err := st.State(rolled); !errors.As(err, &missing) {
+			t.Fatalf("rolled-back NID %d: err %v, want MissingStateError", rolled, err)
+		}
 	}
 }

@@ -16,20 +16,28 @@ import (
 	"github.com/matrix-org/dendrite/setup/config"
 )
 
-// Environment variables that place the store (see DirFor).
+// Environment variables that place the store (see Swap and DirFor).
 const (
-	// EnvDir names the store directory outright (one roomserver database per process).
+	// EnvDir names a store directory outright (one roomserver database per
+	// process), for SQLite and PostgreSQL alike: a PostgreSQL Dendrite then keeps
+	// its state in that directory instead of its database.
 	EnvDir = "MTXDB_DENDRITE_STATE_DIR"
-	// EnvBase is the directory under which PostgreSQL databases get a store each
-	// (default: "mtxdb-state" in the working directory).
+	// EnvBase is the directory under which earlier versions kept a store per
+	// PostgreSQL database (default: "mtxdb-state" in the working directory); Swap
+	// only checks that no such store is left behind (ErrStoreInDirectory).
 	EnvBase = "MTXDB_DENDRITE_STATE_BASE"
+	// EnvLog, when set, names a file to which Swap appends one line per store it
+	// opens ("postgres DATABASE" or "directory DIR"): for Dendrite's suite
+	// (make test-dendrite-suite), whose databases are gone when it ends.
+	EnvLog = "MTXDB_DENDRITE_STATE_LOG"
 )
 
 // DirFor returns the store directory of a roomserver database, from the database
 // itself (so that a connection string inherited from Dendrite's global database
 // options works too): $MTXDB_DENDRITE_STATE_DIR when set; for SQLite the main
-// database file (PRAGMA database_list) + ".mtxdb-state"; for PostgreSQL
-// $MTXDB_DENDRITE_STATE_BASE (default ./mtxdb-state) joined with
+// database file (PRAGMA database_list) + ".mtxdb-state"; for PostgreSQL, where
+// earlier versions kept it (the store is now in the database unless
+// $MTXDB_DENDRITE_STATE_DIR is set: Swap), $MTXDB_DENDRITE_STATE_BASE (default ./mtxdb-state) joined with
 // "pg-" + server address + "-" + port + "-" + database name. Errors: an in-memory
 // SQLite database, a failed query.
 func DirFor(ctx context.Context, db *sql.DB, sqlite bool) (string, error) {
@@ -88,26 +96,78 @@ var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
 func sanitize(s string) string { return unsafeChars.ReplaceAllString(s, "_") }
 
-// Swap opens the store of a roomserver database (DirFor; opts says which kind it is) and puts it in place of
-// Dendrite's SQL state snapshot and state block tables, after CheckMigrated; purges
+// Swap opens the store of a roomserver database and puts it in place of Dendrite's
+// SQL state snapshot and state block tables, after CheckMigrated: a SQLite Dendrite's
+// store is a packstore directory (DirFor); a PostgreSQL Dendrite's is in its own
+// database (OpenPostgres: pgstore's tables, written in the transactions Dendrite
+// hands the tables), unless $MTXDB_DENDRITE_STATE_DIR names a directory. Purges
 // also purge the store (PurgeAfterSQL). This is the whole change a fork makes, right
-// after roomserver/storage's sqlite3.Open or postgres.Open.
+// after roomserver/storage's sqlite3.Open or postgres.Open. Errors: those of
+// DirFor, Open, OpenPostgres and CheckMigrated, and ErrStoreInDirectory.
 func Swap(ctx context.Context, d *shared.Database, opts *config.DatabaseOptions) error {
-	dir, err := DirFor(ctx, d.DB, opts.ConnectionString.IsSQLite())
-	if err != nil {
-		return err
-	}
-	s, err := Open(dir)
-	if err != nil {
-		return err
+	sqlite := opts.ConnectionString.IsSQLite()
+	var s *Store
+	if sqlite || os.Getenv(EnvDir) != "" {
+		dir, err := DirFor(ctx, d.DB, sqlite)
+		if err != nil {
+			return err
+		}
+		if s, err = Open(dir); err != nil {
+			return err
+		}
+	} else {
+		var err error
+		if s, err = OpenPostgres(ctx, d.DB); err != nil {
+			return err
+		}
+		if err := checkNoDirectory(ctx, d.DB, s); err != nil {
+			return err
+		}
 	}
 	if err := CheckMigrated(ctx, d.DB, s); err != nil {
 		_ = s.Close()
 		return err
 	}
+	if f := os.Getenv(EnvLog); f != "" {
+		logOpen(f, s)
+	}
 	d.StateSnapshotTable = s
 	d.StateBlockTable = s
 	d.Purge = PurgeAfterSQL(d.Purge, d.DB, s)
+	return nil
+}
+
+// logOpen appends the store's line to EnvLog's file (best effort: a test hook).
+func logOpen(file string, s *Store) {
+	line := "directory " + s.Dir() + "\n"
+	if s.db != nil {
+		line = "postgres " + s.Where() + "\n"
+	}
+	if f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+		_, _ = f.WriteString(line)
+		_ = f.Close()
+	}
+}
+
+// ErrStoreInDirectory: a PostgreSQL Dendrite's state is in a store directory where
+// earlier versions kept it, and its database holds no mtxdb state yet.
+var ErrStoreInDirectory = errors.New("statetables: this PostgreSQL roomserver database's mtxdb state is in a store directory (the layout before state moved into the database), and the database holds none")
+
+// checkNoDirectory refuses to start on an empty in-database store while the store
+// directory of earlier versions exists for this database: Dendrite would name
+// snapshot NIDs that only that directory has. The error says how to keep using it.
+func checkNoDirectory(ctx context.Context, db *sql.DB, s *Store) error {
+	empty, err := s.Empty()
+	if err != nil || !empty {
+		return err
+	}
+	dir, err := DirFor(ctx, db, false)
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		return fmt.Errorf("%w: %s; set %s=%s to keep using it", ErrStoreInDirectory, dir, EnvDir, dir)
+	}
 	return nil
 }
 
@@ -118,8 +178,8 @@ var ErrNotMigrated = errors.New("statetables: this roomserver database keeps its
 // empty (a Dendrite that ran without mtxdb before): every state request would fail.
 // The error names the migration command.
 func CheckMigrated(ctx context.Context, db *sql.DB, s *Store) error {
-	if !s.Empty() {
-		return nil
+	if empty, err := s.Empty(); err != nil || !empty {
+		return err
 	}
 	var one int
 	err := db.QueryRowContext(ctx, "SELECT 1 FROM roomserver_state_snapshots LIMIT 1").Scan(&one)
@@ -129,13 +189,17 @@ func CheckMigrated(ctx context.Context, db *sql.DB, s *Store) error {
 	case err != nil:
 		return fmt.Errorf("statetables: check roomserver_state_snapshots: %w", err)
 	}
+	if s.db != nil {
+		return fmt.Errorf("%w (%s): run `mtxdb-dendrite-migrate -db CONNECTION` first", ErrNotMigrated, s.Where())
+	}
 	return fmt.Errorf("%w (%s): run `mtxdb-dendrite-migrate -db CONNECTION -store %s` first", ErrNotMigrated, s.Dir(), s.Dir())
 }
 
 // PurgeAfterSQL wraps Dendrite's purge: the SQL purge runs in its transaction as
-// before, and the store's copy of the room is deleted only once the room's row is
-// gone from roomserver_rooms outside that transaction (committed), checked every
-// 100 ms for up to a minute; a rolled-back purge leaves the store untouched.
+// before. On PostgreSQL the store's copy of the room is deleted in that same
+// transaction. On packstore it is deleted only once the room's row is gone from
+// roomserver_rooms outside that transaction (committed), checked every 100 ms for up
+// to a minute; a rolled-back purge leaves the store untouched.
 func PurgeAfterSQL(p tables.Purge, db *sql.DB, s *Store) tables.Purge {
 	return purge{next: p, db: db, s: s}
 }
@@ -150,6 +214,9 @@ func (p purge) PurgeRoom(ctx context.Context, txn *sql.Tx, roomNID types.RoomNID
 	if err := p.next.PurgeRoom(ctx, txn, roomNID, roomID); err != nil {
 		return err
 	}
+	if p.s.db != nil {
+		return p.s.PurgeRoom(ctx, txn, roomNID)
+	}
 	go p.afterCommit(roomNID)
 	return nil
 }
@@ -160,7 +227,7 @@ func (p purge) afterCommit(roomNID types.RoomNID) {
 		var one int
 		err := p.db.QueryRowContext(ctx, "SELECT 1 FROM roomserver_rooms WHERE room_nid = $1", int64(roomNID)).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
-			_ = p.s.PurgeRoom(ctx, roomNID)
+			_ = p.s.PurgeRoom(ctx, nil, roomNID)
 			return
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -12,7 +12,11 @@ import (
 	"github.com/matrix-org/dendrite/roomserver/types"
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/pgstore"
 )
+
+// ctx0 is the context of the calls Dendrite gives none (State, ImportSnapshot).
+var ctx0 = context.Background()
 
 var (
 	_ tables.StateSnapshot = (*Store)(nil)
@@ -31,7 +35,7 @@ func (s *Store) room(roomNID types.RoomNID) *room {
 	return r
 }
 
-// load reads the room's lease record once; the caller holds r.mu.
+// load reads the room's lease record once (packstore); the caller holds r.mu.
 func (s *Store) load(r *room) error {
 	if r.loaded {
 		return nil
@@ -53,9 +57,76 @@ func (s *Store) load(r *room) error {
 	return nil
 }
 
+// nextSeq hands out the room's next snapshot seq; the caller holds r.mu. On
+// packstore, lease is the lease record to append in the same batch as the snapshot
+// (nil while the seq is below the lease end) and done, called once that batch is
+// durable, moves the lease end. On PostgreSQL, when this Store's range of seqs is
+// used up it takes the next LeaseStep seqs of the room by compare-and-set of the
+// lease record, committed on its own before the seq is handed out (outside
+// Dendrite's transaction: a rolled-back snapshot skips its seq, never reuses it);
+// lease is nil and done does nothing.
+func (s *Store) nextSeq(ctx context.Context, r *room) (seq uint32, lease []packstore.Record, done func(), err error) {
+	if s.db == nil {
+		if err := s.load(r); err != nil {
+			return 0, nil, nil, err
+		}
+		if r.next == 0 || r.next >= maxSeq {
+			return 0, nil, nil, fmt.Errorf("statetables: room NID %d has used all %d snapshot NIDs", r.nid, uint64(maxSeq))
+		}
+		seq = r.next
+		newEnd := r.leaseEnd
+		if seq >= r.leaseEnd {
+			newEnd = uint32(min(uint64(seq)+LeaseStep, maxSeq))
+			lease = []packstore.Record{{ID: leaseRecordID, Data: encodeU32('L', newEnd)}}
+		}
+		r.next++ // never handed out twice, even when the append fails
+		return seq, lease, func() { r.leaseEnd = newEnd }, nil
+	}
+	for attempt := 0; !r.loaded || r.next >= r.leaseEnd; attempt++ {
+		if attempt == 100 {
+			return 0, nil, nil, fmt.Errorf("statetables: room NID %d: lease record: 100 compare-and-set conflicts in a row", r.nid)
+		}
+		v := pgstore.OverSQL(ctx, s.db)
+		old, err := v.Get(r.coll, leaseRecordID)
+		start := uint32(1)
+		switch {
+		case errors.Is(err, packstore.ErrNotFound):
+			old = nil
+		case err != nil:
+			return 0, nil, nil, fmt.Errorf("statetables: room NID %d: lease record: %w", r.nid, err)
+		default:
+			if start, err = decodeU32('L', old); err != nil || start == 0 {
+				return 0, nil, nil, fmt.Errorf("room NID %d: lease record %x: %v", r.nid, old, err)
+			}
+		}
+		if start >= maxSeq {
+			return 0, nil, nil, fmt.Errorf("statetables: room NID %d has used all %d snapshot NIDs", r.nid, uint64(maxSeq))
+		}
+		end := uint32(min(uint64(start)+LeaseStep, maxSeq))
+		if leaseHook != nil {
+			leaseHook()
+		}
+		err = v.PutIf(r.coll, leaseRecordID, encodeU32('L', end), old)
+		if errors.Is(err, packstore.ErrConflict) {
+			continue // another Store took a range first: read its end
+		}
+		if err != nil {
+			return 0, nil, nil, fmt.Errorf("statetables: room NID %d: lease record: %w", r.nid, err)
+		}
+		r.next, r.leaseEnd, r.loaded = start, end, true
+	}
+	seq = r.next
+	r.next++
+	return seq, nil, func() {}, nil
+}
+
+// leaseHook, when set (tests only), runs between nextSeq's read of the lease
+// record and its compare-and-set.
+var leaseHook func()
+
 // locate returns the room and HAMT root of a snapshot NID; ok is false when there
-// is none (0, a delta NID, an unknown NID).
-func (s *Store) locate(nid types.StateSnapshotNID) (types.RoomNID, hamtstore.NodeID, bool, error) {
+// is none (0, a delta NID, an unknown NID). It reads through s.at(ctx, txn).
+func (s *Store) locate(ctx context.Context, txn *sql.Tx, nid types.StateSnapshotNID) (types.RoomNID, hamtstore.NodeID, bool, error) {
 	if rr, ok := s.roots.Get(nid); ok {
 		return rr.room, rr.root, true, nil
 	}
@@ -63,10 +134,11 @@ func (s *Store) locate(nid types.StateSnapshotNID) (types.RoomNID, hamtstore.Nod
 	if nid <= 0 || roomNID == deltaRoom || (roomNID != 0 && seq == 0) {
 		return 0, hamtstore.NodeID{}, false, nil
 	}
+	rec := s.at(ctx, txn)
 	var root hamtstore.NodeID
 	recID := snapshotRecordID(seq)
 	if roomNID == 0 {
-		b, err := s.eng.Get(LegacyCollection, legacyRecordID(nid))
+		b, err := rec.Get(LegacyCollection, legacyRecordID(nid))
 		if errors.Is(err, packstore.ErrNotFound) {
 			return 0, root, false, nil
 		}
@@ -79,7 +151,7 @@ func (s *Store) locate(nid types.StateSnapshotNID) (types.RoomNID, hamtstore.Nod
 		}
 		roomNID, recID = types.RoomNID(r), legacyRecordID(nid)
 	}
-	b, err := s.eng.Get(RoomCollection(roomNID), recID)
+	b, err := rec.Get(RoomCollection(roomNID), recID)
 	if errors.Is(err, packstore.ErrNotFound) {
 		return 0, root, false, nil
 	}
@@ -89,17 +161,20 @@ func (s *Store) locate(nid types.StateSnapshotNID) (types.RoomNID, hamtstore.Nod
 	if root, err = decodeSnapshot(b); err != nil {
 		return 0, root, false, fmt.Errorf("snapshot NID %d: %w", nid, err)
 	}
-	s.roots.Add(nid, roomRoot{roomNID, root})
+	if s.cacheable(txn) {
+		s.roots.Add(nid, roomRoot{roomNID, root})
+	}
 	return roomNID, root, true, nil
 }
 
 // nidOf returns the NID of a room's snapshot with this root; ok is false when none.
-func (s *Store) nidOf(r *room, root hamtstore.NodeID) (types.StateSnapshotNID, bool, error) {
+// It reads through s.at(ctx, txn).
+func (s *Store) nidOf(ctx context.Context, txn *sql.Tx, r *room, root hamtstore.NodeID) (types.StateSnapshotNID, bool, error) {
 	key := roomRoot{r.nid, root}
 	if nid, ok := s.seqs.Get(key); ok {
 		return nid, true, nil
 	}
-	b, err := s.eng.Get(r.coll, rootRecordID(root))
+	b, err := s.at(ctx, txn).Get(r.coll, rootRecordID(root))
 	if errors.Is(err, packstore.ErrNotFound) {
 		return 0, false, nil
 	}
@@ -110,7 +185,9 @@ func (s *Store) nidOf(r *room, root hamtstore.NodeID) (types.StateSnapshotNID, b
 	if err != nil {
 		return 0, false, fmt.Errorf("room NID %d: %w", r.nid, err)
 	}
-	s.seqs.Add(key, types.StateSnapshotNID(nid))
+	if s.cacheable(txn) {
+		s.seqs.Add(key, types.StateSnapshotNID(nid))
+	}
 	return types.StateSnapshotNID(nid), true, nil
 }
 
@@ -131,9 +208,11 @@ func deltaChanges(entries []types.StateEntry) []hamtstore.Change {
 // later block's entry for a key replaces an earlier one), as one snapshot of the
 // room, and returns its NID: the existing NID when the room already has this state.
 // Blocks are snapshot NIDs of the same room or delta NIDs of BulkInsertStateData.
-// The NID is durable when returned (group commit); txn is not used (doc.go
-// "Durability"). Errors name the block and room: unknown block, block of another
-// room, room NID out of range, engine errors, ErrBroken.
+// On packstore the NID is durable when returned (group commit) and txn is not used;
+// on PostgreSQL the records are written in txn (or, txn nil, committed before the
+// NID is returned): doc.go "Durability and Dendrite's SQL transaction". Errors name
+// the block and room: unknown block, block of another room, room NID out of range,
+// engine errors, ErrBroken.
 func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.RoomNID, stateBlockNIDs types.StateBlockNIDs) (types.StateSnapshotNID, error) {
 	if err := checkRoom(roomNID); err != nil {
 		return 0, err
@@ -143,9 +222,15 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 	}
 	r := s.room(roomNID)
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			r.mu.Unlock()
+		}
+	}()
 
-	ov := &overlay{base: nodeStore{eng: s.eng, coll: r.coll}, nodes: map[hamtstore.NodeID][]byte{}}
+	rec := s.at(ctx, txn)
+	ov := &overlay{base: nodeStore{eng: rec, coll: r.coll}, nodes: map[hamtstore.NodeID][]byte{}}
 	rd := hamtstore.NewReader(ov)
 	root := hamtstore.EmptyRoot
 	for i, b := range stateBlockNIDs {
@@ -160,7 +245,7 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 			}
 			continue
 		}
-		blockRoom, broot, ok, err := s.locate(types.StateSnapshotNID(b))
+		blockRoom, broot, ok, err := s.locate(ctx, txn, types.StateSnapshotNID(b))
 		if err != nil {
 			return 0, fmt.Errorf("InsertState room NID %d: %w", roomNID, err)
 		}
@@ -186,45 +271,46 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 		}
 	}
 
-	if nid, ok, err := s.nidOf(r, root); err != nil || ok {
+	if nid, ok, err := s.nidOf(ctx, txn, r, root); err != nil || ok {
 		return nid, err
 	}
-	if err := s.load(r); err != nil {
+	seq, lease, leaseDone, err := s.nextSeq(ctx, r)
+	if err != nil {
 		return 0, err
 	}
-	if r.next == 0 || r.next >= maxSeq {
-		return 0, fmt.Errorf("statetables: room NID %d has used all %d snapshot NIDs", roomNID, uint64(maxSeq))
+	if s.db != nil {
+		// PostgreSQL: no Go lock is held while the database may make this write
+		// wait for another transaction's row locks (that transaction's goroutine
+		// may need r.mu before it commits).
+		r.mu.Unlock()
+		locked = false
 	}
-	seq := r.next
 	nid := SnapshotNID(roomNID, seq)
-	recs, err := s.newNodes(ov, rd, r, root)
+	recs, err := s.newNodes(rec, ov, rd, r, root)
 	if err != nil {
 		return 0, err
 	}
 	recs = append(recs,
 		packstore.Record{ID: snapshotRecordID(seq), Data: encodeSnapshot(root)},
 		packstore.Record{ID: rootRecordID(root), Data: encodeU64('R', uint64(nid))})
-	newEnd := r.leaseEnd
-	if seq >= r.leaseEnd {
-		newEnd = uint32(min(uint64(seq)+LeaseStep, maxSeq))
-		recs = append(recs, packstore.Record{ID: leaseRecordID, Data: encodeU32('L', newEnd)})
-	}
-	r.next++ // never handed out twice, even when the append below fails
-	if err := s.eng.PutMany(r.coll, recs); err != nil {
+	recs = append(recs, lease...)
+	if err := rec.PutMany(r.coll, recs); err != nil {
 		return 0, fmt.Errorf("statetables: InsertState room NID %d: %w", roomNID, err)
 	}
-	if err := s.commit.wait(); err != nil {
+	if err := s.durable(); err != nil {
 		return 0, err
 	}
-	r.leaseEnd = newEnd
-	s.roots.Add(nid, roomRoot{roomNID, root})
-	s.seqs.Add(roomRoot{roomNID, root}, nid)
+	leaseDone()
+	if s.cacheable(txn) {
+		s.roots.Add(nid, roomRoot{roomNID, root})
+		s.seqs.Add(roomRoot{roomNID, root}, nid)
+	}
 	return nid, nil
 }
 
 // newNodes returns the records of the overlay's nodes reachable from root that the
 // room's collection does not hold yet.
-func (s *Store) newNodes(ov *overlay, rd *hamtstore.Reader, r *room, root hamtstore.NodeID) ([]packstore.Record, error) {
+func (s *Store) newNodes(rec records, ov *overlay, rd *hamtstore.Reader, r *room, root hamtstore.NodeID) ([]packstore.Record, error) {
 	if len(ov.nodes) == 0 {
 		return nil, nil
 	}
@@ -241,7 +327,7 @@ func (s *Store) newNodes(ov *overlay, rd *hamtstore.Reader, r *room, root hamtst
 	if len(ids) > 4 {
 		// A state built from nothing (Dendrite's full-state AddState) shares most
 		// nodes with states already stored: keep only the missing ones.
-		have, err := s.eng.GetMany(r.coll, ids)
+		have, err := rec.GetMany(r.coll, ids)
 		if err != nil {
 			return nil, fmt.Errorf("statetables: room NID %d: %w", r.nid, err)
 		}
@@ -271,7 +357,7 @@ func (s *Store) BulkSelectStateBlockNIDs(ctx context.Context, txn *sql.Tx, state
 	nids = slices.Compact(nids)
 	out := make([]types.StateBlockNIDList, len(nids))
 	for i, nid := range nids {
-		_, root, ok, err := s.locate(nid)
+		_, root, ok, err := s.locate(ctx, txn, nid)
 		if err != nil {
 			return nil, err
 		}
@@ -313,7 +399,7 @@ func (s *Store) BulkInsertStateData(ctx context.Context, txn *sql.Tx, entries ty
 func (s *Store) BulkSelectStateBlockEntries(ctx context.Context, txn *sql.Tx, stateBlockNIDs types.StateBlockNIDs) ([][]types.EventNID, error) {
 	out := make([][]types.EventNID, len(stateBlockNIDs))
 	for i, b := range stateBlockNIDs {
-		ev, err := s.blockEvents(b)
+		ev, err := s.blockEvents(ctx, txn, b)
 		if err != nil {
 			return nil, err
 		}
@@ -322,7 +408,7 @@ func (s *Store) BulkSelectStateBlockEntries(ctx context.Context, txn *sql.Tx, st
 	return out, nil
 }
 
-func (s *Store) blockEvents(b types.StateBlockNID) ([]types.EventNID, error) {
+func (s *Store) blockEvents(ctx context.Context, txn *sql.Tx, b types.StateBlockNID) ([]types.EventNID, error) {
 	if isDelta(int64(b)) {
 		entries, ok := s.deltas.get(b)
 		if !ok {
@@ -345,25 +431,27 @@ func (s *Store) blockEvents(b types.StateBlockNID) ([]types.EventNID, error) {
 	if ev, ok := s.entries.Get(nid); ok {
 		return slices.Clone(ev), nil
 	}
-	roomNID, root, ok, err := s.locate(nid)
+	roomNID, root, ok, err := s.locate(ctx, txn, nid)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, fmt.Errorf("storage: state block NID %d missing from the mtxdb state store", b)
 	}
-	ev, err := s.stateEvents(roomNID, root)
+	ev, err := s.stateEvents(s.at(ctx, txn), roomNID, root)
 	if err != nil {
 		return nil, fmt.Errorf("storage: state block NID %d: %w", b, err)
 	}
-	s.entries.Add(nid, ev)
+	if s.cacheable(txn) {
+		s.entries.Add(nid, ev)
+	}
 	return slices.Clone(ev), nil
 }
 
 // stateEvents returns the event NIDs of a room's state, ascending.
-func (s *Store) stateEvents(roomNID types.RoomNID, root hamtstore.NodeID) ([]types.EventNID, error) {
+func (s *Store) stateEvents(rec records, roomNID types.RoomNID, root hamtstore.NodeID) ([]types.EventNID, error) {
 	var ev []types.EventNID
-	rd := hamtstore.NewReader(nodeStore{eng: s.eng, coll: RoomCollection(roomNID)})
+	rd := hamtstore.NewReader(nodeStore{eng: rec, coll: RoomCollection(roomNID)})
 	err := rd.Iterate(root, func(k []byte, v hamtstore.Value) error {
 		n, err := valueEvent(v)
 		if err != nil {
@@ -380,7 +468,7 @@ func (s *Store) stateEvents(roomNID types.RoomNID, root hamtstore.NodeID) ([]typ
 // checks and the migration. Errors: unknown snapshot (types.MissingStateError),
 // corrupt records or nodes.
 func (s *Store) State(nid types.StateSnapshotNID) ([]types.StateEntry, error) {
-	roomNID, root, ok, err := s.locate(nid)
+	roomNID, root, ok, err := s.locate(ctx0, nil, nid)
 	if err != nil {
 		return nil, err
 	}
@@ -388,7 +476,7 @@ func (s *Store) State(nid types.StateSnapshotNID) ([]types.StateEntry, error) {
 		return nil, types.MissingStateError(fmt.Sprintf("storage: state snapshot NID %d missing from the mtxdb state store", nid))
 	}
 	var out []types.StateEntry
-	rd := hamtstore.NewReader(nodeStore{eng: s.eng, coll: RoomCollection(roomNID)})
+	rd := hamtstore.NewReader(nodeStore{eng: s.at(ctx0, nil), coll: RoomCollection(roomNID)})
 	err = rd.Iterate(root, func(k []byte, v hamtstore.Value) error {
 		t, err := parseStateKey(k)
 		if err != nil {
@@ -410,28 +498,42 @@ func (s *Store) State(nid types.StateSnapshotNID) ([]types.StateEntry, error) {
 
 // PurgeRoom deletes a room's snapshots and nodes (its collection) and keeps only its
 // lease record, so the room's NIDs are never handed out again. The caller makes sure
-// no SQL row names them any more (see PurgeAfterSQL).
-func (s *Store) PurgeRoom(ctx context.Context, roomNID types.RoomNID) error {
+// no SQL row names them any more: on packstore PurgeAfterSQL calls it once
+// Dendrite's purge committed; on PostgreSQL it runs in the purge's transaction txn
+// (txn nil: on its own).
+func (s *Store) PurgeRoom(ctx context.Context, txn *sql.Tx, roomNID types.RoomNID) error {
 	if err := checkRoom(roomNID); err != nil {
 		return err
 	}
 	r := s.room(roomNID)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := s.load(r); err != nil {
-		return err
+	if s.db != nil {
+		// No Go lock held while the DELETE may wait for another transaction's
+		// row locks (InsertState: the same reason). The lease record stays.
+		v := pgstore.OverSQL(ctx, s.db)
+		if txn != nil {
+			v = pgstore.OverSQL(ctx, txn)
+		}
+		if err := v.DeleteCollectionExcept(r.coll, leaseRecordID); err != nil {
+			return fmt.Errorf("statetables: purge room NID %d: %w", roomNID, err)
+		}
+	} else {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if err := s.load(r); err != nil {
+			return err
+		}
+		end := max(r.leaseEnd, r.next)
+		if err := s.eng.DeleteCollection(r.coll); err != nil {
+			return fmt.Errorf("statetables: purge room NID %d: %w", roomNID, err)
+		}
+		if err := s.eng.Put(r.coll, leaseRecordID, encodeU32('L', end)); err != nil {
+			return fmt.Errorf("statetables: purge room NID %d: lease: %w", roomNID, err)
+		}
+		if err := s.commit.wait(); err != nil {
+			return err
+		}
+		r.next, r.leaseEnd = end, end
 	}
-	end := max(r.leaseEnd, r.next)
-	if err := s.eng.DeleteCollection(r.coll); err != nil {
-		return fmt.Errorf("statetables: purge room NID %d: %w", roomNID, err)
-	}
-	if err := s.eng.Put(r.coll, leaseRecordID, encodeU32('L', end)); err != nil {
-		return fmt.Errorf("statetables: purge room NID %d: lease: %w", roomNID, err)
-	}
-	if err := s.commit.wait(); err != nil {
-		return err
-	}
-	r.next, r.leaseEnd = end, end
 	for _, k := range s.roots.Keys() {
 		if rr, ok := s.roots.Peek(k); ok && rr.room == roomNID {
 			s.roots.Remove(k)

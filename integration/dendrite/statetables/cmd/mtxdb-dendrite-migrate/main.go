@@ -7,9 +7,11 @@
 //	mtxdb-dendrite-migrate -db CONNECTION [-store DIR]
 //
 // CONNECTION: file:PATH or a plain PATH (SQLite; the file must exist), or a
-// PostgreSQL URL (postgres://...) or key=value string. DIR defaults to where the
-// patched Dendrite looks (statetables.DirFor). Stop Dendrite first. The SQL rows are
-// left in place; the store must hold no migrated NID of another database.
+// PostgreSQL URL (postgres://...) or key=value string. Without -store the store is
+// where the patched Dendrite looks for it (statetables.Swap): a SQLite database's
+// directory (statetables.DirFor), a PostgreSQL database's own tables (pgstore's
+// mtxdb_records, created there). Stop Dendrite first. The SQL rows are left in
+// place; the store must hold no migrated NID of another database.
 package main
 
 import (
@@ -19,7 +21,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -31,7 +32,7 @@ import (
 
 func main() {
 	dbFlag := flag.String("db", "", "roomserver database: file:PATH or PATH (SQLite), or a PostgreSQL connection string")
-	storeFlag := flag.String("store", "", "mtxdb state store directory (default: where the patched Dendrite looks for it)")
+	storeFlag := flag.String("store", "", "mtxdb state store directory (default: where the patched Dendrite looks for it: beside a SQLite database, inside a PostgreSQL one)")
 	flag.Parse()
 	if *dbFlag == "" || flag.NArg() != 0 {
 		fmt.Fprintln(os.Stderr, "usage: mtxdb-dendrite-migrate -db CONNECTION [-store DIR]")
@@ -193,12 +194,15 @@ func migrate(ctx context.Context, conn, storeDir string) (string, error) {
 	}
 
 	// Only now, with the input read and understood, the store.
-	if storeDir == "" {
+	open := func() (*statetables.Store, error) { return statetables.Open(storeDir) }
+	if storeDir == "" && !sqlite && os.Getenv(statetables.EnvDir) == "" {
+		open = func() (*statetables.Store, error) { return statetables.OpenPostgres(ctx, db) }
+	} else if storeDir == "" {
 		if storeDir, err = statetables.DirFor(ctx, db, sqlite); err != nil {
 			return "", err
 		}
 	}
-	store, err := statetables.Open(storeDir)
+	store, err := open()
 	if err != nil {
 		return "", err
 	}
@@ -216,7 +220,7 @@ func migrate(ctx context.Context, conn, storeDir string) (string, error) {
 		return "", err
 	}
 	// Check every snapshot in a fresh open.
-	if store, err = statetables.Open(storeDir); err != nil {
+	if store, err = open(); err != nil {
 		return "", err
 	}
 	defer store.Close()
@@ -231,8 +235,7 @@ func migrate(ctx context.Context, conn, storeDir string) (string, error) {
 		}
 		entries += len(got)
 	}
-	abs, _ := filepath.Abs(storeDir)
-	return fmt.Sprintf("migrated snapshots=%d blocks=%d entries=%d store=%s checked=%d mismatches=0", len(snaps), len(blocks), entries, abs, len(snaps)), nil
+	return fmt.Sprintf("migrated snapshots=%d blocks=%d entries=%d store=%q checked=%d mismatches=0", len(snaps), len(blocks), entries, store.Where(), len(snaps)), nil
 }
 
 func equal(a, b []types.StateEntry) bool {
