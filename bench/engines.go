@@ -39,7 +39,7 @@ var engineNames = []string{
 var engineSettings = map[string]string{
 	"packstore-none":      "DefaultOptions (zstd on, 64 MiB node cache), Checksum=none; PutMany per collection then Sync per batch",
 	"packstore-writeonly": "DefaultOptions, Checksum=writeonly; PutMany per collection then Sync per batch",
-	"packstore-full":      "DefaultOptions, Checksum=full (the default); PutMany per collection then Sync per batch",
+	"packstore-full":      "DefaultOptions, Checksum=full (the default; batches under 64 records, the steady appends, are written uncompressed until a repack: Options.InlineCompressMin); PutMany per collection then Sync per batch",
 	"packstore-full-raw":  "DefaultOptions, Checksum=full, Compress=false (no zstd: separates the format from the compression CPU; bbolt, SQLite and mdbx do not compress either)",
 	"bbolt":               "v1.5.0 defaults (fsync per Update); one bucket per collection",
 	"pebble":              "v2.1.7 defaults (Snappy blocks, 8 MiB block cache); key = 16 B collection prefix + ID; Batch.Commit(pebble.Sync)",

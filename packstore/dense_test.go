@@ -28,11 +28,11 @@ func TestDenseEncodingSameBytes(t *testing.T) {
 			}
 			data = append(data, id...)
 		}
-		plain, _, err := s.encodeRecord(nil, nil, coll, idN(2, i), data, false)
+		plain, _, err := s.encodeRecord(nil, nil, coll, idN(2, i), data, false, true)
 		if err != nil {
 			t.Fatal(err)
 		}
-		dense, _, err := s.encodeRecord(nil, nil, coll, idN(2, i), data, true)
+		dense, _, err := s.encodeRecord(nil, nil, coll, idN(2, i), data, true, true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,8 +23,13 @@ var errCrashed = errors.New("faultfs: crashed")
 // name, a removed file is back).
 type faultFS struct {
 	osFS
-	mu      sync.Mutex        // guards every field below
-	synced  map[string]int64  // path -> size at its last fsync
+	mu     sync.Mutex       // guards every field below
+	synced map[string]int64 // path -> data end (below) at its last fsync
+	// dataEnd is the end of the last write of a nonzero byte: the zeros
+	// the writer writes ahead of its frames (preallocLocked) past it are
+	// not data, so a crash may lose every write after the last fsync
+	// whether or not it only overwrote such zeros.
+	dataEnd map[string]int64
 	renamed map[string]string // old path of a file renamed while open -> new path
 	dirOps  []dirOp           // directory changes not yet made durable by SyncDir
 	// ignoreDirSync makes SyncDir succeed without making anything durable
@@ -49,7 +54,7 @@ type dirOp struct {
 }
 
 func newFaultFS() *faultFS {
-	return &faultFS{synced: make(map[string]int64), renamed: make(map[string]string)}
+	return &faultFS{synced: make(map[string]int64), dataEnd: make(map[string]int64), renamed: make(map[string]string)}
 }
 
 // name returns the file's current path (it may have been renamed). Callers
@@ -92,6 +97,10 @@ func (fs *faultFS) OpenFile(name string, flag int, perm os.FileMode) (vfile, err
 			fs.synced[name] = 0
 		}
 	}
+	if _, ok := fs.dataEnd[name]; !ok || flag&os.O_TRUNC != 0 {
+		fi, _ := f.Stat()
+		fs.dataEnd[name] = fi.Size()
+	}
 	return &faultFile{osFile: osFile{f}, fs: fs, path: name}, nil
 }
 
@@ -116,6 +125,8 @@ func (fs *faultFS) Rename(oldpath, newpath string) error {
 	fs.dirOps = append(fs.dirOps, op)
 	fs.synced[newpath] = fs.synced[oldpath]
 	delete(fs.synced, oldpath)
+	fs.dataEnd[newpath] = fs.dataEnd[oldpath]
+	delete(fs.dataEnd, oldpath)
 	fs.renamed[oldpath] = newpath
 	return nil
 }
@@ -134,6 +145,7 @@ func (fs *faultFS) Remove(name string) error {
 		return err
 	}
 	delete(fs.synced, name)
+	delete(fs.dataEnd, name)
 	fs.dirOps = append(fs.dirOps, op)
 	return nil
 }
@@ -203,12 +215,28 @@ func (f *faultFile) WriteAt(b []byte, off int64) (int, error) {
 	f.fs.mu.Unlock()
 	if hook != nil {
 		if n, err := hook(name, off, len(b)); err != nil {
-			f.osFile.WriteAt(b[:n], off)
+			n, _ = f.osFile.WriteAt(b[:n], off)
+			f.noteWrite(b[:n], off)
 			return n, err
 		}
 	}
-	return f.osFile.WriteAt(b, off)
+	n, err := f.osFile.WriteAt(b, off)
+	f.noteWrite(b[:n], off)
+	return n, err
 }
+
+// noteWrite advances the file's data end past a written nonzero byte.
+func (f *faultFile) noteWrite(b []byte, off int64) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if end := off + int64(len(b)); !allZero(b) && end > f.fs.dataEnd[f.name()] {
+		f.fs.dataEnd[f.name()] = end
+	}
+}
+
+// Datasync is Sync: the fault model does not tell them apart (and an
+// osFile's Datasync would bypass it).
+func (f *faultFile) Datasync() error { return f.Sync() }
 
 func (f *faultFile) Sync() error {
 	f.fs.mu.Lock()
@@ -224,11 +252,7 @@ func (f *faultFile) Sync() error {
 	if err := f.osFile.Sync(); err != nil {
 		return err
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	f.fs.synced[f.name()] = fi.Size()
+	f.fs.synced[f.name()] = f.fs.dataEnd[f.name()]
 	return nil
 }
 
@@ -240,6 +264,9 @@ func (f *faultFile) Truncate(size int64) error {
 	}
 	if f.fs.synced[f.name()] > size {
 		f.fs.synced[f.name()] = size
+	}
+	if f.fs.dataEnd[f.name()] > size {
+		f.fs.dataEnd[f.name()] = size
 	}
 	return f.osFile.Truncate(size)
 }
@@ -265,9 +292,9 @@ func (fs *faultFS) applyCrash(keep func(path string, synced, size int64) int64) 
 		if err != nil {
 			continue
 		}
-		n := synced
-		if keep != nil && fi.Size() > synced {
-			n = keep(path, synced, fi.Size())
+		n, end := synced, fs.dataEnd[path]
+		if keep != nil && end > synced {
+			n = keep(path, synced, end)
 		}
 		if n < fi.Size() {
 			if err := os.Truncate(path, n); err != nil {

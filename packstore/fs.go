@@ -36,6 +36,17 @@ type vfile interface {
 	Map(size int) (mmap.MMap, error)
 }
 
+// datasyncer is a vfile with fdatasync(2).
+type datasyncer interface{ Datasync() error }
+
+// datasync fdatasyncs f if it can, else fsyncs it.
+func datasync(f vfile) error {
+	if d, ok := f.(datasyncer); ok {
+		return d.Datasync()
+	}
+	return f.Sync()
+}
+
 // osFS is the operating system's filesystem.
 type osFS struct{}
 

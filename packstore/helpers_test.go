@@ -134,3 +134,18 @@ func envInt(name string, def int) int {
 	}
 	return def
 }
+
+// framesEnd returns where the frames of a shard file's bytes end: at the
+// file's end, or where the zeros the writer writes ahead of them start.
+func framesEnd(t testing.TB, b []byte) int64 {
+	t.Helper()
+	off := int64(HeaderSize)
+	for off < int64(len(b)) && !allZero(b[off:]) {
+		fv, err := decodeFrame(b[off:])
+		if err != nil {
+			t.Fatalf("frame at %d: %v", off, err)
+		}
+		off += int64(fv.Size)
+	}
+	return off
+}

@@ -4,6 +4,7 @@
 package packstore
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -353,6 +354,14 @@ func (s *PackfileStorage) scanShardLocked(sh *shard, from, synced int64, last bo
 			if off < synced {
 				return sh.corruptf(off, "%v (in the %d bytes the index files say were synced)", err, synced)
 			}
+			if allZero(b[off:]) {
+				// Zeros written ahead of the frames (preallocLocked).
+				s.report.ZeroTailBytes += int64(len(b)) - off
+				if s.opts.ReadOnly {
+					return nil
+				}
+				return s.cutTail(sh, off)
+			}
 			if last && tornTail(b, off, sh.crc) {
 				if s.opts.ReadOnly {
 					s.report.TruncatedBytes, s.report.TailNotCut = sh.size-off, true
@@ -387,16 +396,33 @@ func tornTail(b []byte, off int64, crc bool) bool {
 	return true
 }
 
+// allZero reports whether b holds only zero bytes.
+func allZero(b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), len(zeroPad))
+		if !bytes.Equal(b[:n], zeroPad[:n]) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
 func (s *PackfileStorage) truncateTail(sh *shard, off int64) error {
 	s.report.TruncatedBytes += sh.size - off
 	s.report.TruncatedFile, s.report.TruncatedAt = filepath.Base(sh.path), off
+	return s.cutTail(sh, off)
+}
+
+// cutTail truncates a shard file at off and fsyncs it.
+func (s *PackfileStorage) cutTail(sh *shard, off int64) error {
 	if err := sh.f.Truncate(off); err != nil {
-		return fmt.Errorf("packstore: truncate torn tail of %s at %d: %w", sh.path, off, err)
+		return fmt.Errorf("packstore: truncate the tail of %s at %d: %w", sh.path, off, err)
 	}
 	if err := sh.f.Sync(); err != nil {
 		return fmt.Errorf("packstore: fsync %s: %w", sh.path, err)
 	}
-	sh.size = off
+	sh.size, sh.alloc = off, off
 	return sh.remap(off)
 }
 

@@ -46,6 +46,13 @@ type OpenReport struct {
 	TruncatedFile  string
 	TruncatedAt    int64
 	TailNotCut     bool
+	// ZeroTailBytes counts the zero bytes found after the last frame of a
+	// shard file, to its end: the zeros the writer writes ahead of its
+	// frames (doc.go "Commit latency") that a crash left, or a file
+	// extension whose data never reached the disk. Nothing is lost there:
+	// Open cuts them (with ReadOnly it only skips them), and they are not
+	// reported as a torn tail.
+	ZeroTailBytes int64
 	// Damaged lists the frames that the index files say were synced but
 	// whose bytes on disk do not match (each error wraps ErrCorrupt and
 	// names the shard file and offset). Open still succeeds; reading those

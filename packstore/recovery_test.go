@@ -151,7 +151,7 @@ func TestUnsyncedTailTruncatedAndReported(t *testing.T) {
 	opts, snap, m, at, _ := syncedStore(t)
 	name := shardFileName(at.shard)
 	b, _ := os.ReadFile(filepath.Join(snap, name))
-	cut := int64(len(b)) - 150 // inside the last unsynced frame
+	cut := framesEnd(t, b) - 150 // inside the last unsynced frame
 	s, err := openCopy(t, opts, snap, name, func(b []byte) []byte { return b[:cut] })
 	if err != nil {
 		t.Fatal(err)

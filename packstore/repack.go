@@ -242,7 +242,8 @@ func (s *PackfileStorage) copyJobLocked(j repackJob) (*lossyTable, loc, int64, e
 		frames, pending = frames[:0], 0
 		return nil
 	}
-	next := 0 // first record not yet prefetched
+	var scratch []byte // recompress's
+	next := 0          // first record not yet prefetched
 	for i, id := range j.ids {
 		if i == next {
 			for n := 0; next < len(j.ids) && n < repackChunk; next++ {
@@ -258,6 +259,7 @@ func (s *PackfileStorage) copyJobLocked(j repackJob) (*lossyTable, loc, int64, e
 		if err != nil {
 			return nil, loc{}, 0, err
 		}
+		b, scratch = s.recompress(b, scratch)
 		frames = append(frames, outFrame{coll: j.coll, id: id, b: b})
 		pending += len(b)
 		if pending >= repackChunk {
@@ -275,12 +277,14 @@ func (s *PackfileStorage) copyJobLocked(j repackJob) (*lossyTable, loc, int64, e
 // retireLocked deletes every shard that (a) no index slot references, (b) is
 // not the active shard and (c) holds no reset marker for a collection X with
 // position P while another surviving shard holds a data frame of X located
-// before P (deleting the marker would let a rebuild-by-scan resurrect it). Shards are
-// unmapped (waiting for readers) before their files are removed, and the
-// directory is fsynced after.
+// before P (deleting the marker would let a rebuild-by-scan resurrect it),
+// counting only X's marker with the largest P of any shard: it drops all
+// that an older one would. Shards are unmapped (waiting for readers) before
+// their files are removed, and the directory is fsynced after.
 func (s *PackfileStorage) retireLocked() (int, int64, error) {
 	cand := make(map[uint16]*shard)
 	var all []*shard
+	newest := make(map[ID]pos) // collection -> largest P of its reset markers in any shard
 	for i := range s.shards {
 		sh := s.shards[i].Load()
 		if sh == nil {
@@ -290,12 +294,17 @@ func (s *PackfileStorage) retireLocked() (int, int64, error) {
 		if sh.live == 0 && sh != s.active {
 			cand[sh.id] = sh
 		}
+		for x, p := range sh.resets {
+			if q, ok := newest[x]; !ok || q.less(p) {
+				newest[x] = p
+			}
+		}
 	}
 	slices.SortFunc(all, func(a, b *shard) int { return cmp.Compare(a.seq, b.seq) }) // stream order
 	for changed := true; changed; {
 		changed = false
 		for id, sh := range cand {
-			if s.markerNeededLocked(sh, all, cand) {
+			if s.markerNeededLocked(sh, all, cand, newest) {
 				delete(cand, id)
 				changed = true
 			}
@@ -345,9 +354,23 @@ func (s *PackfileStorage) retireLocked() (int, int64, error) {
 
 // markerNeededLocked reports whether sh holds a reset marker that still
 // shadows a data frame in another surviving shard. all is in stream order
-// (sorted by sequence number).
-func (s *PackfileStorage) markerNeededLocked(sh *shard, all []*shard, cand map[uint16]*shard) bool {
+// (sorted by sequence number); newest is each collection's largest marker
+// position in any shard.
+//
+// Only the newest marker of a collection X can be needed: a rebuild by scan
+// drops every frame of X before it, which includes every frame an older
+// marker drops, and while a data frame of X before it survives so does the
+// newest marker's shard (this function keeps it); once none does, no older
+// marker shadows anything either. Counting older markers too let repacks of
+// X pin a shard each, for as long as an old shard held both a dead frame of
+// X and live records of another collection: crashes that repeated one
+// round's repack pinned all 16 pack IDs of TestPackIDReuseKill
+// (TestRepacksBesideAnOldShard).
+func (s *PackfileStorage) markerNeededLocked(sh *shard, all []*shard, cand map[uint16]*shard, newest map[ID]pos) bool {
 	for x, p := range sh.resets {
+		if p.less(newest[x]) {
+			continue // superseded by a newer marker of x
+		}
 		for _, lower := range all {
 			if lower.seq > p.seq {
 				break
@@ -361,4 +384,24 @@ func (s *PackfileStorage) markerNeededLocked(sh *shard, all []*shard, cand map[u
 		}
 	}
 	return false
+}
+
+// recompress returns the copy b of a validated frame compressed, when it was
+// written uncompressed (a batch below Options.InlineCompressMin, or an
+// earlier attempt that did not shrink it), Compress is on and zstd makes it
+// smaller; otherwise b itself. Only smaller, so the sizes checkFitLocked
+// counted stay an upper bound. scratch is reused and returned.
+func (s *PackfileStorage) recompress(b, scratch []byte) ([]byte, []byte) {
+	if !s.opts.Compress {
+		return b, scratch
+	}
+	fv, err := decodeFrameCRC(b, false)
+	if err != nil || fv.Flags != 0 || len(fv.Payload) < compressMin {
+		return b, scratch
+	}
+	out, scratch, err := s.encodeRecord(nil, scratch, fv.Coll, fv.ID, fv.Payload, false, true)
+	if err != nil || len(out) >= len(b) {
+		return b, scratch
+	}
+	return out, scratch
 }

@@ -32,7 +32,7 @@ func frameBoundaries(t *testing.T, dir string, from loc, last uint16) []loc {
 		if id == from.shard {
 			off = int64(from.off)
 		}
-		for off < int64(len(b)) {
+		for off < int64(len(b)) && !allZero(b[off:]) { // zeros written ahead end the frames
 			out = append(out, loc{shard: id, off: uint32(off)})
 			fv, err := decodeFrame(b[off:])
 			if err != nil {

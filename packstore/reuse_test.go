@@ -2,9 +2,12 @@ package packstore
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -254,4 +257,86 @@ func TestRepacksDyingBeforeRetirement(t *testing.T) {
 		s.Close()
 		dir = crashed
 	}
+}
+
+// TestRepacksBesideAnOldShard: shard 0 holds a live record of collection B
+// and a dead frame of collection A, and A alone is repacked round after
+// round (dropping its older records), as TestPackIDReuseKill does when
+// kills repeat one round before B's next repack. Each repack's shard holds
+// a reset marker of A with a larger position; only the newest can shadow
+// A's frame in shard 0, so the older ones must not pin their shards: with
+// the shard limit at 16 the rounds never hit ErrShardLimit. Then the
+// newest marker's shard is left with nothing live, and an empty repack
+// must still keep it. A reopen by full scan (index files deleted) finds
+// exactly A's newest record, B's and C's: the markers kept still drop
+// every older frame of A (deleting the newest marker's shard would bring
+// back A's frame in shard 0: checked by making markerNeededLocked skip
+// every marker).
+func TestRepacksBesideAnOldShard(t *testing.T) {
+	dir := t.TempDir()
+	a, b := idN(7, 0), idN(7, 1)
+	s := openStore(t, reuseOptions(dir))
+	idB, dataB := reuseRecord(9, 0)
+	if err := s.Put(b, idB, dataB); err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 3 * reuseMaxShards
+	for round := range rounds {
+		id, data := reuseRecord(8, round)
+		if err := s.Put(a, id, data); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Repack(RepackPlan{Collections: []CollectionPlan{{Collection: a, Records: []ID{id}}}}); err != nil {
+			t.Fatalf("round %d: %v (%d shards)", round, err, s.Stats().Shards)
+		}
+	}
+	if n := s.Stats().Shards; n > 2 {
+		t.Errorf("%d shards after %d repacks of A; want shard 0 (B) and the active one (the newest marker's)", n, rounds)
+	}
+	// Seal the newest marker's shard (a repack of collection C rolls the
+	// active shard) and supersede A's copy in it: nothing references that
+	// shard now, but its marker still shadows A's frame in shard 0, so the
+	// empty repack below must keep it.
+	c, idC, dataC := idN(7, 2), idN(10, 0), []byte("c")
+	if err := s.Put(c, idC, dataC); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Repack(RepackPlan{Collections: []CollectionPlan{{Collection: c, Records: []ID{idC}}}}); err != nil {
+		t.Fatal(err)
+	}
+	lastID, _ := reuseRecord(8, rounds-1)
+	lastData := []byte("last")
+	if err := s.Put(a, lastID, lastData); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Repack(RepackPlan{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{checkpointFile, deltaFile} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	s = openStore(t, reuseOptions(dir))
+	defer s.Close()
+	if src := s.OpenReport().Source; src != "scan" {
+		t.Fatalf("reopen source %q, want scan", src)
+	}
+	mustGet(t, s, b, idB, dataB)
+	mustGet(t, s, c, idC, dataC)
+	for round := range rounds {
+		id, _ := reuseRecord(8, round)
+		if round == rounds-1 {
+			mustGet(t, s, a, id, lastData)
+		} else if got, err := s.Get(a, id); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("record of round %d, dropped by a repack, after a full scan: %q, %v", round, got, err)
+		}
+	}
+	mustCheck(t, s)
 }

@@ -64,14 +64,15 @@ type shard struct {
 	ra     raWindowState
 
 	// Writer-only fields, guarded by PackfileStorage.mu.
-	size   int64         // bytes of complete frames (file size)
+	size   int64         // bytes of complete frames
+	alloc  int64         // file size: size plus the zeros written ahead (preallocStep)
 	live   int           // index slots (all collections) pointing here
 	colls  map[ID]uint32 // collection -> offset of its first data frame here
 	resets map[ID]pos    // collection -> largest position P of its reset markers here
 }
 
 func newShardState(id uint16, seq uint32, path string, f vfile, size int64, crc bool, opts *Options) *shard {
-	return &shard{id: id, seq: seq, path: path, f: f, size: size, synced: true, crc: crc,
+	return &shard{id: id, seq: seq, path: path, f: f, size: size, alloc: size, synced: true, crc: crc,
 		verify: opts.Checksum == ChecksumFull && crc, raMode: opts.ReadAhead, raMax: opts.readAheadMax(),
 		colls: make(map[ID]uint32), resets: make(map[ID]pos)}
 }

@@ -1,0 +1,150 @@
+package packstore
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// frameFlagsOnDisk reads every shard file of dir in stream order and returns,
+// per record ID, the flags of its last frame (the one Get serves).
+func frameFlagsOnDisk(t *testing.T, dir string) map[ID]byte {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "shard-*.mtdb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type sh struct {
+		seq uint32
+		b   []byte
+	}
+	var shards []sh
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := decodeHeader(b[:HeaderSize])
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		shards = append(shards, sh{h.Seq, b})
+	}
+	for i := range shards { // few shards: insertion sort by sequence number
+		for j := i; j > 0 && shards[j].seq < shards[j-1].seq; j-- {
+			shards[j], shards[j-1] = shards[j-1], shards[j]
+		}
+	}
+	flags := map[ID]byte{}
+	for _, s := range shards {
+		for off := HeaderSize; off < len(s.b) && !allZero(s.b[off:]); {
+			fv, err := decodeFrame(s.b[off:])
+			if err != nil {
+				t.Fatalf("frame at %d: %v", off, err)
+			}
+			if fv.Flags&FlagReset == 0 {
+				flags[fv.ID] = fv.Flags
+			}
+			off += fv.Size
+		}
+	}
+	return flags
+}
+
+// A commit-sized batch (below InlineCompressMin records) is written without
+// zstd except its Dense records, a bulk batch with it, and Repack compresses
+// the raw copies; every record reads back before and after, and after a
+// reopen (Options.InlineCompressMin).
+func TestInlineCompressMin(t *testing.T) {
+	seed := testSeed(t)
+	r := rand.New(rand.NewPCG(seed, 17))
+	dir := t.TempDir()
+	s := openStore(t, DefaultOptions(dir))
+	coll := idN(1, 1)
+	want := map[ID][]byte{}
+	var small, bulk []Record
+	for i := range 16 {
+		rec := Record{ID: idN(2, i), Data: payload(r, 300+r.IntN(700), true)}
+		small = append(small, rec)
+	}
+	dense := Record{ID: idN(3, 0), Data: payload(r, 600, true), Dense: true}
+	small = append(small, dense)
+	for i := range DefaultInlineCompressMin {
+		bulk = append(bulk, Record{ID: idN(4, i), Data: payload(r, 300+r.IntN(700), true)})
+	}
+	var ids []ID
+	for _, batch := range [][]Record{small, bulk} {
+		if err := s.PutMany(coll, batch); err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range batch {
+			want[rec.ID] = rec.Data
+			ids = append(ids, rec.ID)
+		}
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	flags := frameFlagsOnDisk(t, dir)
+	for _, rec := range small[:16] {
+		if flags[rec.ID] != 0 {
+			t.Fatalf("record %s of a 17-record batch: flags %#x, want 0 (raw until repack)", rec.ID, flags[rec.ID])
+		}
+	}
+	if flags[dense.ID] != FlagZstd {
+		t.Fatalf("Dense record of a small batch: flags %#x, want FlagZstd", flags[dense.ID])
+	}
+	for _, rec := range bulk {
+		if flags[rec.ID] != FlagZstd {
+			t.Fatalf("record %s of a %d-record batch: flags %#x, want FlagZstd", rec.ID, len(bulk), flags[rec.ID])
+		}
+	}
+	for id, data := range want {
+		mustGet(t, s, coll, id, data)
+	}
+	_, before, _ := s.CollectionStats(coll)
+	st, err := s.Repack(RepackPlan{Collections: []CollectionPlan{{Collection: coll, Records: ids}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, _ := s.CollectionStats(coll)
+	if after >= before || st.BytesCopied != after {
+		t.Fatalf("live bytes %d before repack, %d after (copied %d): the raw frames were not compressed", before, after, st.BytesCopied)
+	}
+	for id, f := range frameFlagsOnDisk(t, dir) {
+		if f != FlagZstd {
+			t.Fatalf("after repack record %s has flags %#x, want FlagZstd", id, f)
+		}
+	}
+	for id, data := range want {
+		mustGet(t, s, coll, id, data)
+	}
+	mustCheck(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, DefaultOptions(dir))
+	defer s.Close()
+	for id, data := range want {
+		mustGet(t, s, coll, id, data)
+	}
+
+	// InlineCompressMin 1 compresses every batch, as before the option.
+	dir2 := t.TempDir()
+	o := DefaultOptions(dir2)
+	o.InlineCompressMin = 1
+	s2 := openStore(t, o)
+	defer s2.Close()
+	if err := s2.PutMany(coll, small[:16]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	for id, f := range frameFlagsOnDisk(t, dir2) {
+		if f != FlagZstd {
+			t.Fatalf("InlineCompressMin 1: record %s has flags %#x, want FlagZstd", id, f)
+		}
+	}
+}
