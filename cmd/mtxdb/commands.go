@@ -102,6 +102,12 @@ func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.S
 		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: index files not used (%s), index rebuilt from %s\n",
 			dir, strings.Join(why, "; "), r.Source)
 	}
+	if r.Source == "scan" && r.CheckpointErr == nil && r.ScannedFrames > 0 {
+		// Every close writes index.ckpt: a store with frames and none lost
+		// the file or crashed before its first checkpoint.
+		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: no index.ckpt: index rebuilt by scanning %d frames (%d bytes) of the shards; a torn last shard cannot be told from one cut short (README, Known limits)\n",
+			dir, r.ScannedFrames, r.ScannedBytes)
+	}
 	for _, w := range r.Warnings {
 		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s\n", w)
 	}

@@ -446,3 +446,25 @@ func TestCLIStatsReadsJSON(t *testing.T) {
 		t.Errorf("%d walk lines, want 4:\n%s", walks, out)
 	}
 }
+
+// TestCLIWarnsMissingCheckpoint: a store whose index.ckpt is gone opens by a
+// full scan, and every command says so on stderr (read-only ones each time,
+// since they write no new checkpoint); with the file present nothing is said.
+func TestCLIWarnsMissingCheckpoint(t *testing.T) {
+	st := filepath.Join(t.TempDir(), "store")
+	if out, code := run(t, "import", "--store", st, room("room001")); code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "rooms", "--store", st); code != 0 || strings.Contains(out, "warning") {
+		t.Fatalf("rooms with index.ckpt: exit %d, want 0 and no warning\n%s", code, out)
+	}
+	if err := os.Remove(filepath.Join(st, "index.ckpt")); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		out, code := run(t, "rooms", "--store", st)
+		if code != 0 || !strings.Contains(out, "warning: "+st+": no index.ckpt: index rebuilt by scanning") {
+			t.Fatalf("rooms without index.ckpt: exit %d, want 0 and the scan warning\n%s", code, out)
+		}
+	}
+}
