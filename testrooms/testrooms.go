@@ -37,7 +37,9 @@ func Dir() string {
 
 // RealRoomDirs lists the room directories (those holding events.jsonl) under dir,
 // a directory of rooms such as testrooms/real, sorted; a symlink to a room
-// directory is listed as one.
+// directory is listed as one. A symlink whose target is missing or unreadable
+// is an error naming it (it is most likely a room that would otherwise be left
+// out unseen); a symlink to a file is ignored, as files are.
 func RealRoomDirs(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -48,7 +50,11 @@ func RealRoomDirs(dir string) ([]string, error) {
 		p := filepath.Join(dir, e.Name())
 		if e.Type()&os.ModeSymlink != 0 {
 			// A symlinked room directory counts as the directory it names.
-			if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+			fi, err := os.Stat(p)
+			if err != nil {
+				return nil, fmt.Errorf("testrooms: %s is a symlink whose target cannot be read: %w", p, err)
+			}
+			if !fi.IsDir() {
 				continue
 			}
 		} else if !e.IsDir() {

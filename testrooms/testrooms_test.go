@@ -29,3 +29,37 @@ func TestLoadExpectedNothingRecorded(t *testing.T) {
 		t.Fatalf("with a current state: %v", err)
 	}
 }
+
+// TestRealRoomDirsSymlinks: a symlink to a room directory is listed, one to a
+// file is ignored, and a dangling one fails naming itself (it was skipped
+// silently, leaving a room out of import and verify unseen).
+func TestRealRoomDirsSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	rooms := filepath.Join(dir, "rooms")
+	target := filepath.Join(dir, "elsewhere")
+	for _, d := range []string{filepath.Join(rooms, "a"), target} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "events.jsonl"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Symlink(target, filepath.Join(rooms, "b")))
+	must(os.Symlink(filepath.Join(target, "events.jsonl"), filepath.Join(rooms, "file")))
+	got, err := RealRoomDirs(rooms)
+	if err != nil || len(got) != 2 || got[0] != filepath.Join(rooms, "a") || got[1] != filepath.Join(rooms, "b") {
+		t.Fatalf("RealRoomDirs = %q, %v; want [a b]", got, err)
+	}
+	dangling := filepath.Join(rooms, "c")
+	must(os.Symlink(filepath.Join(dir, "gone"), dangling))
+	if got, err := RealRoomDirs(rooms); err == nil || !strings.Contains(err.Error(), dangling) {
+		t.Fatalf("RealRoomDirs with a dangling symlink = %q, %v; want an error naming %s", got, err, dangling)
+	}
+}
