@@ -946,7 +946,8 @@ func repackRooms(eng storeEngine, rooms []*roomstate.Room, opts repackplan.Optio
 // every-k rewrites the room heads) and after, records copied, garbage dropped
 // (records no plan kept, of which state records the liveness policy dropped; dead
 // frames of superseded or deleted records go with the retired shards), shards
-// retired and the bytes returned.
+// retired, and the disk bytes returned (or grown: a room repacked out of shards
+// other rooms keep adds its new shard and retires nothing).
 func repackSummary(out io.Writer, eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
 	return repackSummaryTo(out, false, eng, rooms, opts)
 }
@@ -1030,7 +1031,7 @@ func repackSummaryTo(out io.Writer, asJSON bool, eng storeEngine, rooms []*rooms
 	printLine(out, asJSON, "repack", kv{"plan", opts.Kind}, kv{"rooms", rs.CollectionsRepacked}, kv{"liveness", liveness}, kv{"records_copied", rs.RecordsCopied},
 		kv{"bytes_copied", rs.BytesCopied}, kv{"garbage_records_dropped", rs.RecordsDropped}, kv{"state_records_dropped", ps.StatesDropped},
 		kv{"garbage_live_bytes_dropped", max(0, before.LiveBytes-after.LiveBytes)}, kv{"shards_retired", rs.ShardsRetired}, kv{"bytes_retired", rs.BytesRetired})
-	printLine(out, asJSON, "repack", kv{"disk_bytes_before", before.DiskBytes}, kv{"disk_bytes_after", after.DiskBytes}, kv{"returned", before.DiskBytes - after.DiskBytes},
+	printLine(out, asJSON, "repack", kv{"disk_bytes_before", before.DiskBytes}, kv{"disk_bytes_after", after.DiskBytes}, kv{"returned", max(0, before.DiskBytes-after.DiskBytes)}, kv{"grown", max(0, after.DiskBytes-before.DiskBytes)},
 		kv{"shards_before", before.Shards}, kv{"shards_after", after.Shards}, kv{"live_bytes_before", before.LiveBytes}, kv{"live_bytes_after", after.LiveBytes})
 	return rs, nil
 }

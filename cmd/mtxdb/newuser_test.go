@@ -468,3 +468,24 @@ func TestCLIWarnsMissingCheckpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIRepackOneRoomOfShared: repacking one room of two that share a shard
+// retires nothing and adds the room's new shard: the summary says grown=N and
+// returned=0, never a negative returned (a fresh-user finding).
+func TestCLIRepackOneRoomOfShared(t *testing.T) {
+	st := filepath.Join(t.TempDir(), "store")
+	if out, code := run(t, "import", "--store", st, room("room001"), room("room002")); code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "replay", "--store", st); code != 0 {
+		t.Fatalf("replay: exit %d\n%s", code, out)
+	}
+	out, code := run(t, "repack", "--store", st, "--room", roomID(t, room("room001")))
+	if code != 0 {
+		t.Fatalf("repack --room: exit %d\n%s", code, out)
+	}
+	grown := regexp.MustCompile(` grown=([0-9]+)`).FindStringSubmatch(out)
+	if strings.Contains(out, "returned=-") || !strings.Contains(out, " returned=0 ") || grown == nil || grown[1] == "0" {
+		t.Fatalf("repack --room of a shared shard: want returned=0 and grown>0\n%s", out)
+	}
+}
