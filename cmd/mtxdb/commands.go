@@ -307,7 +307,7 @@ to continue. A second signal stops at once.`,
 			}
 			tot, err := replayRooms(rooms, false, out, nil)
 			if errors.Is(err, resolver.ErrStopped) {
-				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import --repack: interrupted while replaying: the imported events are stored and synced, and the states computed so far; run mtxdb replay --store %s to finish the replay, then mtxdb repack\n", pgstore.Redacted(store))
+				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import --repack: interrupted while replaying: the imported events are stored and synced, and the states computed so far; run mtxdb replay --store %s to finish the replay, then %s\n", pgstore.Redacted(store), repackCommand(store, rooms, opts))
 				return interruptExit()
 			}
 			if err != nil {
@@ -315,7 +315,7 @@ to continue. A second signal stops at once.`,
 			}
 			printLine(out, asJSON, "replay", kv{"rooms", len(rooms)}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected}, kv{"outliers", tot.Outliers})
 			stop()
-			defer catchInterrupts("import --repack", repackInterrupted(store))()
+			defer catchInterrupts("import --repack", repackInterrupted(store, rooms, opts))()
 			_, err = repackSummaryTo(out, asJSON, eng, rooms, opts)
 			return err
 		},
@@ -836,7 +836,7 @@ garbage the next repack reclaims). Exit status 130 (143).`,
 				return err
 			}
 			defer eng.Close()
-			defer catchInterrupts("repack", repackInterrupted(store))()
+			defer catchInterrupts("repack", repackInterrupted(store, rooms, opts))()
 			_, err = repackSummaryTo(cmd.OutOrStdout(), asJSON, eng, rooms, opts)
 			return err
 		},
@@ -989,15 +989,33 @@ func repackWithProgress(eng storeEngine, plan packstore.RepackPlan, out io.Write
 var repackPhase atomic.Value
 
 // repackInterrupted returns the message of an interrupted repack of store.
-func repackInterrupted(store string) func() string {
+func repackInterrupted(store string, rooms []*roomstate.Room, opts repackplan.Options) func() string {
+	again := repackCommand(store, rooms, opts)
 	return func() string {
 		switch repackPhase.Load() {
 		case "copying":
-			return "stopped during the copy: the store stays consistent (rooms whose copy was not finished keep their old layout; some may already be repacked; the copies written so far are garbage the next repack reclaims, and the next command may warn that it cut their unsynced tail); run mtxdb repack --store " + pgstore.Redacted(store) + " again"
+			return "stopped during the copy: the store stays consistent (rooms whose copy was not finished keep their old layout; some may already be repacked; the copies written so far are garbage the next repack reclaims, and the next command may warn that it cut their unsynced tail); run " + again + " again"
 		default:
-			return "stopped while planning: nothing was repacked (an every-k plan may have recorded its keep rule in room heads, which the next repack applies); run mtxdb repack --store " + pgstore.Redacted(store) + " again"
+			return "stopped while planning: nothing was repacked (an every-k plan may have recorded its keep rule in room heads, which the next repack applies); run " + again + " again"
 		}
 	}
+}
+
+// repackCommand is the mtxdb repack command line that repeats a repack of
+// rooms with opts: plan and liveness as given, and --room when one room of
+// several in the store was asked (import --repack of one room included).
+func repackCommand(store string, rooms []*roomstate.Room, opts repackplan.Options) string {
+	c := "mtxdb repack --store " + pgstore.Redacted(store)
+	if len(rooms) == 1 {
+		c += " --room " + rooms[0].ID()
+	}
+	if opts.Kind != "" {
+		c += " --plan " + string(opts.Kind)
+	}
+	if opts.Liveness == repackplan.EveryK {
+		c += fmt.Sprintf(" --liveness every-k --every %d", opts.Every)
+	}
+	return c
 }
 
 // repackSummaryTo is repackSummary, with JSON lines if asJSON.
