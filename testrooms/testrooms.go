@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -39,7 +40,8 @@ func Dir() string {
 // a directory of rooms such as testrooms/real, sorted; a symlink to a room
 // directory is listed as one. A symlink whose target is missing or unreadable
 // is an error naming it (it is most likely a room that would otherwise be left
-// out unseen); a symlink to a file is ignored, as files are.
+// out unseen), as is an events.jsonl that exists but cannot be read; a symlink
+// to a file is ignored, as files and directories without events.jsonl are.
 func RealRoomDirs(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -60,8 +62,11 @@ func RealRoomDirs(dir string) ([]string, error) {
 		} else if !e.IsDir() {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(p, "events.jsonl")); err == nil {
+		ev := filepath.Join(p, "events.jsonl")
+		if _, err := os.Stat(ev); err == nil {
 			out = append(out, p)
+		} else if _, lerr := os.Lstat(ev); lerr == nil || !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("testrooms: %s cannot be read: %w", ev, err)
 		}
 	}
 	sort.Strings(out)

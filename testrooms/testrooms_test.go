@@ -57,6 +57,19 @@ func TestRealRoomDirsSymlinks(t *testing.T) {
 	if err != nil || len(got) != 2 || got[0] != filepath.Join(rooms, "a") || got[1] != filepath.Join(rooms, "b") {
 		t.Fatalf("RealRoomDirs = %q, %v; want [a b]", got, err)
 	}
+	if err := os.MkdirAll(filepath.Join(rooms, "notaroom"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := RealRoomDirs(rooms); err != nil || len(got) != 2 {
+		t.Fatalf("RealRoomDirs with a directory without events.jsonl = %q, %v; want it ignored", got, err)
+	}
+	badEvents := filepath.Join(rooms, "d", "events.jsonl")
+	must(os.MkdirAll(filepath.Dir(badEvents), 0o755))
+	must(os.Symlink(filepath.Join(dir, "gone.jsonl"), badEvents))
+	if got, err := RealRoomDirs(rooms); err == nil || !strings.Contains(err.Error(), badEvents) {
+		t.Fatalf("RealRoomDirs with a dangling events.jsonl = %q, %v; want an error naming %s", got, err, badEvents)
+	}
+	must(os.Remove(badEvents))
 	dangling := filepath.Join(rooms, "c")
 	must(os.Symlink(filepath.Join(dir, "gone"), dangling))
 	if got, err := RealRoomDirs(rooms); err == nil || !strings.Contains(err.Error(), dangling) {

@@ -30,6 +30,8 @@ func importPaths(args []string) ([]string, error) {
 		if _, err := os.Stat(p); err == nil {
 			paths = append(paths, p)
 			continue
+		} else if _, lerr := os.Lstat(p); lerr == nil {
+			return nil, fmt.Errorf("%s cannot be read: %w", p, err) // a dangling symlink, say
 		}
 		dirs, err := testrooms.RealRoomDirs(a)
 		if err != nil {
