@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/spf13/cobra"
 
 	"github.com/mtxdb/mtxdb/packstore"
@@ -215,6 +216,9 @@ to continue. A second signal stops at once.`,
 			}
 			if roomVersion != "" && !anyOrder {
 				return fmt.Errorf("--room-version only applies with --any-order")
+			}
+			if _, err := gomatrixserverlib.GetRoomVersion(gomatrixserverlib.RoomVersion(roomVersion)); roomVersion != "" && err != nil {
+				return fmt.Errorf("--room-version %q: %w (known: 1-12 and their experimental variants)", roomVersion, roomstate.ErrUnknownRoomVersion)
 			}
 			if err := needFlag(cmd, "repack", repack, "plan", "liveness", "every"); err != nil {
 				return err

@@ -491,3 +491,17 @@ func TestCLIRepackOneRoomOfShared(t *testing.T) {
 		t.Fatalf("repack --room of a shared shard: want returned=0 and grown>0\n%s", out)
 	}
 }
+
+// TestCLIImportUnknownRoomVersionFlag: --room-version naming no room version is
+// refused before anything is read or a store created (it refused thousands of
+// PDUs one by one, and a rerun ignored the flag).
+func TestCLIImportUnknownRoomVersionFlag(t *testing.T) {
+	st := filepath.Join(t.TempDir(), "store")
+	out, code := run(t, "import", "--store", st, "--any-order", "--room-version", "99", room("room001"))
+	if code != 1 || !strings.Contains(out, `--room-version "99": roomstate: unknown room version`) {
+		t.Fatalf("import --room-version 99: exit %d, want 1 and the flag named\n%s", code, out)
+	}
+	if _, err := os.Stat(st); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the store was created (%v)", err)
+	}
+}
