@@ -116,9 +116,24 @@ func (t *nidTable) lookup(eng packstore.StorageEngine, name string) (int64, erro
 // PostgreSQL) the batch is a compare-and-set of the counter as stored now, so two
 // processes never hand out one NID nor give one name two: the loser of a race reads
 // the name (the winner may have assigned it) and the counter again.
+//
+// On a shared engine the counter is read before the name is looked up: every
+// assignment moves the counter, so a compare-and-set that finds the counter as
+// read proves that no process assigned anything, this name included, after the
+// lookup saw it unassigned. (Looking the name up first let a process that read
+// the counter just after another's assignment of the same name give it a second
+// NID: TestNIDsTwoProcessesPostgres caught it once under load.)
 func (t *nidTable) get(eng packstore.StorageEngine, name string) (int64, error) {
 	cp, shared := eng.(packstore.ConditionalPutter)
 	for attempt := 0; ; attempt++ {
+		if nid, ok := t.fwd[name]; ok {
+			return nid, nil
+		}
+		var old []byte
+		var counterErr error
+		if shared {
+			old, counterErr = eng.Get(nidCollection, counterID(t.kind))
+		}
 		nid, err := t.lookup(eng, name)
 		if err != nil || nid != 0 {
 			return nid, err
@@ -134,9 +149,8 @@ func (t *nidTable) get(eng packstore.StorageEngine, name string) (int64, error) 
 			t.next = nid + 1
 			return nid, nil
 		}
-		old, err := eng.Get(nidCollection, counterID(t.kind))
 		nid = t.floor
-		switch {
+		switch err := counterErr; {
 		case errors.Is(err, packstore.ErrNotFound):
 			old = nil
 		case err != nil:
