@@ -62,15 +62,29 @@ func RealRoomDirs(dir string) ([]string, error) {
 		} else if !e.IsDir() {
 			continue
 		}
-		ev := filepath.Join(p, "events.jsonl")
-		if _, err := os.Stat(ev); err == nil {
+		if _, ok, err := EventsFile(p); err != nil {
+			return nil, err
+		} else if ok {
 			out = append(out, p)
-		} else if _, lerr := os.Lstat(ev); lerr == nil || !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("testrooms: %s cannot be read: %w", ev, err)
 		}
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// EventsFile returns dir's events.jsonl and whether dir holds one (a room
+// directory). One that exists but cannot be read (a dangling symlink, no
+// permission) is an error naming it, not "no events.jsonl".
+func EventsFile(dir string) (string, bool, error) {
+	ev := filepath.Join(dir, "events.jsonl")
+	_, err := os.Stat(ev)
+	if err == nil {
+		return ev, true, nil
+	}
+	if _, lerr := os.Lstat(ev); lerr == nil || !errors.Is(err, fs.ErrNotExist) {
+		return ev, false, fmt.Errorf("testrooms: %s cannot be read: %w", ev, err)
+	}
+	return ev, false, nil
 }
 
 // Expected is what the origin server recorded for a room.

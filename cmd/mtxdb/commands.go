@@ -217,8 +217,10 @@ to continue. A second signal stops at once.`,
 			if roomVersion != "" && !anyOrder {
 				return fmt.Errorf("--room-version only applies with --any-order")
 			}
-			if _, err := gomatrixserverlib.GetRoomVersion(gomatrixserverlib.RoomVersion(roomVersion)); roomVersion != "" && err != nil {
-				return fmt.Errorf("--room-version %q: %w (known: 1-12 and their experimental variants)", roomVersion, roomstate.ErrUnknownRoomVersion)
+			if roomVersion != "" {
+				if _, err := gomatrixserverlib.GetRoomVersion(gomatrixserverlib.RoomVersion(roomVersion)); err != nil {
+					return fmt.Errorf("--room-version %q: %w (known: 1-12 and their experimental variants)", roomVersion, roomstate.ErrUnknownRoomVersion)
+				}
 			}
 			if err := needFlag(cmd, "repack", repack, "plan", "liveness", "every"); err != nil {
 				return err

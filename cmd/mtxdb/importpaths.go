@@ -26,12 +26,13 @@ func importPaths(args []string) ([]string, error) {
 			paths = append(paths, a)
 			continue
 		}
-		p := filepath.Join(a, "events.jsonl")
-		if _, err := os.Stat(p); err == nil {
+		p, ok, err := testrooms.EventsFile(a)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
 			paths = append(paths, p)
 			continue
-		} else if _, lerr := os.Lstat(p); lerr == nil {
-			return nil, fmt.Errorf("%s cannot be read: %w", p, err) // a dangling symlink, say
 		}
 		dirs, err := testrooms.RealRoomDirs(a)
 		if err != nil {

@@ -126,7 +126,7 @@ func (t *nidTable) lookup(eng packstore.StorageEngine, name string) (int64, erro
 func (t *nidTable) get(eng packstore.StorageEngine, name string) (int64, error) {
 	cp, shared := eng.(packstore.ConditionalPutter)
 	for attempt := 0; ; attempt++ {
-		if nid, ok := t.fwd[name]; ok {
+		if nid, ok := t.fwd[name]; ok { // known here: no counter read (a round trip on PostgreSQL)
 			return nid, nil
 		}
 		var old []byte
