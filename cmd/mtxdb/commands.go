@@ -1011,9 +1011,9 @@ func repackInterrupted(store string, rooms []*roomstate.Room, opts repackplan.Op
 // rooms with opts: plan and liveness as given, and --room when one room of
 // several in the store was asked (import --repack of one room included).
 func repackCommand(store string, rooms []*roomstate.Room, opts repackplan.Options) string {
-	c := "mtxdb repack --store " + pgstore.Redacted(store)
+	c := "mtxdb repack --store " + shellArg(pgstore.Redacted(store))
 	if len(rooms) == 1 {
-		c += " --room " + rooms[0].ID()
+		c += " --room " + shellArg(rooms[0].ID())
 	}
 	if opts.Kind != "" {
 		c += " --plan " + string(opts.Kind)
@@ -1216,12 +1216,23 @@ func countersJSON(c packstore.ReadCounters) map[string]int64 {
 	return map[string]int64{"reads": c.Reads, "bytes": c.Bytes, "pages": c.Pages, "seeks": c.Seeks, "cache_hits": c.CacheHits}
 }
 
+// shellArg quotes s for a POSIX shell when it holds anything but letters,
+// digits and _@%+=:,./- (a room ID's "!" is history expansion in an
+// interactive bash; a postgres:// URL's "?" and "&" are special too), so that
+// advice can be pasted as printed.
+func shellArg(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // replayResumeHint says how to continue an interrupted replay, with a
 // postgres:// store's password masked.
 func replayResumeHint(store, room string, force bool) string {
-	again := "mtxdb replay --store " + pgstore.Redacted(store)
+	again := "mtxdb replay --store " + shellArg(pgstore.Redacted(store))
 	if room != "" {
-		again += " --room " + room
+		again += " --room " + shellArg(room)
 	}
 	if force {
 		// A forced replay rewrites records and clears the every-k rule at its

@@ -176,12 +176,13 @@ func TestCLIRepackInterrupted(t *testing.T) {
 	mustRun(t, "replay", "--store", store)
 	_, errOut, code := runInterrupted(t, "repack-copy", "repack", "--store", store, "--plan", "auth-chain", "--liveness", "every-k", "--every", "4")
 	// The advice repeats the command as given: plan, liveness, the room.
-	again := "mtxdb repack --store " + store + " --room " + roomID(t, room("room003")) + " --plan auth-chain --liveness every-k --every 4"
+	id := roomID(t, room("room003")) // "!...": quoted in the advice, pasted into a shell as is
+	again := "mtxdb repack --store " + store + " --room '" + id + "' --plan auth-chain --liveness every-k --every 4"
 	if code != 130 || !strings.Contains(errOut, "stopped during the copy: the store stays consistent") || !strings.Contains(errOut, "run "+again+" again") {
 		t.Fatalf("interrupted repack: exit %d, want 130 and the advice to run %s again\n%s", code, again, errOut)
 	}
 	mustRun(t, "verify", "--store", store, "--expected", room("room003"))
-	mustRun(t, strings.Fields(strings.TrimPrefix(again, "mtxdb "))...)
+	mustRun(t, "repack", "--store", store, "--room", id, "--plan", "auth-chain", "--liveness", "every-k", "--every", "4")
 }
 
 // TestCLIImportDirectoryOfRooms: import takes a directory of room directories
