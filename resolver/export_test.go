@@ -93,7 +93,9 @@ func AuthDifferenceOf(r *Resolver, maps []StateMap) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	view := &resView{r: r, g: g, unconflicted: unconflicted, memo: map[int32]int32{}}
+	memo := &keyMemo{}
+	memo.reset(len(g.keys))
+	view := &resView{r: r, g: g, unconflicted: unconflictedByID(g, unconflicted), memo: memo}
 	diff, err := authDifference(perState, view)
 	if err == nil {
 		err = view.err
@@ -108,4 +110,22 @@ func SetMinCutDepth(d int32) (cuts func() int64, restore func()) {
 	old := minCutDepth
 	minCutDepth = d
 	return lineageCuts.Load, func() { minCutDepth = old }
+}
+
+// MemberAuthFor returns the stand-in authorisation uses for a parsed member event
+// (memberAuth), false when the event is not one it stands in for.
+func MemberAuthFor(p gomatrixserverlib.PDU) (gomatrixserverlib.PDU, bool) {
+	code := membershipCode(p)
+	if code == membUnknown {
+		return nil, false
+	}
+	return &memberAuth{id: p.EventID(), stateKey: *p.StateKey(), memb: code, room: p.RoomID(), version: p.Version()}, true
+}
+
+// SetPDUCacheSize makes the Resolvers created from now on keep n parsed PDUs once
+// their room's auth index is loaded, and returns a function restoring the default.
+func SetPDUCacheSize(n int) (restore func()) {
+	old := testPDUCache
+	testPDUCache = n
+	return func() { testPDUCache = old }
 }

@@ -27,6 +27,7 @@ type graph struct {
 	byRecord map[packstore.ID]int32 // event record ID (HAMT value) -> index
 	g        *roomstate.Graph       // edges by index (missing edges are -1)
 	keys     []Key                  // interned keys; g.Key[i] indexes it
+	keyBytes [][]byte               // keys[k] as a HAMT key (roomstate.StateKey)
 	kidsOff  []int32                // auth children CSR: kids of i are kids[kidsOff[i]:kidsOff[i+1]]
 	kids     []int32                // state events only, in index order (re-sorted by replay)
 	lin      []lineageLink          // same-key lineage, filled on use
@@ -58,9 +59,11 @@ func indexGraph(rg *roomstate.Graph) *graph {
 	n := len(rg.IDs)
 	g := &graph{ids: rg.IDs, g: rg, keys: make([]Key, len(rg.Keys)), keyIndex: make(map[Key]int32, len(rg.Keys)),
 		index: newIDTable(rg.IDs), byRecord: make(map[packstore.ID]int32, n)}
+	g.keyBytes = make([][]byte, len(rg.Keys))
 	for i, k := range rg.Keys {
 		g.keys[i] = k
 		g.keyIndex[g.keys[i]] = int32(i)
+		g.keyBytes[i] = roomstate.StateKey(k.Type, k.StateKey)
 	}
 	for i, id := range rg.IDs {
 		g.byRecord[roomstate.EventRecordID(id)] = int32(i)

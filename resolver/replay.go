@@ -31,7 +31,7 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 	}()
 	var authPDUs []gomatrixserverlib.PDU
 	for _, id := range pdu.AuthEventIDs() {
-		p, err := r.pdu(id)
+		p, err := r.authEvent(id)
 		if err != nil {
 			return err
 		}
@@ -57,7 +57,7 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 		if !ok {
 			continue
 		}
-		p, err := r.pdu(id)
+		p, err := r.authEvent(id)
 		if err != nil {
 			return err
 		}

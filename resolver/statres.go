@@ -190,6 +190,29 @@ func (st *stateRes) event(id string) (gomatrixserverlib.PDU, error) {
 	return p, nil
 }
 
+// authEventSource is an EventSource that can give an event in a lighter form for
+// use as an auth event of another (Resolver: memberAuth).
+type authEventSource interface {
+	AuthEvent(eventID string) (gomatrixserverlib.PDU, error)
+}
+
+// authEvent returns an event to use only as an auth event of the event being
+// checked: what event() holds, else the source's light form (not kept, so that
+// event() never answers it for an event that is checked itself).
+func (st *stateRes) authEvent(id string) (gomatrixserverlib.PDU, error) {
+	if p, ok := st.pdus[id]; ok {
+		return p, nil
+	}
+	if as, ok := st.src.(authEventSource); ok {
+		p, err := as.AuthEvent(id)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", errNoEvent, id, err)
+		}
+		return p, nil
+	}
+	return st.event(id)
+}
+
 // lookup reads the partial state: the overlay, then (v2 only) the unconflicted map.
 func (st *stateRes) lookup(k Key) (string, bool, error) {
 	if id, ok := st.overlay[k]; ok {
@@ -764,7 +787,7 @@ func (st *stateRes) iterativeAuthChecks(ids []string) error {
 			if st.src.Rejected(a) {
 				continue
 			}
-			ae, err := st.event(a)
+			ae, err := st.authEvent(a)
 			if err != nil {
 				return err
 			}
@@ -778,7 +801,7 @@ func (st *stateRes) iterativeAuthChecks(ids []string) error {
 				return err
 			}
 			if ok {
-				se, err := st.event(sid)
+				se, err := st.authEvent(sid)
 				if err != nil {
 					return err
 				}
