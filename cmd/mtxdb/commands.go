@@ -197,7 +197,9 @@ bytes, malformed JSON, a bad event ID, an unknown room version) or cannot be pla
 (unknown prev/auth events, no m.room.create yet, an auth event of another room) is
 refused: a "refused FILE line N (event ID): reason" line, and the import goes on with
 the next PDU, as a homeserver drops an invalid PDU. The summary counts refused=N; the
-exit status is 0 unless --strict is given, then 2 when anything was refused. --keys
+exit status is 0 unless --strict is given, then 2 when anything was refused. When
+every PDU read was refused and none is stored (not a room export at all), the exit
+status is 2 without --strict too. --keys
 FILE (servers' public keys: {"server": {"ed25519:ID": "base64"}}; mtxdb gen --keys
 writes one) also refuses PDUs without valid signatures from the sender's server (v1-2:
 and the event_id's server; restricted joins: the authorising user's server). With --any-order, PDUs may come before their
@@ -291,6 +293,14 @@ to continue. A second signal stops at once.`,
 					touched[id] = true
 				}
 				all.Read, all.Imported, all.Skipped, all.Variants = all.Read+res.Read, all.Imported+res.Imported, all.Skipped+res.Skipped, all.Variants+res.Variants
+			}
+			if refused > 0 && all.Imported == 0 && all.Skipped == 0 && !strict {
+				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import: all %d PDUs read were refused and none is stored: is this a room's PDUs (JSON lines or a JSON array)?\n", refused)
+				defer func() {
+					if rerr == nil {
+						rerr = exitError(2)
+					}
+				}()
 			}
 			if len(paths) > 1 {
 				what := "import" // the text line "import: files=N ..."; JSON kind import_total

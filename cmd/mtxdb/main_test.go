@@ -212,6 +212,19 @@ func TestCLIImportErrors(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "bad.jsonl line 4") || !strings.Contains(out, "imported=6 ") {
 		t.Fatalf("exit %d\n%s", code, out)
 	}
+	// Nothing but refused lines: not a room export; exit 2 without --strict
+	// (it was 0, with an empty store; fresh-user pass).
+	garbage := filepath.Join(dir, "garbage.jsonl")
+	if err := os.WriteFile(garbage, []byte("hello\n{not json\n{\"a\":1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(t, "import", "--store", filepath.Join(dir, "g"), garbage); code != 2 || !strings.Contains(out, "all 3 PDUs read were refused") {
+		t.Fatalf("an input of garbage: exit %d\n%s", code, out)
+	}
+	// Refused lines beside events already stored: an import run again, exit 0.
+	if out, code := run(t, "import", "--store", store, bad); code != 0 || !strings.Contains(out, "skipped=6 ") {
+		t.Fatalf("the import run again: exit %d\n%s", code, out)
+	}
 	for _, s := range []string{store, strictStore} {
 		out, code = run(t, "stats", "--store", s)
 		if code != 0 || !strings.Contains(out, "events=6 ") {
