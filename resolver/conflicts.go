@@ -507,6 +507,14 @@ func (ad *authDiff) chainOf(i int, hs []int32) error {
 // auth chain: at once when x is in the same-key lineage below an unconflicted event,
 // otherwise by walking auth_events edges forward from x (AuthChildrenOf) until an
 // unconflicted event is met.
+//
+// A walk that meets none has visited every descendant of x, so each event it
+// visited has the answer false too, and it is kept: a later walk stops there
+// instead of walking the same descendants again. Without that, the walks from the
+// events of a conflicted member's lineage each went down the rest of it (a walk
+// per event of the auth difference, the lineage growing with the room's age;
+// counted in a debug build: 64 events visited per replayed event at 1M, 14-17 at
+// 100k).
 func (ad *authDiff) inUnconflictedChain(x int32) (bool, error) {
 	if ad.flag(x, flagMemo) {
 		return ad.flag(x, flagMemoTrue), nil
@@ -531,11 +539,9 @@ func (ad *authDiff) inUnconflictedChain(x int32) (bool, error) {
 		m.visitEpoch = 1
 	}
 	m.visit[x] = m.visitEpoch
-	queue := []int32{x}
-	for len(queue) > 0 {
-		cur := queue[0]
-		queue = queue[1:]
-		for _, k := range ad.idx.AuthChildrenOf(cur) {
+	visited := []int32{x} // in walk order; visited[next:] still to expand
+	for next := 0; next < len(visited); next++ {
+		for _, k := range ad.idx.AuthChildrenOf(visited[next]) {
 			if k < 0 || int(k) >= len(m.visit) {
 				return false, fmt.Errorf("resolver: auth child handle %d outside the auth index", k)
 			}
@@ -549,10 +555,21 @@ func (ad *authDiff) inUnconflictedChain(x int32) (bool, error) {
 			if u, ok := ad.idx.UnconflictedOf(k); ok && u == k {
 				return answer(true)
 			}
-			queue = append(queue, k)
+			if ad.flag(k, flagMemo) {
+				// The memo answers for k's descendants, not for k itself: that k
+				// is unconflicted was asked just above.
+				if ad.flag(k, flagMemoTrue) {
+					return answer(true)
+				}
+				continue // no unconflicted event below k: nothing to walk
+			}
+			visited = append(visited, k)
 		}
 	}
-	return answer(false)
+	for _, v := range visited {
+		ad.setFlag(v, flagMemo)
+	}
+	return false, nil
 }
 
 func keyLess(a, b Key) bool {

@@ -93,6 +93,9 @@ func (r *Resolver) authEvent(eventID string) (gomatrixserverlib.PDU, error) {
 	if r.memb != nil && r.roomID != nil {
 		if i, ok := r.g.index.find(r.g.ids, eventID); ok && r.memb[i] != membUnknown {
 			if k := r.g.keyOf(i); k >= 0 && r.g.keys[k].Type == spec.MRoomMember {
+				if r.touched != nil {
+					r.touched[eventID] = true
+				}
 				return &memberAuth{id: r.g.ids[i], stateKey: r.g.keys[k].StateKey, memb: r.memb[i],
 					room: *r.roomID, version: gomatrixserverlib.RoomVersion(r.room.Version())}, nil
 			}

@@ -432,7 +432,7 @@ func verdicts(rep report) string {
 	}
 	for _, r := range rep.Rooms {
 		if r.PDUsParsed > r.Events {
-			fmt.Fprintf(&b, "- v%s %d: replay parsed %d PDUs for %d events: %d re-parses of state events the bounded cache had dropped (NOT met: parse once).\n",
+			fmt.Fprintf(&b, "- v%s %d: replay parsed %d PDUs for %d events: %d re-parses of PDUs the bounded cache had dropped when a resolution or an authorisation needed them again (NOT met: parse once).\n",
 				r.Version, r.Events, r.PDUsParsed, r.Events, r.PDUsParsed-r.Events)
 		}
 	}
