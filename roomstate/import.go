@@ -77,6 +77,10 @@ type ImportResult struct {
 	// Variants counts skipped v3+ PDUs whose bytes differ from the stored copy (same
 	// reference hash, so the same event: typically one copy is redacted).
 	Variants int
+	// Redacted counts, of Imported, the PDUs whose content hash did not match: they
+	// are stored and used in redacted form (spec, Server-Server API, "Checks
+	// performed on receipt of a PDU", step 3).
+	Redacted int
 	Rooms    []string // rooms touched, sorted
 	// Refused lists the PDUs not stored (KeepGoing), in input order, each with its
 	// line (or array element), event ID where it could be read, and reason.
@@ -142,6 +146,8 @@ type importer struct {
 	rooms   map[string]*pendingRoom
 	res     ImportResult
 	pending int
+	// pendingRedacted counts the redacted PDUs among the pending ones.
+	pendingRedacted int
 	// queued PDUs, parsed on several goroutines (prepare) before one stores
 	// them in order.
 	queued []queuedPDU
@@ -530,6 +536,10 @@ func (imp *importer) one(q *queuedPDU) error {
 	pr.fwd[eventID] = true
 	imp.res.Imported++
 	imp.pending++
+	if m.Redacted {
+		imp.res.Redacted++
+		imp.pendingRedacted++
+	}
 	if imp.pending >= imp.opts.BatchSize {
 		return imp.flush()
 	}
@@ -673,10 +683,11 @@ func (imp *importer) flush() error {
 		pr.head = h
 		pr.batch, pr.batchID, pr.raw, pr.graph = nil, nil, nil, nil
 	}
-	n := imp.pending
-	imp.pending = 0
+	n, nr := imp.pending, imp.pendingRedacted
+	imp.pending, imp.pendingRedacted = 0, 0
 	if err := imp.s.eng.Sync(); err != nil {
 		imp.res.Imported -= n // written, but not known to be durable
+		imp.res.Redacted -= nr
 		return fmt.Errorf("roomstate: import %s: sync: %w", imp.source, err)
 	}
 	return nil
@@ -688,7 +699,8 @@ func (imp *importer) flush() error {
 // what did not arrive).
 func (imp *importer) dropBatch() {
 	imp.res.Imported -= imp.pending
-	imp.pending = 0
+	imp.res.Redacted -= imp.pendingRedacted
+	imp.pending, imp.pendingRedacted = 0, 0
 	for _, pr := range imp.rooms {
 		pr.batch, pr.batchID, pr.raw, pr.graph = nil, nil, nil, nil
 	}

@@ -3,6 +3,7 @@ package roomstate_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -237,4 +238,40 @@ func FuzzImport(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestImportCountsRedacted: a PDU whose content no longer matches its content hash
+// (a field added to the last event's content; its event ID, the reference hash of
+// the redacted form, stays the same) is stored in redacted form, as the spec says,
+// and counted: ImportResult.Redacted is 1, and the stored event is the redacted one.
+func TestImportCountsRedacted(t *testing.T) {
+	lines := roomLines(t, "room002")
+	var last map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &last))
+	last["content"].(map[string]any)["zz_added"] = "after signing"
+	b, err := json.Marshal(last)
+	require.NoError(t, err)
+	lines[len(lines)-1] = string(b)
+
+	eng, st := openStore(t, t.TempDir())
+	defer eng.Close()
+	res, err := st.Import(strings.NewReader(strings.Join(lines, "\n")), "room002-edited", roomstate.ImportOptions{})
+	require.NoError(t, err)
+	require.Equal(t, len(lines), res.Imported)
+	require.Equal(t, 1, res.Redacted)
+	room, err := st.Room(res.Rooms[0])
+	require.NoError(t, err)
+	meta, err := room.Meta(last["event_id"].(string))
+	require.NoError(t, err)
+	require.True(t, meta.Redacted)
+	pdu, err := room.Event(last["event_id"].(string))
+	require.NoError(t, err)
+	require.NotContains(t, string(pdu.Content()), "zz_added")
+
+	// The untouched room: nothing redacted.
+	eng2, st2 := openStore(t, t.TempDir())
+	defer eng2.Close()
+	res, err = st2.Import(strings.NewReader(strings.Join(roomLines(t, "room002"), "\n")), "room002", roomstate.ImportOptions{})
+	require.NoError(t, err)
+	require.Zero(t, res.Redacted)
 }

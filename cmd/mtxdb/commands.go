@@ -196,7 +196,9 @@ can be re-run. A PDU that is not a valid event (over 65,536 bytes, a field over 
 bytes, malformed JSON, a bad event ID, an unknown room version) or cannot be placed
 (unknown prev/auth events, no m.room.create yet, an auth event of another room) is
 refused: a "refused FILE line N (event ID): reason" line, and the import goes on with
-the next PDU, as a homeserver drops an invalid PDU. The summary counts refused=N; the
+the next PDU, as a homeserver drops an invalid PDU. A PDU whose content hash does
+not match is stored in redacted form, as the spec says, and counted as redacted=N.
+The summary counts refused=N; the
 exit status is 0 unless --strict is given, then 2 when anything was refused. When
 every PDU read was refused and none is stored (not a room export at all), the exit
 status is 2 without --strict too. --keys
@@ -271,7 +273,7 @@ to continue. A second signal stops at once.`,
 					}
 				}
 				refused += len(res.Refused)
-				f := []kv{{"read", res.Read}, {"imported", res.Imported}, {"skipped", res.Skipped}, {"variants", res.Variants}, {"refused", len(res.Refused)}, {"rooms", len(res.Rooms)}}
+				f := []kv{{"read", res.Read}, {"imported", res.Imported}, {"skipped", res.Skipped}, {"variants", res.Variants}, {"refused", len(res.Refused)}, {"rooms", len(res.Rooms)}, {"redacted", res.Redacted}}
 				if asJSON {
 					printLine(out, true, "import", append([]kv{{"file", path}}, f...)...)
 				} else {
@@ -293,6 +295,7 @@ to continue. A second signal stops at once.`,
 					touched[id] = true
 				}
 				all.Read, all.Imported, all.Skipped, all.Variants = all.Read+res.Read, all.Imported+res.Imported, all.Skipped+res.Skipped, all.Variants+res.Variants
+				all.Redacted += res.Redacted
 			}
 			if refused > 0 && all.Imported == 0 && all.Skipped == 0 && !strict {
 				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import: all %d PDUs read were refused and none is stored: is this a room's PDUs (JSON lines or a JSON array)?\n", refused)
@@ -307,7 +310,7 @@ to continue. A second signal stops at once.`,
 				if asJSON {
 					what = "import_total"
 				}
-				printLine(out, asJSON, what, kv{"files", len(paths)}, kv{"read", all.Read}, kv{"imported", all.Imported}, kv{"skipped", all.Skipped}, kv{"variants", all.Variants}, kv{"refused", refused}, kv{"rooms", len(touched)})
+				printLine(out, asJSON, what, kv{"files", len(paths)}, kv{"read", all.Read}, kv{"imported", all.Imported}, kv{"skipped", all.Skipped}, kv{"variants", all.Variants}, kv{"refused", refused}, kv{"rooms", len(touched)}, kv{"redacted", all.Redacted})
 			}
 			if !repack {
 				return nil
