@@ -43,6 +43,46 @@ func Dir() string {
 // out unseen), as is an events.jsonl that exists but cannot be read; a symlink
 // to a file is ignored, as files and directories without events.jsonl are.
 func RealRoomDirs(dir string) ([]string, error) {
+	return subdirsWith(dir, func(p string) (bool, error) {
+		_, ok, err := EventsFile(p)
+		return ok, err
+	})
+}
+
+// RecordedRoomDirs returns the subdirectories of dir that are room directories
+// (events.jsonl) or hold recorded state (expected_state.jsonl), sorted: what
+// verify --expected reads (a recorded room needs no events.jsonl to be compared).
+// One whose expected_state.jsonl exists but cannot be read is an error naming it.
+func RecordedRoomDirs(dir string) ([]string, error) {
+	return subdirsWith(dir, func(p string) (bool, error) {
+		if _, ok, err := EventsFile(p); err != nil || ok {
+			return ok, err
+		}
+		f := filepath.Join(p, "expected_state.jsonl")
+		_, err := os.Stat(f)
+		if err == nil {
+			return true, nil
+		}
+		if _, lerr := os.Lstat(f); lerr == nil || !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("testrooms: %s cannot be read: %w", f, err)
+		}
+		return false, nil
+	})
+}
+
+// OtherSubdirs returns the subdirectories of dir not in dirs, sorted: what a
+// listing of room directories left out.
+func OtherSubdirs(dir string, dirs []string) ([]string, error) {
+	in := map[string]bool{}
+	for _, d := range dirs {
+		in[d] = true
+	}
+	return subdirsWith(dir, func(p string) (bool, error) { return !in[p], nil })
+}
+
+// subdirsWith returns the subdirectories of dir (a symlink to a directory counts
+// as one) for which keep says true, sorted.
+func subdirsWith(dir string, keep func(string) (bool, error)) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -62,7 +102,7 @@ func RealRoomDirs(dir string) ([]string, error) {
 		} else if !e.IsDir() {
 			continue
 		}
-		if _, ok, err := EventsFile(p); err != nil {
+		if ok, err := keep(p); err != nil {
 			return nil, err
 		} else if ok {
 			out = append(out, p)

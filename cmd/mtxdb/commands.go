@@ -233,7 +233,7 @@ to continue. A second signal stops at once.`,
 			if err != nil {
 				return err
 			}
-			paths, err := importPaths(args)
+			paths, err := importPaths(args, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -298,7 +298,11 @@ to continue. A second signal stops at once.`,
 				all.Redacted += res.Redacted
 			}
 			if refused > 0 && all.Imported == 0 && all.Skipped == 0 && !strict {
-				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import: all %d PDUs read were refused and none is stored: is this a room's PDUs (JSON lines or a JSON array)?\n", refused)
+				hint := "is this a room's PDUs (JSON lines or a JSON array)?"
+				if keysFile != "" {
+					hint = "see the reasons above: with --keys, a key that is not the servers' refuses every PDU"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import: all %d PDUs read were refused and none is stored: %s\n", refused, hint)
 				defer func() {
 					if rerr == nil {
 						rerr = exitError(2)
@@ -631,7 +635,7 @@ func loadExpectedDirs(paths []string) (map[string][]*testrooms.Expected, error) 
 	for _, p := range paths {
 		dirs := []string{p}
 		if _, err := os.Stat(filepath.Join(p, "expected_state.jsonl")); err != nil {
-			if dirs, err = testrooms.RealRoomDirs(p); err != nil {
+			if dirs, err = testrooms.RecordedRoomDirs(p); err != nil {
 				return nil, err
 			}
 		}

@@ -15,7 +15,7 @@ import (
 // as it is; a room directory (holding events.jsonl) as its events.jsonl; a
 // directory of room directories (testrooms/real, a gen --rooms output; symlinked
 // room directories included) as each room's events.jsonl, sorted by name.
-func importPaths(args []string) ([]string, error) {
+func importPaths(args []string, warn io.Writer) ([]string, error) {
 	var paths []string
 	for _, a := range args {
 		fi, err := os.Stat(a)
@@ -43,6 +43,13 @@ func importPaths(args []string) ([]string, error) {
 		}
 		for _, d := range dirs {
 			paths = append(paths, filepath.Join(d, "events.jsonl"))
+		}
+		others, err := testrooms.OtherSubdirs(a, dirs)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range others {
+			fmt.Fprintf(warn, "mtxdb: import: warning: %s holds no events.jsonl: skipped\n", d)
 		}
 	}
 	return paths, nil

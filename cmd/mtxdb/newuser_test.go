@@ -506,3 +506,43 @@ func TestCLIImportUnknownRoomVersionFlag(t *testing.T) {
 		t.Fatalf("the store was created (%v)", err)
 	}
 }
+
+// TestCLIRoomDirWithoutEvents: in a directory of rooms, a subdirectory without
+// events.jsonl is skipped by import with a warning naming it, and verify
+// --expected still compares the recorded room it holds (expected_state.jsonl and
+// meta.json): that room is not in the store, a problem, exit 2. Both were silent
+// (a fresh-user pass: the room was never noticed as missing).
+func TestCLIRoomDirWithoutEvents(t *testing.T) {
+	dir := t.TempDir()
+	rooms := filepath.Join(dir, "rooms")
+	for _, name := range []string{"room002", "room003"} {
+		dst := filepath.Join(rooms, name)
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"events.jsonl", "expected_state.jsonl", "meta.json"} {
+			b, err := os.ReadFile(filepath.Join(room(name), f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if name == "room003" && f == "events.jsonl" {
+				continue // a recorded room whose events are not there
+			}
+			if err := os.WriteFile(filepath.Join(dst, f), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	store := filepath.Join(dir, "s")
+	out, code := run(t, "import", "--store", store, rooms)
+	if code != 0 || !strings.Contains(out, "warning: "+filepath.Join(rooms, "room003")+" holds no events.jsonl: skipped") {
+		t.Fatalf("import: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "replay", "--store", store); code != 0 {
+		t.Fatalf("replay: exit %d\n%s", code, out)
+	}
+	out, code = run(t, "verify", "--store", store, "--expected", rooms)
+	if code != 2 || !strings.Contains(out, "recorded in "+filepath.Join(rooms, "room003")+" but not in the store") || !strings.Contains(out, "compared_room_dirs=1 ") {
+		t.Fatalf("verify --expected: exit %d\n%s", code, out)
+	}
+}
