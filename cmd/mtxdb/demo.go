@@ -28,6 +28,15 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
 			start := time.Now()
+			// The rooms first: a run that cannot read them leaves no temporary
+			// directory behind, --keep or not.
+			exps, err := loadExpectedDirs([]string{roomsDir})
+			if err != nil {
+				return fmt.Errorf("demo: rooms: %w", err)
+			}
+			if len(exps) == 0 {
+				return fmt.Errorf("demo: no room directories (events.jsonl, expected_state.jsonl, meta.json) under %s", roomsDir)
+			}
 			scratch := "" // the temporary directory this run made and removes
 			if store == "" {
 				tmp, err := os.MkdirTemp("", "mtxdb-demo-")
@@ -48,13 +57,6 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 				os.RemoveAll(scratch)
 				return "stopped; its temporary store was removed"
 			})()
-			exps, err := loadExpectedDirs([]string{roomsDir})
-			if err != nil {
-				return fmt.Errorf("demo: rooms: %w", err)
-			}
-			if len(exps) == 0 {
-				return fmt.Errorf("demo: no room directories (events.jsonl, expected_state.jsonl, meta.json) under %s", roomsDir)
-			}
 			eng, st, err := openStore(store, true)
 			if err != nil {
 				return err

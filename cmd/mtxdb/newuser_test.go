@@ -546,3 +546,22 @@ func TestCLIRoomDirWithoutEvents(t *testing.T) {
 		t.Fatalf("verify --expected: exit %d\n%s", code, out)
 	}
 }
+
+// TestCLIDemoKeepFailsClean: demo --keep that cannot read its rooms leaves no
+// temporary directory behind (it left an empty one per run; fresh-user pass).
+func TestCLIDemoKeepFailsClean(t *testing.T) {
+	tmp := t.TempDir()
+	cmd := exec.Command(bin, "demo", "--keep", "--rooms", filepath.Join(tmp, "no-such-rooms"))
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "demo: rooms:") {
+		t.Fatalf("demo --keep without rooms: exit %d\n%s", cmd.ProcessState.ExitCode(), out)
+	}
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Fatalf("demo --keep left %v in TMPDIR", left)
+	}
+}
