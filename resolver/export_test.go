@@ -129,3 +129,16 @@ func SetPDUCacheSize(n int) (restore func()) {
 	testPDUCache = n
 	return func() { testPDUCache = old }
 }
+
+// unconflictedByID adapts an unconflicted state map answered by key and event ID
+// to resView's form (a key's event not in the auth index counts as none).
+func unconflictedByID(g *graph, f func(Key) (string, bool, error)) func(int32) (int32, bool, error) {
+	return func(k int32) (int32, bool, error) {
+		id, found, err := f(g.keys[k])
+		if err != nil || !found {
+			return -1, false, err
+		}
+		x, ok := g.index.find(g.ids, id)
+		return x, ok, nil
+	}
+}

@@ -445,19 +445,13 @@ func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) ([]
 	if err != nil {
 		return nil, err
 	}
-	conflictedIdx := make(map[int32]bool, len(conflicts))
-	for _, c := range conflicts {
-		if k, ok := g.keyIndex[c.k]; ok {
-			conflictedIdx[k] = true
-		}
-	}
 	r.keyMemo.reset(len(g.keys))
 	view := &resView{r: r, g: g, memo: &r.keyMemo, unconflicted: func(k int32) (int32, bool, error) {
 		// The HAMT value is the event's record ID, which the auth index maps to
 		// the event without going through its ID string (in a 1M-event replay
 		// unconflictedOf took 29.7 s of CPU samples through Resolver.lookup and
 		// the ID table, 22.4 s this way; one run each).
-		if conflictedIdx[k] {
+		if conflictedKey[g.keys[k]] {
 			return -1, false, nil
 		}
 		v, ok, err := r.rd.Get(base, g.keyBytes[k])
@@ -675,19 +669,6 @@ func (m *keyMemo) get(k int32) (int32, bool) {
 }
 
 func (m *keyMemo) set(k, u int32) { m.stamp[k], m.val[k] = m.epoch, u }
-
-// unconflictedByID adapts an unconflicted state map answered by key and event ID
-// to resView's form (a key's event not in the auth index counts as none).
-func unconflictedByID(g *graph, f func(Key) (string, bool, error)) func(int32) (int32, bool, error) {
-	return func(k int32) (int32, bool, error) {
-		id, found, err := f(g.keys[k])
-		if err != nil || !found {
-			return -1, false, err
-		}
-		x, ok := g.index.find(g.ids, id)
-		return x, ok, nil
-	}
-}
 
 // Handle implements AuthIndex: the graph index.
 func (v *resView) Handle(eventID string) (int32, error) { return v.g.idx(eventID) }

@@ -297,17 +297,13 @@ to continue. A second signal stops at once.`,
 				all.Read, all.Imported, all.Skipped, all.Variants = all.Read+res.Read, all.Imported+res.Imported, all.Skipped+res.Skipped, all.Variants+res.Variants
 				all.Redacted += res.Redacted
 			}
-			if refused > 0 && all.Imported == 0 && all.Skipped == 0 && !strict {
+			allRefused := refused > 0 && all.Imported == 0 && all.Skipped == 0
+			if allRefused && !strict {
 				hint := "is this a room's PDUs (JSON lines or a JSON array)?"
 				if keysFile != "" {
 					hint = "see the reasons above: with --keys, a key that is not the servers' refuses every PDU"
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import: all %d PDUs read were refused and none is stored: %s\n", refused, hint)
-				defer func() {
-					if rerr == nil {
-						rerr = exitError(2)
-					}
-				}()
 			}
 			if len(paths) > 1 {
 				what := "import" // the text line "import: files=N ..."; JSON kind import_total
@@ -315,6 +311,9 @@ to continue. A second signal stops at once.`,
 					what = "import_total"
 				}
 				printLine(out, asJSON, what, kv{"files", len(paths)}, kv{"read", all.Read}, kv{"imported", all.Imported}, kv{"skipped", all.Skipped}, kv{"variants", all.Variants}, kv{"refused", refused}, kv{"rooms", len(touched)}, kv{"redacted", all.Redacted})
+			}
+			if allRefused && !strict {
+				return exitError(2) // nothing stored: nothing to repack either
 			}
 			if !repack {
 				return nil
