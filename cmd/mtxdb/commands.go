@@ -195,7 +195,7 @@ first PDU must be its m.room.create. Events already stored are skipped, so an im
 can be re-run. A PDU that is not a valid event (over 65,536 bytes, a field over 255
 bytes, malformed JSON, a bad event ID, an unknown room version) or cannot be placed
 (unknown prev/auth events, no m.room.create yet, an auth event of another room) is
-refused: a "refused FILE line N (event ID): reason" line, and the import goes on with
+refused: a "refused import FILE line N (event ID): reason" line, and the import goes on with
 the next PDU, as a homeserver drops an invalid PDU. A PDU whose content hash does
 not match is stored in redacted form, as the spec says, and counted as redacted=N.
 The summary counts refused=N; the
@@ -570,7 +570,7 @@ otherwise.`,
 				return err
 			}
 			defer eng.Close()
-			exps, err := loadExpectedDirs(expected)
+			exps, err := loadExpectedDirs(expected, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -629,13 +629,22 @@ func nonEmptyFlag(c *cobra.Command, name, value string) error {
 // loadExpectedDirs reads recorded state from room directories or directories of
 // rooms, keyed by room ID. Several directories may hold versions of one room (the
 // real rooms' room004 and room004_union): all of them are kept, in directory order.
-func loadExpectedDirs(paths []string) (map[string][]*testrooms.Expected, error) {
+// A subdirectory that is neither a room directory nor a recorded room is skipped
+// with a warning to warn.
+func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*testrooms.Expected, error) {
 	out := map[string][]*testrooms.Expected{}
 	for _, p := range paths {
 		dirs := []string{p}
 		if _, err := os.Stat(filepath.Join(p, "expected_state.jsonl")); err != nil {
 			if dirs, err = testrooms.RecordedRoomDirs(p); err != nil {
 				return nil, err
+			}
+			others, err := testrooms.OtherSubdirs(p, dirs)
+			if err != nil {
+				return nil, err
+			}
+			for _, d := range others {
+				fmt.Fprintf(warn, "mtxdb: warning: %s holds neither events.jsonl nor expected_state.jsonl: skipped\n", d)
 			}
 		}
 		if len(dirs) == 0 {

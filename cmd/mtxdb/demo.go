@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,7 +32,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 			start := time.Now()
 			// The rooms first: a run that cannot read them leaves no temporary
 			// directory behind, --keep or not.
-			exps, err := loadExpectedDirs([]string{roomsDir})
+			exps, err := loadExpectedDirs([]string{roomsDir}, cmd.ErrOrStderr())
 			if err != nil {
 				return fmt.Errorf("demo: rooms: %w", err)
 			}
@@ -38,6 +40,13 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 				return fmt.Errorf("demo: no room directories (events.jsonl, expected_state.jsonl, meta.json) under %s", roomsDir)
 			}
 			scratch := "" // the temporary directory this run made and removes
+			if store == "" && !keep {
+				// A reader that goes away (mtxdb demo | head -1) must not kill the
+				// demo before it removes its temporary store: with SIGPIPE
+				// caught, writes to the closed pipe fail instead, and the demo
+				// runs to its end and cleans up.
+				signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+			}
 			if store == "" {
 				tmp, err := os.MkdirTemp("", "mtxdb-demo-")
 				if err != nil {

@@ -565,3 +565,58 @@ func TestCLIDemoKeepFailsClean(t *testing.T) {
 		t.Fatalf("demo --keep left %v in TMPDIR", left)
 	}
 }
+
+// TestCLIDemoPipeClosed: demo whose reader goes away after the first line (as
+// `mtxdb demo | head -1`) still removes its temporary store (SIGPIPE killed it
+// with the store left in TMPDIR; fresh-user pass).
+func TestCLIDemoPipeClosed(t *testing.T) {
+	tmp := t.TempDir()
+	cmd := exec.Command(bin, "demo")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	cmd.Dir = filepath.Dir(testrooms.Dir()) // the repository: demo's default rooms
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "demo: imported") {
+		t.Fatalf("first line %q: %v", line, err)
+	}
+	stdout.Close() // the reader goes away
+	_ = cmd.Wait()
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Fatalf("demo with its stdout closed left %v in TMPDIR", left)
+	}
+}
+
+// TestCLIVerifySkipsJunkLoudly: verify --expected over a directory of rooms warns
+// of a subdirectory that is neither a room nor a recorded room (it was skipped
+// without a word; fresh-user pass).
+func TestCLIVerifySkipsJunkLoudly(t *testing.T) {
+	dir := t.TempDir()
+	rooms := filepath.Join(dir, "rooms")
+	if err := os.MkdirAll(filepath.Join(rooms, "junk"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(room("room002"), filepath.Join(rooms, "room002")); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(dir, "s")
+	if out, code := run(t, "import", "--store", store, rooms); code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "replay", "--store", store); code != 0 {
+		t.Fatalf("replay: exit %d\n%s", code, out)
+	}
+	out, code := run(t, "verify", "--store", store, "--expected", rooms)
+	if code != 0 || !strings.Contains(out, "warning: "+filepath.Join(rooms, "junk")+" holds neither events.jsonl nor expected_state.jsonl: skipped") {
+		t.Fatalf("verify --expected: exit %d\n%s", code, out)
+	}
+}
