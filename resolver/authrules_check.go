@@ -91,7 +91,7 @@ func CheckAuthEvents(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU, reje
 // implies, which the rules must not count as cited.
 func citedOnly(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU) []gomatrixserverlib.PDU {
 	createID := "$" + strings.TrimPrefix(p.RoomID().String(), "!")
-	if !bytes.Contains(p.JSON(), []byte(`"`+createID+`"`)) {
+	if !namesImpliedCreate(p) {
 		// The JSON never names the create event: any in auth is the implied one
 		// (the common case; no need to decode the whole event).
 		out := make([]gomatrixserverlib.PDU, 0, len(auth))

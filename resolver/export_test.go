@@ -113,13 +113,30 @@ func SetMinCutDepth(d int32) (cuts func() int64, restore func()) {
 }
 
 // MemberAuthFor returns the stand-in authorisation uses for a parsed member event
-// (memberAuth), false when the event is not one it stands in for.
+// (an eventHead: key, sender, timestamp, membership, auth and prev events), false
+// when the event is not one it stands in for.
 func MemberAuthFor(p gomatrixserverlib.PDU) (gomatrixserverlib.PDU, bool) {
 	code := membershipCode(p)
 	if code == membUnknown {
 		return nil, false
 	}
-	return &memberAuth{id: p.EventID(), stateKey: *p.StateKey(), memb: code, room: p.RoomID(), version: p.Version()}, true
+	return &eventHead{id: p.EventID(), typ: p.Type(), stateKey: *p.StateKey(), sender: string(p.SenderID()),
+		ts: int64(p.OriginServerTS()), memb: code, authIDs: p.AuthEventIDs(), prevIDs: p.PrevEventIDs(), room: p.RoomID(), version: p.Version()}, true
+}
+
+// CheckedHeadFor returns the eventHead resolution's iterative auth checks check
+// in place of a parsed state event (Resolver.CheckEvent), false when they check
+// the parsed PDU.
+func CheckedHeadFor(p gomatrixserverlib.PDU) (gomatrixserverlib.PDU, bool) {
+	if p.StateKey() == nil {
+		return nil, false
+	}
+	code := membershipCode(p)
+	if !checkableHead(p.Type(), code) || namesImpliedCreate(p) {
+		return nil, false
+	}
+	return &eventHead{id: p.EventID(), typ: p.Type(), stateKey: *p.StateKey(), sender: string(p.SenderID()),
+		ts: int64(p.OriginServerTS()), memb: code, authIDs: p.AuthEventIDs(), prevIDs: p.PrevEventIDs(), room: p.RoomID(), version: p.Version()}, true
 }
 
 // SetPDUCacheSize makes the Resolvers created from now on keep n parsed PDUs once

@@ -128,14 +128,20 @@ func (g *graph) children(i int32, upTo int32) []string {
 
 // authIDs returns the auth_events of i as IDs, as the PDU lists them (those
 // not in the room by the ID the PDU gives).
-func (g *graph) authIDs(i int32) []string {
-	auth := g.g.Auth(int(i))
-	ids := make([]string, len(auth))
-	for j, a := range auth {
+func (g *graph) authIDs(i int32) []string { return g.edgeIDs(i, g.g.Auth(int(i)), g.g.MissingAuth) }
+
+// prevIDs returns the prev_events of i as IDs, as the PDU lists them.
+func (g *graph) prevIDs(i int32) []string { return g.edgeIDs(i, g.g.Prev(int(i)), g.g.MissingPrev) }
+
+// edgeIDs names the events of i's edges (indexes, -1 for an event not in the
+// room, named by missing(i, position)).
+func (g *graph) edgeIDs(i int32, edges []int32, missing func(i, j int) string) []string {
+	ids := make([]string, len(edges))
+	for j, a := range edges {
 		if a >= 0 {
 			ids[j] = g.ids[a]
 		} else {
-			ids[j] = g.g.MissingAuth(int(i), j)
+			ids[j] = missing(int(i), j)
 		}
 	}
 	return ids

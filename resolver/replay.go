@@ -454,7 +454,7 @@ func (pf *prefetcher) take() {
 	}
 	if x, ok := <-pf.out; ok && x.pdu != nil {
 		pf.r.EventsLoaded++ // parsed on the prefetching goroutine
-		if !pf.r.pdus.Contains(x.id) {
+		if !pf.r.holds(x.id) {
 			pf.r.keep(x.pdu)
 		}
 	}

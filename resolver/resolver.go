@@ -72,7 +72,12 @@ type Resolver struct {
 	// nodes, if set (WriteNodesTo), receives the nodes resolutions write.
 	nodes hamtstore.NodeStore
 	algo  gomatrixserverlib.StateResAlgorithm
-	pdus  *lru.Cache[string, gomatrixserverlib.PDU] // parsed state PDUs, bounded
+	pdus  *lru.Cache[string, gomatrixserverlib.PDU] // parsed state PDUs but those in others, bounded
+	// others are the parsed create, power levels, join rules and third-party
+	// invite events, bounded apart: they are auth events of most events and the
+	// rules read their content, while the member events that come and go by the
+	// hundred thousand in a large room pushed them out of one shared cache.
+	others *lru.Cache[string, gomatrixserverlib.PDU]
 	// cur is the last non-state PDU parsed (the event being replayed, usually): a
 	// message is read once, to authorise it, and no auth chain or resolution
 	// reads it again, so non-state PDUs stay out of the LRU, where they pushed
@@ -92,10 +97,19 @@ type Resolver struct {
 	// content-addressed, so a set always resolves to the same root). Most events
 	// that change no state share the state before them, so merges repeat sets.
 	memo map[string]hamtstore.NodeID
-	// memb is the membership code of each member event (graph index) parsed so
-	// far, membUnknown for others (memberauth.go); roomID is the room's ID.
-	memb   []uint8
-	roomID *spec.RoomID
+	// What eventHead gives of each state event parsed so far, by graph index
+	// (eventhead.go; nil when the room ID does not parse): memb is a member
+	// event's membership code (membUnknown for others), senderOf its sender's
+	// index in senders plus one (0: not learnt), tsOf its origin_server_ts.
+	memb      []uint8
+	senderOf  []int32
+	tsOf      []int64
+	senders   []string
+	senderIdx map[string]int32
+	// namesCreate: events whose JSON names the create event the room ID implies
+	// (namesImpliedCreate), checked in parsed form.
+	namesCreate map[int32]bool
+	roomID      *spec.RoomID
 	// keyMemo is the unconflicted-event memo of the current resolution (resView).
 	keyMemo keyMemo
 
@@ -127,13 +141,18 @@ func New(room *roomstate.Room) (*Resolver, error) {
 	if err != nil {
 		return nil, err
 	}
+	others, err := lru.New[string, gomatrixserverlib.PDU](otherCacheSize)
+	if err != nil {
+		return nil, err
+	}
 	return &Resolver{
-		room:  room,
-		rd:    room.NewReader(),
-		algo:  verImpl.StateResAlgorithm(),
-		pdus:  pdus,
-		cache: NewCache(),
-		memo:  map[string]hamtstore.NodeID{},
+		room:   room,
+		rd:     room.NewReader(),
+		algo:   verImpl.StateResAlgorithm(),
+		pdus:   pdus,
+		others: others,
+		cache:  NewCache(),
+		memo:   map[string]hamtstore.NodeID{},
 	}, nil
 }
 
@@ -142,8 +161,13 @@ func New(room *roomstate.Room) (*Resolver, error) {
 // JSON). Sizing it to a 1M-event room's 100,000 members (125,000 entries) cut
 // its parses from 1.65M to 1.14M but tripled the collector's marking (14 s ->
 // 49 s of CPU samples), for no gain in wall time: a member event the cache let
-// go is an auth event in the lighter form memberAuth instead.
+// go is an auth event or an event being sorted in the lighter form eventHead
+// instead.
 const pduCacheSize = 20_000
+
+// otherCacheSize bounds Resolver.others. A generated 1M-event room has 4,760
+// power levels and 3,916 join rules events.
+const otherCacheSize = 8192
 
 // testPDUCache, if above 0, is the PDU cache size once the auth index is loaded
 // (set by tests, SetPDUCacheSize, to make every auth event a cache miss).
@@ -180,10 +204,15 @@ func (r *Resolver) graph() (*graph, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.g, r.rej, r.memb = g, make([]uint8, len(g.ids)), make([]uint8, len(g.ids))
-		r.roomID, _ = spec.NewRoomID(r.room.ID())
+		r.g, r.rej = g, make([]uint8, len(g.ids))
+		if r.roomID, _ = spec.NewRoomID(r.room.ID()); r.roomID != nil {
+			n := len(g.ids)
+			r.memb, r.senderOf, r.tsOf, r.senderIdx = make([]uint8, n), make([]int32, n), make([]int64, n), map[string]int32{}
+			r.namesCreate = map[int32]bool{}
+		}
 		if testPDUCache > 0 {
 			r.pdus.Resize(testPDUCache)
+			r.others.Resize(testPDUCache)
 		}
 	}
 	return r.g, nil
@@ -231,10 +260,7 @@ func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
 	if r.touched != nil {
 		r.touched[eventID] = true
 	}
-	if r.cur != nil && r.cur.EventID() == eventID {
-		return r.cur, nil
-	}
-	if p, ok := r.pdus.Get(eventID); ok {
+	if p, ok := r.cached(eventID); ok {
 		return p, nil
 	}
 	redacted := true // unknown: parse and check as at import
@@ -250,14 +276,24 @@ func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
 	return p, nil
 }
 
-// keep caches a parsed PDU: a state event in the LRU, another in cur.
+// keep caches a parsed PDU: a non-state event in cur, an auth event whose content
+// the rules read (create, power levels, join rules, third-party invite) in others,
+// another state event in pdus.
 func (r *Resolver) keep(p gomatrixserverlib.PDU) {
 	r.learn(p)
-	if p.StateKey() == nil {
+	switch {
+	case p.StateKey() == nil:
 		r.cur = p
-		return
+	case p.Type() != spec.MRoomMember && authTypes[p.Type()]:
+		r.others.Add(p.EventID(), p)
+	default:
+		r.pdus.Add(p.EventID(), p)
 	}
-	r.pdus.Add(p.EventID(), p)
+}
+
+// holds reports whether the resolver caches the parsed PDU of an event.
+func (r *Resolver) holds(eventID string) bool {
+	return r.cur != nil && r.cur.EventID() == eventID || r.pdus.Contains(eventID) || r.others.Contains(eventID)
 }
 
 // eventIDOf returns the event a snapshot value names.

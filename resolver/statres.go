@@ -53,22 +53,21 @@ var errNoEvent = errors.New("resolver: event needed by state resolution not avai
 // iterative auth checks accepted, by key. The caller applies step 5 (the unconflicted
 // state map wins on its keys).
 func resolveV2(in v2Input, src EventSource) (map[Key]string, error) {
-	pdus := make(map[string]gomatrixserverlib.PDU, len(in.full))
+	st := &stateRes{src: src, in: in, overlay: map[Key]string{}, pdus: make(map[string]gomatrixserverlib.PDU, len(in.full)),
+		heads: make(map[string]gomatrixserverlib.PDU, len(in.full)), plCache: map[string]*gomatrixserverlib.PowerLevelContent{}, cache: in.cache}
+	if st.cache == nil {
+		st.cache = NewCache()
+	}
 	full := make(map[string]bool, len(in.full))
 	for _, id := range in.full {
-		p, err := src.Event(id)
+		p, err := st.event(id)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", errNoEvent, id, err)
+			return nil, err
 		}
 		if p.StateKey() == nil {
 			return nil, fmt.Errorf("%w: %s is not a state event", errNoEvent, id)
 		}
-		pdus[id] = p
 		full[id] = true
-	}
-	st := &stateRes{src: src, in: in, overlay: map[Key]string{}, pdus: pdus, plCache: map[string]*gomatrixserverlib.PowerLevelContent{}, cache: in.cache}
-	if st.cache == nil {
-		st.cache = NewCache()
 	}
 	if in.create != nil {
 		st.creators = gomatrixserverlib.CreatorsFromCreateEvent(in.create)
@@ -125,7 +124,11 @@ func (st *stateRes) powerSubset(ids []string, full map[string]bool) ([]string, e
 	var power, others []string
 	powerSet := map[string]bool{}
 	for _, id := range ids {
-		if isPowerEvent(st.pdus[id]) {
+		p, err := st.event(id)
+		if err != nil {
+			return nil, err
+		}
+		if isPowerEvent(p) {
 			power = append(power, id)
 			powerSet[id] = true
 		} else {
@@ -169,8 +172,9 @@ func (st *stateRes) powerSubset(ids []string, full map[string]bool) ([]string, e
 type stateRes struct {
 	src     EventSource
 	in      v2Input
-	overlay map[Key]string // partial state on top of the starting map
-	pdus    map[string]gomatrixserverlib.PDU
+	overlay map[Key]string                   // partial state on top of the starting map
+	pdus    map[string]gomatrixserverlib.PDU // parsed PDUs (full)
+	heads   map[string]gomatrixserverlib.PDU // events in a light form for ordering (headSource), never checked by the rules
 	plCache map[string]*gomatrixserverlib.PowerLevelContent
 
 	creators           []string
@@ -178,7 +182,32 @@ type stateRes struct {
 	cache              *Cache
 }
 
+// event returns an event for what resolution's ordering reads of it (type, state
+// key, sender, origin_server_ts, auth_events, a member's membership): the parsed
+// PDU when there is one, else the source's light form (headSource), else the PDU
+// parsed. Its content is read only through full.
 func (st *stateRes) event(id string) (gomatrixserverlib.PDU, error) {
+	if p, ok := st.pdus[id]; ok {
+		return p, nil
+	}
+	if p, ok := st.heads[id]; ok {
+		return p, nil
+	}
+	if hs, ok := st.src.(headSource); ok {
+		if p, ok := hs.EventHead(id); ok {
+			if st.heads == nil {
+				st.heads = map[string]gomatrixserverlib.PDU{}
+			}
+			st.heads[id] = p
+			return p, nil
+		}
+	}
+	return st.full(id)
+}
+
+// full returns the parsed PDU of an event, for reading its content or checking it
+// against the authorization rules.
+func (st *stateRes) full(id string) (gomatrixserverlib.PDU, error) {
 	if p, ok := st.pdus[id]; ok {
 		return p, nil
 	}
@@ -190,8 +219,38 @@ func (st *stateRes) event(id string) (gomatrixserverlib.PDU, error) {
 	return p, nil
 }
 
+// checked returns an event to check against the authorization rules: the parsed
+// PDU, else the source's form for checking (checkSource), else the PDU parsed.
+func (st *stateRes) checked(id string) (gomatrixserverlib.PDU, error) {
+	if p, ok := st.pdus[id]; ok {
+		return p, nil
+	}
+	if cs, ok := st.src.(checkSource); ok {
+		p, err := cs.CheckEvent(id)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", errNoEvent, id, err)
+		}
+		return p, nil
+	}
+	return st.full(id)
+}
+
+// checkSource is an EventSource that can give an event in a light form to be
+// checked against the authorization rules (Resolver: eventHead of a member
+// event).
+type checkSource interface {
+	CheckEvent(eventID string) (gomatrixserverlib.PDU, error)
+}
+
+// headSource is an EventSource that can give a state event in a light form for
+// resolution's ordering without parsing its PDU (Resolver: eventHead); false when
+// it cannot.
+type headSource interface {
+	EventHead(eventID string) (gomatrixserverlib.PDU, bool)
+}
+
 // authEventSource is an EventSource that can give an event in a lighter form for
-// use as an auth event of another (Resolver: memberAuth).
+// use as an auth event of another (Resolver: eventHead of a member event).
 type authEventSource interface {
 	AuthEvent(eventID string) (gomatrixserverlib.PDU, error)
 }
@@ -351,19 +410,35 @@ func (st *stateRes) senderPowerLevel(p gomatrixserverlib.PDU) (int64, error) {
 	return pl.UserLevel(p.SenderID()), nil
 }
 
+// powerLevels returns the parsed content of a power levels event: from this
+// resolution's plCache, else the Cache's (kept between resolutions), else parsed
+// from its PDU (plEvent may be a head, which has no content).
 func (st *stateRes) powerLevels(plEvent gomatrixserverlib.PDU) (*gomatrixserverlib.PowerLevelContent, error) {
-	if pl, ok := st.plCache[plEvent.EventID()]; ok {
+	id := plEvent.EventID()
+	if pl, ok := st.plCache[id]; ok {
 		return pl, nil
 	}
-	var pl gomatrixserverlib.PowerLevelContent
-	verImpl, err := gomatrixserverlib.GetRoomVersion(plEvent.Version())
+	if pl, ok := st.cache.levels[id]; ok {
+		st.plCache[id] = pl
+		return pl, nil
+	}
+	p, err := st.full(id)
 	if err != nil {
 		return nil, err
 	}
-	if err := verImpl.ParsePowerLevels(plEvent.Content(), &pl); err != nil {
+	var pl gomatrixserverlib.PowerLevelContent
+	verImpl, err := gomatrixserverlib.GetRoomVersion(p.Version())
+	if err != nil {
 		return nil, err
 	}
-	st.plCache[plEvent.EventID()] = &pl
+	if err := verImpl.ParsePowerLevels(p.Content(), &pl); err != nil {
+		return nil, err
+	}
+	st.plCache[id] = &pl
+	if len(st.cache.levels) >= maxLevels {
+		clear(st.cache.levels)
+	}
+	st.cache.levels[id] = &pl
 	return &pl, nil
 }
 
@@ -475,12 +550,18 @@ type Cache struct {
 	// plain: outcome of a plain event's check by (room, type, sender, auth events)
 	// (allowedOnce). Cleared at maxAuthChecks entries.
 	plain map[string]error
+	// levels: power levels event ID -> its parsed content, for the senders' power
+	// levels of reverse topological power ordering. Cleared at maxLevels entries.
+	levels map[string]*gomatrixserverlib.PowerLevelContent
 }
 
 // maxMainlines bounds Cache.mainline; maxPLParents bounds Cache.plParent.
 const (
 	maxMainlines = 4
 	maxPLParents = 1 << 18
+	// maxLevels bounds Cache.levels (a parsed power levels content is a few
+	// hundred bytes plus its users: a generated room's hold a few dozen).
+	maxLevels = 1 << 10
 )
 
 // maxAuthChecks bounds each generation of Cache.allowed (an entry is about 150-500
@@ -490,7 +571,8 @@ const maxAuthChecks = 1 << 16
 // NewCache returns an empty Cache.
 func NewCache() *Cache {
 	return &Cache{plParent: map[string]string{}, mainline: map[string]map[string]int64{}, allowed: map[string]bool{},
-		needed: map[string][]gomatrixserverlib.StateKeyTuple{}, plain: map[string]error{}}
+		needed: map[string][]gomatrixserverlib.StateKeyTuple{}, plain: map[string]error{},
+		levels: map[string]*gomatrixserverlib.PowerLevelContent{}}
 }
 
 // authCheckKey names one authorization check: the event ID, then the IDs of the
@@ -811,7 +893,17 @@ func (st *stateRes) iterativeAuthChecks(ids []string) error {
 		if st.privilegedCreators && st.in.create != nil {
 			byKey[Key{Type: spec.MRoomCreate, StateKey: ""}] = st.in.create
 		}
-		if st.cache.allowedCached(p, byKey) {
+		k := authCheckKey(id, byKey)
+		ok, hit := st.cache.lookupAllowed(k)
+		if !hit {
+			fp, err := st.checked(id)
+			if err != nil {
+				return err
+			}
+			ok = allowed(fp, byKey) == nil
+			st.cache.noteAllowed(k, ok)
+		}
+		if ok {
 			st.overlay[keyOf(p)] = id
 		}
 	}

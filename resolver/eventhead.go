@@ -1,0 +1,315 @@
+package resolver
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"github.com/matrix-org/gomatrixserverlib"
+	"github.com/matrix-org/gomatrixserverlib/spec"
+)
+
+// A Resolver keeps, for each state event of the room it has parsed, what state
+// resolution's ordering reads of it and what authorisation reads of it as an auth
+// event, so that an event the PDU cache no longer holds is not read from the store
+// and decoded from JSON again (issue 14: "replay does not parse a PDU twice"):
+//   - its sender and origin_server_ts (Resolver.senderOf, tsOf: 12 bytes per
+//     event, no pointers, and the distinct senders once), for the power events'
+//     split, the sender's power level and the two sort orders of the resolution
+//     (spec, "State Resolution v2": reverse topological power ordering, mainline
+//     ordering);
+//   - for an m.room.member event, its membership (Resolver.memb: one byte).
+//
+// Its ID, key and auth_events come from the auth index (graph). An eventHead gives
+// them as a gomatrixserverlib.PDU. In a 1M-event room with 100,000 members,
+// authorisation asked again for 530,000 member events the 20,000-entry cache had
+// let go, and resolution for 169,000 events of full conflicted sets.
+//
+// What the authorization rules read of a member event that is not the event being
+// authorised (spec, Room Versions, "Authorization rules": the sender's, the
+// target's and the join_authorised_via_users_server user's current membership) is
+// its key and its content's membership; gomatrixserverlib reads it through
+// Membership() or NewMemberContentFromEvent. A member event whose content holds
+// anything else the rules could read (third_party_invite,
+// join_authorised_via_users_server, mxid_mapping), or a membership outside the
+// five the spec names, has no membership kept: it is parsed again when asked for.
+// In the iterative auth checks an event is checked against the rules as its
+// eventHead when the rules read nothing more of it (checkableHead) and its JSON
+// does not name the create event (namesImpliedCreate).
+const (
+	membUnknown uint8 = iota
+	membJoin
+	membLeave
+	membInvite
+	membBan
+	membKnock
+)
+
+var membershipNames = [...]string{membJoin: spec.Join, membLeave: spec.Leave, membInvite: spec.Invite, membBan: spec.Ban, membKnock: spec.Knock}
+
+// memberContents are the contents an eventHead of a member event answers, by
+// membership code.
+var memberContents = func() [][]byte {
+	out := make([][]byte, len(membershipNames))
+	for i, m := range membershipNames {
+		if m != "" {
+			out[i], _ = json.Marshal(map[string]string{"membership": m})
+		}
+	}
+	return out
+}()
+
+// membershipCode returns the code of a parsed member event's membership, or
+// membUnknown when the event is not one an eventHead can stand for.
+func membershipCode(p gomatrixserverlib.PDU) uint8 {
+	if p.Type() != spec.MRoomMember || p.StateKey() == nil {
+		return membUnknown
+	}
+	// As gomatrixserverlib reads it: the whole content must parse, so that the
+	// stand-in's content parses to the same membership in every reader.
+	var c gomatrixserverlib.MemberContent
+	if json.Unmarshal(p.Content(), &c) != nil || c.ThirdPartyInvite != nil || c.AuthorisedVia != "" || c.MXIDMapping != nil {
+		return membUnknown
+	}
+	for code, m := range membershipNames {
+		if m != "" && m == c.Membership {
+			return uint8(code)
+		}
+	}
+	return membUnknown
+}
+
+// learn keeps what an eventHead needs of a parsed state PDU of the room.
+func (r *Resolver) learn(p gomatrixserverlib.PDU) {
+	if r.memb == nil || p.StateKey() == nil {
+		return
+	}
+	i, ok := r.g.index.find(r.g.ids, p.EventID())
+	if !ok || r.senderOf[i] != 0 {
+		return
+	}
+	sender := string(p.SenderID())
+	s, ok := r.senderIdx[sender]
+	if !ok {
+		r.senders = append(r.senders, sender)
+		s = int32(len(r.senders)) // from 1: 0 is "not learnt"
+		r.senderIdx[sender] = s
+	}
+	r.senderOf[i], r.tsOf[i] = s, int64(p.OriginServerTS())
+	if p.Type() == spec.MRoomMember {
+		r.memb[i] = membershipCode(p)
+	}
+	if checkableHead(p.Type(), r.memb[i]) && namesImpliedCreate(p) {
+		r.namesCreate[i] = true
+	}
+}
+
+// checkableHead reports whether an eventHead of an event of this type (and
+// membership code, for a member event) can be checked against the authorization
+// rules in place of the parsed event: the rules read nothing of it but its type,
+// state key, sender, room, auth and prev events and, of a member event, the
+// membership (spec, Room Versions, "Authorization rules"; this package's
+// CheckRules and gomatrixserverlib's Allowed read the content of the create,
+// power levels and member events being checked, the state key's domain of
+// m.room.aliases and the redacted event of m.room.redaction).
+func checkableHead(eventType string, memb uint8) bool {
+	switch eventType {
+	case spec.MRoomMember:
+		return memb != membUnknown
+	case spec.MRoomCreate, spec.MRoomPowerLevels, spec.MRoomAliases, spec.MRoomRedaction:
+		return false
+	}
+	return true
+}
+
+// namesImpliedCreate reports whether a PDU's JSON names the create event its room
+// ID implies (room version 12: the room ID is the create event's ID with "!" for
+// "$"), which the v12 rule on auth_events reads from the JSON (citedOnly): an
+// eventHead has none, so such an event is checked in its parsed form.
+func namesImpliedCreate(p gomatrixserverlib.PDU) bool {
+	return bytes.Contains(p.JSON(), impliedCreateRef(p.RoomID().String()))
+}
+
+// impliedCreateRef is the create event ID a room ID implies, quoted as in JSON.
+func impliedCreateRef(roomID string) []byte {
+	return []byte(`"$` + strings.TrimPrefix(roomID, "!") + `"`)
+}
+
+// head returns the eventHead of event i, false when what it needs has not been
+// learnt (the event was not parsed yet, or it is a member event with no
+// membership kept).
+func (r *Resolver) head(i int32) (*eventHead, bool) {
+	s := r.senderOf[i]
+	k := r.g.keyOf(i)
+	if s == 0 || k < 0 {
+		return nil, false
+	}
+	key := r.g.keys[k]
+	if key.Type == spec.MRoomMember && r.memb[i] == membUnknown {
+		return nil, false
+	}
+	if r.touched != nil {
+		r.touched[r.g.ids[i]] = true
+	}
+	return &eventHead{id: r.g.ids[i], typ: key.Type, stateKey: key.StateKey, sender: r.senders[s-1], ts: r.tsOf[i],
+		memb: r.memb[i], g: r.g, i: i, room: *r.roomID, version: gomatrixserverlib.RoomVersion(r.room.Version())}, true
+}
+
+// cached returns the parsed PDU of an event when the resolver holds it.
+func (r *Resolver) cached(eventID string) (gomatrixserverlib.PDU, bool) {
+	if r.cur != nil && r.cur.EventID() == eventID {
+		return r.cur, true
+	}
+	p, ok := r.pdus.Get(eventID)
+	if !ok {
+		p, ok = r.others.Get(eventID)
+	}
+	if ok && r.touched != nil {
+		r.touched[eventID] = true
+	}
+	return p, ok
+}
+
+// authEvent returns an event of the room to use as an auth event of an event being
+// authorised (Authorize): the cached PDU, else the eventHead of a member event
+// whose membership is kept, else the PDU read and parsed.
+func (r *Resolver) authEvent(eventID string) (gomatrixserverlib.PDU, error) {
+	if p, ok := r.cached(eventID); ok {
+		return p, nil
+	}
+	if r.memb != nil {
+		if i, ok := r.g.index.find(r.g.ids, eventID); ok && r.memb[i] != membUnknown {
+			if h, ok := r.head(i); ok {
+				return h, nil
+			}
+		}
+	}
+	return r.pdu(eventID)
+}
+
+// AuthEvent implements authEventSource (authEvent).
+func (r *Resolver) AuthEvent(eventID string) (gomatrixserverlib.PDU, error) {
+	return r.authEvent(eventID)
+}
+
+// EventHead implements headSource: the cached PDU, else the eventHead of a state
+// event whose head is learnt; false when neither (the caller parses the PDU).
+func (r *Resolver) EventHead(eventID string) (gomatrixserverlib.PDU, bool) {
+	if p, ok := r.cached(eventID); ok {
+		return p, true
+	}
+	if r.memb == nil {
+		return nil, false
+	}
+	i, ok := r.g.index.find(r.g.ids, eventID)
+	if !ok {
+		return nil, false
+	}
+	if h, ok := r.head(i); ok {
+		return h, true
+	}
+	return nil, false
+}
+
+// CheckEvent implements checkSource: the event to check against the
+// authorization rules in resolution's iterative auth checks. The cached PDU, else
+// its eventHead when checkableHead says the rules read no more of it
+// (TestEventHeadChecked), else the PDU read and parsed.
+func (r *Resolver) CheckEvent(eventID string) (gomatrixserverlib.PDU, error) {
+	if p, ok := r.cached(eventID); ok {
+		return p, nil
+	}
+	if r.memb != nil {
+		if i, ok := r.g.index.find(r.g.ids, eventID); ok && !r.namesCreate[i] {
+			if h, ok := r.head(i); ok && checkableHead(h.typ, h.memb) {
+				return h, nil
+			}
+		}
+	}
+	return r.pdu(eventID)
+}
+
+// eventHead is a state event of the room as the resolver knows it without its PDU
+// (see membUnknown): ID, type, state key, sender, origin_server_ts, and
+// auth_events and prev_events from the auth index; content only for a member
+// event (its membership). It implements gomatrixserverlib.PDU for resolution's
+// ordering and for the authorization rules' reading of an auth member event;
+// what neither reads answers empty (depth, unsigned, content of other types) or
+// an error (JSON forms, signing).
+type eventHead struct {
+	id, typ, stateKey, sender string
+	ts                        int64
+	memb                      uint8
+	g                         *graph // for auth_events and prev_events; nil: authIDs, prevIDs
+	i                         int32
+	authIDs, prevIDs          []string
+	room                      spec.RoomID
+	version                   gomatrixserverlib.RoomVersion
+}
+
+var errEventHead = errors.New("resolver: an event kept as its head only has no JSON form")
+
+func (h *eventHead) EventID() string                        { return h.id }
+func (h *eventHead) StateKey() *string                      { return &h.stateKey }
+func (h *eventHead) StateKeyEquals(s string) bool           { return h.stateKey == s }
+func (h *eventHead) Type() string                           { return h.typ }
+func (h *eventHead) Version() gomatrixserverlib.RoomVersion { return h.version }
+func (h *eventHead) RoomID() spec.RoomID                    { return h.room }
+func (h *eventHead) Redacts() string                        { return "" }
+func (h *eventHead) Redacted() bool                         { return false }
+func (h *eventHead) OriginServerTS() spec.Timestamp         { return spec.Timestamp(h.ts) }
+func (h *eventHead) Redact()                                {}
+func (h *eventHead) SenderID() spec.SenderID                { return spec.SenderID(h.sender) }
+func (h *eventHead) Unsigned() []byte                       { return nil }
+func (h *eventHead) Depth() int64                           { return 0 }
+func (h *eventHead) JSON() []byte                           { return nil }
+func (h *eventHead) ToHeaderedJSON() ([]byte, error)        { return nil, errEventHead }
+
+// Content is the membership of a member event ({"membership": ...}), nil for
+// other types (resolution reads their content from the parsed PDU).
+func (h *eventHead) Content() []byte {
+	if h.typ == spec.MRoomMember {
+		return memberContents[h.memb]
+	}
+	return nil
+}
+
+func (h *eventHead) Membership() (string, error) {
+	if h.typ != spec.MRoomMember || h.memb == membUnknown {
+		return "", errEventHead
+	}
+	return membershipNames[h.memb], nil
+}
+
+func (h *eventHead) JoinRule() (string, error) { return "", errEventHead }
+
+func (h *eventHead) AuthEventIDs() []string {
+	if h.g == nil {
+		return h.authIDs
+	}
+	return h.g.authIDs(h.i)
+}
+
+func (h *eventHead) PrevEventIDs() []string {
+	if h.g == nil {
+		return h.prevIDs
+	}
+	return h.g.prevIDs(h.i)
+}
+
+func (h *eventHead) HistoryVisibility() (gomatrixserverlib.HistoryVisibility, error) {
+	return "", errEventHead
+}
+
+func (h *eventHead) PowerLevels() (*gomatrixserverlib.PowerLevelContent, error) {
+	return nil, errEventHead
+}
+
+func (h *eventHead) SetUnsigned(any) (gomatrixserverlib.PDU, error) { return nil, errEventHead }
+func (h *eventHead) SetUnsignedField(string, any) error             { return errEventHead }
+
+func (h *eventHead) Sign(string, gomatrixserverlib.KeyID, ed25519.PrivateKey) gomatrixserverlib.PDU {
+	return h
+}

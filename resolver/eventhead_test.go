@@ -1,0 +1,283 @@
+package resolver_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/matrix-org/gomatrixserverlib"
+	"github.com/matrix-org/gomatrixserverlib/spec"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/resolver"
+	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/testrooms"
+	"github.com/mtxdb/mtxdb/testrooms/gen"
+)
+
+// memberAuthRooms are the rooms the stand-in tests read: every real room and
+// generated rooms of several versions with kicks, bans, invites and rejections.
+func memberAuthRooms(t *testing.T) []string {
+	dirs, err := filepath.Glob(filepath.Join(testrooms.Dir(), "real", "room*"))
+	require.NoError(t, err)
+	for _, v := range []string{"10", "11", "12"} {
+		dir := filepath.Join(t.TempDir(), "gen"+v)
+		opts := gen.DefaultOptions()
+		opts.Seed, opts.Events, opts.Servers, opts.RoomVersion = 7, 2500, 4, v
+		_, err := gen.Generate(opts, dir, nil)
+		require.NoError(t, err)
+		dirs = append(dirs, dir)
+	}
+	return dirs
+}
+
+// TestMemberAuthStandsIn checks that the stand-in authorisation uses for a member
+// event the PDU cache let go (memberAuth: key and membership only) decides as
+// the member event itself: every event of the rooms is checked against its auth
+// events (CheckAuthEvents, then the rules) with each member event among them
+// replaced by its stand-in, and the outcome and its reason must be the same. Each
+// event is also checked as an invite, a ban and a join of its sender's and
+// another member's key (the membership rules read the most of the auth events'
+// memberships).
+func TestMemberAuthStandsIn(t *testing.T) {
+	checked, replaced, allowed := 0, 0, 0
+	for _, dir := range memberAuthRooms(t) {
+		events := loadPDUs(t, dir)
+		var members []string // state keys of member events seen so far
+		for _, p := range events.order {
+			var auth, stood []gomatrixserverlib.PDU
+			for _, a := range p.AuthEventIDs() {
+				ae, ok := events.byID[a]
+				if !ok {
+					continue
+				}
+				auth = append(auth, ae)
+				if s, ok := resolver.MemberAuthFor(ae); ok {
+					stood = append(stood, s)
+					replaced++
+				} else {
+					stood = append(stood, ae)
+				}
+			}
+			variants := []gomatrixserverlib.PDU{p}
+			if len(members) > 0 && p.Type() == spec.MRoomMember {
+				other := members[len(members)/2]
+				for i, m := range []string{spec.Invite, spec.Ban, spec.Join, spec.Leave} {
+					variants = append(variants, withField(t, withField(t, p, "state_key", fmt.Sprintf("%q", other), 20+i),
+						"content", fmt.Sprintf(`{"membership":%q}`, m), 30+i))
+				}
+			}
+			for _, v := range variants {
+				want, got := checkAll(v, auth), checkAll(v, stood)
+				require.Equal(t, want, got, "%s: event %s (%s, state key %v): with stand-ins for its member auth events",
+					dir, v.EventID(), v.Type(), v.StateKey())
+				checked++
+				if want == "" {
+					allowed++
+				}
+			}
+			if p.Type() == spec.MRoomMember && p.StateKey() != nil {
+				members = append(members, *p.StateKey())
+			}
+		}
+	}
+	t.Logf("%d checks (%d allowed), %d member auth events stood in for", checked, allowed, replaced)
+	require.Positive(t, allowed)
+	require.Greater(t, checked-allowed, 100)
+	require.Greater(t, replaced, 1000)
+}
+
+// TestEventHeadChecked checks that a member event checked in its light form
+// (eventHead: key, sender, membership, auth and prev events, as the iterative
+// auth checks of a resolution check an event the PDU cache let go) is decided as
+// the parsed event: every member event of the rooms, and variants of it with
+// another key and membership and with content the rules do not read, is checked
+// against its auth events (member auth events as stand-ins, as in a resolution),
+// and the outcome and its reason must be the same. Content the rules do read
+// (join_authorised_via_users_server, third_party_invite, a displayname of the
+// wrong type) must leave the event in its parsed form.
+func TestEventHeadChecked(t *testing.T) {
+	checked, allowed, parsedForm, namesCreate, otherTypes := 0, 0, 0, 0, 0
+	for _, dir := range memberAuthRooms(t) {
+		events := loadPDUs(t, dir)
+		var members []string
+		for _, p := range events.order {
+			if p.StateKey() == nil {
+				continue
+			}
+			var auth []gomatrixserverlib.PDU
+			for _, a := range p.AuthEventIDs() {
+				if ae, ok := events.byID[a]; ok {
+					if s, ok := resolver.MemberAuthFor(ae); ok {
+						ae = s
+					}
+					auth = append(auth, ae)
+				}
+			}
+			if p.Type() != spec.MRoomMember {
+				plain, parsed := checkPlainStateHead(t, dir, p, auth, members)
+				checked, otherTypes, parsedForm = checked+plain, otherTypes+plain, parsedForm+parsed
+				continue
+			}
+			key := fmt.Sprintf("%q", *p.StateKey())
+			if len(members) > 0 {
+				key = fmt.Sprintf("%q", members[len(members)/2])
+			}
+			var variants []gomatrixserverlib.PDU
+			for i, m := range []string{spec.Join, spec.Invite, spec.Ban, spec.Leave, spec.Knock} {
+				variants = append(variants, withField(t, withField(t, p, "state_key", key, 40+i), "content", fmt.Sprintf(`{"membership":%q}`, m), 50+i))
+			}
+			variants = append(variants, p,
+				withField(t, p, "content", `{"membership":"join","displayname":"d","avatar_url":"mxc://x/y","reason":"r","is_direct":true}`, 60),
+				withField(t, p, "content", `{"membership":"leave","reason":"r","third_party_invite":null}`, 61))
+			for _, v := range variants {
+				h, ok := resolver.CheckedHeadFor(v)
+				if !ok {
+					parsedForm++
+					continue
+				}
+				want, got := checkAll(v, auth), checkAll(h, auth)
+				require.Equal(t, want, got, "%s: event %s (state key %q, content %s): checked as its head", dir, v.EventID(), *v.StateKey(), v.Content())
+				checked++
+				if want == "" {
+					allowed++
+				}
+			}
+			if p.Version() == gomatrixserverlib.RoomVersionV12 {
+				// v12: an auth_events that names the implied create event is read
+				// from the JSON (the rule on auth_events rejects it).
+				var raw struct {
+					AuthEvents []string `json:"auth_events"`
+				}
+				require.NoError(t, json.Unmarshal(p.JSON(), &raw))
+				cites, err := json.Marshal(append(raw.AuthEvents, "$"+strings.TrimPrefix(p.RoomID().String(), "!")))
+				require.NoError(t, err)
+				v := withField(t, p, "auth_events", string(cites), 80)
+				if h, ok := resolver.CheckedHeadFor(v); ok {
+					require.Equal(t, checkAll(v, auth), checkAll(h, auth), "%s: event %s naming the create event in auth_events", dir, v.EventID())
+				} else {
+					namesCreate++
+				}
+			}
+			for i, c := range []string{
+				`{"membership":"join","join_authorised_via_users_server":"@a:b"}`,
+				`{"membership":"invite","third_party_invite":{"display_name":"x","signed":{"mxid":"@a:b","token":"t","signatures":{}}}}`,
+				`{"membership":"join","displayname":5}`,
+				`{"membership":"joined"}`,
+			} {
+				if _, ok := resolver.CheckedHeadFor(withField(t, p, "content", c, 70+i)); ok {
+					t.Fatalf("%s: event %s with content %s was given a head", dir, p.EventID(), c)
+				}
+			}
+			members = append(members, *p.StateKey())
+		}
+	}
+	t.Logf("%d events checked as heads (%d members allowed, %d of other types), %d in parsed form, %d naming the create event",
+		checked, allowed, otherTypes, parsedForm, namesCreate)
+	require.Greater(t, allowed, 1000)
+	require.Greater(t, otherTypes, 1000)
+	require.Positive(t, namesCreate)
+	require.Greater(t, checked-allowed, 1000)
+}
+
+// checkPlainStateHead is TestEventHeadChecked for a state event other than a
+// member event: the event, and variants of it with a user's state key (the rule
+// on state keys naming users) and of a type no rule names (the state default
+// level), checked as the parsed event and as its head. The create, power levels,
+// aliases and redaction events must stay in parsed form (the rules read their
+// content). It returns the variants checked and those left parsed.
+func checkPlainStateHead(t *testing.T, dir string, p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU, members []string) (checked, parsed int) {
+	t.Helper()
+	variants := []gomatrixserverlib.PDU{p}
+	if p.Type() != spec.MRoomCreate { // (a v12 create event has no room_id to keep)
+		variants = append(variants, withField(t, p, "type", `"org.example.custom"`, 90))
+	}
+	if len(members) > 0 && p.Type() != spec.MRoomCreate {
+		variants = append(variants, withField(t, p, "state_key", fmt.Sprintf("%q", members[len(members)/2]), 91),
+			withField(t, p, "state_key", fmt.Sprintf("%q", p.SenderID()), 92))
+	}
+	for _, v := range variants {
+		h, ok := resolver.CheckedHeadFor(v)
+		switch v.Type() {
+		case spec.MRoomCreate, spec.MRoomPowerLevels, spec.MRoomAliases, spec.MRoomRedaction:
+			require.False(t, ok, "%s: event %s (%s) was given a head to check", dir, v.EventID(), v.Type())
+		}
+		if !ok {
+			parsed++
+			continue
+		}
+		require.Equal(t, checkAll(v, auth), checkAll(h, auth), "%s: event %s (%s, state key %q): checked as its head", dir, v.EventID(), v.Type(), *v.StateKey())
+		checked++
+	}
+	return checked, parsed
+}
+
+// checkAll is the outcome of the rules on auth_events and of the authorization
+// rules: "" when allowed, else the reason.
+func checkAll(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU) string {
+	if err := resolver.CheckAuthEvents(p, auth, nil, nil); err != nil {
+		return "auth events: " + err.Error()
+	}
+	if err := resolver.AllowedList(p, auth); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// TestReplayWithoutPDUCache replays rooms with the PDU cache at one entry, so that
+// authorisation and resolution take every auth event from the stand-ins or from
+// the store, and compares every event's state record (before, after, rejection
+// and its reason) and the room head with a replay at the default size.
+func TestReplayWithoutPDUCache(t *testing.T) {
+	for _, dir := range memberAuthRooms(t) {
+		want := replayRecords(t, dir)
+		restore := resolver.SetPDUCacheSize(1)
+		got := replayRecords(t, dir)
+		restore()
+		require.Equal(t, want.head, got.head, dir)
+		require.Equal(t, len(want.states), len(got.states), dir)
+		for id, st := range want.states {
+			require.Equal(t, st, got.states[id], "%s: event %s", dir, id)
+		}
+	}
+}
+
+type replayed struct {
+	head   roomstate.Head
+	states map[string]roomstate.EventState
+}
+
+func replayRecords(t *testing.T, dir string) replayed {
+	t.Helper()
+	eng, err := packstore.Open(packstore.DefaultOptions(t.TempDir()))
+	require.NoError(t, err)
+	defer eng.Close()
+	st := roomstate.New(eng)
+	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	res, err := st.Import(f, dir, roomstate.ImportOptions{})
+	require.NoError(t, err)
+	out := replayed{states: map[string]roomstate.EventState{}}
+	for _, id := range res.Rooms {
+		room, err := st.Room(id)
+		require.NoError(t, err)
+		_, err = resolver.Replay(room, resolver.ReplayOptions{})
+		require.NoError(t, err)
+		out.head = room.Head()
+		ids, err := room.EventIDs()
+		require.NoError(t, err)
+		for _, e := range ids {
+			s, ok, err := room.EventState(e)
+			require.NoError(t, err)
+			if ok {
+				out.states[e] = s
+			}
+		}
+	}
+	return out
+}
