@@ -246,10 +246,18 @@ to continue. A second signal stops at once.`,
 					return err
 				}
 			}
+			_, serr := os.Lstat(store)
+			fresh := !pgstore.IsURL(store) && errors.Is(serr, fs.ErrNotExist) // this run creates the store directory
 			eng, st, err := openStore(store, true)
 			if err != nil {
 				return err
 			}
+			removeStore := false // a store this run created and stored nothing in
+			defer func() {
+				if removeStore {
+					os.RemoveAll(store)
+				}
+			}()
 			defer eng.Close()
 			out := cmd.OutOrStdout()
 			touched := map[string]bool{}
@@ -298,12 +306,17 @@ to continue. A second signal stops at once.`,
 				all.Redacted += res.Redacted
 			}
 			allRefused := refused > 0 && all.Imported == 0 && all.Skipped == 0
+			removeStore = allRefused && fresh
 			if allRefused && !strict {
 				hint := "is this a room's PDUs (JSON lines or a JSON array)?"
 				if keysFile != "" {
 					hint = "see the reasons above: with --keys, a key that is not the servers' refuses every PDU"
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import: all %d PDUs read were refused and none is stored: %s\n", refused, hint)
+				made := ""
+				if fresh {
+					made = " (the store directory this import created is removed)"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import: all %d PDUs read were refused and none is stored%s: %s\n", refused, made, hint)
 			}
 			if len(paths) > 1 {
 				what := "import" // the text line "import: files=N ..."; JSON kind import_total
@@ -633,6 +646,7 @@ func nonEmptyFlag(c *cobra.Command, name, value string) error {
 // with a warning to warn.
 func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*testrooms.Expected, error) {
 	out := map[string][]*testrooms.Expected{}
+	seen := map[string]bool{} // room directories read, by absolute path
 	for _, p := range paths {
 		dirs := []string{p}
 		if _, err := os.Stat(filepath.Join(p, "expected_state.jsonl")); err != nil {
@@ -651,6 +665,15 @@ func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*testrooms.E
 			return nil, fmt.Errorf("%s holds no room directory (events.jsonl, expected_state.jsonl, meta.json)", p)
 		}
 		for _, d := range dirs {
+			abs, err := filepath.Abs(d)
+			if err != nil {
+				return nil, err
+			}
+			if seen[abs] {
+				fmt.Fprintf(warn, "mtxdb: warning: %s given more than once: read once\n", d)
+				continue
+			}
+			seen[abs] = true
 			exp, err := testrooms.OpenExpected(d)
 			if err != nil {
 				return nil, err

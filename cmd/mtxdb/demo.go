@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -13,6 +14,7 @@ import (
 	"github.com/mtxdb/mtxdb/pgstore"
 	"github.com/mtxdb/mtxdb/repackplan"
 	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/testrooms"
 )
 
 func demoCmd() *cobra.Command {
@@ -27,7 +29,7 @@ resolution, compares the state after every event with what the origin server rec
 repacks all rooms through one output stream, reopens the store, checks and compares
 again, and prints one summary line of key=value pairs. Exit status 2 on mismatches.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			out := cmd.OutOrStdout()
 			start := time.Now()
 			// The rooms first: a run that cannot read them leaves no temporary
@@ -38,6 +40,13 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 			}
 			if len(exps) == 0 {
 				return fmt.Errorf("demo: no room directories (events.jsonl, expected_state.jsonl, meta.json) under %s", roomsDir)
+			}
+			for _, exp := range sortedExpected(exps) {
+				if _, ok, err := testrooms.EventsFile(exp.Dir); err != nil {
+					return fmt.Errorf("demo: rooms: %w", err)
+				} else if !ok {
+					return fmt.Errorf("demo: rooms: %s has the state its server recorded (expected_state.jsonl) but no events.jsonl to import", exp.Dir)
+				}
 			}
 			scratch := "" // the temporary directory this run made and removes
 			if store == "" && !keep {
@@ -70,6 +79,13 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 			if err != nil {
 				return err
 			}
+			// On a failure, name the store a run leaves (--keep or --store).
+			defer func() {
+				var code exitError
+				if err != nil && scratch == "" && !errors.As(err, &code) {
+					err = fmt.Errorf("%w (the store is left in %s)", err, pgstore.Redacted(store))
+				}
+			}()
 			defer func() {
 				if eng != nil {
 					eng.Close()

@@ -220,6 +220,14 @@ func TestCLIImportErrors(t *testing.T) {
 	}
 	if out, code := run(t, "import", "--store", filepath.Join(dir, "g"), garbage); code != 2 || !strings.Contains(out, "all 3 PDUs read were refused") {
 		t.Fatalf("an input of garbage: exit %d\n%s", code, out)
+	} else if _, err := os.Stat(filepath.Join(dir, "g")); err == nil || !strings.Contains(out, "the store directory this import created is removed") {
+		t.Fatalf("an input of garbage left the empty store it created (%v)\n%s", err, out)
+	}
+	// Into a store that exists, the store stays.
+	if out, code := run(t, "import", "--store", store, garbage); code != 2 || strings.Contains(out, "is removed") {
+		t.Fatalf("garbage into a store: exit %d\n%s", code, out)
+	} else if _, err := os.Stat(store); err != nil {
+		t.Fatalf("garbage into a store removed it: %v", err)
 	}
 	// Refused lines beside events already stored: an import run again, exit 0.
 	if out, code := run(t, "import", "--store", store, bad); code != 0 || !strings.Contains(out, "skipped=6 ") {

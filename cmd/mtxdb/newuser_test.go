@@ -620,3 +620,87 @@ func TestCLIVerifySkipsJunkLoudly(t *testing.T) {
 		t.Fatalf("verify --expected: exit %d\n%s", code, out)
 	}
 }
+
+// TestCLIDemoRoomWithoutEvents: demo given a recorded room whose events.jsonl is
+// missing says which room before it makes a store (it stopped on a bare "open ...:
+// no such file" after importing the rooms before it; fresh-user pass), and a
+// failure after the store is made names the store --keep leaves.
+func TestCLIDemoRoomWithoutEvents(t *testing.T) {
+	tmp := t.TempDir()
+	rooms, scratch := filepath.Join(tmp, "rooms"), filepath.Join(tmp, "scratch")
+	src := filepath.Join(testrooms.Dir(), "real", "room001")
+	for _, d := range []string{"a", "b"} {
+		for _, f := range []string{"events.jsonl", "expected_state.jsonl", "meta.json"} {
+			if d == "b" && f == "events.jsonl" {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(src, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Join(rooms, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(rooms, d, f), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.Mkdir(scratch, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	demo := func() (int, string) {
+		cmd := exec.Command(bin, "demo", "--keep", "--rooms", rooms)
+		cmd.Env = append(os.Environ(), "TMPDIR="+scratch)
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	code, out := demo()
+	if code != 1 || !strings.Contains(out, filepath.Join(rooms, "b")+" has the state its server recorded (expected_state.jsonl) but no events.jsonl") {
+		t.Fatalf("demo with a room without events.jsonl: exit %d\n%s", code, out)
+	}
+	if left, _ := os.ReadDir(scratch); len(left) != 0 {
+		t.Fatalf("demo --keep left %v in TMPDIR", left)
+	}
+	// events.jsonl a directory: the import fails after the store is made.
+	if err := os.Mkdir(filepath.Join(rooms, "b", "events.jsonl"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, out = demo()
+	left, _ := os.ReadDir(scratch)
+	if code != 1 || len(left) != 1 || !strings.Contains(out, "(the store is left in "+filepath.Join(scratch, left[0].Name(), "store")+")") {
+		t.Fatalf("demo --keep failing on an import: exit %d, TMPDIR holds %v\n%s", code, left, out)
+	}
+}
+
+// TestCLIVerifyExpectedTwice: verify --expected given one room directory twice
+// compares it once (it counted every event twice; fresh-user pass).
+func TestCLIVerifyExpectedTwice(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	if out, code := run(t, "import", "--store", store, room("room002")); code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "replay", "--store", store); code != 0 {
+		t.Fatalf("replay: exit %d\n%s", code, out)
+	}
+	once, code := run(t, "verify", "--store", store, "--expected", room("room002"))
+	if code != 0 {
+		t.Fatalf("verify: exit %d\n%s", code, once)
+	}
+	twice, code := run(t, "verify", "--store", store, "--expected", room("room002"), "--expected", room("room002")+"/")
+	if code != 0 || !strings.Contains(twice, "given more than once: read once") {
+		t.Fatalf("verify with the room twice: exit %d\n%s", code, twice)
+	}
+	count := func(out string) string {
+		for _, f := range strings.Fields(out) {
+			if strings.HasPrefix(f, "compared_events=") {
+				return f
+			}
+		}
+		t.Fatalf("no compared_events= in\n%s", out)
+		return ""
+	}
+	if count(once) != count(twice) || count(once) == "compared_events=0" {
+		t.Fatalf("compared once %s, given twice %s", count(once), count(twice))
+	}
+}
