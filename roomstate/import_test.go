@@ -131,6 +131,24 @@ func TestImportUnknownRoomVersion(t *testing.T) {
 	require.Empty(t, rooms)
 }
 
+// TestImportNonIntegerNumber: a number v6+ does not allow in a PDU (a fraction,
+// an exponent, -0, beyond 2^53-1) is refused with a reason that says so
+// (gomatrixserverlib's own was "value is outside of safe range" for all of them;
+// fresh-user pass).
+func TestImportNonIntegerNumber(t *testing.T) {
+	for _, n := range []string{"1.5", "1e3", "-0", "9007199254740992"} {
+		lines := roomLines(t, "room002")[:2] // v10: the create event and the creator's join
+		require.Contains(t, lines[1], `"membership":"join"`)
+		lines[1] = strings.Replace(lines[1], `"membership":"join"`, `"membership":"join","n":`+n, 1)
+		eng, st := openStore(t, t.TempDir())
+		_, err := st.Import(strings.NewReader(strings.Join(lines, "\n")), "n.jsonl", roomstate.ImportOptions{})
+		eng.Close()
+		require.ErrorIs(t, err, roomstate.ErrMalformedPDU, n)
+		require.Contains(t, err.Error(), "n.jsonl line 2", n)
+		require.Contains(t, err.Error(), "a number that room version 10 does not allow", n)
+	}
+}
+
 // TestImportJSONArray: the same PDUs as one JSON array import alike, and an error
 // names the array element.
 func TestImportJSONArray(t *testing.T) {

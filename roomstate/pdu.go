@@ -95,6 +95,12 @@ func ParsePDU(version gomatrixserverlib.RoomVersion, raw []byte) (pdu gomatrixse
 		}
 	}()
 	pdu, err = verImpl.NewEventFromUntrustedJSON(raw)
+	if errors.Is(err, gomatrixserverlib.ErrCanonicalJSON) {
+		// gomatrixserverlib's wording ("value is outside of safe range") is also
+		// its answer for a fraction, an exponent and -0.
+		return nil, fmt.Errorf("%w: a number that room version %s does not allow: PDUs of v6+ hold only integers from -(2^53)+1 to 2^53-1, without a fraction, an exponent or -0 (spec, Room Versions 6, canonical JSON)",
+			ErrMalformedPDU, version)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformedPDU, err)
 	}
