@@ -233,11 +233,12 @@ to continue. A second signal stops at once.`,
 			if err != nil {
 				return err
 			}
-			paths, err := importPaths(args, cmd.ErrOrStderr())
+			skip := importSkips(cmd.ErrOrStderr(), cmd.OutOrStdout(), asJSON)
+			paths, err := importPaths(args, skip)
 			if err != nil {
 				return err
 			}
-			if paths, err = dropBlank(paths, cmd.ErrOrStderr()); err != nil {
+			if paths, err = dropBlank(paths, skip); err != nil {
 				return err
 			}
 			var keys roomstate.KeyRing

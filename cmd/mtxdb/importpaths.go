@@ -14,8 +14,10 @@ import (
 // importPaths resolves import's arguments to the files to read, in order: a file
 // as it is; a room directory (holding events.jsonl) as its events.jsonl; a
 // directory of room directories (testrooms/real, a gen --rooms output; symlinked
-// room directories included) as each room's events.jsonl, sorted by name.
-func importPaths(args []string, warn io.Writer) ([]string, error) {
+// room directories included) as each room's events.jsonl, sorted by name. Each
+// subdirectory of a directory of rooms that holds no events.jsonl is passed to
+// skip.
+func importPaths(args []string, skip skipFunc) ([]string, error) {
 	var paths []string
 	for _, a := range args {
 		fi, err := os.Stat(a)
@@ -49,10 +51,35 @@ func importPaths(args []string, warn io.Writer) ([]string, error) {
 			return nil, err
 		}
 		for _, d := range others {
-			fmt.Fprintf(warn, "mtxdb: import: warning: %s holds no events.jsonl: skipped\n", d)
+			skip(d, skipNoEvents)
 		}
 	}
 	return paths, nil
+}
+
+// skipFunc is told of an input import leaves out, and why (skipNoEvents,
+// skipBlank).
+type skipFunc func(path, reason string)
+
+const (
+	skipNoEvents = "no events.jsonl"
+	skipBlank    = "empty or blank"
+)
+
+// importSkips returns the skipFunc of import: a warning on warn, and with asJSON
+// also a {"kind":"skipped","path":...,"reason":...} line on out.
+func importSkips(warn, out io.Writer, asJSON bool) skipFunc {
+	return func(path, reason string) {
+		switch reason {
+		case skipNoEvents:
+			fmt.Fprintf(warn, "mtxdb: import: warning: %s holds no events.jsonl: skipped\n", path)
+		default:
+			fmt.Fprintf(warn, "mtxdb: warning: %s is empty or blank: no PDUs in it\n", path)
+		}
+		if asJSON {
+			printLine(out, true, "skipped", kv{"path", path}, kv{"reason", reason})
+		}
+	}
 }
 
 // blankInput reports whether a file holds nothing but white space (and a UTF-8
@@ -83,9 +110,9 @@ func blankInput(path string) (bool, error) {
 	}
 }
 
-// dropBlank warns about each input that holds no PDU and returns the others; when
-// every input is blank it fails before a store is created.
-func dropBlank(paths []string, warn io.Writer) ([]string, error) {
+// dropBlank passes each input that holds no PDU to skip and returns the others;
+// when every input is blank it fails before a store is created.
+func dropBlank(paths []string, skip skipFunc) ([]string, error) {
 	var out []string
 	for _, p := range paths {
 		blank, err := blankInput(p)
@@ -93,7 +120,7 @@ func dropBlank(paths []string, warn io.Writer) ([]string, error) {
 			return nil, err
 		}
 		if blank {
-			fmt.Fprintf(warn, "mtxdb: warning: %s is empty or blank: no PDUs in it\n", p)
+			skip(p, skipBlank)
 			continue
 		}
 		out = append(out, p)

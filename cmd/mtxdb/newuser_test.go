@@ -538,6 +538,23 @@ func TestCLIRoomDirWithoutEvents(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "warning: "+filepath.Join(rooms, "room003")+" holds no events.jsonl: skipped") {
 		t.Fatalf("import: exit %d\n%s", code, out)
 	}
+	// --json: the skipped directory is an object on stdout too (it was only the
+	// warning on stderr; fresh-user pass).
+	stdout, err := exec.Command(bin, "import", "--json", "--store", filepath.Join(dir, "sj"), rooms).Output()
+	if err != nil {
+		t.Fatalf("import --json: %v\n%s", err, stdout)
+	}
+	skipped := false
+	for _, line := range strings.Split(strings.TrimSpace(string(stdout)), "\n") {
+		var o struct{ Kind, Path, Reason string }
+		if err := json.Unmarshal([]byte(line), &o); err != nil {
+			t.Fatalf("import --json printed %q: %v", line, err)
+		}
+		skipped = skipped || o.Kind == "skipped" && o.Path == filepath.Join(rooms, "room003") && o.Reason == "no events.jsonl"
+	}
+	if !skipped {
+		t.Fatalf("import --json: no skipped object for room003\n%s", stdout)
+	}
 	if out, code := run(t, "replay", "--store", store); code != 0 {
 		t.Fatalf("replay: exit %d\n%s", code, out)
 	}
