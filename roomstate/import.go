@@ -303,6 +303,7 @@ func (imp *importer) run(in io.Reader) error {
 				if readFailed(err) {
 					return &ImportError{Source: imp.source, Line: n, Element: true, Err: err}
 				}
+				imp.res.Read++ // an element, refused: read, imported, skipped and refused add up
 				return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true,
 					Err: fmt.Errorf("%w: %v (the rest of the array cannot be read)", ErrMalformedPDU, err)})
 			}

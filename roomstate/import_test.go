@@ -177,6 +177,17 @@ func TestImportJSONArray(t *testing.T) {
 		e.Close()
 		require.ErrorIs(t, err, roomstate.ErrMalformedPDU, name)
 	}
+	// Keeping going, an element that cannot be decoded is read and refused, so
+	// the counts add up (it was refused without being counted as read).
+	e3, st3 := openStore(t, t.TempDir())
+	res, err = st3.Import(strings.NewReader("["+strings.Join(lines[:2], ",")+`,{"type":"x","bad":[1,2`), "cut.json", roomstate.ImportOptions{KeepGoing: true})
+	e3.Close()
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Read)
+	require.Equal(t, 2, res.Imported)
+	require.Len(t, res.Refused, 1)
+	require.Contains(t, res.Refused[0].Error(), "cut.json element 3")
+
 	e2, st2 := openStore(t, t.TempDir())
 	defer e2.Close()
 	_, err = st2.Import(strings.NewReader("["+strings.Join(lines[:3], ",")+"]\n \n"), "arr.json", roomstate.ImportOptions{})
