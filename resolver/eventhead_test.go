@@ -281,3 +281,63 @@ func replayRecords(t *testing.T, dir string) replayed {
 	}
 	return out
 }
+
+// TestEventHeadMembershipKeyCase: the content of a member event may name its
+// membership under a key that differs from "membership" only in case. Go's
+// encoding/json (gomatrixserverlib's MemberContent) matches such a key, this
+// package's member rule reads the exact key; whichever way it is read, the event
+// as its head (content {"membership": ...}) must be decided as the parsed event,
+// both when it is checked and when it is an auth event of another. Every member
+// event of the real rooms is tried with such contents.
+func TestEventHeadMembershipKeyCase(t *testing.T) {
+	dirs, err := filepath.Glob(filepath.Join(testrooms.Dir(), "real", "room*"))
+	require.NoError(t, err)
+	contents := []string{
+		`{"Membership":"join"}`,
+		`{"MEMBERSHIP":"leave"}`,
+		`{"membershiP":"invite"}`,
+		`{"Membership":"ban","membership":"join"}`,
+		`{"membership":"join","Membership":"leave"}`,
+	}
+	checked, asAuth := 0, 0
+	for _, dir := range dirs {
+		events := loadPDUs(t, dir)
+		for _, p := range events.order {
+			if p.Type() != spec.MRoomMember || p.StateKey() == nil {
+				continue
+			}
+			var auth []gomatrixserverlib.PDU
+			for _, a := range p.AuthEventIDs() {
+				if ae, ok := events.byID[a]; ok {
+					auth = append(auth, ae)
+				}
+			}
+			for i, c := range contents {
+				v := withField(t, p, "content", c, 100+i)
+				if h, ok := resolver.CheckedHeadFor(v); ok {
+					require.Equal(t, checkAll(v, auth), checkAll(h, auth), "%s: event %s with content %s: checked as its head", dir, v.EventID(), c)
+					checked++
+				}
+				// v as the member auth event of a message its target sends.
+				s, ok := resolver.MemberAuthFor(v)
+				if !ok {
+					continue
+				}
+				msg := withField(t, withField(t, p, "type", `"m.room.message"`, 110+i), "content", `{"body":"x"}`, 120+i)
+				msg = withField(t, withField(t, msg, "state_key", `null`, 130+i), "sender", fmt.Sprintf("%q", *p.StateKey()), 140+i)
+				var msgAuth, stood []gomatrixserverlib.PDU
+				for _, a := range auth {
+					if a.Type() != spec.MRoomMember {
+						msgAuth, stood = append(msgAuth, a), append(stood, a)
+					}
+				}
+				msgAuth, stood = append(msgAuth, v), append(stood, s)
+				require.Equal(t, checkAll(msg, msgAuth), checkAll(msg, stood), "%s: event %s with content %s: as an auth event", dir, v.EventID(), c)
+				asAuth++
+			}
+		}
+	}
+	t.Logf("%d checked as heads, %d as auth events", checked, asAuth)
+	require.Positive(t, checked)
+	require.Positive(t, asAuth)
+}
