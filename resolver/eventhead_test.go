@@ -341,3 +341,44 @@ func TestEventHeadMembershipKeyCase(t *testing.T) {
 	require.Positive(t, checked)
 	require.Positive(t, asAuth)
 }
+
+// TestResolveMapsHeadSource: ResolveMaps given a Resolver itself as its source
+// (which can answer an event in its light form, eventHead) resolves as given the
+// Resolver as a bare EventSource (every event parsed), with the PDU cache at one
+// entry so that the light forms are what it answers: at every merge of the real
+// rooms (room version 1's resolution is gomatrixserverlib's, which reads depth
+// and content) and of a generated v12 room (the create event's content gives the
+// creators).
+func TestResolveMapsHeadSource(t *testing.T) {
+	dirs, err := testrooms.RealRoomDirs(filepath.Join(testrooms.Dir(), "real"))
+	require.NoError(t, err)
+	opts := gen.DefaultOptions()
+	opts.Seed, opts.Events, opts.Servers, opts.RoomVersion = 3, 400, 4, "12"
+	dir := filepath.Join(t.TempDir(), "gen-v12")
+	_, err = gen.Generate(opts, dir, nil)
+	require.NoError(t, err)
+	dirs = append(dirs, dir)
+	restore := resolver.SetPDUCacheSize(1)
+	defer restore()
+	merges := map[gomatrixserverlib.RoomVersion]int{}
+	for _, dir := range dirs {
+		room, r, ids := replayedResolver(t, dir)
+		for _, id := range ids {
+			maps := mergeInputs(t, room, id)
+			if maps == nil {
+				continue
+			}
+			want, err := resolver.ResolveMaps(room.Version(), maps, plainSource{r})
+			require.NoError(t, err, "%s %s", dir, id)
+			got, err := resolver.ResolveMaps(room.Version(), maps, r)
+			require.NoError(t, err, "%s %s: with the Resolver as source", dir, id)
+			if d := diffMaps(got, want); d != "" {
+				t.Errorf("%s: state before %s (room version %s): the Resolver as source differs: %s", filepath.Base(dir), id, room.Version(), d)
+			}
+			merges[room.Version()]++
+		}
+	}
+	t.Logf("merges compared by room version: %v", merges)
+	require.Positive(t, merges[gomatrixserverlib.RoomVersionV1])
+	require.Positive(t, merges[gomatrixserverlib.RoomVersionV12])
+}
