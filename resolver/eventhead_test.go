@@ -19,8 +19,10 @@ import (
 	"github.com/mtxdb/mtxdb/testrooms/gen"
 )
 
-// memberAuthRooms are the rooms the stand-in tests read: every real room and
-// generated rooms of several versions with kicks, bans, invites and rejections.
+// memberAuthRooms are the rooms the stand-in tests read: every real room,
+// generated rooms of several versions with kicks, bans, invites and rejections,
+// and the scripted rooms of every room version 1-12 (third-party invites, knocks,
+// restricted joins, aliases, redactions: scriptedRooms).
 func memberAuthRooms(t *testing.T) []string {
 	dirs, err := filepath.Glob(filepath.Join(testrooms.Dir(), "real", "room*"))
 	require.NoError(t, err)
@@ -32,7 +34,7 @@ func memberAuthRooms(t *testing.T) []string {
 		require.NoError(t, err)
 		dirs = append(dirs, dir)
 	}
-	return dirs
+	return append(dirs, scriptedRooms(t)...)
 }
 
 // TestMemberAuthStandsIn checks that the stand-in authorisation uses for a member
@@ -233,7 +235,15 @@ func checkAll(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU) string {
 // the store, and compares every event's state record (before, after, rejection
 // and its reason) and the room head with a replay at the default size.
 func TestReplayWithoutPDUCache(t *testing.T) {
-	for _, dir := range memberAuthRooms(t) {
+	recipes, err := filepath.Glob(filepath.Join(testrooms.Dir(), "..", "integration", "testdata", "recipes", "*", "events.jsonl"))
+	require.NoError(t, err)
+	require.NotEmpty(t, recipes)
+	dirs := memberAuthRooms(t)
+	for _, f := range recipes {
+		dirs = append(dirs, filepath.Dir(f))
+	}
+	dirs = append(dirs, conflictRooms(t)...)
+	for _, dir := range dirs {
 		want := replayRecords(t, dir)
 		restore := resolver.SetPDUCacheSize(1)
 		got := replayRecords(t, dir)
@@ -244,6 +254,24 @@ func TestReplayWithoutPDUCache(t *testing.T) {
 			require.Equal(t, st, got.states[id], "%s: event %s", dir, id)
 		}
 	}
+}
+
+// conflictRooms are generated rooms (v10-12) made to conflict: few members,
+// many servers, power levels changes, conflicting admins, join rules changes,
+// kicks, bans and a tenth of events sent without the permission for them.
+func conflictRooms(t *testing.T) []string {
+	var dirs []string
+	for _, v := range []string{"10", "11", "12"} {
+		dir := filepath.Join(t.TempDir(), "conflict"+v)
+		opts := gen.DefaultOptions()
+		opts.Seed, opts.Events, opts.Servers, opts.Members, opts.RoomVersion = 11, 1500, 6, 40, v
+		opts.BadRate, opts.MaxDelay, opts.Loss = 0.1, 12, 0.1
+		opts.Mix.Power, opts.Mix.PowerConflict, opts.Mix.JoinRules, opts.Mix.Kick, opts.Mix.Ban, opts.Mix.Unban = 3, 2, 2, 3, 2, 1
+		_, err := gen.Generate(opts, dir, nil)
+		require.NoError(t, err)
+		dirs = append(dirs, dir)
+	}
+	return dirs
 }
 
 type replayed struct {
@@ -260,7 +288,7 @@ func replayRecords(t *testing.T, dir string) replayed {
 	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
 	require.NoError(t, err)
 	defer f.Close()
-	res, err := st.Import(f, dir, roomstate.ImportOptions{})
+	res, err := st.Import(f, dir, roomstate.ImportOptions{KeepGoing: true}) // a recipe room holds a PDU import refuses
 	require.NoError(t, err)
 	out := replayed{states: map[string]roomstate.EventState{}}
 	for _, id := range res.Rooms {
