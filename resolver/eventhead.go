@@ -73,6 +73,14 @@ func membershipCode(p gomatrixserverlib.PDU) uint8 {
 	if json.Unmarshal(p.Content(), &c) != nil || c.ThirdPartyInvite != nil || c.AuthorisedVia != "" || c.MXIDMapping != nil {
 		return membUnknown
 	}
+	// encoding/json matches a key such as "Membership" to the field, this
+	// package's member rule (memberRules) reads only the exact key: both must
+	// read the same membership (TestEventHeadMembershipKeyCase).
+	var raw map[string]json.RawMessage
+	var m string
+	if json.Unmarshal(p.Content(), &raw) != nil || json.Unmarshal(raw["membership"], &m) != nil || m != c.Membership {
+		return membUnknown
+	}
 	for code, m := range membershipNames {
 		if m != "" && m == c.Membership {
 			return uint8(code)

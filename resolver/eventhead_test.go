@@ -19,8 +19,10 @@ import (
 	"github.com/mtxdb/mtxdb/testrooms/gen"
 )
 
-// memberAuthRooms are the rooms the stand-in tests read: every real room and
-// generated rooms of several versions with kicks, bans, invites and rejections.
+// memberAuthRooms are the rooms the stand-in tests read: every real room,
+// generated rooms of several versions with kicks, bans, invites and rejections,
+// and the scripted rooms of every room version 1-12 (third-party invites, knocks,
+// restricted joins, aliases, redactions: scriptedRooms).
 func memberAuthRooms(t *testing.T) []string {
 	dirs, err := filepath.Glob(filepath.Join(testrooms.Dir(), "real", "room*"))
 	require.NoError(t, err)
@@ -32,7 +34,7 @@ func memberAuthRooms(t *testing.T) []string {
 		require.NoError(t, err)
 		dirs = append(dirs, dir)
 	}
-	return dirs
+	return append(dirs, scriptedRooms(t)...)
 }
 
 // TestMemberAuthStandsIn checks that the stand-in authorisation uses for a member
@@ -233,7 +235,15 @@ func checkAll(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU) string {
 // the store, and compares every event's state record (before, after, rejection
 // and its reason) and the room head with a replay at the default size.
 func TestReplayWithoutPDUCache(t *testing.T) {
-	for _, dir := range memberAuthRooms(t) {
+	recipes, err := filepath.Glob(filepath.Join(testrooms.Dir(), "..", "integration", "testdata", "recipes", "*", "events.jsonl"))
+	require.NoError(t, err)
+	require.NotEmpty(t, recipes)
+	dirs := memberAuthRooms(t)
+	for _, f := range recipes {
+		dirs = append(dirs, filepath.Dir(f))
+	}
+	dirs = append(dirs, conflictRooms(t)...)
+	for _, dir := range dirs {
 		want := replayRecords(t, dir)
 		restore := resolver.SetPDUCacheSize(1)
 		got := replayRecords(t, dir)
@@ -244,6 +254,24 @@ func TestReplayWithoutPDUCache(t *testing.T) {
 			require.Equal(t, st, got.states[id], "%s: event %s", dir, id)
 		}
 	}
+}
+
+// conflictRooms are generated rooms (v10-12) made to conflict: few members,
+// many servers, power levels changes, conflicting admins, join rules changes,
+// kicks, bans and a tenth of events sent without the permission for them.
+func conflictRooms(t *testing.T) []string {
+	var dirs []string
+	for _, v := range []string{"10", "11", "12"} {
+		dir := filepath.Join(t.TempDir(), "conflict"+v)
+		opts := gen.DefaultOptions()
+		opts.Seed, opts.Events, opts.Servers, opts.Members, opts.RoomVersion = 11, 1500, 6, 40, v
+		opts.BadRate, opts.MaxDelay, opts.Loss = 0.1, 12, 0.1
+		opts.Mix.Power, opts.Mix.PowerConflict, opts.Mix.JoinRules, opts.Mix.Kick, opts.Mix.Ban, opts.Mix.Unban = 3, 2, 2, 3, 2, 1
+		_, err := gen.Generate(opts, dir, nil)
+		require.NoError(t, err)
+		dirs = append(dirs, dir)
+	}
+	return dirs
 }
 
 type replayed struct {
@@ -260,7 +288,7 @@ func replayRecords(t *testing.T, dir string) replayed {
 	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
 	require.NoError(t, err)
 	defer f.Close()
-	res, err := st.Import(f, dir, roomstate.ImportOptions{})
+	res, err := st.Import(f, dir, roomstate.ImportOptions{KeepGoing: true}) // a recipe room holds a PDU import refuses
 	require.NoError(t, err)
 	out := replayed{states: map[string]roomstate.EventState{}}
 	for _, id := range res.Rooms {
@@ -280,4 +308,105 @@ func replayRecords(t *testing.T, dir string) replayed {
 		}
 	}
 	return out
+}
+
+// TestEventHeadMembershipKeyCase: the content of a member event may name its
+// membership under a key that differs from "membership" only in case. Go's
+// encoding/json (gomatrixserverlib's MemberContent) matches such a key, this
+// package's member rule reads the exact key; whichever way it is read, the event
+// as its head (content {"membership": ...}) must be decided as the parsed event,
+// both when it is checked and when it is an auth event of another. Every member
+// event of the real rooms is tried with such contents.
+func TestEventHeadMembershipKeyCase(t *testing.T) {
+	dirs, err := filepath.Glob(filepath.Join(testrooms.Dir(), "real", "room*"))
+	require.NoError(t, err)
+	contents := []string{
+		`{"Membership":"join"}`,
+		`{"MEMBERSHIP":"leave"}`,
+		`{"membershiP":"invite"}`,
+		`{"Membership":"ban","membership":"join"}`,
+		`{"membership":"join","Membership":"leave"}`,
+	}
+	checked, asAuth := 0, 0
+	for _, dir := range dirs {
+		events := loadPDUs(t, dir)
+		for _, p := range events.order {
+			if p.Type() != spec.MRoomMember || p.StateKey() == nil {
+				continue
+			}
+			var auth []gomatrixserverlib.PDU
+			for _, a := range p.AuthEventIDs() {
+				if ae, ok := events.byID[a]; ok {
+					auth = append(auth, ae)
+				}
+			}
+			for i, c := range contents {
+				v := withField(t, p, "content", c, 100+i)
+				if h, ok := resolver.CheckedHeadFor(v); ok {
+					require.Equal(t, checkAll(v, auth), checkAll(h, auth), "%s: event %s with content %s: checked as its head", dir, v.EventID(), c)
+					checked++
+				}
+				// v as the member auth event of a message its target sends.
+				s, ok := resolver.MemberAuthFor(v)
+				if !ok {
+					continue
+				}
+				msg := withField(t, withField(t, p, "type", `"m.room.message"`, 110+i), "content", `{"body":"x"}`, 120+i)
+				msg = withField(t, withField(t, msg, "state_key", `null`, 130+i), "sender", fmt.Sprintf("%q", *p.StateKey()), 140+i)
+				var msgAuth, stood []gomatrixserverlib.PDU
+				for _, a := range auth {
+					if a.Type() != spec.MRoomMember {
+						msgAuth, stood = append(msgAuth, a), append(stood, a)
+					}
+				}
+				msgAuth, stood = append(msgAuth, v), append(stood, s)
+				require.Equal(t, checkAll(msg, msgAuth), checkAll(msg, stood), "%s: event %s with content %s: as an auth event", dir, v.EventID(), c)
+				asAuth++
+			}
+		}
+	}
+	t.Logf("%d checked as heads, %d as auth events", checked, asAuth)
+	require.Positive(t, checked)
+	require.Positive(t, asAuth)
+}
+
+// TestResolveMapsHeadSource: ResolveMaps given a Resolver itself as its source
+// (which can answer an event in its light form, eventHead) resolves as given the
+// Resolver as a bare EventSource (every event parsed), with the PDU cache at one
+// entry so that the light forms are what it answers: at every merge of the real
+// rooms (room version 1's resolution is gomatrixserverlib's, which reads depth
+// and content) and of a generated v12 room (the create event's content gives the
+// creators).
+func TestResolveMapsHeadSource(t *testing.T) {
+	dirs, err := testrooms.RealRoomDirs(filepath.Join(testrooms.Dir(), "real"))
+	require.NoError(t, err)
+	opts := gen.DefaultOptions()
+	opts.Seed, opts.Events, opts.Servers, opts.RoomVersion = 3, 400, 4, "12"
+	dir := filepath.Join(t.TempDir(), "gen-v12")
+	_, err = gen.Generate(opts, dir, nil)
+	require.NoError(t, err)
+	dirs = append(dirs, dir)
+	restore := resolver.SetPDUCacheSize(1)
+	defer restore()
+	merges := map[gomatrixserverlib.RoomVersion]int{}
+	for _, dir := range dirs {
+		room, r, ids := replayedResolver(t, dir)
+		for _, id := range ids {
+			maps := mergeInputs(t, room, id)
+			if maps == nil {
+				continue
+			}
+			want, err := resolver.ResolveMaps(room.Version(), maps, plainSource{r})
+			require.NoError(t, err, "%s %s", dir, id)
+			got, err := resolver.ResolveMaps(room.Version(), maps, r)
+			require.NoError(t, err, "%s %s: with the Resolver as source", dir, id)
+			if d := diffMaps(got, want); d != "" {
+				t.Errorf("%s: state before %s (room version %s): the Resolver as source differs: %s", filepath.Base(dir), id, room.Version(), d)
+			}
+			merges[room.Version()]++
+		}
+	}
+	t.Logf("merges compared by room version: %v", merges)
+	require.Positive(t, merges[gomatrixserverlib.RoomVersionV1])
+	require.Positive(t, merges[gomatrixserverlib.RoomVersionV12])
 }

@@ -310,7 +310,7 @@ func findCreate(st *stateRes, maps []StateMap) (gomatrixserverlib.PDU, error) {
 	ck := Key{Type: spec.MRoomCreate, StateKey: ""}
 	for _, m := range maps {
 		if id, ok := m[ck]; ok {
-			return st.event(id)
+			return st.full(id)
 		}
 	}
 	for _, m := range maps {
@@ -325,7 +325,7 @@ func findCreate(st *stateRes, maps []StateMap) (gomatrixserverlib.PDU, error) {
 					return nil, err
 				}
 				if p.Type() == spec.MRoomCreate && p.StateKeyEquals("") {
-					return p, nil
+					return st.full(a) // its content is read (the creators)
 				}
 			}
 		}
@@ -348,6 +348,8 @@ func resolveV1Maps(maps []StateMap, src EventSource) (StateMap, error) {
 		}
 	}
 	out := StateMap{}
+	// Events are read parsed (full), never as a source's light form:
+	// gomatrixserverlib's v1 reads their depth and content.
 	st := &stateRes{src: src, pdus: map[string]gomatrixserverlib.PDU{}}
 	var conflicted, unconflictedAuth []gomatrixserverlib.PDU
 	chain := map[string]bool{}
@@ -356,7 +358,7 @@ func resolveV1Maps(maps []StateMap, src EventSource) (StateMap, error) {
 		if len(ids) == 1 {
 			out[k] = ids[0]
 			if authTypes[k.Type] {
-				p, err := st.event(ids[0])
+				p, err := st.full(ids[0])
 				if err != nil {
 					return nil, err
 				}
@@ -365,7 +367,7 @@ func resolveV1Maps(maps []StateMap, src EventSource) (StateMap, error) {
 			continue
 		}
 		for _, id := range ids {
-			p, err := st.event(id)
+			p, err := st.full(id)
 			if err != nil {
 				return nil, err
 			}
@@ -381,7 +383,7 @@ func resolveV1Maps(maps []StateMap, src EventSource) (StateMap, error) {
 	}
 	var auth []gomatrixserverlib.PDU
 	for _, id := range sortedIDs(chain) {
-		p, err := st.event(id)
+		p, err := st.full(id)
 		if err != nil {
 			return nil, err
 		}

@@ -404,6 +404,9 @@ func (st *stateRes) senderPowerLevel(p gomatrixserverlib.PDU) (int64, error) {
 		return 0, nil
 	}
 	pl, err := st.powerLevels(plEvent)
+	if errors.Is(err, errNoEvent) {
+		return 0, err // the event could not be loaded (plEvent may be a head)
+	}
 	if err != nil {
 		return 0, nil // unparseable levels: treat the sender as powerless
 	}
