@@ -84,7 +84,19 @@ func importSkips(warn, out io.Writer, asJSON bool) skipFunc {
 
 // blankInput reports whether a file holds nothing but white space (and a UTF-8
 // byte order mark): no PDU to import.
+//
+// Only a regular file is looked into: a pipe, a FIFO or a terminal can be read
+// once, and the import must read it from its start (reading ahead here lost the
+// first PDUs of `cat events.jsonl | mtxdb import /dev/stdin`, and a FIFO hung on
+// its second open); such an input is never blank to this check.
 func blankInput(path string) (bool, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false, err
+	}
+	if !fi.Mode().IsRegular() {
+		return false, nil
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return false, err

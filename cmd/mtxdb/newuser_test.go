@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mtxdb/mtxdb/testrooms"
 )
@@ -719,5 +721,41 @@ func TestCLIVerifyExpectedTwice(t *testing.T) {
 	}
 	if count(once) != count(twice) || count(once) == "compared_events=0" {
 		t.Fatalf("compared once %s, given twice %s", count(once), count(twice))
+	}
+}
+
+// TestCLIImportFromPipe: import reads a pipe and a FIFO from their start, once
+// (the blank-input check read ahead: `cat events.jsonl | mtxdb import /dev/stdin`
+// lost its first PDUs and refused the rest, and a FIFO hung on its second open;
+// fresh-user pass).
+func TestCLIImportFromPipe(t *testing.T) {
+	events := filepath.Join(room("room003"), "events.jsonl")
+	want := "read=212 imported=212 skipped=0 variants=0 refused=0"
+	dir := t.TempDir()
+	b, err := os.ReadFile(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "import", "--store", filepath.Join(dir, "s1"), "/dev/stdin")
+	cmd.Stdin = bytes.NewReader(b) // not an *os.File: exec makes a pipe and copies into it
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), want) {
+		t.Fatalf("import from a pipe: %v\n%s", err, out)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			w.Write(b)
+			w.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a guard against the old hang, not a measurement
+	defer cancel()
+	out, err = exec.CommandContext(ctx, bin, "import", "--store", filepath.Join(dir, "s2"), fifo).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), want) {
+		t.Fatalf("import from a FIFO: %v\n%s", err, out)
 	}
 }
