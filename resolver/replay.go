@@ -235,8 +235,11 @@ func (rp *replay) run() (ReplayResult, error) {
 	g.sortKidsByPosition()
 	rp.res.Outliers = n - len(order)
 	h0 := room.Head()
-	pf := rp.prefetch(order, opts.Force || !h0.Replayed)
-	defer pf.stop()
+	// The prefetcher starts at the first event computed: the events before it keep
+	// their stored state and need no PDU (an incremental replay of a few new
+	// events parsed the whole room ahead; fresh-user pass).
+	var pf *prefetcher
+	defer func() { pf.stop() }()
 	var late []bool // arrived after the keep rule was set, or descends from such an event
 	if h0.StateEvery > 0 {
 		late = make([]bool, n)
@@ -297,6 +300,9 @@ func (rp *replay) run() (ReplayResult, error) {
 		}
 		rp.computed[i] = true
 		rp.res.Computed++
+		if pf == nil && (opts.Force || !h0.Replayed) {
+			pf = rp.prefetch(order[p+1:], true)
+		}
 		prevRoots := make([]hamtstore.NodeID, 0, len(prevs))
 		for _, x := range prevs {
 			root, err := rp.afterOf(x)
