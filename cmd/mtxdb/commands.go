@@ -601,7 +601,7 @@ otherwise.`,
 				return err
 			}
 			if listRejected {
-				if err := printRejected(rooms, cmd.OutOrStdout()); err != nil {
+				if err := printRejected(rooms, cmd.OutOrStdout(), asJSON); err != nil {
 					return err
 				}
 			}
@@ -647,7 +647,7 @@ func nonEmptyFlag(c *cobra.Command, name, value string) error {
 // with a warning to warn.
 func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*testrooms.Expected, error) {
 	out := map[string][]*testrooms.Expected{}
-	seen := map[string]bool{} // room directories read, by absolute path
+	seen := map[string]bool{} // room directories read, by absolute path, symlinks resolved
 	for _, p := range paths {
 		dirs := []string{p}
 		if _, err := os.Stat(filepath.Join(p, "expected_state.jsonl")); err != nil {
@@ -669,6 +669,9 @@ func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*testrooms.E
 			abs, err := filepath.Abs(d)
 			if err != nil {
 				return nil, err
+			}
+			if real, err := filepath.EvalSymlinks(abs); err == nil {
+				abs = real // a symlinked room directory is the directory it names
 			}
 			if seen[abs] {
 				fmt.Fprintf(warn, "mtxdb: warning: %s given more than once: read once\n", d)

@@ -706,9 +706,13 @@ func TestCLIVerifyExpectedTwice(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("verify: exit %d\n%s", code, once)
 	}
-	twice, code := run(t, "verify", "--store", store, "--expected", room("room002"), "--expected", room("room002")+"/")
-	if code != 0 || !strings.Contains(twice, "given more than once: read once") {
-		t.Fatalf("verify with the room twice: exit %d\n%s", code, twice)
+	link := filepath.Join(t.TempDir(), "link002")
+	if err := os.Symlink(room("room002"), link); err != nil {
+		t.Fatal(err)
+	}
+	twice, code := run(t, "verify", "--store", store, "--expected", room("room002"), "--expected", room("room002")+"/", "--expected", link)
+	if code != 0 || strings.Count(twice, "given more than once: read once") != 2 {
+		t.Fatalf("verify with the room three times (a trailing slash, a symlink): exit %d\n%s", code, twice)
 	}
 	count := func(out string) string {
 		for _, f := range strings.Fields(out) {
@@ -757,5 +761,53 @@ func TestCLIImportFromPipe(t *testing.T) {
 	out, err = exec.CommandContext(ctx, bin, "import", "--store", filepath.Join(dir, "s2"), fifo).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), want) {
 		t.Fatalf("import from a FIFO: %v\n%s", err, out)
+	}
+}
+
+// TestCLIDemoStores: demo refuses a --store that already holds rooms (it replayed
+// and repacked them too, and its summary mixed their counts with the demo's); a
+// mismatch found before and after the repack counts once in the summary (it
+// counted twice); and with --keep a mismatch exit names the store on stderr
+// (fresh-user pass).
+func TestCLIDemoStores(t *testing.T) {
+	tmp := t.TempDir()
+	held := filepath.Join(tmp, "held")
+	if out, code := run(t, "import", "--store", held, room("room003")); code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "demo", "--store", held, "--rooms", filepath.Dir(room("room002"))); code != 1 || !strings.Contains(out, "already holds 1 room(s)") {
+		t.Fatalf("demo into a store with a room: exit %d\n%s", code, out)
+	}
+	rooms := filepath.Join(tmp, "rooms")
+	dst := filepath.Join(rooms, "room002")
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"events.jsonl", "expected_state.jsonl", "meta.json", "current_state.json"} {
+		b, err := os.ReadFile(filepath.Join(room("room002"), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == "current_state.json" {
+			// One wrong entry in the recorded current state: one mismatch.
+			b = regexp.MustCompile(`("m\.room\.create\\u0000": )"[^"]+"`).ReplaceAll(b, []byte(`$1"$$not-the-create-event"`))
+		}
+		if err := os.WriteFile(filepath.Join(dst, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scratch := filepath.Join(tmp, "scratch")
+	if err := os.Mkdir(scratch, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "demo", "--keep", "--rooms", rooms)
+	cmd.Env = append(os.Environ(), "TMPDIR="+scratch)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	_ = cmd.Run()
+	left, _ := os.ReadDir(scratch)
+	if cmd.ProcessState.ExitCode() != 2 || len(left) != 1 || !strings.Contains(stdout.String(), " mismatches=1 ") ||
+		!strings.Contains(stderr.String(), "the store is left in "+filepath.Join(scratch, left[0].Name(), "store")) {
+		t.Fatalf("demo --keep with one mismatch: exit %d, TMPDIR holds %v\nstdout:\n%s\nstderr:\n%s", cmd.ProcessState.ExitCode(), left, &stdout, &stderr)
 	}
 }

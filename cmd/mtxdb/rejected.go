@@ -9,8 +9,9 @@ import (
 
 // printRejected prints every event replay rejected, room by room in arrival order,
 // with the reason its state record keeps (resolver.Authorize's error: the
-// authorization rule's version, number and ID).
-func printRejected(rooms []*roomstate.Room, out io.Writer) error {
+// authorization rule's version, number and ID); with asJSON, each as a
+// {"kind":"rejected","room","event","reason"} object.
+func printRejected(rooms []*roomstate.Room, out io.Writer, asJSON bool) error {
 	for _, r := range rooms {
 		ids, err := r.EventIDs()
 		if err != nil {
@@ -21,7 +22,11 @@ func printRejected(rooms []*roomstate.Room, out io.Writer) error {
 			if err != nil {
 				return err
 			}
-			if ok && st.Rejected {
+			switch {
+			case !ok || !st.Rejected:
+			case asJSON:
+				printLine(out, true, "rejected", kv{"room", r.ID()}, kv{"event", id}, kv{"reason", st.Reason})
+			default:
 				fmt.Fprintf(out, "rejected room=%s event=%s: %s\n", r.ID(), id, st.Reason)
 			}
 		}

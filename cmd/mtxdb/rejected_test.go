@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,6 +35,19 @@ func TestCLIRejectionReasons(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "rejected room=!minimal:a.test event="+topic+": ") || !strings.Contains(out, rule) ||
 		!strings.Contains(out, " mismatches=0 problems=0 rejected=1") {
 		t.Fatalf("verify --rejected: exit %d\n%s", code, out)
+	}
+	// --json: the rejected events are objects too (they were text lines; fresh-user pass).
+	out, code = run(t, "verify", "--store", store, "--expected", dup, "--rejected", "--json")
+	found := false
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var o struct{ Kind, Room, Event, Reason string }
+		if err := json.Unmarshal([]byte(line), &o); err != nil {
+			t.Fatalf("verify --rejected --json printed %q (exit %d): %v", line, code, err)
+		}
+		found = found || o.Kind == "rejected" && o.Room == "!minimal:a.test" && o.Event == topic && strings.Contains(o.Reason, rule)
+	}
+	if code != 0 || !found {
+		t.Fatalf("verify --rejected --json: exit %d, no rejected object\n%s", code, out)
 	}
 
 	big := recipe("oversized-mid-history")
