@@ -270,6 +270,7 @@ to continue. A second signal stops at once.`,
 				}
 			}()
 			var all roomstate.ImportResult // over every input
+			malformedOnly := true          // every refusal so far is of input that is not a PDU
 			stop := catchInterrupts("import", nil)
 			defer stop()
 			for n, path := range paths {
@@ -282,6 +283,9 @@ to continue. A second signal stops at once.`,
 					}
 				}
 				refused += len(res.Refused)
+				for _, r := range res.Refused {
+					malformedOnly = malformedOnly && errors.Is(r.Err, roomstate.ErrMalformedPDU)
+				}
 				f := []kv{{"read", res.Read}, {"imported", res.Imported}, {"skipped", res.Skipped}, {"variants", res.Variants}, {"refused", len(res.Refused)}, {"rooms", len(res.Rooms)}, {"redacted", res.Redacted}}
 				if asJSON {
 					printLine(out, true, "import", append([]kv{{"file", path}}, f...)...)
@@ -310,8 +314,11 @@ to continue. A second signal stops at once.`,
 			removeStore = allRefused && fresh
 			if allRefused && !strict {
 				hint := "is this a room's PDUs (JSON lines or a JSON array)?"
-				if keysFile != "" {
+				switch {
+				case keysFile != "":
 					hint = "see the reasons above: with --keys, a key that is not the servers' refuses every PDU"
+				case !malformedOnly:
+					hint = "see the reasons above"
 				}
 				made := ""
 				if fresh {
@@ -663,6 +670,9 @@ func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*testrooms.E
 			}
 		}
 		if len(dirs) == 0 {
+			if _, ok, _ := testrooms.EventsFile(p); ok {
+				return nil, fmt.Errorf("%s is a room directory without expected_state.jsonl: no state its server recorded to compare with", p)
+			}
 			return nil, fmt.Errorf("%s holds no room directory (events.jsonl, expected_state.jsonl, meta.json)", p)
 		}
 		for _, d := range dirs {
@@ -678,6 +688,9 @@ func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*testrooms.E
 				continue
 			}
 			seen[abs] = true
+			if _, err := os.Stat(filepath.Join(d, "expected_state.jsonl")); errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("%s holds events.jsonl but no expected_state.jsonl: no state its server recorded to compare with", d)
+			}
 			exp, err := testrooms.OpenExpected(d)
 			if err != nil {
 				return nil, err

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -222,6 +223,30 @@ func TestCLIImportErrors(t *testing.T) {
 		t.Fatalf("an input of garbage: exit %d\n%s", code, out)
 	} else if _, err := os.Stat(filepath.Join(dir, "g")); err == nil || !strings.Contains(out, "the store directory this import created is removed") {
 		t.Fatalf("an input of garbage left the empty store it created (%v)\n%s", err, out)
+	}
+	// Every PDU refused for a reason other than its form: the hint says to read
+	// the reasons, not to ask whether this is a room's PDUs (fresh-user pass).
+	conflict := filepath.Join(dir, "conflict.jsonl")
+	{
+		b, err := os.ReadFile(filepath.Join(room("room003"), "events.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := strings.SplitN(string(b), "\n", 2)[0]
+		tampered := regexp.MustCompile(`("sha256":")[^"]`).ReplaceAllString(first, `${1}X`)
+		if tampered == first {
+			t.Fatal("no content hash to tamper with")
+		}
+		if err := os.WriteFile(conflict, []byte(tampered+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s3 := filepath.Join(dir, "s3")
+	if out, code := run(t, "import", "--store", s3, room("room003")); code != 0 {
+		t.Fatalf("import room003: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "import", "--store", s3, conflict); code != 2 || !strings.Contains(out, "none is stored: see the reasons above") || strings.Contains(out, "is this a room's PDUs") {
+		t.Fatalf("a conflicting PDU into a store: exit %d\n%s", code, out)
 	}
 	// Into a store that exists, the store stays.
 	if out, code := run(t, "import", "--store", store, garbage); code != 2 || strings.Contains(out, "is removed") {

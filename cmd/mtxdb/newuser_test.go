@@ -811,3 +811,34 @@ func TestCLIDemoStores(t *testing.T) {
 		t.Fatalf("demo --keep with one mismatch: exit %d, TMPDIR holds %v\nstdout:\n%s\nstderr:\n%s", cmd.ProcessState.ExitCode(), left, &stdout, &stderr)
 	}
 }
+
+// TestCLIExpectedWithoutRecording: verify --expected and demo given a room
+// directory without expected_state.jsonl say so (verify said it "holds no room
+// directory", demo stopped on a bare "open ...: no such file"; fresh-user pass).
+func TestCLIExpectedWithoutRecording(t *testing.T) {
+	tmp := t.TempDir()
+	rooms := filepath.Join(tmp, "rooms")
+	dst := filepath.Join(rooms, "noexp")
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"events.jsonl", "meta.json"} {
+		b, err := os.ReadFile(filepath.Join(room("room003"), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := filepath.Join(tmp, "s")
+	if out, code := run(t, "import", "--store", store, room("room003")); code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "verify", "--store", store, "--expected", dst); code != 1 || !strings.Contains(out, dst+" is a room directory without expected_state.jsonl") {
+		t.Fatalf("verify --expected on a room without a recording: exit %d\n%s", code, out)
+	}
+	if out, code := run(t, "demo", "--rooms", rooms); code != 1 || !strings.Contains(out, dst+" holds events.jsonl but no expected_state.jsonl") {
+		t.Fatalf("demo on a room without a recording: exit %d\n%s", code, out)
+	}
+}
