@@ -62,6 +62,14 @@ func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.S
 		}
 		return eng, roomstate.New(eng), nil
 	}
+	if create {
+		// A new store goes in a new or empty directory: creating one among other
+		// files (import --store DIR DIR, with DIR the room directory) mixed them
+		// with the store's, whose permission checks then named the room's files.
+		if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 && !looksLikeStore(dir) && !onlyLock(entries) {
+			return nil, nil, fmt.Errorf("store %s is a directory holding other files (%s first), not an mtxdb store: give a new or empty directory", dir, entries[0].Name())
+		}
+	}
 	if !create {
 		if fi, err := os.Stat(dir); err != nil {
 			return nil, nil, fmt.Errorf("store %s does not exist (mtxdb import creates it)", dir)
@@ -143,6 +151,12 @@ func storeStats(eng storeEngine) (packstore.Stats, error) {
 // looksLikeStore reports whether dir holds a packstore's files: shard files or
 // index files. Commands other than import and demo refuse anything else, rather
 // than turning a mistyped directory into a store.
+// onlyLock reports whether a directory's entries are a store's lock file alone
+// (a store whose creation stopped before its first shard).
+func onlyLock(entries []os.DirEntry) bool {
+	return len(entries) == 1 && entries[0].Name() == "LOCK"
+}
+
 func looksLikeStore(dir string) bool {
 	for _, pat := range []string{"shard-*.mtdb", "index.ckpt", "index.delta"} {
 		if m, _ := filepath.Glob(filepath.Join(dir, pat)); len(m) > 0 {
@@ -249,14 +263,25 @@ to continue. A second signal stops at once.`,
 			}
 			_, serr := os.Lstat(store)
 			fresh := !pgstore.IsURL(store) && errors.Is(serr, fs.ErrNotExist) // this run creates the store directory
+			emptyBefore := false
+			if ents, err := os.ReadDir(store); err == nil && len(ents) == 0 && !pgstore.IsURL(store) {
+				emptyBefore = true // this run creates the store in an empty directory
+			}
 			eng, st, err := openStore(store, true)
 			if err != nil {
 				return err
 			}
 			removeStore := false // a store this run created and stored nothing in
 			defer func() {
-				if removeStore {
+				switch {
+				case !removeStore:
+				case fresh:
 					os.RemoveAll(store)
+				default: // the directory was there, empty: empty it again
+					ents, _ := os.ReadDir(store)
+					for _, e := range ents {
+						os.RemoveAll(filepath.Join(store, e.Name()))
+					}
 				}
 			}()
 			defer eng.Close()
@@ -311,7 +336,7 @@ to continue. A second signal stops at once.`,
 				all.Redacted += res.Redacted
 			}
 			allRefused := refused > 0 && all.Imported == 0 && all.Skipped == 0
-			removeStore = allRefused && fresh
+			removeStore = allRefused && (fresh || emptyBefore)
 			if allRefused && !strict {
 				hint := "is this a room's PDUs (JSON lines or a JSON array)?"
 				switch {
@@ -321,8 +346,11 @@ to continue. A second signal stops at once.`,
 					hint = "see the reasons above"
 				}
 				made := ""
-				if fresh {
+				switch {
+				case fresh:
 					made = " (the store directory this import created is removed)"
+				case emptyBefore:
+					made = " (the store files this import created in the empty directory are removed)"
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import: all %d PDUs read were refused and none is stored%s: %s\n", refused, made, hint)
 			}

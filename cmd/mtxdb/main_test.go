@@ -224,6 +224,30 @@ func TestCLIImportErrors(t *testing.T) {
 	} else if _, err := os.Stat(filepath.Join(dir, "g")); err == nil || !strings.Contains(out, "the store directory this import created is removed") {
 		t.Fatalf("an input of garbage left the empty store it created (%v)\n%s", err, out)
 	}
+	// Into an empty directory that was there: the directory stays, empty.
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(t, "import", "--store", empty, garbage); code != 2 || !strings.Contains(out, "created in the empty directory are removed") {
+		t.Fatalf("garbage into an empty directory: exit %d\n%s", code, out)
+	} else if ents, err := os.ReadDir(empty); err != nil || len(ents) != 0 {
+		t.Fatalf("garbage into an empty directory left %v (%v)", ents, err)
+	}
+	// A directory of other files is not made a store (import --store DIR DIR
+	// mixed the store's files with the room's).
+	self := filepath.Join(dir, "self")
+	if err := os.Mkdir(self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(self, "events.jsonl"), []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(t, "import", "--store", self, self); code != 1 || !strings.Contains(out, "holding other files (events.jsonl first), not an mtxdb store") {
+		t.Fatalf("import into the room's own directory: exit %d\n%s", code, out)
+	} else if ents, _ := os.ReadDir(self); len(ents) != 1 {
+		t.Fatalf("import into the room's own directory wrote %v", ents)
+	}
 	// Every PDU refused for a reason other than its form: the hint says to read
 	// the reasons, not to ask whether this is a room's PDUs (fresh-user pass).
 	conflict := filepath.Join(dir, "conflict.jsonl")
