@@ -335,6 +335,12 @@ to continue. A second signal stops at once.`,
 				all.Read, all.Imported, all.Skipped, all.Variants = all.Read+res.Read, all.Imported+res.Imported, all.Skipped+res.Skipped, all.Variants+res.Variants
 				all.Redacted += res.Redacted
 			}
+			if all.Read == 0 && refused == 0 {
+				// No PDU in any input: an empty pipe, "[]" (a blank regular file
+				// is caught before the store is opened).
+				removeStore = fresh || emptyBefore
+				return fmt.Errorf("nothing to import: the inputs hold no PDU (nothing written)")
+			}
 			allRefused := refused > 0 && all.Imported == 0 && all.Skipped == 0
 			removeStore = allRefused && (fresh || emptyBefore)
 			if allRefused && !strict {
@@ -418,7 +424,60 @@ func importFile(st *roomstate.Store, path string, opts roomstate.ImportOptions, 
 		bar = newProgress(out, fi.Size(), "import "+name, true)
 	}
 	defer bar.finish()
-	return st.Import(countingReader{f, bar}, path, opts)
+	var r io.Reader = f
+	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
+		r = &pipeReader{f: f, res: make(chan pipeRead, 1)}
+	}
+	return st.Import(countingReader{r, bar}, path, opts)
+}
+
+// pipeReader reads a pipe, FIFO or terminal on a goroutine, so that SIGINT or
+// SIGTERM stops an import waiting on an idle writer: the read in flight is
+// abandoned and Read returns errInterrupted, and Import syncs what it read
+// before. A regular file's reads do not block, and countingReader checks
+// between them. (A signal did nothing while the import waited on a pipe; a
+// second one exited at once and lost the PDUs read so far; fresh-user pass.)
+type pipeReader struct {
+	f       *os.File
+	res     chan pipeRead
+	buf     []byte
+	pending bool // a read of buf is in flight
+}
+
+type pipeRead struct {
+	n   int
+	err error
+}
+
+// pipePoll is how often a pipeReader waiting on its read looks for a signal.
+const pipePoll = 50 * time.Millisecond
+
+func (p *pipeReader) Read(b []byte) (int, error) {
+	if !p.pending {
+		if cap(p.buf) < len(b) {
+			p.buf = make([]byte, len(b))
+		}
+		buf := p.buf[:len(b)]
+		p.pending = true
+		go func() {
+			n, err := p.f.Read(buf)
+			p.res <- pipeRead{n, err}
+		}()
+	}
+	t := time.NewTicker(pipePoll)
+	defer t.Stop()
+	for {
+		select {
+		case r := <-p.res:
+			p.pending = false
+			return copy(b, p.buf[:r.n]), r.err
+		case <-t.C:
+			if interrupted() {
+				return 0, errInterrupted
+			}
+			testNotice("import-pipe-wait")
+		}
+	}
 }
 
 // countingReader advances a byte-based progress bar as the import reads.

@@ -79,3 +79,18 @@ func testStall(phase string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// noticed holds the phases testNotice has announced.
+var noticed sync.Map
+
+// testNotice announces reaching phase on stderr, once, when MTXDB_TEST_STALL names
+// it, and goes on: for tests that signal a command while it waits outside this
+// program (import blocked on an idle pipe).
+func testNotice(phase string) {
+	if os.Getenv("MTXDB_TEST_STALL") != phase {
+		return
+	}
+	if _, dup := noticed.LoadOrStore(phase, true); !dup {
+		fmt.Fprintf(os.Stderr, "mtxdb: test stall at %s\n", phase)
+	}
+}

@@ -746,6 +746,23 @@ func TestCLIImportFromPipe(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), want) {
 		t.Fatalf("import from a pipe: %v\n%s", err, out)
 	}
+	// An empty pipe, and a file holding an empty array: nothing to import, no
+	// store (both made an empty store, exit 0; fresh-user pass).
+	if err := os.WriteFile(filepath.Join(dir, "empty.json"), []byte(" [ ] \n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"/dev/stdin"}, {filepath.Join(dir, "empty.json")}} {
+		e := filepath.Join(dir, "e")
+		cmd := exec.Command(bin, append([]string{"import", "--store", e}, args...)...)
+		cmd.Stdin = strings.NewReader("")
+		out, _ := cmd.CombinedOutput()
+		if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "nothing to import: the inputs hold no PDU") {
+			t.Fatalf("import of %v holding no PDU: exit %d\n%s", args, cmd.ProcessState.ExitCode(), out)
+		}
+		if _, err := os.Stat(e); err == nil {
+			t.Fatalf("import of %v holding no PDU created the store", args)
+		}
+	}
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
@@ -840,5 +857,69 @@ func TestCLIExpectedWithoutRecording(t *testing.T) {
 	}
 	if out, code := run(t, "demo", "--rooms", rooms); code != 1 || !strings.Contains(out, dst+" holds events.jsonl but no expected_state.jsonl") {
 		t.Fatalf("demo on a room without a recording: exit %d\n%s", code, out)
+	}
+}
+
+// TestCLIImportPipeInterrupted: SIGINT stops an import waiting on an idle pipe,
+// with what it read stored and synced, exit 130 (the signal did nothing until the
+// writer closed the pipe, and a second one lost the PDUs read; fresh-user pass).
+func TestCLIImportPipeInterrupted(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(room("room003"), "events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	store := filepath.Join(t.TempDir(), "s")
+	cmd := exec.Command(bin, "import", "--store", store, "/dev/stdin")
+	cmd.Env = append(os.Environ(), "MTXDB_TEST_STALL=import-pipe-wait")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(in, strings.Join(lines[:100], "")); err != nil {
+		t.Fatal(err)
+	}
+	// The pipe stays open with nothing more in it; a guard closes it if the
+	// import never says it waits (the old code), so the test fails, not hangs.
+	guard := time.AfterFunc(2*time.Minute, func() { in.Close() })
+	defer guard.Stop()
+	var stderr bytes.Buffer
+	sc := bufio.NewScanner(errPipe)
+	waiting := false
+	for sc.Scan() {
+		stderr.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "test stall at import-pipe-wait") {
+			waiting = true
+			break
+		}
+	}
+	if waiting {
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rest, _ := io.ReadAll(errPipe)
+	stderr.Write(rest)
+	_ = cmd.Wait()
+	in.Close()
+	// How many were read before the signal depends on when the import first
+	// waited (all 100 unless it waited before the test wrote): what it says it
+	// stored must be in the store.
+	m := regexp.MustCompile(`the (\d+) PDUs imported from it are stored and synced`).FindStringSubmatch(stderr.String())
+	if !waiting || cmd.ProcessState.ExitCode() != 130 || m == nil {
+		t.Fatalf("import interrupted on an idle pipe: waiting %v, exit %d\n%s", waiting, cmd.ProcessState.ExitCode(), &stderr)
+	}
+	if m[1] == "0" {
+		return // interrupted before any PDU arrived: no store to look at
+	}
+	if out, code := run(t, "stats", "--store", store); code != 0 || !strings.Contains(out, "events="+m[1]+" ") {
+		t.Fatalf("after the interrupted import (%s PDUs stored, it says): exit %d\n%s", m[1], code, out)
 	}
 }
