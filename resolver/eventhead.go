@@ -180,24 +180,34 @@ func (r *Resolver) cached(eventID string) (gomatrixserverlib.PDU, bool) {
 	return p, ok
 }
 
+// light returns the cached PDU of an event, else its eventHead when use allows
+// one for that graph index; false when neither (the caller parses the PDU).
+func (r *Resolver) light(eventID string, use func(i int32) bool) (gomatrixserverlib.PDU, bool) {
+	if p, ok := r.cached(eventID); ok {
+		return p, true
+	}
+	if r.memb == nil {
+		return nil, false
+	}
+	if i, ok := r.g.index.find(r.g.ids, eventID); ok && use(i) {
+		if h, ok := r.head(i); ok {
+			return h, true
+		}
+	}
+	return nil, false
+}
+
 // authEvent returns an event of the room to use as an auth event of an event being
 // authorised (Authorize): the cached PDU, else the eventHead of a member event
 // whose membership is kept, else the PDU read and parsed.
 func (r *Resolver) authEvent(eventID string) (gomatrixserverlib.PDU, error) {
-	if p, ok := r.cached(eventID); ok {
+	if p, ok := r.light(eventID, func(i int32) bool { return r.memb[i] != membUnknown }); ok {
 		return p, nil
-	}
-	if r.memb != nil {
-		if i, ok := r.g.index.find(r.g.ids, eventID); ok && r.memb[i] != membUnknown {
-			if h, ok := r.head(i); ok {
-				return h, nil
-			}
-		}
 	}
 	return r.pdu(eventID)
 }
 
-// AuthEvent implements authEventSource (authEvent).
+// AuthEvent implements lightSource (authEvent).
 func (r *Resolver) AuthEvent(eventID string) (gomatrixserverlib.PDU, error) {
 	return r.authEvent(eventID)
 }
@@ -205,36 +215,20 @@ func (r *Resolver) AuthEvent(eventID string) (gomatrixserverlib.PDU, error) {
 // EventHead implements headSource: the cached PDU, else the eventHead of a state
 // event whose head is learnt; false when neither (the caller parses the PDU).
 func (r *Resolver) EventHead(eventID string) (gomatrixserverlib.PDU, bool) {
-	if p, ok := r.cached(eventID); ok {
-		return p, true
-	}
-	if r.memb == nil {
-		return nil, false
-	}
-	i, ok := r.g.index.find(r.g.ids, eventID)
-	if !ok {
-		return nil, false
-	}
-	if h, ok := r.head(i); ok {
-		return h, true
-	}
-	return nil, false
+	return r.light(eventID, func(int32) bool { return true })
 }
 
-// CheckEvent implements checkSource: the event to check against the
+// CheckEvent implements lightSource: the event to check against the
 // authorization rules in resolution's iterative auth checks. The cached PDU, else
 // its eventHead when checkableHead says the rules read no more of it
 // (TestEventHeadChecked), else the PDU read and parsed.
 func (r *Resolver) CheckEvent(eventID string) (gomatrixserverlib.PDU, error) {
-	if p, ok := r.cached(eventID); ok {
+	p, ok := r.light(eventID, func(i int32) bool {
+		k := r.g.keyOf(i)
+		return k >= 0 && !r.namesCreate[i] && checkableHead(r.g.keys[k].Type, r.memb[i])
+	})
+	if ok {
 		return p, nil
-	}
-	if r.memb != nil {
-		if i, ok := r.g.index.find(r.g.ids, eventID); ok && !r.namesCreate[i] {
-			if h, ok := r.head(i); ok && checkableHead(h.typ, h.memb) {
-				return h, nil
-			}
-		}
 	}
 	return r.pdu(eventID)
 }
@@ -250,7 +244,7 @@ type eventHead struct {
 	id, typ, stateKey, sender string
 	ts                        int64
 	memb                      uint8
-	g                         *graph // for auth_events and prev_events; nil: authIDs, prevIDs
+	g                         *graph // names authIDs and prevIDs on first use; nil: they are given
 	i                         int32
 	authIDs, prevIDs          []string
 	room                      spec.RoomID
@@ -293,18 +287,20 @@ func (h *eventHead) Membership() (string, error) {
 
 func (h *eventHead) JoinRule() (string, error) { return "", errEventHead }
 
+// AuthEventIDs and PrevEventIDs name the edges from the auth index on first use
+// (a head is asked for them once per power event and per event sorted).
 func (h *eventHead) AuthEventIDs() []string {
-	if h.g == nil {
-		return h.authIDs
+	if h.authIDs == nil && h.g != nil {
+		h.authIDs = h.g.authIDs(h.i)
 	}
-	return h.g.authIDs(h.i)
+	return h.authIDs
 }
 
 func (h *eventHead) PrevEventIDs() []string {
-	if h.g == nil {
-		return h.prevIDs
+	if h.prevIDs == nil && h.g != nil {
+		h.prevIDs = h.g.prevIDs(h.i)
 	}
-	return h.g.prevIDs(h.i)
+	return h.prevIDs
 }
 
 func (h *eventHead) HistoryVisibility() (gomatrixserverlib.HistoryVisibility, error) {

@@ -220,26 +220,34 @@ func (st *stateRes) full(id string) (gomatrixserverlib.PDU, error) {
 }
 
 // checked returns an event to check against the authorization rules: the parsed
-// PDU, else the source's form for checking (checkSource), else the PDU parsed.
+// PDU, else the source's form for checking (lightSource.CheckEvent), else the
+// PDU parsed.
 func (st *stateRes) checked(id string) (gomatrixserverlib.PDU, error) {
+	return st.lightOr(id, lightSource.CheckEvent)
+}
+
+// lightSource is an EventSource that gives an event in a light form where the
+// authorization rules read no more of it (Resolver: eventHead): AuthEvent as an
+// auth event of another, CheckEvent as the event checked.
+type lightSource interface {
+	AuthEvent(eventID string) (gomatrixserverlib.PDU, error)
+	CheckEvent(eventID string) (gomatrixserverlib.PDU, error)
+}
+
+// lightOr returns the parsed PDU of an event, else what get gives from a
+// lightSource, else the PDU parsed.
+func (st *stateRes) lightOr(id string, get func(lightSource, string) (gomatrixserverlib.PDU, error)) (gomatrixserverlib.PDU, error) {
 	if p, ok := st.pdus[id]; ok {
 		return p, nil
 	}
-	if cs, ok := st.src.(checkSource); ok {
-		p, err := cs.CheckEvent(id)
+	if ls, ok := st.src.(lightSource); ok {
+		p, err := get(ls, id)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", errNoEvent, id, err)
 		}
 		return p, nil
 	}
 	return st.full(id)
-}
-
-// checkSource is an EventSource that can give an event in a light form to be
-// checked against the authorization rules (Resolver: eventHead of a member
-// event).
-type checkSource interface {
-	CheckEvent(eventID string) (gomatrixserverlib.PDU, error)
 }
 
 // headSource is an EventSource that can give a state event in a light form for
@@ -249,27 +257,12 @@ type headSource interface {
 	EventHead(eventID string) (gomatrixserverlib.PDU, bool)
 }
 
-// authEventSource is an EventSource that can give an event in a lighter form for
-// use as an auth event of another (Resolver: eventHead of a member event).
-type authEventSource interface {
-	AuthEvent(eventID string) (gomatrixserverlib.PDU, error)
-}
-
 // authEvent returns an event to use only as an auth event of the event being
-// checked: what event() holds, else the source's light form (not kept, so that
-// event() never answers it for an event that is checked itself).
+// checked: the parsed PDU, else the source's light form (lightSource.AuthEvent;
+// not kept, so that event() never answers it for an event that is checked
+// itself), else the PDU parsed.
 func (st *stateRes) authEvent(id string) (gomatrixserverlib.PDU, error) {
-	if p, ok := st.pdus[id]; ok {
-		return p, nil
-	}
-	if as, ok := st.src.(authEventSource); ok {
-		p, err := as.AuthEvent(id)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", errNoEvent, id, err)
-		}
-		return p, nil
-	}
-	return st.event(id)
+	return st.lightOr(id, lightSource.AuthEvent)
 }
 
 // lookup reads the partial state: the overlay, then (v2 only) the unconflicted map.

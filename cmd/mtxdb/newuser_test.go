@@ -517,24 +517,9 @@ func TestCLIImportUnknownRoomVersionFlag(t *testing.T) {
 func TestCLIRoomDirWithoutEvents(t *testing.T) {
 	dir := t.TempDir()
 	rooms := filepath.Join(dir, "rooms")
-	for _, name := range []string{"room002", "room003"} {
-		dst := filepath.Join(rooms, name)
-		if err := os.MkdirAll(dst, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range []string{"events.jsonl", "expected_state.jsonl", "meta.json"} {
-			b, err := os.ReadFile(filepath.Join(room(name), f))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if name == "room003" && f == "events.jsonl" {
-				continue // a recorded room whose events are not there
-			}
-			if err := os.WriteFile(filepath.Join(dst, f), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	copyRoomFiles(t, room("room002"), filepath.Join(rooms, "room002"), nil, "events.jsonl", "expected_state.jsonl", "meta.json")
+	// A recorded room whose events are not there.
+	copyRoomFiles(t, room("room003"), filepath.Join(rooms, "room003"), nil, "expected_state.jsonl", "meta.json")
 	store := filepath.Join(dir, "s")
 	out, code := run(t, "import", "--store", store, rooms)
 	if code != 0 || !strings.Contains(out, "warning: "+filepath.Join(rooms, "room003")+" holds no events.jsonl: skipped") {
@@ -648,23 +633,8 @@ func TestCLIDemoRoomWithoutEvents(t *testing.T) {
 	tmp := t.TempDir()
 	rooms, scratch := filepath.Join(tmp, "rooms"), filepath.Join(tmp, "scratch")
 	src := filepath.Join(testrooms.Dir(), "real", "room001")
-	for _, d := range []string{"a", "b"} {
-		for _, f := range []string{"events.jsonl", "expected_state.jsonl", "meta.json"} {
-			if d == "b" && f == "events.jsonl" {
-				continue
-			}
-			b, err := os.ReadFile(filepath.Join(src, f))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.MkdirAll(filepath.Join(rooms, d), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(rooms, d, f), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	copyRoomFiles(t, src, filepath.Join(rooms, "a"), nil, "events.jsonl", "expected_state.jsonl", "meta.json")
+	copyRoomFiles(t, src, filepath.Join(rooms, "b"), nil, "expected_state.jsonl", "meta.json")
 	if err := os.Mkdir(scratch, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -796,23 +766,13 @@ func TestCLIDemoStores(t *testing.T) {
 		t.Fatalf("demo into a store with a room: exit %d\n%s", code, out)
 	}
 	rooms := filepath.Join(tmp, "rooms")
-	dst := filepath.Join(rooms, "room002")
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"events.jsonl", "expected_state.jsonl", "meta.json", "current_state.json"} {
-		b, err := os.ReadFile(filepath.Join(room("room002"), f))
-		if err != nil {
-			t.Fatal(err)
-		}
+	copyRoomFiles(t, room("room002"), filepath.Join(rooms, "room002"), func(f string, b []byte) []byte {
 		if f == "current_state.json" {
 			// One wrong entry in the recorded current state: one mismatch.
 			b = regexp.MustCompile(`("m\.room\.create\\u0000": )"[^"]+"`).ReplaceAll(b, []byte(`$1"$$not-the-create-event"`))
 		}
-		if err := os.WriteFile(filepath.Join(dst, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+		return b
+	}, "events.jsonl", "expected_state.jsonl", "meta.json", "current_state.json")
 	scratch := filepath.Join(tmp, "scratch")
 	if err := os.Mkdir(scratch, 0o755); err != nil {
 		t.Fatal(err)
@@ -836,18 +796,7 @@ func TestCLIExpectedWithoutRecording(t *testing.T) {
 	tmp := t.TempDir()
 	rooms := filepath.Join(tmp, "rooms")
 	dst := filepath.Join(rooms, "noexp")
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"events.jsonl", "meta.json"} {
-		b, err := os.ReadFile(filepath.Join(room("room003"), f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	copyRoomFiles(t, room("room003"), dst, nil, "events.jsonl", "meta.json")
 	store := filepath.Join(tmp, "s")
 	if out, code := run(t, "import", "--store", store, room("room003")); code != 0 {
 		t.Fatalf("import: exit %d\n%s", code, out)
@@ -921,5 +870,26 @@ func TestCLIImportPipeInterrupted(t *testing.T) {
 	}
 	if out, code := run(t, "stats", "--store", store); code != 0 || !strings.Contains(out, "events="+m[1]+" ") {
 		t.Fatalf("after the interrupted import (%s PDUs stored, it says): exit %d\n%s", m[1], code, out)
+	}
+}
+
+// copyRoomFiles copies the named files of the room directory src into dst
+// (created), each through edit when it is given.
+func copyRoomFiles(t *testing.T, src, dst string, edit func(file string, b []byte) []byte, files ...string) {
+	t.Helper()
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if edit != nil {
+			b = edit(f, b)
+		}
+		if err := os.WriteFile(filepath.Join(dst, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
