@@ -322,6 +322,11 @@ to continue. A second signal stops at once.`,
 					if n+1 < len(paths) {
 						left = fmt.Sprintf("; %d more input(s) not started", len(paths)-n-1)
 					}
+					if all.Read+res.Read == 0 && refused == 0 && (fresh || emptyBefore) {
+						removeStore = true // interrupted before any PDU came: no store
+						fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import: interrupted in %s before any PDU was read: no store written\n", path)
+						return interruptExit()
+					}
 					fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import: interrupted in %s: the %d PDUs imported from it are stored and synced%s; run the same import again to continue (stored events are skipped)\n",
 						path, res.Imported, left)
 					return interruptExit()
@@ -683,6 +688,11 @@ otherwise.`,
 				return err
 			}
 			if room != "" { // compare only the selected room
+				for _, exp := range sortedExpected(exps) {
+					if exp.RoomID != room {
+						fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: warning: %s records room %s, not --room %s: not compared\n", exp.Dir, exp.RoomID, room)
+					}
+				}
 				exps = map[string][]*testrooms.Expected{room: exps[room]}
 				if len(exps[room]) == 0 {
 					delete(exps, room)

@@ -818,7 +818,34 @@ func TestCLIImportPipeInterrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.SplitAfter(string(b), "\n")
-	store := filepath.Join(t.TempDir(), "s")
+	for _, n := range []int{100, 0} {
+		store := filepath.Join(t.TempDir(), "s")
+		stderr, code := importInterruptedOnPipe(t, store, strings.Join(lines[:n], ""))
+		// How many were read before the signal depends on when the import first
+		// waited (all of them unless it waited before the test wrote): what it
+		// says it stored must be in the store.
+		if code == 130 && strings.Contains(stderr, "before any PDU was read: no store written") {
+			if _, err := os.Stat(store); err == nil {
+				t.Fatalf("%d lines: interrupted before any PDU, and the store was made\n%s", n, stderr)
+			}
+			continue
+		}
+		m := regexp.MustCompile(`the (\d+) PDUs imported from it are stored and synced`).FindStringSubmatch(stderr)
+		if code != 130 || m == nil || n == 0 {
+			t.Fatalf("import of %d lines interrupted on an idle pipe: exit %d\n%s", n, code, stderr)
+		}
+		if out, code := run(t, "stats", "--store", store); code != 0 || !strings.Contains(out, "events="+m[1]+" ") {
+			t.Fatalf("after the interrupted import (%s PDUs stored, it says): exit %d\n%s", m[1], code, out)
+		}
+	}
+}
+
+// importInterruptedOnPipe runs import on a pipe fed with data and left open,
+// sends SIGINT once the import says it waits on it, and returns its stderr and
+// exit status. A guard closes the pipe if the import never says so (the old
+// code), so the caller fails instead of hanging.
+func importInterruptedOnPipe(t *testing.T, store, data string) (string, int) {
+	t.Helper()
 	cmd := exec.Command(bin, "import", "--store", store, "/dev/stdin")
 	cmd.Env = append(os.Environ(), "MTXDB_TEST_STALL=import-pipe-wait")
 	in, err := cmd.StdinPipe()
@@ -832,11 +859,9 @@ func TestCLIImportPipeInterrupted(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.WriteString(in, strings.Join(lines[:100], "")); err != nil {
+	if _, err := io.WriteString(in, data); err != nil {
 		t.Fatal(err)
 	}
-	// The pipe stays open with nothing more in it; a guard closes it if the
-	// import never says it waits (the old code), so the test fails, not hangs.
 	guard := time.AfterFunc(2*time.Minute, func() { in.Close() })
 	defer guard.Stop()
 	var stderr bytes.Buffer
@@ -858,19 +883,10 @@ func TestCLIImportPipeInterrupted(t *testing.T) {
 	stderr.Write(rest)
 	_ = cmd.Wait()
 	in.Close()
-	// How many were read before the signal depends on when the import first
-	// waited (all 100 unless it waited before the test wrote): what it says it
-	// stored must be in the store.
-	m := regexp.MustCompile(`the (\d+) PDUs imported from it are stored and synced`).FindStringSubmatch(stderr.String())
-	if !waiting || cmd.ProcessState.ExitCode() != 130 || m == nil {
-		t.Fatalf("import interrupted on an idle pipe: waiting %v, exit %d\n%s", waiting, cmd.ProcessState.ExitCode(), &stderr)
+	if !waiting {
+		t.Fatalf("import never said it waits on the pipe: exit %d\n%s", cmd.ProcessState.ExitCode(), &stderr)
 	}
-	if m[1] == "0" {
-		return // interrupted before any PDU arrived: no store to look at
-	}
-	if out, code := run(t, "stats", "--store", store); code != 0 || !strings.Contains(out, "events="+m[1]+" ") {
-		t.Fatalf("after the interrupted import (%s PDUs stored, it says): exit %d\n%s", m[1], code, out)
-	}
+	return stderr.String(), cmd.ProcessState.ExitCode()
 }
 
 // copyRoomFiles copies the named files of the room directory src into dst
@@ -891,5 +907,25 @@ func copyRoomFiles(t *testing.T, src, dst string, edit func(file string, b []byt
 		if err := os.WriteFile(filepath.Join(dst, f), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestCLIVerifyRoomOtherRecording: verify --room A --expected (a recording of room
+// B) warns that the recording is not compared (it passed silently with
+// compared_room_dirs=0; fresh-user pass).
+func TestCLIVerifyRoomOtherRecording(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	for _, r := range []string{"room002", "room003"} {
+		if out, code := run(t, "import", "--store", store, room(r)); code != 0 {
+			t.Fatalf("import %s: exit %d\n%s", r, code, out)
+		}
+	}
+	if out, code := run(t, "replay", "--store", store); code != 0 {
+		t.Fatalf("replay: exit %d\n%s", code, out)
+	}
+	const room003 = "!FymyxFJPGCZLfPcMwA:server1.test"
+	out, _ := run(t, "verify", "--store", store, "--room", room003, "--expected", room("room002"))
+	if !strings.Contains(out, room("room002")+" records room !uQKlwVmKZwIkKruPRv:server1.test, not --room "+room003+": not compared") {
+		t.Fatalf("verify --room with another room's recording said nothing\n%s", out)
 	}
 }
