@@ -190,7 +190,8 @@ type authCtx struct {
 	p      gomatrixserverlib.PDU
 	byKey  map[Key]gomatrixserverlib.PDU
 	create gomatrixserverlib.PDU
-	pl     *levels // nil: no m.room.power_levels
+	pl     *levels   // nil: no m.room.power_levels
+	memo   *ruleMemo // nil: parse what the rules read every time
 }
 
 // CheckRules applies the authorization rules of p's room version (1-12) other than
@@ -204,11 +205,17 @@ type authCtx struct {
 // (member.via.signature) are not applied here. Versions other than 1-12 return a
 // zero decision and nil.
 func CheckRules(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU, create gomatrixserverlib.PDU) (AuthDecision, error) {
+	return checkRules(p, byKey, create, nil)
+}
+
+// checkRules is CheckRules with what it parses of power levels and create events
+// kept in memo (nil: none kept).
+func checkRules(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU, create gomatrixserverlib.PDU, memo *ruleMemo) (AuthDecision, error) {
 	v := ruleVersion(string(p.Version()))
 	if v == 0 {
 		return AuthDecision{}, nil
 	}
-	a := &authCtx{v: v, p: p, byKey: byKey, create: create}
+	a := &authCtx{v: v, p: p, byKey: byKey, create: create, memo: memo}
 	if v <= 11 || a.create == nil {
 		a.create = byKey[Key{Type: spec.MRoomCreate, StateKey: ""}]
 	}
@@ -238,7 +245,7 @@ func (a *authCtx) evaluate() (id string, ok bool, detail string) {
 		return rej("federate", "m.federate is false and the sender %s is not of %s", p.SenderID(), domainOf(string(a.create.SenderID())))
 	}
 	if pe := a.byKey[Key{Type: spec.MRoomPowerLevels, StateKey: ""}]; pe != nil {
-		a.pl = cachedLevels(v, pe)
+		a.pl = a.memo.levels(v, pe)
 	}
 	if v <= 5 && p.Type() == spec.MRoomAliases {
 		switch {
@@ -624,18 +631,42 @@ type levels struct {
 	users map[string]int64
 }
 
-// levelsCache keeps parsed power levels by room and event ID: every event of a
-// room is checked against one of few power levels events, whose users map may
-// hold thousands of entries.
-var levelsCache, _ = lru.New[string, *levels](1024)
+// ruleMemo keeps what the rules parse of power levels and create events, by room
+// and event ID: every event of a room is checked against one of few power levels
+// events, whose users map may hold thousands of entries. An event ID names one
+// event only within one event source (a store, one ResolveMaps call): made-up IDs
+// in test fixtures name different events in different rooms, and in room versions
+// 1 and 2 an event ID is whatever its server chose. So a ruleMemo lives in a
+// Cache, whose scope is one source, never in the package. A nil *ruleMemo keeps
+// nothing. Not safe for concurrent use.
+type ruleMemo struct {
+	pl     *lru.Cache[string, *levels]
+	create *lru.Cache[string, createFacts]
+}
 
-func cachedLevels(v int, pe gomatrixserverlib.PDU) *levels {
+// Bounds of ruleMemo's two caches.
+const (
+	memoLevels = 1024
+	memoCreate = 256
+)
+
+func newRuleMemo() *ruleMemo {
+	l, _ := lru.New[string, *levels](memoLevels)
+	c, _ := lru.New[string, createFacts](memoCreate)
+	return &ruleMemo{pl: l, create: c}
+}
+
+// levels returns pe's power levels as version v reads them.
+func (m *ruleMemo) levels(v int, pe gomatrixserverlib.PDU) *levels {
+	if m == nil {
+		return parseLevels(v, pe.Content())
+	}
 	k := pe.RoomID().String() + "\x00" + pe.EventID()
-	if l, ok := levelsCache.Get(k); ok {
+	if l, ok := m.pl.Get(k); ok {
 		return l
 	}
 	l := parseLevels(v, pe.Content())
-	levelsCache.Add(k, l)
+	m.pl.Add(k, l)
 	return l
 }
 
@@ -767,13 +798,14 @@ type createFacts struct {
 	additional []string // content.additional_creators (v12)
 }
 
-// createCache keeps createFacts by room and event ID (every event reads them).
-var createCache, _ = lru.New[string, createFacts](256)
-
+// createInfo returns what the rules read of the create event (kept in the
+// ruleMemo: every event reads it).
 func (a *authCtx) createInfo() createFacts {
 	k := a.create.RoomID().String() + "\x00" + a.create.EventID()
-	if f, ok := createCache.Get(k); ok {
-		return f
+	if a.memo != nil {
+		if f, ok := a.memo.create.Get(k); ok {
+			return f
+		}
 	}
 	var c struct {
 		Federate   *bool    `json:"m.federate"`
@@ -782,7 +814,9 @@ func (a *authCtx) createInfo() createFacts {
 	}
 	_ = json.Unmarshal(a.create.Content(), &c)
 	f := createFacts{noFederate: c.Federate != nil && !*c.Federate, creator: c.Creator, additional: c.Additional}
-	createCache.Add(k, f)
+	if a.memo != nil {
+		a.memo.create.Add(k, f)
+	}
 	return f
 }
 

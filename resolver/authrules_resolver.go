@@ -23,14 +23,14 @@ func (r *Resolver) impliedCreate(p gomatrixserverlib.PDU) gomatrixserverlib.PDU 
 
 // checkRulesList applies CheckRules to p against a list of auth events (the last
 // per key counts, as in gomatrixserverlib's NewAuthEvents; in v12 the create event
-// among them is the one the room ID names).
-func checkRulesList(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU) error {
+// among them is the one the room ID names), keeping what it parses in memo.
+func checkRulesList(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU, memo *ruleMemo) error {
 	byKey := make(map[Key]gomatrixserverlib.PDU, len(list))
 	for _, e := range list {
 		if e.StateKey() != nil {
 			byKey[keyOf(e)] = e
 		}
 	}
-	_, err := CheckRules(p, byKey, byKey[Key{Type: spec.MRoomCreate, StateKey: ""}])
+	_, err := checkRules(p, byKey, byKey[Key{Type: spec.MRoomCreate, StateKey: ""}], memo)
 	return err
 }

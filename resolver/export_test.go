@@ -45,7 +45,7 @@ func (c *Cache) AllowedOnce(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PD
 
 // AllowedList runs the authorization rules without any cache.
 func AllowedList(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU) error {
-	return allowedList(p, auth)
+	return allowedList(p, auth, nil)
 }
 
 // AuthDifferenceOf is the auth difference ResolveConflicts computes for the

@@ -549,6 +549,8 @@ type Cache struct {
 	// levels: power levels event ID -> its parsed content, for the senders' power
 	// levels of reverse topological power ordering. Cleared at maxLevels entries.
 	levels map[string]*gomatrixserverlib.PowerLevelContent
+	// rules: what the authorization rules parsed of power levels and create events.
+	rules *ruleMemo
 }
 
 // maxMainlines bounds Cache.mainline; maxPLParents bounds Cache.plParent.
@@ -568,7 +570,7 @@ const maxAuthChecks = 1 << 16
 func NewCache() *Cache {
 	return &Cache{plParent: map[string]string{}, mainline: map[string]map[string]int64{}, allowed: map[string]bool{},
 		needed: map[string][]gomatrixserverlib.StateKeyTuple{}, plain: map[string]error{},
-		levels: map[string]*gomatrixserverlib.PowerLevelContent{}}
+		levels: map[string]*gomatrixserverlib.PowerLevelContent{}, rules: newRuleMemo()}
 }
 
 // authCheckKey names one authorization check: the event ID, then the IDs of the
@@ -595,7 +597,7 @@ func (c *Cache) allowedCached(p gomatrixserverlib.PDU, byKey map[Key]gomatrixser
 	if ok, hit := c.lookupAllowed(k); hit {
 		return ok
 	}
-	ok := allowed(p, byKey) == nil
+	ok := allowed(p, byKey, c.rules) == nil
 	c.noteAllowed(k, ok)
 	return ok
 }
@@ -641,7 +643,7 @@ func byStateKey(events []gomatrixserverlib.PDU) (byKey map[Key]gomatrixserverlib
 func (c *Cache) Authorized(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) bool {
 	byKey, ok := byStateKey(authEvents)
 	if !ok {
-		return allowedList(p, authEvents) == nil
+		return allowedList(p, authEvents, c.rules) == nil
 	}
 	return c.allowedCached(p, byKey)
 }
@@ -660,14 +662,14 @@ func (c *Cache) allowedOnce(p gomatrixserverlib.PDU, authEvents []gomatrixserver
 	case spec.MRoomCreate, spec.MRoomAliases, spec.MRoomMember, spec.MRoomPowerLevels, spec.MRoomRedaction:
 		// gomatrixserverlib picks its rules by type, state key or not: these
 		// types' rules read the content even without a state key.
-		err := allowedList(p, authEvents)
+		err := allowedList(p, authEvents, c.rules)
 		if p.StateKey() != nil {
 			c.note(p, authEvents, err == nil)
 		}
 		return err
 	}
 	if p.StateKey() != nil {
-		err := allowedList(p, authEvents)
+		err := allowedList(p, authEvents, c.rules)
 		c.note(p, authEvents, err == nil)
 		return err
 	}
@@ -686,7 +688,7 @@ func (c *Cache) allowedOnce(p gomatrixserverlib.PDU, authEvents []gomatrixserver
 	if err, ok := c.plain[string(key)]; ok {
 		return err
 	}
-	err := allowedList(p, authEvents)
+	err := allowedList(p, authEvents, c.rules)
 	if len(c.plain) >= maxAuthChecks {
 		clear(c.plain)
 	}
@@ -896,7 +898,7 @@ func (st *stateRes) iterativeAuthChecks(ids []string) error {
 			if err != nil {
 				return err
 			}
-			ok = allowed(fp, byKey) == nil
+			ok = allowed(fp, byKey, st.cache.rules) == nil
 			st.cache.noteAllowed(k, ok)
 		}
 		if ok {
@@ -926,25 +928,26 @@ func (c *Cache) neededFor(p gomatrixserverlib.PDU) []gomatrixserverlib.StateKeyT
 	return t
 }
 
-// allowed runs gomatrixserverlib's authorization rules with the given auth events;
+// allowed runs the authorization rules with the given auth events (allowedList);
 // a panic inside them counts as not allowed.
-func allowed(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU) error {
+func allowed(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU, memo *ruleMemo) error {
 	list := make([]gomatrixserverlib.PDU, 0, len(byKey))
 	for _, e := range byKey {
 		list = append(list, e)
 	}
-	return allowedList(p, list)
+	return allowedList(p, list, memo)
 }
 
 // allowedList is allowed for a list of auth events: this package's rules
-// (CheckRules), then gomatrixserverlib's Allowed.
-func allowedList(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU) (err error) {
+// (CheckRules, what they parse kept in memo, which may be nil), then
+// gomatrixserverlib's Allowed.
+func allowedList(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU, memo *ruleMemo) (err error) {
 	defer func() {
 		if rec := recover(); rec != nil {
 			err = fmt.Errorf("%w: event %s: gomatrixserverlib panicked: %v", ErrRejected, p.EventID(), rec)
 		}
 	}()
-	if err := checkRulesList(p, list); err != nil {
+	if err := checkRulesList(p, list, memo); err != nil {
 		return err // our rules first (authrules_check.go)
 	}
 	ae, err := gomatrixserverlib.NewAuthEvents(list)
@@ -977,7 +980,7 @@ func AuthorizeAgainst(p gomatrixserverlib.PDU, state StateMap, src EventSource) 
 			}
 		}
 	}
-	if err := allowed(p, byKey); err != nil {
+	if err := allowed(p, byKey, nil); err != nil {
 		return fmt.Errorf("%w: event %s: %v", ErrRejected, p.EventID(), err)
 	}
 	return nil
