@@ -957,6 +957,17 @@ func allowedList(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU, memo *ru
 	return gomatrixserverlib.Allowed(p, ae, roomstate.UserIDForSender)
 }
 
+// AuthorizeList checks a PDU against the given auth events (at most one per state
+// key; the last counts): this package's rules (CheckRules: spec, Room Versions,
+// "Authorization rules", all but the rules on the event's own auth_events list,
+// which CheckAuthEvents applies), then gomatrixserverlib's Allowed. It keeps
+// nothing between calls. It returns nil when the event is allowed, else an error
+// (an *AuthRuleError where this package's rules decided); a panic in
+// gomatrixserverlib is returned as an error wrapping ErrRejected.
+func AuthorizeList(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error {
+	return allowedList(p, authEvents, nil)
+}
+
 // AuthorizeAgainst checks a PDU against a whole state map: the entries the
 // authorization rules read for it (and, in room versions whose create event is
 // implied by the room ID, the create event from its auth_events). It returns nil
