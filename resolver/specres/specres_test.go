@@ -15,6 +15,7 @@ import (
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
 
+	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/resolver/specres"
 	"github.com/mtxdb/mtxdb/testrooms"
@@ -340,5 +341,136 @@ func TestErrors(t *testing.T) {
 	_, err := specres.Resolve("10", []specres.StateMap{{{Type: "m.room.topic"}: "$missing"}}, src, resolver.AuthorizeList)
 	if !errors.Is(err, specres.ErrInput) || !strings.Contains(err.Error(), "$missing") {
 		t.Errorf("missing event: %v", err)
+	}
+}
+
+// roomEvents imports a room directory into a memory store (for parsing only: the
+// room's PDUs in stored order) and returns its version and events.
+func roomEvents(t *testing.T, dir string) (gomatrixserverlib.RoomVersion, []gomatrixserverlib.PDU) {
+	t.Helper()
+	room, err := testrooms.ImportReplayed(packstore.NewMemStorage(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := resolver.New(room)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := room.EventIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make([]gomatrixserverlib.PDU, len(ids))
+	for i, id := range ids {
+		if events[i], err = r.Event(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return room.Version(), events
+}
+
+// referenceReplay replays events (a topological order) through the reference:
+// the state before an event resolves the states after its prev_events (those the
+// room holds), the event is rejected when it fails the rules on its own auth
+// events (resolver.CheckAuthEvents, then the rules against them) or against the
+// state before it; the state after is the state before plus the event unless
+// rejected or not a state event. It returns the state after each event.
+func referenceReplay(t *testing.T, version gomatrixserverlib.RoomVersion, events []gomatrixserverlib.PDU) map[string]specres.StateMap {
+	t.Helper()
+	src := &source{events: map[string]gomatrixserverlib.PDU{}, rejected: map[string]bool{}}
+	for _, e := range events {
+		src.events[e.EventID()] = e
+	}
+	var create gomatrixserverlib.PDU
+	after := map[string]specres.StateMap{}
+	for _, e := range events {
+		if e.Type() == "m.room.create" && e.StateKeyEquals("") {
+			create = e
+		}
+		var prevs []specres.StateMap
+		for _, p := range e.PrevEventIDs() {
+			if s, ok := after[p]; ok {
+				prevs = append(prevs, s)
+			}
+		}
+		before, err := specres.Resolve(version, prevs, src, resolver.AuthorizeList)
+		if err != nil {
+			t.Fatalf("before %s: %v", e.EventID(), err)
+		}
+		var own []gomatrixserverlib.PDU
+		missing := false
+		for _, a := range e.AuthEventIDs() {
+			if p, ok := src.events[a]; ok {
+				own = append(own, p)
+			} else {
+				missing = true
+			}
+		}
+		rejected := missing || resolver.CheckAuthEvents(e, own, src.Rejected, create) != nil || resolver.AuthorizeList(e, own) != nil
+		if !rejected {
+			state, err := specres.AuthEventsFrom(version, e, before, src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rejected = resolver.AuthorizeList(e, state) != nil
+		}
+		s := clone(before)
+		if rejected {
+			src.rejected[e.EventID()] = true
+		} else if e.StateKey() != nil {
+			s[specres.Key{Type: e.Type(), StateKey: *e.StateKey()}] = e.EventID()
+		}
+		after[e.EventID()] = s
+	}
+	return after
+}
+
+func clone(s specres.StateMap) specres.StateMap {
+	out := make(specres.StateMap, len(s))
+	for k, v := range s {
+		out[k] = v
+	}
+	return out
+}
+
+// TestRealRooms replays each bundled real room of room version 2 or later
+// through the reference and compares the state after every event with the state
+// its server recorded.
+func TestRealRooms(t *testing.T) {
+	dirs, err := testrooms.RecordedRoomDirs(filepath.Join(testrooms.Dir(), "real"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rooms, states := 0, 0
+	for _, dir := range dirs {
+		version, events := roomEvents(t, dir)
+		if version == "1" {
+			continue
+		}
+		exp, err := testrooms.LoadExpected(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := referenceReplay(t, version, events)
+		rooms++
+		for _, es := range exp.After {
+			got, ok := after[es.EventID]
+			if !ok {
+				continue
+			}
+			want := specres.StateMap{}
+			for k, id := range es.State {
+				typ, sk, _ := strings.Cut(k, "\x00")
+				want[specres.Key{Type: typ, StateKey: sk}] = id
+			}
+			states++
+			if d := diff(got, want); d != "" {
+				t.Errorf("%s, after %s: %s", filepath.Base(dir), es.EventID, d)
+			}
+		}
+	}
+	t.Logf("%d rooms, %d recorded states compared", rooms, states)
+	if rooms < 150 || states < 2500 {
+		t.Errorf("%d rooms, %d states: the bundled rooms are missing", rooms, states)
 	}
 }
