@@ -4,7 +4,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: dendrite test-dendrite-e2e test-dendrite-suite bench-dendrite bench-replay bench-repack all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz bench bench-micro bench-resolver crash crash-bitflips clean
+.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-suite bench-dendrite bench-replay bench-repack all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz bench bench-micro bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -86,6 +86,13 @@ crash: deps
 	  $(GO) -C packstore test -count=1 -timeout 120m \
 	  -run '^(TestCrashProcess|TestRepackKillProcess|TestPackIDReuseKill|TestRepackCrashAtEveryFrameBoundary|TestCheckpointTruncatedEveryOffset|TestDeltaTruncatedEveryOffset)$$' \
 	  -v . | grep -E '^(crash summary|repack kill summary|reuse summary|--- |ok|FAIL)'
+
+# Mutation check of state resolution: scripts/mutate-resolver.sh breaks resolver/
+# one way per mutant (in a copy of the tree) and requires the differential fuzzer
+# (MUTATE_ROOMS rooms) or another resolver test to fail on each. Minutes per mutant.
+MUTATE_ROOMS ?= 3000
+mutate-resolver: deps
+	GO=$(GO) MUTATE_ROOMS=$(MUTATE_ROOMS) scripts/mutate-resolver.sh
 
 crash-bitflips: deps
 	PACKSTORE_LONG=1 $(GO) -C packstore test -count=1 -timeout 90m -run '^TestIndexFileBitFlips$$' -v . | grep -E '^(--- |ok|FAIL)'

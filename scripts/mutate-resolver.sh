@@ -1,0 +1,71 @@
+#!/bin/sh
+# Mutation check of state resolution (issue 25): each mutant breaks resolver/ one
+# way, in a copy of the working tree, and the checks below must fail on it. A
+# mutant that no longer applies (the code it edits changed) is reported as such
+# and fails the run, so the list is kept up to date with the code.
+#
+#   scripts/mutate-resolver.sh [MUTANT...]     (default: all)
+#
+# Environment: MUTATE_ROOMS, the rooms of the differential fuzzer run per mutant
+# (default 3000); GO (default go).
+set -eu
+GO=${GO:-go}
+ROOMS=${MUTATE_ROOMS:-3000}
+top=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/mtxdb-mutate.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# mutant NAME FILE PERL-SUBSTITUTION: what each mutant does, one line each.
+mutants='
+offmainline|resolver/statres.go|s/(\t\t\twalked = append\(walked, cur\)\n)/\t\t\tif cur != id {\n\t\t\t\tbreak\n\t\t\t}\n$1/
+offmainline-index|resolver/resolver.go|s/(\tm := g\.lineageMeet\(j, i\)\n)/$1\tif m != j {\n\t\tm = -1\n\t}\n/
+tiebreak-ts|resolver/statres.go|s/(\tif a\.ts != b\.ts \{\n\t\treturn a\.ts )< (b\.ts)/$1> $2/
+tiebreak-level|resolver/statres.go|s/items\[id\] = orderItem\{id: id, major: -pl,/items[id] = orderItem{id: id, major: pl,/
+authdiff-maps|resolver/maps.go|s/(\t\t\tfor _, o := range chains) \{/$1\[:1\] {/
+authdiff-index|resolver/conflicts.go|s/(\t\tif !in \{\n\t\t\tdiff = append\(diff, idx\.ID\(x\)\)\n\t\t\})/$1\n\t\tif len(diff) > 0 \&\& len(diff)%2 == 0 {\n\t\t\tdiff = diff[1:]\n\t\t}/
+subgraph|resolver/maps.go|s/(\t\tif r \{\n\t\t\tout\[id\] = true\n\t\t\})/\t\tif r \&\& len(w.seen) < 0 {\n\t\t\tout[id] = true\n\t\t}/
+receipt-rules|resolver/statres.go|s/(\t\t\tok = allowed\(fp, byKey, st\.cache\.rules\) == nil\n)/$1\t\t\tif ok {\n\t\t\t\tvar own []gomatrixserverlib.PDU\n\t\t\t\tfor _, a := range p.AuthEventIDs() {\n\t\t\t\t\tif ae, err := st.full(a); err == nil {\n\t\t\t\t\t\town = append(own, ae)\n\t\t\t\t\t}\n\t\t\t\t}\n\t\t\t\tok = CheckAuthEvents(fp, own, st.src.Rejected, nil) == nil\n\t\t\t}\n/
+v21-unconflicted|resolver/statres.go|s/if st\.in\.algo == gomatrixserverlib\.StateResV2_1 \|\| st\.in\.unconflicted == nil \{/if st.in.unconflicted == nil {/
+rejected-auth|resolver/statres.go|s/(\t\tfor _, a := range p\.AuthEventIDs\(\) \{\n)\t\t\tif st\.src\.Rejected\(a\) \{\n\t\t\t\tcontinue\n\t\t\t\}\n/$1/
+sender-level-state|resolver/statres.go|s/(\tvar plEvent, createEvent gomatrixserverlib\.PDU\n)/$1\tif id, ok, _ := st.lookup(Key{Type: spec.MRoomPowerLevels, StateKey: ""}); ok {\n\t\tif e, err := st.event(id); err == nil {\n\t\t\tplEvent = e\n\t\t}\n\t}\n/; s/(\t\tcase ae\.Type\(\) == spec\.MRoomPowerLevels && ae\.StateKeyEquals\(""\):\n\t\t\t)plEvent = ae/$1if plEvent == nil {\n\t\t\t\tplEvent = ae\n\t\t\t}/
+rules-memo-shared|resolver/authrules_check.go|s/(func newRuleMemo\(\) \*ruleMemo \{\n)/var sharedMemo = func() *ruleMemo {\n\tl, _ := lru.New[string, *levels](memoLevels)\n\tc, _ := lru.New[string, createFacts](memoCreate)\n\treturn \&ruleMemo{pl: l, create: c}\n}()\n\n$1\treturn sharedMemo\n/
+'
+
+checks() {
+	# The differential fuzzer (ours against the reference), the peer vectors, the
+	# rooms with reused IDs, and storage against whole maps.
+	( cd "$1" && MTXDB_FUZZ_SEEDS=$ROOMS timeout 900 $GO test -count=1 -timeout 900s ./resolver \
+		-run '^(TestResolverDifferential|TestFuzzDiffKept|TestPeerVectors|TestResolutionIgnoresEarlierRooms|TestStorageMatchesMaps|TestScriptedRooms)$' ) >"$2" 2>&1
+}
+
+want=${*:-}
+rc=0
+echo "$mutants" | while IFS='|' read -r name file subst; do
+	[ -n "$name" ] || continue
+	if [ -n "$want" ] && ! echo " $want " | grep -q " $name "; then continue; fi
+	dir=$work/$name
+	mkdir -p "$dir"
+	(cd "$top" && tar --exclude=./.git --exclude=./bin --exclude=./.build --exclude=./bench/.work -cf - .) | tar -xf - -C "$dir"
+	before=$(cksum <"$dir/$file")
+	perl -0pi -e "$subst" "$dir/$file"
+	if [ "$(cksum <"$dir/$file")" = "$before" ]; then
+		echo "mutant $name: does not apply to $file (the code changed: update scripts/mutate-resolver.sh)"
+		echo fail >"$work/failed"
+		continue
+	fi
+	if ! (cd "$dir" && $GO build ./resolver/ >"$dir.build" 2>&1); then
+		echo "mutant $name: does not build:"; sed 's/^/  /' "$dir.build"
+		echo fail >"$work/failed"
+		continue
+	fi
+	start=$(date +%s)
+	if checks "$dir" "$dir.log"; then
+		echo "mutant $name: SURVIVED (every check passed) in $(( $(date +%s) - start )) s"
+		echo fail >"$work/failed"
+	else
+		failing=$(grep -E '^--- FAIL' "$dir.log" | sed 's/--- FAIL: //; s/ (.*//' | sort -u | tr '\n' ' ')
+		echo "mutant $name: killed in $(( $(date +%s) - start )) s by: ${failing:-$(tail -1 "$dir.log")}"
+	fi
+	rm -rf "$dir"
+done
+[ ! -f "$work/failed" ]
