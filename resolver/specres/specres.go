@@ -27,9 +27,8 @@
 //
 // Where the spec's words leave a choice, this package takes the reading noted at
 // the place: "m.room.power_levels event" and "m.room.join_rules event" mean the
-// state event of that type with state_key ""; the DAG formed by auth events orders
-// two events of a set when one is in the other's auth chain (not only when it is a
-// direct auth event).
+// state event of that type with state_key ""; the DAG formed by auth events of a
+// set of events has their auth_events among the set as its edges.
 //
 // Room version 1 (state resolution v1) is not covered: Resolve returns
 // ErrUnsupported.
@@ -459,13 +458,21 @@ func membership(p gomatrixserverlib.PDU) string {
 // y's."
 //
 // Built as the spec defines it: at each position, of the events whose every
-// ancestor in the set is placed, the smallest by that relation.
+// auth event in the set is placed, the smallest by that relation. "The DAG formed
+// by auth events" is read as the graph of the set's events with their auth_events
+// as edges: an event waits for those of its own auth events that are in the set,
+// not for farther ancestors reached through events outside it. (Synapse, whose
+// authors wrote the algorithm, builds this graph so:
+// https://github.com/element-hq/synapse/blob/develop/synapse/state/v2.py,
+// _add_event_and_auth_chain_to_graph. The two readings differ only when an event
+// on an auth path between two events of the set is outside the full conflicted
+// set; v2.1's conflicted state subgraph takes in those between conflicted events.)
 func (r *resolution) reverseTopologicalPowerOrdering(set map[string]bool) ([]string, error) {
 	type node struct {
 		id    string
 		level float64 // +Inf for v12 creators
 		ts    int64
-		deps  map[string]bool // ancestors in the set not placed yet
+		deps  map[string]bool // auth events in the set not placed yet
 	}
 	nodes := map[string]*node{}
 	for id := range set {
@@ -477,12 +484,8 @@ func (r *resolution) reverseTopologicalPowerOrdering(set map[string]bool) ([]str
 		if err != nil {
 			return nil, err
 		}
-		chain, err := r.authChain(id)
-		if err != nil {
-			return nil, err
-		}
 		n := &node{id: id, level: level, ts: int64(p.OriginServerTS()), deps: map[string]bool{}}
-		for a := range chain {
+		for _, a := range p.AuthEventIDs() {
 			if set[a] {
 				n.deps[a] = true
 			}
