@@ -106,12 +106,26 @@ and events_backfill.jsonl (the PDUs in that order, for import --any-order
 					events += m.Counts.Events
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%d rooms, %d events in %s (%s)\n", len(metas), events, out, time.Since(start).Round(time.Millisecond))
+				for _, m := range metas {
+					reportReference(cmd, m)
+				}
 				return nil
 			}
 			bar := newProgress(os.Stderr, int64(opts.Events), "generating", false)
 			last := 0
-			meta, err := gen.Generate(opts, out, func(done int) { bar.add(done - last); last = done })
+			var refBar *progress
+			meta, err := gen.GenerateProgress(opts, out, gen.Progress{
+				Events: func(done int) { bar.add(done - last); last = done },
+				Reference: func(done, total int) {
+					if done == 1 {
+						bar.finish()
+						refBar = newProgress(os.Stderr, int64(total), "reference", false)
+					}
+					refBar.set(int64(done))
+				},
+			})
 			bar.finish()
+			refBar.finish()
 			if err != nil {
 				return err
 			}
@@ -119,6 +133,7 @@ and events_backfill.jsonl (the PDUs in that order, for import --any-order
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: room %s v%s: %d events (%d state, %d rejected, %d soft-failed), %d with >1 prev_events (max %d), %d joined members, %d resolutions, in %s\n",
 				filepath.Clean(out), meta.RoomID, meta.RoomVersion, c.Events, c.StateEvents, c.Rejected, c.SoftFailed,
 				c.EventsWithGT1Prev, c.MaxPrevEvents, c.JoinedMembers, meta.Resolution.Resolutions, time.Since(start).Round(time.Millisecond))
+			reportReference(cmd, meta)
 			return nil
 		},
 	}
@@ -137,12 +152,34 @@ and events_backfill.jsonl (the PDUs in that order, for import --any-order
 	f.Float64Var(&opts.BadRate, "bad-rate", opts.BadRate, "share of events from users lacking the permission (rejected)")
 	f.IntVar(&opts.StateBudget, "state-budget", 0, "state entries to aim for in expected_state.jsonl (default 2M; beyond it every k-th event, and the last event always)")
 	f.StringVar(&opts.Resolver, "resolver", "mtxdb", "state resolution: mtxdb (resolver.ResolveConflicts, spec v2/v2.1) or gmsl (gomatrixserverlib v2, v10/v11 only)")
+	f.BoolVar(&opts.NoReference, "no-reference", false, "skip the reference implementation (resolver/specres): expected_state.jsonl then records the generator's own resolution (quick runs, profiling)")
 	f.BoolVar(&opts.Backfill, "backfill", false, "also write backfill_order.jsonl and events_backfill.jsonl (reverse-chronological batches)")
 	f.IntVar(&opts.BackfillBatch, "backfill-batch", opts.BackfillBatch, "events per backfill batch")
 	for _, w := range opts.Mix.Weights() {
 		f.Float64Var(w.P, "mix-"+w.Name, *w.P, "relative weight of "+w.Name+" events")
 	}
 	return c
+}
+
+// reportReference prints what the reference implementation checked in a room
+// (stdout), and on stderr where it disagreed with the generator's resolution:
+// the room is written all the same, with the reference's states, so verify
+// --expected fails on it.
+func reportReference(cmd *cobra.Command, m *gen.Meta) {
+	ref := m.Reference
+	if ref == nil {
+		return
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: reference (resolver/specres): %d events checked (every %d), %d resolutions, in %s on %d workers; mismatches=%d current_state_mismatched_keys=%d\n",
+		m.Room, ref.CheckedEvents, ref.Every, ref.Resolutions, ref.Time.Round(time.Millisecond), ref.Workers, ref.Mismatches, ref.CurrentStateMismatchedKeys)
+	if ref.Mismatches == 0 && ref.CurrentStateMismatchedKeys == 0 {
+		return
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: gen: %s: the reference and the generator's resolution disagree at %d events (%d keys, %d rejections) and in %d keys of the current state; the room records the reference's states, so verify --expected will fail on it (meta.json \"reference\"):\n",
+		m.Room, ref.Mismatches, ref.MismatchedKeys, ref.RejectionMismatches, ref.CurrentStateMismatchedKeys)
+	for _, d := range ref.First {
+		fmt.Fprintf(cmd.ErrOrStderr(), "  %s\n", d)
+	}
 }
 
 // sameDevice reports whether two files are on the same file system.

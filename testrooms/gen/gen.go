@@ -17,6 +17,21 @@ import (
 // fails or is killed leaves no partial room at dir, and of two runs on one dir the
 // second to finish fails.
 func Generate(opts Options, dir string, progress func(done int)) (*Meta, error) {
+	return GenerateProgress(opts, dir, Progress{Events: progress})
+}
+
+// Progress receives a run's progress; either function may be nil.
+type Progress struct {
+	// Events is called with the number of events created so far.
+	Events func(done int)
+	// Reference is called, from several goroutines one at a time, with the
+	// number of events the reference implementation has checked and the number
+	// it checks (reference.go).
+	Reference func(done, total int)
+}
+
+// GenerateProgress is Generate with progress reports of both phases.
+func GenerateProgress(opts Options, dir string, progress Progress) (*Meta, error) {
 	if err := opts.normalise(); err != nil {
 		return nil, err
 	}
@@ -24,7 +39,11 @@ func Generate(opts Options, dir string, progress func(done int)) (*Meta, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := r.run(progress); err != nil {
+	if err := r.run(progress.Events); err != nil {
+		return nil, err
+	}
+	r.refProgress = progress.Reference
+	if err := r.check(); err != nil {
 		return nil, err
 	}
 	name := filepath.Base(dir)
@@ -37,6 +56,21 @@ func Generate(opts Options, dir string, progress func(done int)) (*Meta, error) 
 		return err
 	})
 	return meta, err
+}
+
+// check chooses the events expected_state.jsonl records and, unless
+// Options.NoReference, computes their states with the reference implementation
+// (reference.go).
+func (r *room) check() error {
+	r.sample()
+	if r.opts.NoReference {
+		return nil
+	}
+	if err := r.reference(r.sampled); err != nil {
+		return err
+	}
+	r.refDone = true
+	return nil
 }
 
 // publish has write fill a new directory beside dir (".<name>.gen-<pid>-*",

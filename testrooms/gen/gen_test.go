@@ -58,6 +58,12 @@ func TestGenerateReplay(t *testing.T) {
 				require.Positive(t, meta.Counts.Rejected, "rejected events")
 				require.LessOrEqual(t, meta.Counts.MaxPrevEvents, 10)
 				require.GreaterOrEqual(t, meta.Counts.DistinctSenderServers, 3)
+				// The reference implementation checked every event and agrees.
+				require.NotNil(t, meta.Reference)
+				require.Equal(t, meta.Counts.Events, meta.Reference.CheckedEvents)
+				require.Positive(t, meta.Reference.Resolutions)
+				require.Zero(t, meta.Reference.Mismatches, "reference mismatches: %v", meta.Reference.First)
+				require.Zero(t, meta.Reference.CurrentStateMismatchedKeys, "reference mismatches: %v", meta.Reference.First)
 
 				again := filepath.Join(t.TempDir(), "room")
 				_, err = Generate(opts, again, nil)
@@ -139,28 +145,36 @@ func checkPDUs(t *testing.T, dir string, meta *Meta) {
 
 func replayAndCompare(t *testing.T, dir, file string, opts roomstate.ImportOptions) {
 	t.Helper()
+	exp, res, first := replayRecorded(t, dir, file, opts)
+	require.Zero(t, res.Mismatches, "mismatches against resolver.Replay; first: %v", first)
+	require.Equal(t, exp.Events, res.Events, "every event's state compared")
+	require.True(t, res.Current, "current state compared")
+}
+
+// replayRecorded imports file of a generated room into a memory store, replays
+// it with resolver.Replay and compares it with the room's recording; first holds
+// the first five mismatches.
+func replayRecorded(t *testing.T, dir, file string, opts roomstate.ImportOptions) (exp *testrooms.Expected, res testrooms.CompareResult, first []testrooms.Mismatch) {
+	t.Helper()
 	st := roomstate.New(packstore.NewMemStorage())
 	f, err := os.Open(filepath.Join(dir, file))
 	require.NoError(t, err)
 	_, err = st.Import(f, dir, opts)
 	f.Close()
 	require.NoError(t, err)
-	exp, err := testrooms.LoadExpected(dir)
+	exp, err = testrooms.LoadExpected(dir)
 	require.NoError(t, err)
 	room, err := st.Room(exp.RoomID)
 	require.NoError(t, err)
 	_, err = resolver.Replay(room, resolver.ReplayOptions{})
 	require.NoError(t, err)
-	var first []testrooms.Mismatch
-	res, err := testrooms.Compare(room, exp, func(m testrooms.Mismatch) {
+	res, err = testrooms.Compare(room, exp, func(m testrooms.Mismatch) {
 		if len(first) < 5 {
 			first = append(first, m)
 		}
 	})
 	require.NoError(t, err)
-	require.Zero(t, res.Mismatches, "mismatches against resolver.Replay; first: %v", first)
-	require.Equal(t, exp.Events, res.Events, "every event's state compared")
-	require.True(t, res.Current, "current state compared")
+	return exp, res, first
 }
 
 // TestBuildEventMatchesGMSL checks that buildEvent writes what gomatrixserverlib's

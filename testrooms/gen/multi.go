@@ -61,6 +61,9 @@ func generateMulti(opts Options, n int, dir string, progress func(n int)) ([]*Me
 		}); err != nil {
 			return nil, err
 		}
+		if err := r.check(); err != nil {
+			return nil, err
+		}
 		rd := filepath.Join(dir, RoomName(i))
 		m, err := r.write(rd, RoomName(i))
 		if err != nil {

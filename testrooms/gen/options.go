@@ -125,6 +125,9 @@ type Options struct {
 	// "gmsl": gomatrixserverlib's ResolveStateConflictsV2, v10 and v11 only, for
 	// differential experiments (see resolve.go).
 	Resolver string `json:"resolver,omitempty"`
+	// NoReference skips the reference implementation (reference.go): the files
+	// then record the generator's own states (for quick runs and profiling).
+	NoReference bool `json:"no_reference,omitempty"`
 }
 
 // ResolverGMSL selects gomatrixserverlib's state res v2 (Options.Resolver).

@@ -13,7 +13,9 @@ import (
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
-// State resolution. By default the generator resolves with the resolver package's
+// State resolution of the simulation (the states servers build events from;
+// what the room's files record is the reference's: reference.go). By default the
+// generator resolves with the resolver package's
 // implementation of the spec (resolver.ResolveConflicts: state res v2 for room
 // versions 10 and 11, v2.1 for 12), the same code resolver.Replay runs over stored
 // snapshots, given the same conflicted part:
@@ -33,14 +35,19 @@ import (
 // ResolveStateConflictsV2 instead (the conflicted events, the first state's other
 // entries as unconflicted, the conflicted events' auth chain), for
 // differential experiments; where gomatrixserverlib departs from the spec the
-// replay then mismatches.
+// reference counts mismatches (and, with NoReference, the replay mismatches).
 
-// resolverName is meta.json's generator.resolver.
+// resolverName is meta.json's generator.resolver: where the expected state comes
+// from, and what resolved the simulation's states.
 func (r *room) resolverName() string {
+	sim := "mtxdb resolver.ResolveConflicts (spec v2 / v2.1)"
 	if r.opts.Resolver == ResolverGMSL {
-		return "gomatrixserverlib ResolveStateConflictsV2 (state res v2) at the pinned version; unconflicted = the first state's other entries; auth events = auth chain of the conflicted events"
+		sim = "gomatrixserverlib ResolveStateConflictsV2 (state res v2) at the pinned version; unconflicted = the first state's other entries; auth events = auth chain of the conflicted events"
 	}
-	return "mtxdb resolver.ResolveConflicts (spec v2 / v2.1)"
+	if r.opts.NoReference {
+		return sim + " (no reference: the expected state is the generator's own)"
+	}
+	return "expected state: resolver/specres, the reference implementation (spec v1.16 state res v2 / v2.1 over whole state maps), stepwise over the generator's states; simulation: " + sim
 }
 
 type resolveStats struct {
@@ -106,7 +113,20 @@ func (r *room) resolve(prevs []int32) pmap {
 	return st
 }
 
+// corruptResolution, when set (tests), replaces the generator's resolution of
+// the given states: a wrong resolution the reference must catch.
+var corruptResolution func(r *room, states []pmap, resolved pmap) pmap
+
+// resolveStates resolves two or more distinct states.
 func (r *room) resolveStates(states []pmap) pmap {
+	st := r.resolveDistinct(states)
+	if corruptResolution != nil {
+		st = corruptResolution(r, states, st)
+	}
+	return st
+}
+
+func (r *room) resolveDistinct(states []pmap) pmap {
 	keySet := map[string]bool{}
 	for _, st := range states[1:] {
 		diff(states[0], st, func(k string) { keySet[k] = true })

@@ -121,8 +121,21 @@ type room struct {
 	resCache *resolver.Cache
 	stats    stats
 	res      resolveStats
-	err      error   // the first resolution failure
-	signer   *signer // while run runs
+	err      error // the first resolution failure
+	// sampled are the events expected_state.jsonl records (sample), every
+	// sampleEvery-th.
+	sampled     []int32
+	sampleEvery int
+	// What the reference found (reference.go): its states of sampled events
+	// that differ from the generator's, its current state, its counts; refDone
+	// once it has run.
+	refStates  map[int32]pmap
+	refCurrent pmap
+	refCounts  ReferenceCounts
+	refDone    bool
+	// refProgress, if set, is called as the reference checks events.
+	refProgress func(done, total int)
+	signer      *signer // while run runs
 }
 
 type stats struct {
