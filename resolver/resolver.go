@@ -22,9 +22,11 @@ package resolver
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -789,7 +791,7 @@ func (r *Resolver) createEvent(root hamtstore.NodeID) (gomatrixserverlib.PDU, er
 // chains.
 func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) ([]hamtstore.Change, error) {
 	var changes []hamtstore.Change
-	var conflicted []gomatrixserverlib.PDU
+	var conflicted, single []gomatrixserverlib.PDU
 	var conflictedIDs []string
 	conflictedKey := map[string]bool{}
 	for _, c := range conflicts {
@@ -801,7 +803,16 @@ func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) ([]ham
 		}
 		ids := sortedIDs(distinct)
 		if len(ids) == 1 {
+			// One event for the key (the others lack it): no conflict in v1, so
+			// it is in R, and the rules read it when it is an auth type.
 			changes = append(changes, hamtstore.Change{Key: c.key, Value: hamtstore.Value(roomstate.EventRecordID(ids[0]))})
+			if authTypes[c.k.Type] {
+				p, err := r.pdu(ids[0])
+				if err != nil {
+					return nil, fmt.Errorf("%w: room %s: %v", ErrResolution, r.room.ID(), err)
+				}
+				single = append(single, p)
+			}
 			continue
 		}
 		conflictedKey[string(c.key)] = true
@@ -829,7 +840,8 @@ func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) ([]ham
 		}
 		auth = append(auth, p)
 	}
-	// The unconflicted auth state, read from one snapshot.
+	// The unconflicted auth state: the keys every snapshot gives one event (read
+	// from one snapshot), and those only some give, all with the same event.
 	err = r.rd.Iterate(base, func(k []byte, v hamtstore.Value) error {
 		t, _, err := roomstate.SplitStateKey(k)
 		if err != nil || conflictedKey[string(k)] || !authTypes[t] {
@@ -849,7 +861,7 @@ func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) ([]ham
 	if err != nil {
 		return nil, fmt.Errorf("%w: room %s: read state: %v", ErrResolution, r.room.ID(), err)
 	}
-	resolved, err := resolveV1(conflicted, auth)
+	resolved, err := resolveV1(conflicted, append(auth, single...))
 	if err != nil {
 		return nil, fmt.Errorf("room %s: %w", r.room.ID(), err)
 	}
@@ -868,12 +880,20 @@ func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) ([]ham
 
 // resolveV1 runs gomatrixserverlib's state resolution v1 over conflicted events, with
 // auth giving the auth state (later entries win per key). Panics become errors.
+// gomatrixserverlib resolves the m.room.member conflicts one state key at a time,
+// each against R as the keys before it left it, in the order the keys first
+// appear in conflicted; so conflicted is sorted first (by type, state key, event
+// ID), and every caller gets one answer for one input.
 func resolveV1(conflicted, auth []gomatrixserverlib.PDU) (out StateMap, err error) {
 	defer func() {
 		if rec := recover(); rec != nil {
 			out, err = nil, fmt.Errorf("%w: gomatrixserverlib panicked in v1 resolution of %d events: %v", ErrResolution, len(conflicted), rec)
 		}
 	}()
+	conflicted = slices.Clone(conflicted)
+	slices.SortFunc(conflicted, func(a, b gomatrixserverlib.PDU) int {
+		return cmp.Or(strings.Compare(a.Type(), b.Type()), strings.Compare(*a.StateKey(), *b.StateKey()), strings.Compare(a.EventID(), b.EventID()))
+	})
 	out = StateMap{}
 	for _, p := range gomatrixserverlib.ResolveStateConflicts(conflicted, auth, roomstate.UserIDForSender) {
 		if p.StateKey() != nil {

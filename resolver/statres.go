@@ -380,10 +380,13 @@ func (st *stateRes) senderPowerLevel(p gomatrixserverlib.PDU) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
+		// The first of each, as plAuthEventID and the auth index name it (an
+		// event citing two is rejected on receipt, but an atomic resolution
+		// may still sort it).
 		switch {
-		case ae.Type() == spec.MRoomPowerLevels && ae.StateKeyEquals(""):
+		case ae.Type() == spec.MRoomPowerLevels && ae.StateKeyEquals("") && plEvent == nil:
 			plEvent = ae
-		case ae.Type() == spec.MRoomCreate && ae.StateKeyEquals(""):
+		case ae.Type() == spec.MRoomCreate && ae.StateKeyEquals("") && createEvent == nil:
 			createEvent = ae
 		}
 	}

@@ -27,7 +27,7 @@ subgraph|resolver/maps.go|s/(\t\tif r \{\n\t\t\tout\[id\] = true\n\t\t\})/\t\tif
 receipt-rules|resolver/statres.go|s/(\t\t\tok = allowed\(fp, byKey, st\.cache\.rules\) == nil\n)/$1\t\t\tif ok {\n\t\t\t\tvar own []gomatrixserverlib.PDU\n\t\t\t\tfor _, a := range p.AuthEventIDs() {\n\t\t\t\t\tif ae, err := st.full(a); err == nil {\n\t\t\t\t\t\town = append(own, ae)\n\t\t\t\t\t}\n\t\t\t\t}\n\t\t\t\tok = CheckAuthEvents(fp, own, st.src.Rejected, nil) == nil\n\t\t\t}\n/
 v21-unconflicted|resolver/statres.go|s/if st\.in\.algo == gomatrixserverlib\.StateResV2_1 \|\| st\.in\.unconflicted == nil \{/if st.in.unconflicted == nil {/
 rejected-auth|resolver/statres.go|s/(\t\tfor _, a := range p\.AuthEventIDs\(\) \{\n)\t\t\tif st\.src\.Rejected\(a\) \{\n\t\t\t\tcontinue\n\t\t\t\}\n/$1/
-sender-level-state|resolver/statres.go|s/(\tvar plEvent, createEvent gomatrixserverlib\.PDU\n)/$1\tif id, ok, _ := st.lookup(Key{Type: spec.MRoomPowerLevels, StateKey: ""}); ok {\n\t\tif e, err := st.event(id); err == nil {\n\t\t\tplEvent = e\n\t\t}\n\t}\n/; s/(\t\tcase ae\.Type\(\) == spec\.MRoomPowerLevels && ae\.StateKeyEquals\(""\):\n\t\t\t)plEvent = ae/$1if plEvent == nil {\n\t\t\t\tplEvent = ae\n\t\t\t}/
+sender-level-state|resolver/statres.go|s/(\tvar plEvent, createEvent gomatrixserverlib\.PDU\n)/$1\tif id, ok, _ := st.lookup(Key{Type: spec.MRoomPowerLevels, StateKey: ""}); ok {\n\t\tif e, err := st.event(id); err == nil {\n\t\t\tplEvent = e\n\t\t}\n\t}\n/
 rules-memo-shared|resolver/authrules_check.go|s/(func newRuleMemo\(\) \*ruleMemo \{\n)/var sharedMemo = func() *ruleMemo {\n\tl, _ := lru.New[string, *levels](memoLevels)\n\tc, _ := lru.New[string, createFacts](memoCreate)\n\treturn \&ruleMemo{pl: l, create: c}\n}()\n\n$1\treturn sharedMemo\n/
 '
 
