@@ -83,8 +83,8 @@ FUZZROOMS ?= 200000
 FUZZSEED ?= 1
 FUZZKEEP ?=
 fuzz-resolver: deps
-	MTXDB_FUZZ_SEEDS=$(FUZZROOMS) MTXDB_FUZZ_SEED=$(FUZZSEED) MTXDB_FUZZ_KEEP=$(FUZZKEEP) MTXDB_FUZZ_SUMMARY=1 \
-	  $(GO) test -count=1 -timeout 0 -run '^TestResolverDifferential$$' ./resolver
+	MTXDB_FUZZ_SEEDS=$(FUZZROOMS) MTXDB_FUZZ_SEED=$(FUZZSEED) MTXDB_FUZZ_KEEP=$(abspath $(FUZZKEEP)) MTXDB_FUZZ_SUMMARY=1 \
+	  $(GO) -C resolver test -count=1 -timeout 0 -run '^TestResolverDifferential$$'
 
 # packstore's real-process crash loop with CRASHPOINTS SIGKILLs during appends,
 # syncs and small repacks (a fresh store every CRASHSEGMENT kills), REPACKKILLS

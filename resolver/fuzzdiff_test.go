@@ -180,8 +180,8 @@ func (rr *roomRun) result(rendering, path string, atomicRes bool) *pathOutcome {
 	return o
 }
 
-// fuzzSource gives a rendering's events; rejected is the path's own rejections
-// so far (nil: none, for atomic resolutions).
+// fuzzSource gives a rendering's events, none rejected: a replay marks its own
+// rejections in it as it goes; an atomic resolution has none.
 func fuzzSource(rd *smallroom.Rendering) *peerSource {
 	src := &peerSource{events: make(map[string]gomatrixserverlib.PDU, len(rd.PDUs)), rejected: map[string]bool{}}
 	for i, p := range rd.PDUs {
@@ -864,7 +864,13 @@ func TestResolverDifferential(t *testing.T) {
 	t.Logf("seed %d, %d rooms (rerun: MTXDB_FUZZ_SEED=%d MTXDB_FUZZ_SEEDS=%d)", seed, n, seed, n)
 	loud := os.Getenv("MTXDB_FUZZ_SUMMARY") != ""
 	stats := newFuzzStats(loud, os.Getenv("MTXDB_FUZZ_STRICT") != "")
-	checkRooms(t, seed, n, stats, os.Getenv("MTXDB_FUZZ_KEEP"))
+	keep := os.Getenv("MTXDB_FUZZ_KEEP")
+	if keep != "" {
+		if err := os.MkdirAll(keep, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkRooms(t, seed, n, stats, keep)
 	sum := stats.summary()
 	t.Logf("%s", sum)
 	if loud {
