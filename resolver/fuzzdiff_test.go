@@ -2,6 +2,7 @@ package resolver_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -624,6 +625,8 @@ func eventLabel(room *smallroom.Room, i int) string {
 // of a known open kind (see its README), else "":
 //   - room version 1, ours against ours (open-v1-seed168: ResolveMaps is not
 //     deterministic; open-v1-seed1080: the storage path's auth state);
+//   - an atomic resolution in a room whose create event names another user than
+//     its sender as the creator (open-v4-seed7023: who the creator is);
 //   - an atomic resolution that agrees once the events citing two auth events
 //     of one key are left out (open-v8-seed1315: the sender's power level).
 func knownOpen(room *smallroom.Room, d *difference) string {
@@ -632,6 +635,8 @@ func knownOpen(room *smallroom.Room, d *difference) string {
 		return "open-v1-seed168.jsonl"
 	case room.Version == "1":
 		return "open-v1-seed1080.jsonl"
+	case d.cmp.atomic && creatorNotSender(room):
+		return "open-v4-seed7023.jsonl"
 	case d.cmp.atomic:
 		r := room
 		for i := len(r.Events) - 1; i >= 1; i-- {
@@ -644,6 +649,15 @@ func knownOpen(room *smallroom.Room, d *difference) string {
 		}
 	}
 	return ""
+}
+
+// creatorNotSender reports whether the room's create event (room versions 1-10)
+// names a creator other than its sender.
+func creatorNotSender(r *smallroom.Room) bool {
+	var c struct {
+		Creator string `json:"creator"`
+	}
+	return json.Unmarshal(r.Events[0].Content, &c) == nil && c.Creator != "" && c.Creator != r.Events[0].Sender
 }
 
 // duplicateAuthKey reports whether event i cites two auth events of one key.

@@ -97,13 +97,21 @@ type draft struct {
 	pl      *levels
 }
 
-// start sends the create event and the creator's join from server 0.
+// start sends the create event and the creator's join from server 0. In room
+// versions 1-10 the create event names the creator in content.creator, and at
+// times another user of server 0 sends it: the creator (who joins first and has
+// level 100 until there are power levels) is then not the create event's sender.
 func (s *sim) start() {
-	creator := s.users[0]
+	creator, sender := s.users[0], s.users[0]
 	s.creators[creator] = true
 	c := map[string]any{"room_version": s.room.Version}
+	note := ""
 	if s.v <= 10 {
 		c["creator"] = creator
+		if len(s.servers[0].users) > 1 && s.chance(0.05) {
+			sender = s.users[s.servers[0].users[1]]
+			note = "creator " + creator + ", sent by " + sender
+		}
 	}
 	if s.v >= 12 && len(s.users) > 1 && s.chance(0.3) {
 		extra := s.users[1+s.rng.Intn(len(s.users)-1)]
@@ -111,7 +119,7 @@ func (s *sim) start() {
 		s.creators[extra] = true
 	}
 	srv := s.servers[0]
-	s.emit(srv, draft{sender: creator, typ: spec.MRoomCreate, sk: strp(""), content: c})
+	s.emit(srv, draft{sender: sender, typ: spec.MRoomCreate, sk: strp(""), content: c, note: note})
 	s.emit(srv, s.member(creator, creator, spec.Join, ""))
 }
 
@@ -231,7 +239,7 @@ func (s *sim) emit(srv *server, d draft) {
 		if d.bad && isFault(d.note) && !s.applyFault(srv, &e) {
 			f.bad, f.tip, e.Note = false, true, "" // no event srv knows would do: sent as drafted
 		}
-		if !f.bad && s.chance(0.15) {
+		if !f.bad && s.chance(0.05) {
 			s.oddAuth(srv, &e)
 		}
 		var ts int64
