@@ -971,6 +971,19 @@ func AuthorizeList(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) 
 	return allowedList(p, authEvents, nil)
 }
 
+// NewAuthorizer returns AuthorizeList keeping what the rules parse of power
+// levels and create events (by room and event ID) from one call to the next: for
+// one event source, in which an event ID names one event (a room's events; never
+// fixtures of several rooms). A check against a power levels event with
+// thousands of users otherwise parses all of them. The function is not safe for
+// concurrent use.
+func NewAuthorizer() func(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error {
+	memo := newRuleMemo()
+	return func(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error {
+		return allowedList(p, authEvents, memo)
+	}
+}
+
 // AuthorizeAgainst checks a PDU against a whole state map: the entries the
 // authorization rules read for it (and, in room versions whose create event is
 // implied by the room ID, the create event from its auth_events). It returns nil

@@ -1,9 +1,9 @@
 // Package specres is a reference implementation of Matrix state resolution v2 and
 // v2.1, written from the spec's text over whole state maps, for checking package
-// resolver against. It is slow on purpose: it walks whole auth chains, keeps no
-// index and no cache between calls, and parses every event it reads. It shares no
-// code with package resolver: it reads events through gomatrixserverlib's PDU type
-// and takes the authorization rules as a function.
+// resolver against. It is slow on purpose: it walks whole auth chains, uses no
+// index and keeps nothing between calls (within one, the events and power levels
+// it has read). It shares no code with package resolver: it reads events through
+// gomatrixserverlib's PDU type and takes the authorization rules as a function.
 //
 // It follows the Matrix Specification v1.16:
 //
@@ -107,6 +107,14 @@ type resolution struct {
 	auth    AuthFunc
 	events  map[string]gomatrixserverlib.PDU
 	create  gomatrixserverlib.PDU
+	// levels: the users and users_default of the power levels events read for
+	// senders' levels in this call (a users map may hold thousands of entries).
+	levels map[string]*userLevels
+}
+
+type userLevels struct {
+	users        map[string]int64
+	usersDefault int64
 }
 
 func (r *resolution) event(id string) (gomatrixserverlib.PDU, error) {
@@ -135,7 +143,8 @@ func Resolve(version gomatrixserverlib.RoomVersion, states []StateMap, src Sourc
 	if err != nil {
 		return nil, err
 	}
-	r := &resolution{version: version, v: versionNumber(version), src: src, auth: auth, events: map[string]gomatrixserverlib.PDU{}}
+	r := &resolution{version: version, v: versionNumber(version), src: src, auth: auth, events: map[string]gomatrixserverlib.PDU{},
+		levels: map[string]*userLevels{}}
 	if len(states) == 0 {
 		return StateMap{}, nil
 	}
@@ -540,7 +549,15 @@ func (r *resolution) senderPowerLevel(p gomatrixserverlib.PDU) (float64, error) 
 			return 0, err
 		}
 		if ae.Type() == "m.room.power_levels" && ae.StateKeyEquals("") {
-			return float64(userLevel(r.v, ae, sender)), nil
+			l, ok := r.levels[a]
+			if !ok {
+				l = readUserLevels(r.v, ae)
+				r.levels[a] = l
+			}
+			if n, ok := l.users[sender]; ok {
+				return float64(n), nil
+			}
+			return float64(l.usersDefault), nil
 		}
 	}
 	if sender == r.creator() {
@@ -574,23 +591,24 @@ func creators(create gomatrixserverlib.PDU) []string {
 	return append([]string{string(create.SenderID())}, c.Additional...)
 }
 
-// userLevel reads a user's level from a power levels event: users[user], else
-// users_default, else 0. Integers; in room versions 1-9 also integer strings
-// (Room Versions v1-9: "power level values ... can be strings"); a value that is
-// neither counts as absent.
-func userLevel(v int, pl gomatrixserverlib.PDU, user string) int64 {
+// readUserLevels reads users and users_default of a power levels event (absent:
+// 0). Integers; in room versions 1-9 also integer strings (Room Versions v1-9:
+// "power level values ... can be strings"), in 1-5 also floats; a value that is
+// none of these counts as absent.
+func readUserLevels(v int, pl gomatrixserverlib.PDU) *userLevels {
 	var c struct {
 		Users        map[string]json.RawMessage `json:"users"`
 		UsersDefault json.RawMessage            `json:"users_default"`
 	}
 	_ = json.Unmarshal(pl.Content(), &c)
-	if n, ok := level(v, c.Users[user]); ok {
-		return n
+	l := &userLevels{users: make(map[string]int64, len(c.Users))}
+	for u, raw := range c.Users {
+		if n, ok := level(v, raw); ok {
+			l.users[u] = n
+		}
 	}
-	if n, ok := level(v, c.UsersDefault); ok {
-		return n
-	}
-	return 0
+	l.usersDefault, _ = level(v, c.UsersDefault)
+	return l
 }
 
 func level(v int, raw json.RawMessage) (int64, bool) {
