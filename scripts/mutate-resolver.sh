@@ -40,7 +40,7 @@ checks() {
 
 want=${*:-}
 rc=0
-echo "$mutants" | while IFS='|' read -r name file subst; do
+printf '%s\n' "$mutants" | while IFS='|' read -r name file subst; do
 	[ -n "$name" ] || continue
 	if [ -n "$want" ] && ! echo " $want " | grep -q " $name "; then continue; fi
 	dir=$work/$name
