@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"container/heap"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -391,10 +392,13 @@ func (st *stateRes) senderPowerLevel(p gomatrixserverlib.PDU) (int64, error) {
 		}
 	}
 	if plEvent == nil {
-		if createEvent != nil && string(createEvent.SenderID()) == sender {
-			return 100, nil
+		var err error
+		if createEvent == nil {
+			createEvent = st.in.create
+		} else if createEvent, err = st.full(createEvent.EventID()); err != nil {
+			return 0, err // its content is read (an event head has none)
 		}
-		if createEvent == nil && st.in.create != nil && string(st.in.create.SenderID()) == sender {
+		if createEvent != nil && roomCreator(createEvent) == sender {
 			return 100, nil
 		}
 		return 0, nil
@@ -407,6 +411,22 @@ func (st *stateRes) senderPowerLevel(p gomatrixserverlib.PDU) (int64, error) {
 		return 0, nil // unparseable levels: treat the sender as powerless
 	}
 	return pl.UserLevel(p.SenderID()), nil
+}
+
+// roomCreator is the room creator a create event names: content.creator in room
+// versions 1-10 (spec, v1-10 "Authorization rules": the creator of a room without
+// power levels has level 100), the sender from 11 and when content.creator is
+// missing. A v1-10 create event may name another user than its sender.
+func roomCreator(create gomatrixserverlib.PDU) string {
+	if v := ruleVersion(string(create.Version())); v >= 1 && v <= 10 {
+		var c struct {
+			Creator string `json:"creator"`
+		}
+		if json.Unmarshal(create.Content(), &c) == nil && c.Creator != "" {
+			return c.Creator
+		}
+	}
+	return string(create.SenderID())
 }
 
 // powerLevels returns the parsed content of a power levels event: from this
