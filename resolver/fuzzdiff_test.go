@@ -78,7 +78,9 @@ const (
 )
 
 // comparison is one pair of paths on one rendering that must agree. Atomic
-// comparisons resolve the state events of the room at once; the others replay it.
+// comparisons resolve the state events of the room at once (on the hashed
+// rendering with the events the reference's replay rejected marked rejected, on
+// the fixture rendering with none); the others replay it.
 type comparison struct {
 	rendering string
 	a, b      string
@@ -169,8 +171,12 @@ func (rr *roomRun) result(rendering, path string, atomicRes bool) *pathOutcome {
 	rd := rr.renderings[rendering]
 	var o *pathOutcome
 	switch {
+	case atomicRes && rendering == hashed:
+		// With the events the reference's replay rejected marked so: the
+		// iterative auth checks then meet rejected auth events.
+		o = atomicOutcome(rd, path, rr.memos[rendering].authorize, rr.result(hashed, reference, false).rejected)
 	case atomicRes:
-		o = atomicOutcome(rd, path, rr.memos[rendering].authorize)
+		o = atomicOutcome(rd, path, rr.memos[rendering].authorize, nil)
 	case path == oursStore:
 		o = storageOutcome(rd)
 	default:
@@ -384,15 +390,22 @@ func storageOutcome(rd *smallroom.Rendering) *pathOutcome {
 }
 
 // atomicOutcome resolves every state event of a rendering at once, one
-// single-entry state map each, nothing rejected beforehand.
-func atomicOutcome(rd *smallroom.Rendering, path string, auth authFunc) *pathOutcome {
+// single-entry state map each; rejected (by event index; nil: none) marks the
+// events the source reports rejected.
+func atomicOutcome(rd *smallroom.Rendering, path string, auth authFunc, rejected []bool) *pathOutcome {
 	var states []resolver.StateMap
 	for _, p := range rd.PDUs {
 		if p.StateKey() != nil {
 			states = append(states, single(p))
 		}
 	}
-	res, err := resolvers[path].resolve(gomatrixserverlib.RoomVersion(rd.Room.Version), states, fuzzSource(rd), auth)
+	src := fuzzSource(rd)
+	for i, r := range rejected {
+		if r {
+			src.rejected[rd.IDs[i]] = true
+		}
+	}
+	res, err := resolvers[path].resolve(gomatrixserverlib.RoomVersion(rd.Room.Version), states, src, auth)
 	return &pathOutcome{final: toIdx(res, rd), err: err}
 }
 
