@@ -33,14 +33,29 @@
 //
 // # State resolution
 //
-// The generator resolves with the resolver package's spec implementation
+// The simulation resolves with the resolver package's spec implementation
 // (resolver.ResolveConflicts: v2 for room versions 10 and 11, v2.1 for 12), given the
 // conflicted part of the input states as resolver.Resolve gives it; see resolve.go.
+//
+// # The expected state
+//
+// What expected_state.jsonl and current_state.json record does not come from that
+// code, which replay runs too: the reference implementation (resolver/specres,
+// written from the spec's text over whole state maps) computes it, stepwise over the
+// generator's states. For each event it resolves the states after the event's
+// prev_events, decides the event's rejection as the receipt checks do, and the state
+// after is what the files record; where it differs from the generator's own, meta.json
+// "reference" counts and lists it (and `mtxdb gen` prints it on stderr). With 0
+// mismatches over every event, the recorded states are those of a replay that runs
+// the reference alone (the argument, and the sampling of rooms over 10,000 events, are
+// in reference.go). Options.NoReference skips it.
 //
 // # Cost
 //
 // The simulation runs on one goroutine; signing (ed25519) and the events.jsonl
-// lines are made on another, expected_state.jsonl on every CPU at the end. What
+// lines are made on another, the reference's checks and expected_state.jsonl on
+// every CPU at the end (the reference is slow on purpose and takes most of the time
+// of a run from 10,000 events on; README, "Generating rooms"). What
 // keeps a 100k-event room under a minute on two cores (README, "Generating rooms"):
 // resolutions are memoised by their set of input states; the room passes one
 // resolver.Cache to every resolution and authorises its state events through it,
