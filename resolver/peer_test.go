@@ -16,6 +16,7 @@ import (
 	"github.com/matrix-org/gomatrixserverlib/spec"
 
 	"github.com/mtxdb/mtxdb/resolver"
+	"github.com/mtxdb/mtxdb/resolver/specres"
 	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
@@ -454,5 +455,48 @@ func TestResolutionIgnoresEarlierRooms(t *testing.T) {
 	}
 	for i := len(rooms) - 1; i >= 0; i-- {
 		check("backwards", rooms[i])
+	}
+}
+
+// TestSenderLevelFromItsAuthEvents replays testdata/sender-level (see its README):
+// the reverse topological power ordering ranks bob by the power levels his join
+// rules event cites, not by the state's, so his $JB is applied last. The
+// reference (specres) must agree.
+func TestSenderLevelFromItsAuthEvents(t *testing.T) {
+	files := []string{"bootstrap-public-chat.json", "testdata/sender-level/join-rules.json"}
+	version, batches, src := loadBatches(t, files)
+	var all []gomatrixserverlib.PDU
+	for _, bt := range batches {
+		all = append(all, bt...)
+	}
+	got, err := iterative(version, all, &peerSource{events: src.events, rejected: map[string]bool{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jr := resolver.Key{Type: "m.room.join_rules", StateKey: ""}
+	if got[jr] != "$JB" {
+		t.Errorf("join rules %s, want $JB", got[jr])
+	}
+	// The same merge through the reference.
+	after := func(ids ...string) specres.StateMap {
+		m := specres.StateMap{}
+		for _, p := range all {
+			if p.EventID() == "$JA" || p.EventID() == "$JB" {
+				continue
+			}
+			m[specres.Key{Type: p.Type(), StateKey: *p.StateKey()}] = p.EventID()
+		}
+		for _, id := range ids {
+			p := src.events[id]
+			m[specres.Key{Type: p.Type(), StateKey: *p.StateKey()}] = id
+		}
+		return m
+	}
+	ref, err := specres.Resolve(version, []specres.StateMap{after("$JA"), after("$JB")}, src, resolver.AuthorizeList)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref[specres.Key{Type: "m.room.join_rules"}] != "$JB" {
+		t.Errorf("reference: join rules %s, want $JB", ref[specres.Key{Type: "m.room.join_rules"}])
 	}
 }
