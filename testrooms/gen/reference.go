@@ -185,12 +185,14 @@ func (r *room) reference(sampled []int32) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			w := *ck
+			w.auth = resolver.NewAuthorizer()
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(checked) {
 					return
 				}
-				results[i], errs[i] = ck.check(checked[i])
+				results[i], errs[i] = w.check(checked[i])
 				if r.refProgress != nil {
 					progressMu.Lock()
 					done++
@@ -340,6 +342,9 @@ type refChecker struct {
 	create    gomatrixserverlib.PDU // v12: the create event the room ID names
 	// pdus are the room's events as the reference reads them (refPDU), by index.
 	pdus []gomatrixserverlib.PDU
+	// auth is the rules, with what they parse kept for the room
+	// (resolver.NewAuthorizer): one per worker, it is not safe for concurrent use.
+	auth func(gomatrixserverlib.PDU, []gomatrixserverlib.PDU) error
 }
 
 // refPDU is an event as the reference reads it: the PDU, with its
@@ -371,7 +376,8 @@ func (c *refChecker) Event(id string) (gomatrixserverlib.PDU, error) {
 func (c *refChecker) Rejected(id string) bool { return c.r.Rejected(id) }
 
 func newRefChecker(r *room) *refChecker {
-	c := &refChecker{r: r, version: r.ver.Version(), pdus: make([]gomatrixserverlib.PDU, len(r.events))}
+	c := &refChecker{r: r, version: r.ver.Version(), pdus: make([]gomatrixserverlib.PDU, len(r.events)),
+		auth: resolver.NewAuthorizer()}
 	for i, e := range r.events {
 		c.pdus[i] = refPDU{PDU: e.pdu, authIDs: e.pdu.AuthEventIDs()}
 	}
@@ -424,7 +430,7 @@ func (c *refChecker) stateOf(prevs []int32) (single pmap, resolved specres.State
 	for i, st := range states {
 		maps[i] = c.stateMap(st)
 	}
-	res, err := specres.Resolve(c.version, maps, c, resolver.AuthorizeList)
+	res, err := specres.Resolve(c.version, maps, c, c.auth)
 	if err != nil {
 		return pmap{}, nil, err
 	}
@@ -517,28 +523,27 @@ func (c *refChecker) rejection(e *event, state specres.StateMap) (string, error)
 	if err := resolver.CheckAuthEvents(e.pdu, own, c.r.Rejected, create); err != nil {
 		return "against its auth events: " + err.Error(), nil
 	}
-	if err := authorizeList(e.pdu, own); err != nil {
+	if err := c.authorize(e.pdu, own); err != nil {
 		return "against its auth events: " + err.Error(), nil
 	}
 	fromState, err := specres.AuthEventsFrom(c.version, e.pdu, state, c)
 	if err != nil {
 		return "", err
 	}
-	if err := authorizeList(e.pdu, fromState); err != nil {
+	if err := c.authorize(e.pdu, fromState); err != nil {
 		return "against the state before it: " + err.Error(), nil
 	}
 	return "", nil
 }
 
-// authorizeList is resolver.AuthorizeList, a panic in gomatrixserverlib counted
-// as a rejection.
-func authorizeList(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU) (err error) {
+// authorize is c.auth, a panic in gomatrixserverlib counted as a rejection.
+func (c *refChecker) authorize(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU) (err error) {
 	defer func() {
 		if rec := recover(); rec != nil {
 			err = fmt.Errorf("gomatrixserverlib panicked: %v", rec)
 		}
 	}()
-	return resolver.AuthorizeList(p, list)
+	return c.auth(p, list)
 }
 
 // projection is the part of st that the auth events selection can name for e
