@@ -1,4 +1,4 @@
-// Command benchreplay measures the main job at room scale (issue 14): for each
+// Command benchreplay measures the main job at room scale: for each
 // room size it generates a room with `mtxdb gen` (seed 1), imports it, replays it
 // and runs `verify --expected`, each as its own process, and records wall time,
 // user+system CPU and peak RSS (the child's rusage), events/s, bytes on disk per
@@ -352,7 +352,7 @@ func write(rep report, out string) error {
 		fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		b.WriteString(pgRows.String())
 	}
-	fmt.Fprintf(&b, "\nAnchors (issue 14, not measured here): gomatrixserverlib parses and hash-checks one event in ~50 us (~20,000 events/s per core); Synapse joins Matrix HQ (28k state events) at about 40 events/s; Dendrite loading HQ's state reached 8 GB RSS.\n")
+	fmt.Fprintf(&b, "\nAnchors (published figures, not measured here): gomatrixserverlib parses and hash-checks one event in ~50 us (~20,000 events/s per core); Synapse joins Matrix HQ (28k state events) at about 40 events/s; Dendrite loading HQ's state reached 8 GB RSS.\n")
 	if err := os.WriteFile(filepath.Join(out, "replay.md"), []byte(b.String()), 0o644); err != nil {
 		return err
 	}
@@ -395,7 +395,7 @@ func plotRooms(rep report, path string) error {
 	return p.Save(8*vg.Inch, 5*vg.Inch, path)
 }
 
-// verdicts states issue 14's acceptance targets as met or NOT met for the rooms
+// verdicts states the replay targets (README, "Replay at room scale") as met or NOT met for the rooms
 // this run measured (a target whose rooms were not in the run is left out).
 func verdicts(rep report) string {
 	find := func(ver string, events int) *result {
@@ -413,7 +413,7 @@ func verdicts(rep report) string {
 		return "NOT met"
 	}
 	var b strings.Builder
-	b.WriteString("\n## Targets (issue 14)\n\n")
+	b.WriteString("\n## Targets\n\n")
 	k100, m1 := find("12", 100_000), find("12", 1_000_000)
 	if k100 != nil {
 		fmt.Fprintf(&b, "- 100k v12: replay at most 1.0x its generation: %.2fx of its wall time, %s (%.2fx of its CPU); at least 3,000 events/s: %.0f, %s.\n",
