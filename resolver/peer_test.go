@@ -1,8 +1,6 @@
 package resolver_test
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -13,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/matrix-org/gomatrixserverlib"
-	"github.com/matrix-org/gomatrixserverlib/spec"
 
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/resolver/specres"
@@ -22,17 +19,6 @@ import (
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/conformance.md")
-
-// peerPDU gives the Ruma fixtures' made-up v12 room ID ("!00-m-room-create", not the
-// 43-character form) a valid stand-in, because gomatrixserverlib's RoomID() panics
-// on it. Every event of a case gets the same stand-in, so room checks still compare
-// equal; nothing else changes.
-type peerPDU struct {
-	gomatrixserverlib.PDU
-	roomID spec.RoomID
-}
-
-func (p peerPDU) RoomID() spec.RoomID { return p.roomID }
 
 type peerCase struct {
 	Name      string   `json:"name"`
@@ -55,70 +41,40 @@ func (s *peerSource) Event(id string) (gomatrixserverlib.PDU, error) {
 
 func (s *peerSource) Rejected(id string) bool { return s.rejected[id] }
 
-func peerDir() string { return filepath.Join(testrooms.Dir(), "peer", "ruma") }
+func peerDir() string { return testrooms.RumaDir() }
 
-// loadBatches reads a case's PDU files: one batch per file, events in file order.
-// A name is a file of the Ruma fixtures, or a path starting with "testdata/".
-func loadBatches(t *testing.T, files []string) (gomatrixserverlib.RoomVersion, [][]gomatrixserverlib.PDU, *peerSource) {
+// peerCases reads the Ruma cases' list (cases.json).
+func peerCases(t *testing.T) []peerCase {
 	t.Helper()
-	var raw [][]json.RawMessage
-	for _, f := range files {
-		path := filepath.Join(peerDir(), "fixtures", f)
-		if strings.HasPrefix(f, "testdata/") {
-			path = f
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var evs []json.RawMessage
-		if err := json.Unmarshal(b, &evs); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		raw = append(raw, evs)
-	}
-	var first struct {
-		Content struct {
-			RoomVersion string `json:"room_version"`
-		} `json:"content"`
-	}
-	if err := json.Unmarshal(raw[0][0], &first); err != nil {
-		t.Fatal(err)
-	}
-	version := gomatrixserverlib.RoomVersion(first.Content.RoomVersion)
-	verImpl := gomatrixserverlib.MustGetRoomVersion(version)
-	sum := sha256.Sum256([]byte(files[0]))
-	stand, err := spec.NewRoomID("!" + base64.RawURLEncoding.EncodeToString(sum[:])[:43])
+	b, err := os.ReadFile(filepath.Join(peerDir(), "cases.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := &peerSource{events: map[string]gomatrixserverlib.PDU{}, rejected: map[string]bool{}}
-	var batches [][]gomatrixserverlib.PDU
-	for _, evs := range raw {
-		var batch []gomatrixserverlib.PDU
-		for _, e := range evs {
-			var h struct {
-				EventID string `json:"event_id"`
-			}
-			if err := json.Unmarshal(e, &h); err != nil {
-				t.Fatal(err)
-			}
-			p, err := verImpl.NewEventFromTrustedJSONWithEventID(h.EventID, e, false)
-			if err != nil {
-				t.Fatalf("%s: %v", h.EventID, err)
-			}
-			var pdu gomatrixserverlib.PDU = p
-			if verImpl.DomainlessRoomIDs() {
-				pdu = peerPDU{PDU: p, roomID: *stand}
-			}
-			if _, dup := src.events[h.EventID]; !dup {
-				src.events[h.EventID] = pdu
-				batch = append(batch, pdu)
-			}
-		}
-		batches = append(batches, batch)
+	var cases struct {
+		Cases []peerCase `json:"cases"`
 	}
-	return version, batches, src
+	if err := json.Unmarshal(b, &cases); err != nil {
+		t.Fatal(err)
+	}
+	return cases.Cases
+}
+
+// loadBatches reads a case's PDU files (testrooms.LoadFixtures): one batch per
+// file. A name is a file of the Ruma fixtures, or a path starting with "testdata/".
+func loadBatches(t *testing.T, files []string) (gomatrixserverlib.RoomVersion, [][]gomatrixserverlib.PDU, *peerSource) {
+	t.Helper()
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = filepath.Join(peerDir(), "fixtures", f)
+		if strings.HasPrefix(f, "testdata/") {
+			paths[i] = f
+		}
+	}
+	version, batches, events, err := testrooms.LoadFixtures(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return version, batches, &peerSource{events: events, rejected: map[string]bool{}}
 }
 
 func expected(t *testing.T, name string) resolver.StateMap {
@@ -247,22 +203,13 @@ func gmslAtomic(version gomatrixserverlib.RoomVersion, events, authEvents []goma
 // gomatrixserverlib's ResolveConflicts (recorded, not required), and checks the
 // conformance table in testdata/conformance.md (-update rewrites it).
 func TestPeerVectors(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(peerDir(), "cases.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cases struct {
-		Cases []peerCase `json:"cases"`
-	}
-	if err := json.Unmarshal(b, &cases); err != nil {
-		t.Fatal(err)
-	}
-	if len(cases.Cases) != 9 {
-		t.Fatalf("%d cases, want the 9 handed over", len(cases.Cases))
+	cases := peerCases(t)
+	if len(cases) != 9 {
+		t.Fatalf("%d cases, want the 9 handed over", len(cases))
 	}
 	var table []string
 	table = append(table, "| case | mode | ours | gomatrixserverlib ResolveConflicts |", "|---|---|---|---|")
-	for _, c := range cases.Cases {
+	for _, c := range cases {
 		want := expected(t, c.Name)
 		version, batches, src := loadBatches(t, c.PDUs)
 		var all []gomatrixserverlib.PDU
@@ -394,18 +341,9 @@ func TestResolutionIgnoresEarlierRooms(t *testing.T) {
 		files []string
 		want  resolver.StateMap
 	}
-	b, err := os.ReadFile(filepath.Join(peerDir(), "cases.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cases struct {
-		Cases []peerCase `json:"cases"`
-	}
-	if err := json.Unmarshal(b, &cases); err != nil {
-		t.Fatal(err)
-	}
+	cases := peerCases(t)
 	var rooms []room
-	for _, c := range cases.Cases {
+	for _, c := range cases {
 		if c.Mode == "batches" {
 			rooms = append(rooms, room{c.Name, c.PDUs, expected(t, c.Name)})
 		}

@@ -1,8 +1,6 @@
 package specres_test
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/matrix-org/gomatrixserverlib"
-	"github.com/matrix-org/gomatrixserverlib/spec"
 
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/resolver"
@@ -36,79 +33,24 @@ func (s *source) Event(id string) (gomatrixserverlib.PDU, error) {
 
 func (s *source) Rejected(id string) bool { return s.rejected[id] }
 
-// standIn gives a v12 fixture's made-up room ID a valid stand-in (gomatrixserverlib's
-// RoomID() panics on "!00-m-room-create").
-type standIn struct {
-	gomatrixserverlib.PDU
-	roomID spec.RoomID
-}
+func rumaDir() string { return testrooms.RumaDir() }
 
-func (p standIn) RoomID() spec.RoomID { return p.roomID }
-
-func rumaDir() string { return filepath.Join(testrooms.Dir(), "peer", "ruma") }
-
-// load reads fixture files (paths under the Ruma fixtures, or from the resolver
-// package's testdata when they start with "../testdata/") as batches of events.
+// load reads fixture files (testrooms.LoadFixtures; names under the Ruma
+// fixtures, or paths starting with "../") as batches of events.
 func load(t *testing.T, files []string) (gomatrixserverlib.RoomVersion, [][]gomatrixserverlib.PDU, *source) {
 	t.Helper()
-	var raws [][]json.RawMessage
-	for _, f := range files {
-		path := filepath.Join(rumaDir(), "fixtures", f)
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = filepath.Join(rumaDir(), "fixtures", f)
 		if strings.HasPrefix(f, "../") {
-			path = f
+			paths[i] = f
 		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var evs []json.RawMessage
-		if err := json.Unmarshal(b, &evs); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		raws = append(raws, evs)
 	}
-	var first struct {
-		Content struct {
-			RoomVersion string `json:"room_version"`
-		} `json:"content"`
-	}
-	if err := json.Unmarshal(raws[0][0], &first); err != nil {
-		t.Fatal(err)
-	}
-	version := gomatrixserverlib.RoomVersion(first.Content.RoomVersion)
-	verImpl := gomatrixserverlib.MustGetRoomVersion(version)
-	sum := sha256.Sum256([]byte(files[0]))
-	stand, err := spec.NewRoomID("!" + base64.RawURLEncoding.EncodeToString(sum[:])[:43])
+	version, batches, events, err := testrooms.LoadFixtures(paths)
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := &source{events: map[string]gomatrixserverlib.PDU{}, rejected: map[string]bool{}}
-	var batches [][]gomatrixserverlib.PDU
-	for _, evs := range raws {
-		var batch []gomatrixserverlib.PDU
-		for _, e := range evs {
-			var h struct {
-				EventID string `json:"event_id"`
-			}
-			if err := json.Unmarshal(e, &h); err != nil {
-				t.Fatal(err)
-			}
-			p, err := verImpl.NewEventFromTrustedJSONWithEventID(h.EventID, e, false)
-			if err != nil {
-				t.Fatalf("%s: %v", h.EventID, err)
-			}
-			var pdu gomatrixserverlib.PDU = p
-			if verImpl.DomainlessRoomIDs() {
-				pdu = standIn{PDU: p, roomID: *stand}
-			}
-			if _, dup := src.events[h.EventID]; !dup {
-				src.events[h.EventID] = pdu
-				batch = append(batch, pdu)
-			}
-		}
-		batches = append(batches, batch)
-	}
-	return version, batches, src
+	return version, batches, &source{events: events, rejected: map[string]bool{}}
 }
 
 func single(p gomatrixserverlib.PDU) specres.StateMap {
