@@ -12,8 +12,12 @@ set -eu
 GO=${GO:-go}
 ROOMS=${MUTATE_ROOMS:-3000}
 top=$(cd "$(dirname "$0")/.." && pwd)
+case $ROOMS in
+''|*[!0-9]*|0) echo "mutate-resolver: MUTATE_ROOMS=$ROOMS: want a positive number of rooms" >&2; exit 2 ;;
+esac
 work=$(mktemp -d "${TMPDIR:-/tmp}/mtxdb-mutate.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+trap 'exit 130' HUP INT TERM
 
 # mutant NAME FILE PERL-SUBSTITUTION: what each mutant does, one line each.
 mutants='
@@ -39,7 +43,13 @@ checks() {
 }
 
 want=${*:-}
-rc=0
+names=$(printf '%s\n' "$mutants" | sed -n 's/^\([a-z0-9-]*\)|.*/\1/p')
+for w in $want; do
+	if ! printf '%s\n' "$names" | grep -qx -- "$w"; then
+		echo "mutate-resolver: unknown mutant $w (known: $(echo $names))" >&2
+		exit 2
+	fi
+done
 printf '%s\n' "$mutants" | while IFS='|' read -r name file subst; do
 	[ -n "$name" ] || continue
 	if [ -n "$want" ] && ! echo " $want " | grep -q " $name "; then continue; fi
@@ -63,8 +73,18 @@ printf '%s\n' "$mutants" | while IFS='|' read -r name file subst; do
 		echo "mutant $name: SURVIVED (every check passed) in $(( $(date +%s) - start )) s"
 		echo fail >"$work/failed"
 	else
+		# Killed only by a test that ran and failed: a build error, a refused
+		# setting or the timeout is the run's failure, not the mutant's.
 		failing=$(grep -E '^--- FAIL' "$dir.log" | sed 's/--- FAIL: //; s/ (.*//' | sort -u | tr '\n' ' ')
-		echo "mutant $name: killed in $(( $(date +%s) - start )) s by: ${failing:-$(tail -1 "$dir.log")}"
+		if [ -z "$failing" ] && grep -q '^panic: ' "$dir.log"; then
+			failing="a panic: $(grep -m1 '^panic: ' "$dir.log")"
+		fi
+		if [ -n "$failing" ]; then
+			echo "mutant $name: killed in $(( $(date +%s) - start )) s by: $failing"
+		else
+			echo "mutant $name: the checks did not run to a test failure:"; tail -5 "$dir.log" | sed 's/^/  /'
+			echo fail >"$work/failed"
+		fi
 	fi
 	rm -rf "$dir"
 done
