@@ -80,3 +80,43 @@ func TestOpenExpectedStreamsLikeLoad(t *testing.T) {
 		t.Fatalf("Compare over a damaged file: %v", err)
 	}
 }
+
+// TestCompareEventRecordedTwice: a recording in which one line is replaced by a
+// copy of the line before it (same number of lines, one event's state lost) is a
+// mismatch naming the event and both states, loaded or streamed.
+func TestCompareEventRecordedTwice(t *testing.T) {
+	src := filepath.Join(Dir(), "real", "room003")
+	room, err := ImportReplayed(packstore.NewMemStorage(), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"expected_state.jsonl", "current_state.json", "meta.json"} {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "expected_state.jsonl" {
+			lines := strings.Split(string(b), "\n")
+			lines[21] = lines[20]
+			b = []byte(strings.Join(lines, "\n"))
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, open := range []func(string) (*Expected, error){LoadExpected, OpenExpected} {
+		exp, err := open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		res, err := Compare(room, exp, func(m Mismatch) { got = append(got, m.String()) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Mismatches != 1 || len(got) != 1 || !strings.Contains(got[0], "recorded twice: states 21 and 22") {
+			t.Errorf("%d mismatches %q, want one naming states 21 and 22", res.Mismatches, got)
+		}
+	}
+}

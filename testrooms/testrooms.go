@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -340,11 +341,24 @@ func CompareProgress(room *roomstate.Room, exp *Expected, report func(Mismatch),
 		}
 	}
 	n := 0 // recorded states compared so far, for progress
+	// lineOf: a hash of each recorded event ID -> its line (of non-blank lines):
+	// an event recorded twice means the file lost another's state. Hashes keep
+	// a 1M-line file's set small; a collision is reported, never hidden.
+	lineOf := map[uint64]int{}
+	seed := maphash.MakeSeed()
 	err := exp.eachState(func(es ExpectedState) error {
 		if progress != nil && n > 0 {
 			progress(n)
 		}
 		n++
+		h := maphash.String(seed, es.EventID)
+		if first, dup := lineOf[h]; dup {
+			res.Mismatches++
+			report(Mismatch{Room: room.ID(), Event: es.EventID, Key: "-", Ours: "-",
+				Recorded: fmt.Sprintf("(recorded twice: states %d and %d of expected_state.jsonl)", first, n)})
+			return nil
+		}
+		lineOf[h] = n
 		if _, err := room.Meta(es.EventID); errors.Is(err, packstore.ErrNotFound) {
 			res.Mismatches++
 			report(Mismatch{Room: room.ID(), Event: es.EventID, Key: "-", Ours: "(event not imported)", Recorded: "(state recorded)"})
