@@ -2,7 +2,8 @@
 // v2.1, written from the spec's text over whole state maps, for checking package
 // resolver against. It is slow on purpose: it walks whole auth chains, uses no
 // index and keeps nothing between calls (within one, the events and power levels
-// it has read). It shares no code with package resolver: it reads events through
+// it has read; it numbers the events it reads, so that its walks mark them in a
+// slice). It shares no code with package resolver: it reads events through
 // gomatrixserverlib's PDU type and takes the authorization rules as a function.
 //
 // It follows the Matrix Specification v1.16:
@@ -100,16 +101,28 @@ func versionNumber(version gomatrixserverlib.RoomVersion) int {
 
 // resolution is one call of Resolve: the events it has read, and the room facts
 // every step needs.
+//
+// Each event the call reads gets an index, in the order read: ids[i] and pdus[i]
+// are its ID and PDU (index maps the ID back), authIdx[i] the indices of its
+// auth_events (nil until a walk needs them), mark[i] the last auth chain walk
+// that reached it. The auth chain walks cover the whole history of a large room
+// once per state resolved; indices let them mark what they reached in a slice.
 type resolution struct {
 	version gomatrixserverlib.RoomVersion
 	v       int
 	src     Source
 	auth    AuthFunc
-	events  map[string]gomatrixserverlib.PDU
 	create  gomatrixserverlib.PDU
 	// levels: the users and users_default of the power levels events read for
 	// senders' levels in this call (a users map may hold thousands of entries).
 	levels map[string]*userLevels
+
+	index   map[string]int32
+	ids     []string
+	pdus    []gomatrixserverlib.PDU
+	authIdx [][]int32
+	mark    []uint32
+	walks   uint32
 }
 
 type userLevels struct {
@@ -117,19 +130,57 @@ type userLevels struct {
 	usersDefault int64
 }
 
-func (r *resolution) event(id string) (gomatrixserverlib.PDU, error) {
-	if p, ok := r.events[id]; ok {
-		return p, nil
+func newResolution(version gomatrixserverlib.RoomVersion, src Source, auth AuthFunc, sizeHint int) *resolution {
+	return &resolution{version: version, v: versionNumber(version), src: src, auth: auth, levels: map[string]*userLevels{},
+		index: make(map[string]int32, sizeHint)}
+}
+
+// intern returns the index of event id, reading it from the source the first
+// time.
+func (r *resolution) intern(id string) (int32, error) {
+	if i, ok := r.index[id]; ok {
+		return i, nil
 	}
 	p, err := r.src.Event(id)
 	if err != nil {
-		return nil, fmt.Errorf("%w: event %s: %v", ErrInput, id, err)
+		return 0, fmt.Errorf("%w: event %s: %v", ErrInput, id, err)
 	}
 	if p == nil {
-		return nil, fmt.Errorf("%w: event %s: the source gave none", ErrInput, id)
+		return 0, fmt.Errorf("%w: event %s: the source gave none", ErrInput, id)
 	}
-	r.events[id] = p
-	return p, nil
+	i := int32(len(r.ids))
+	r.index[id] = i
+	r.ids = append(r.ids, id)
+	r.pdus = append(r.pdus, p)
+	r.authIdx = append(r.authIdx, nil)
+	r.mark = append(r.mark, 0)
+	return i, nil
+}
+
+func (r *resolution) event(id string) (gomatrixserverlib.PDU, error) {
+	i, err := r.intern(id)
+	if err != nil {
+		return nil, err
+	}
+	return r.pdus[i], nil
+}
+
+// authEvents returns the indices of event i's auth_events.
+func (r *resolution) authEvents(i int32) ([]int32, error) {
+	if r.authIdx[i] != nil {
+		return r.authIdx[i], nil
+	}
+	ids := r.pdus[i].AuthEventIDs()
+	out := make([]int32, 0, len(ids))
+	for _, a := range ids {
+		j, err := r.intern(a)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	r.authIdx[i] = out
+	return out, nil
 }
 
 // Resolve returns the resolution of the state maps (spec, room version 2, "State
@@ -143,20 +194,27 @@ func Resolve(version gomatrixserverlib.RoomVersion, states []StateMap, src Sourc
 	if err != nil {
 		return nil, err
 	}
-	r := &resolution{version: version, v: versionNumber(version), src: src, auth: auth, events: map[string]gomatrixserverlib.PDU{},
-		levels: map[string]*userLevels{}}
 	if len(states) == 0 {
 		return StateMap{}, nil
 	}
-	for _, s := range states {
+	r := newResolution(version, src, auth, 4*len(states[0]))
+	// Each state's events, as indices: the roots of its full auth chain.
+	roots := make([][]int32, len(states))
+	for n, s := range states {
+		roots[n] = make([]int32, 0, len(s))
 		for k, id := range s {
-			p, err := r.event(id)
+			i, err := r.intern(id)
 			if err != nil {
 				return nil, err
 			}
+			p := r.pdus[i]
 			if p.StateKey() == nil || p.Type() != k.Type || *p.StateKey() != k.StateKey {
 				return nil, fmt.Errorf("%w: event %s is not the state event of (%s, %q)", ErrInput, id, k.Type, k.StateKey)
 			}
+			if _, err := r.authEvents(i); err != nil {
+				return nil, err
+			}
+			roots[n] = append(roots[n], i)
 		}
 	}
 	if r.create, err = r.findCreate(states); err != nil {
@@ -167,7 +225,7 @@ func Resolve(version gomatrixserverlib.RoomVersion, states []StateMap, src Sourc
 	if len(conflicted) == 0 {
 		return unconflicted, nil
 	}
-	full, err := r.fullConflictedSet(states, conflicted, algo)
+	full, err := r.fullConflictedSet(roots, conflicted, algo)
 	if err != nil {
 		return nil, err
 	}
@@ -250,26 +308,33 @@ func Resolve(version gomatrixserverlib.RoomVersion, states []StateMap, src Sourc
 func split(states []StateMap) (StateMap, map[string]bool) {
 	unconflicted := StateMap{}
 	conflicted := map[string]bool{}
-	keys := map[Key]bool{}
-	for _, s := range states {
-		for k := range s {
-			keys[k] = true
+	conflict := func(k Key) {
+		for _, s := range states {
+			if w, ok := s[k]; ok {
+				conflicted[w] = true
+			}
 		}
 	}
-	for k := range keys {
-		v, same := states[0][k]
+	// A key in every Si is in the first; a key missing from the first is
+	// conflicted.
+	for k, v := range states[0] {
+		same := true
 		for _, s := range states[1:] {
 			if w, ok := s[k]; !ok || w != v {
 				same = false
+				break
 			}
 		}
 		if same {
 			unconflicted[k] = v
-			continue
+		} else {
+			conflict(k)
 		}
-		for _, s := range states {
-			if w, ok := s[k]; ok {
-				conflicted[w] = true
+	}
+	for _, s := range states[1:] {
+		for k := range s {
+			if _, ok := states[0][k]; !ok {
+				conflict(k)
 			}
 		}
 	}
@@ -278,12 +343,12 @@ func split(states []StateMap) (StateMap, map[string]bool) {
 
 // fullConflictedSet is "the union of the conflicted state set and the auth
 // difference" (v2), and of the conflicted state subgraph (v2.1).
-func (r *resolution) fullConflictedSet(states []StateMap, conflicted map[string]bool, algo int) (map[string]bool, error) {
+func (r *resolution) fullConflictedSet(roots [][]int32, conflicted map[string]bool, algo int) (map[string]bool, error) {
 	full := map[string]bool{}
 	for id := range conflicted {
 		full[id] = true
 	}
-	diff, err := r.authDifference(states)
+	diff, err := r.authDifference(roots)
 	if err != nil {
 		return nil, err
 	}
@@ -307,27 +372,21 @@ func (r *resolution) fullConflictedSet(states []StateMap, conflicted map[string]
 // to the start of the room" (E itself is not in it). Given several events it
 // returns the union of their auth chains (one walk).
 func (r *resolution) authChain(ids ...string) (map[string]bool, error) {
-	chain := map[string]bool{}
-	var stack []string
-	for _, id := range ids {
-		p, err := r.event(id)
+	roots := make([]int32, len(ids))
+	for n, id := range ids {
+		i, err := r.intern(id)
 		if err != nil {
 			return nil, err
 		}
-		stack = append(stack, p.AuthEventIDs()...)
+		roots[n] = i
 	}
-	for len(stack) > 0 {
-		a := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if chain[a] {
-			continue
-		}
-		chain[a] = true
-		ae, err := r.event(a)
-		if err != nil {
-			return nil, err
-		}
-		stack = append(stack, ae.AuthEventIDs()...)
+	members, err := r.chainMembers(roots)
+	if err != nil {
+		return nil, err
+	}
+	chain := make(map[string]bool, len(members))
+	for _, i := range members {
+		chain[r.ids[i]] = true
 	}
 	if len(ids) == 1 && chain[ids[0]] {
 		return nil, fmt.Errorf("%w: event %s is in its own auth chain", ErrInput, ids[0])
@@ -335,29 +394,58 @@ func (r *resolution) authChain(ids ...string) (map[string]bool, error) {
 	return chain, nil
 }
 
+// chainMembers returns the indices of the events of the union of the roots'
+// auth chains, each once, in the order the walk reaches them.
+func (r *resolution) chainMembers(roots []int32) ([]int32, error) {
+	r.walks++
+	var members, stack []int32
+	for _, x := range roots {
+		a, err := r.authEvents(x)
+		if err != nil {
+			return nil, err
+		}
+		stack = append(stack, a...)
+	}
+	for len(stack) > 0 {
+		a := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if r.mark[a] == r.walks {
+			continue
+		}
+		r.mark[a] = r.walks
+		members = append(members, a)
+		next, err := r.authEvents(a)
+		if err != nil {
+			return nil, err
+		}
+		stack = append(stack, next...)
+	}
+	return members, nil
+}
+
 // authDifference is "the union of the full auth chains of each state set minus
 // their intersection", where "the full auth chain of a set of events is the union
-// of the auth chains of each event in the set".
-func (r *resolution) authDifference(states []StateMap) (map[string]bool, error) {
-	fullChains := make([]map[string]bool, len(states))
-	for i, s := range states {
-		ids := make([]string, 0, len(s))
-		for _, id := range s {
-			ids = append(ids, id)
-		}
+// of the auth chains of each event in the set": the events in at least one
+// state's full auth chain and not in all of them. roots[n] are the events of
+// state n.
+func (r *resolution) authDifference(roots [][]int32) (map[string]bool, error) {
+	fullChains := make([][]int32, len(roots))
+	for n, events := range roots {
 		var err error
-		if fullChains[i], err = r.authChain(ids...); err != nil {
+		if fullChains[n], err = r.chainMembers(events); err != nil {
 			return nil, err
 		}
 	}
-	diff := map[string]bool{}
+	in := make([]int, len(r.ids)) // in[i]: the number of full auth chains holding event i
 	for _, c := range fullChains {
-		for id := range c {
-			for _, o := range fullChains {
-				if !o[id] {
-					diff[id] = true
-				}
-			}
+		for _, i := range c {
+			in[i]++
+		}
+	}
+	diff := map[string]bool{}
+	for i, n := range in {
+		if n > 0 && n < len(roots) {
+			diff[r.ids[i]] = true
 		}
 	}
 	return diff, nil
@@ -886,7 +974,7 @@ func AuthEventsFrom(version gomatrixserverlib.RoomVersion, p gomatrixserverlib.P
 	if versionNumber(version) == 0 {
 		return nil, fmt.Errorf("%w: %q", ErrUnsupported, version)
 	}
-	r := &resolution{version: version, v: versionNumber(version), src: src, events: map[string]gomatrixserverlib.PDU{}}
+	r := newResolution(version, src, nil, len(state))
 	var out []gomatrixserverlib.PDU
 	keys := selectionKeys(r.v, p)
 	if r.v >= 12 && !(p.Type() == "m.room.create" && p.StateKeyEquals("")) {
