@@ -170,8 +170,8 @@ func reportReference(cmd *cobra.Command, m *gen.Meta) {
 	if ref == nil {
 		return
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "%s: reference (resolver/specres): %d events checked (every %d), %d resolutions, in %s on %d workers; mismatches=%d current_state_mismatched_keys=%d\n",
-		m.Room, ref.CheckedEvents, ref.Every, ref.Resolutions, ref.Time.Round(time.Millisecond), ref.Workers, ref.Mismatches, ref.CurrentStateMismatchedKeys)
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: reference (resolver/specres): %d events checked (every %d), %d resolutions, in %s (%s CPU) on %d workers; mismatches=%d current_state_mismatched_keys=%d\n",
+		m.Room, ref.CheckedEvents, ref.Every, ref.Resolutions, ref.Time.Round(time.Millisecond), ref.CPU.Round(time.Millisecond), ref.Workers, ref.Mismatches, ref.CurrentStateMismatchedKeys)
 	if ref.Mismatches == 0 && ref.CurrentStateMismatchedKeys == 0 {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/matrix-org/gomatrixserverlib"
@@ -58,9 +59,10 @@ import (
 // cites come before it.) expected_state.jsonl records R(E) = P(E), and verify's 0
 // mismatches say replay's state after E equals it at every recorded event.
 //
-// Rooms of more than refAllMax events are checked at a sample only: every k-th
-// event in file order (at least refSampleMin events), the events
-// expected_state.jsonl records, and the last. There each recorded state is still
+// Rooms of more than refAllMax events are checked at a sample only: the events
+// expected_state.jsonl records, the last, and, when the recorded events are
+// fewer than refSampleMin, every k-th event in file order (refSampleMin of
+// them). There each recorded state is still
 // the reference's resolution of the generator's states before it, but the
 // induction does not hold between the samples (an unchecked step could differ
 // from the reference and go unseen, as long as it agrees again at the samples).
@@ -116,9 +118,11 @@ type ReferenceCounts struct {
 	CurrentStateMismatchedKeys int `json:"current_state_mismatched_keys"`
 	// First lists the first mismatches in file order (current state last).
 	First []ReferenceMismatch `json:"first_mismatches,omitempty"`
-	// Time is the wall time of the reference's checks (not written: meta.json is
-	// the same for the same options).
+	// Time is the wall time of the reference's checks, CPU the process's user
+	// and system CPU time over them (not written: meta.json is the same for the
+	// same options).
 	Time time.Duration `json:"-"`
+	CPU  time.Duration `json:"-"`
 	// Workers is the number of goroutines the checks ran on (not written).
 	Workers int `json:"-"`
 }
@@ -168,7 +172,7 @@ type refDiff struct {
 // states the room's files record: r.refStates for the sampled events whose state
 // differs from the generator's, r.refCurrent for the current state.
 func (r *room) reference(sampled []int32) error {
-	start := time.Now()
+	start, startCPU := time.Now(), processCPU()
 	checked, every := r.referenceSample(sampled)
 	rc := &r.refCounts
 	*rc = ReferenceCounts{Implementation: "resolver/specres (spec v1.16 state res v2 / v2.1 over whole state maps)", CheckedEvents: len(checked), Every: every}
@@ -258,8 +262,17 @@ func (r *room) reference(sampled []int32) error {
 	} else {
 		r.refCurrent = current
 	}
-	rc.Time = time.Since(start)
+	rc.Time, rc.CPU = time.Since(start), processCPU()-startCPU
 	return nil
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func (r *room) noteRefMismatch(m ReferenceMismatch) {
@@ -290,14 +303,18 @@ func rejectionText(reason string) string {
 }
 
 // referenceSample returns the events the reference checks, in file order, and
-// its every: every event up to refAllMax; above, every k-th (at least
-// refSampleMin), the sampled events and the last.
+// its every: every event up to refAllMax; above, the events
+// expected_state.jsonl records and the last, and when those are fewer than
+// refSampleMin, every k-th event too (k = events / refSampleMin).
 func (r *room) referenceSample(sampled []int32) ([]int32, int) {
 	n := len(r.arrival)
 	if n <= refAllMax {
 		return slices.Clone(r.arrival), 1
 	}
 	every := n / refSampleMin
+	if len(sampled) >= refSampleMin {
+		every = r.sampleEvery
+	}
 	isSampled := make(map[int32]bool, len(sampled))
 	for _, x := range sampled {
 		isSampled[x] = true
