@@ -143,6 +143,11 @@ type Options struct {
 	// NoReference skips the reference implementation (reference.go): the files
 	// then record the generator's own states (for quick runs and profiling).
 	NoReference bool `json:"no_reference,omitempty"`
+	// ReferenceAll has the reference check every event whatever the room's size
+	// (by default every event up to refAllMax events, a sample above: see
+	// reference.go). About 0.13 s of CPU per resolution at 100k events: a 100k
+	// room takes hours.
+	ReferenceAll bool `json:"reference_all,omitempty"`
 }
 
 // ResolverGMSL selects gomatrixserverlib's state res v2 (Options.Resolver).
@@ -249,6 +254,9 @@ func (o *Options) normalise() error {
 		}
 	default:
 		return fmt.Errorf("gen: --resolver %q: mtxdb or gmsl", o.Resolver)
+	}
+	if o.NoReference && o.ReferenceAll {
+		return fmt.Errorf("gen: --reference-all with --no-reference: the second skips the checks the first asks for")
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ func TestNormaliseRefuses(t *testing.T) {
 		{"--max-delay", func(o *Options) { o.MaxDelay = -3 }},
 		{"--state-budget", func(o *Options) { o.StateBudget = -1 }},
 		{"--backfill-batch", func(o *Options) { o.BackfillBatch = 0 }},
+		{"--reference-all", func(o *Options) { o.NoReference, o.ReferenceAll = true, true }},
 		{"--loss", func(o *Options) { o.Loss = -0.1 }},
 		{"--loss", func(o *Options) { o.Loss = 1 }},
 		{"--loss", func(o *Options) { o.Loss = math.NaN() }},

@@ -77,13 +77,14 @@ import (
 // selection names (Server-Server API, "Auth events selection").
 //
 // Options.NoReference skips all this: the files then record the generator's
-// own states.
+// own states. Options.ReferenceAll checks every event of a room of any size.
 
-// refAllMax is the largest room the reference checks at every event. The
-// reference costs about 0.4-0.6 s of CPU per resolution at 100k events (whole
-// maps, full auth chain walks), and a 100k room has about 68k events with two
-// or more distinct states before them: hours. At 10k it took 63-195 s on two
-// workers (README, "Generating rooms").
+// refAllMax is the largest room the reference checks at every event (unless
+// Options.ReferenceAll). The reference costs about 0.13 s of CPU per resolution
+// at 100k events (whole maps, full auth chain walks: every resolution reads
+// every event of the states and of their auth chains), and a 100k room has
+// about 68k events with two or more distinct states before them: about 2.5
+// hours of CPU (docs/generating-rooms.md).
 const refAllMax = 10_000
 
 // refSampleMin is the least number of events the reference checks in a larger
@@ -308,7 +309,7 @@ func rejectionText(reason string) string {
 // refSampleMin, every k-th event too (k = events / refSampleMin).
 func (r *room) referenceSample(sampled []int32) ([]int32, int) {
 	n := len(r.arrival)
-	if n <= refAllMax {
+	if n <= refAllMax || r.opts.ReferenceAll {
 		return slices.Clone(r.arrival), 1
 	}
 	every := n / refSampleMin

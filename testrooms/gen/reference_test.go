@@ -193,6 +193,21 @@ func TestReferenceSample(t *testing.T) {
 		require.Contains(t, got, x)
 	}
 	require.Less(t, len(got), refSampleMin+len(sampled)+2+refSampleMin/2)
+
+	// As many recorded events as refSampleMin: those and the last, no more.
+	sampled = sampled[:0]
+	for i := 0; i < n-1; i += n / (refSampleMin + 10) {
+		sampled = append(sampled, r.arrival[i])
+	}
+	r.sampleEvery = n / (refSampleMin + 10)
+	got, _ = r.referenceSample(sampled)
+	require.Len(t, got, len(sampled)+1)
+
+	// ReferenceAll: every event.
+	r.opts.ReferenceAll = true
+	got, every = r.referenceSample(sampled)
+	require.Equal(t, 1, every)
+	require.Equal(t, r.arrival, got)
 }
 
 // TestReferenceMismatchString: the stderr form names event, key and values.
