@@ -757,6 +757,7 @@ func checkRoom(t *testing.T, room *smallroom.Room, stats *fuzzStats, keepDir str
 		return
 	}
 	var small *smallroom.Room
+	kept := ""
 	if minimiseIt {
 		small = minimise(room, d)
 		if keepDir != "" {
@@ -764,11 +765,13 @@ func checkRoom(t *testing.T, room *smallroom.Room, stats *fuzzStats, keepDir str
 				name := filepath.Join(keepDir, fmt.Sprintf("open-v%s-seed%d.jsonl", room.Version, room.Seed))
 				if err := os.WriteFile(name, mrr.renderings[fixture].JSONL(), 0o644); err != nil {
 					t.Errorf("keep %s: %v", name, err)
+				} else {
+					kept = "\nkept as " + name + " (resolver/testdata/fuzzdiff without open- once fixed: TestResolverDifferentialKept replays it)"
 				}
 			}
 		}
 	}
-	t.Errorf("%s", describe(room, d, small))
+	t.Errorf("%s%s", describe(room, d, small), kept)
 }
 
 // total is the number of rooms checked (mu held).
