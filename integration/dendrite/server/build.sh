@@ -39,6 +39,8 @@ if [ "$(cat "$SRC/.mtxdb-stamp" 2>/dev/null)" != "$stamp" ]; then
 	(cd "$SRC" && $GO mod edit \
 		-require=github.com/mtxdb/mtxdb/integration/dendrite/statetables@v0.0.0 \
 		-replace=github.com/mtxdb/mtxdb/integration/dendrite/statetables="$REPO/integration/dendrite/statetables" \
+		-replace=github.com/mtxdb/mtxdb/integration/dendrite/roomrules="$REPO/integration/dendrite/roomrules" \
+		-replace=github.com/mtxdb/mtxdb="$REPO" \
 		-replace=github.com/mtxdb/mtxdb/packstore="$REPO/packstore" \
 		-replace=github.com/mtxdb/mtxdb/hamtstore="$REPO/hamtstore" \
 		-replace=github.com/mtxdb/mtxdb/pgstore="$REPO/pgstore" \
