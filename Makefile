@@ -187,12 +187,15 @@ bench-repack: build
 	./bin/mtxdb bench-repack --gen $(REPACK_GEN) --real testrooms/real --runs $(REPACK_RUNS) --out docs/bench --label -$(REPACK_EVENTS)
 	cd bench && $(GO) run ./cmd/plotrepack ../docs/bench/repack-$(REPACK_EVENTS).json
 
-# Issue 15: Dendrite v0.13.8 from the module proxy with integration/dendrite/server's
-# patch (its state snapshots and blocks in mtxdb: statetables), as bin/dendrite,
-# bin/generate-config, bin/generate-keys, bin/create-account, and the stock build in
-# bin/stock/. DENDRITE_WORK holds the patched copy of Dendrite's source (reused while
-# the patch is unchanged) where make test-dendrite-suite runs Dendrite's own tests.
-# Cold: about 5-9 minutes on 2 cores; warm: under a minute.
+# Dendrite v0.13.8 from the module proxy with integration/dendrite/server's patch
+# (gomatrixserverlib at the core's pin; state snapshots and blocks in mtxdb:
+# statetables; every state resolution and authorisation through mtxdb's resolver:
+# roomrules), as bin/dendrite, bin/generate-config, bin/generate-keys,
+# bin/create-account, and the stock build in bin/stock/. It fails when the patched
+# tree still calls gomatrixserverlib's Resolve* or Allowed outside _test.go files
+# (server/check-calls.sh). DENDRITE_WORK holds the patched copy of Dendrite's source
+# (reused while the patch is unchanged) where make test-dendrite-suite runs
+# Dendrite's own tests. Cold: about 5-9 minutes on 2 cores; warm: under a minute.
 DENDRITE_WORK ?= $(CURDIR)/.build/dendrite
 DENDRITE_BIN  ?= $(CURDIR)/bin
 # A throwaway PostgreSQL (scripts/pgserver.sh) for the Dendrite targets, stopped after.

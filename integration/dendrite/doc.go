@@ -1,7 +1,10 @@
 // Package dendrite implements Dendrite v0.13.8's roomserver/state.StateResolutionStorage
 // over mtxdb's roomstate (events, per-event state snapshots as HAMT roots) so that a
 // Dendrite fork's state.NewStateResolution reads and writes room state in mtxdb.
-// See README.md for how a fork wires it in and what is not covered.
+// See README.md for how a fork wires it in and what is not covered. The patched
+// Dendrite that make dendrite builds (server/) does not link this package: it keeps
+// its state in statetables and resolves and authorises through roomrules (README.md,
+// "The patched server").
 //
 // # NIDs
 //

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # build.sh BIN WORK: builds Dendrite v0.13.8 from the Go module proxy twice:
 #   BIN/dendrite, BIN/generate-config, BIN/generate-keys, BIN/create-account
-#       with dendrite-v0.13.8.patch applied (state snapshots and blocks in mtxdb),
+#       with dendrite-v0.13.8.patch applied (state snapshots and blocks in mtxdb,
+#       state resolution and authorisation by mtxdb's resolver),
 #       and BIN/mtxdb-dendrite-migrate (statetables' migration command);
 #   BIN/stock/{dendrite,generate-config,generate-keys,create-account}
 #       unmodified, for comparisons (the end-to-end test, the benchmark).
-# WORK/src is a writable copy of the module cache's v0.13.8 with the patch applied (the
-# swap in roomserver/storage/storage.go, and go.mod/go.sum with the statetables
-# requirement and the versions it raises, pinned: no `go mod tidy`, nothing resolved
-# @latest) and go.mod's replace lines pointing at this repository's statetables,
-# packstore, hamtstore, pgstore and internal modules; it is reused while the patch is unchanged.
+# WORK/src is a writable copy of the module cache's v0.13.8 with the patch applied
+# (../README.md, "The patched server": gomatrixserverlib raised to the core's pin, the
+# state tables swapped in roomserver/storage/storage.go, every state resolution and
+# authorisation through roomrules; go.mod/go.sum pinned: no `go mod tidy`, nothing
+# resolved @latest) and go.mod's replace lines pointing at this repository's core,
+# roomrules, statetables, packstore, hamtstore, pgstore and internal modules; it is
+# reused while the patch is unchanged. Before building, check-calls.sh fails the
+# build if the tree still calls gomatrixserverlib's state resolution or Allowed
+# outside _test.go files.
 # Dendrite's own tests run in WORK/src (make test-dendrite-suite). Nothing of Dendrite's
 # source is kept in the repository: only the patch.
 set -euo pipefail
@@ -47,6 +52,10 @@ if [ "$(cat "$SRC/.mtxdb-stamp" 2>/dev/null)" != "$stamp" ]; then
 		-replace=github.com/mtxdb/mtxdb/internal="$REPO/internal")
 	echo "$stamp" >"$SRC/.mtxdb-stamp"
 fi
+
+# With the patch no state resolution and no authorisation is left to
+# gomatrixserverlib: check-calls.sh fails the build when a call remains.
+"$HERE/check-calls.sh" "$SRC"
 
 CMDS="./cmd/dendrite ./cmd/generate-config ./cmd/generate-keys ./cmd/create-account"
 echo "== build patched Dendrite $VERSION into $BIN"
