@@ -346,11 +346,12 @@ func (st *stateRes) authEventsOf(id string) ([]string, error) {
 
 // isPowerEvent: m.room.power_levels, m.room.join_rules, or an m.room.member whose
 // membership is leave or ban and whose sender is not its state_key (spec, v2
-// "Power events"). The create event is treated as one too (it can only be in the
-// full conflicted set through an auth difference, and it has no auth events).
+// "Power events"). The create event is not one: where it is conflicted (a state
+// without it, as ResolveMaps may be given), it is ordered by the mainline ordering
+// with the other events.
 func isPowerEvent(p gomatrixserverlib.PDU) bool {
 	switch p.Type() {
-	case spec.MRoomPowerLevels, spec.MRoomJoinRules, spec.MRoomCreate:
+	case spec.MRoomPowerLevels, spec.MRoomJoinRules:
 		return p.StateKeyEquals("")
 	case spec.MRoomMember:
 		m, err := p.Membership()

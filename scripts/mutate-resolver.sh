@@ -32,6 +32,7 @@ receipt-rules|resolver/statres.go|s/(\t\t\tok = allowed\(fp, byKey, st\.cache\.r
 v21-unconflicted|resolver/statres.go|s/if st\.in\.algo == gomatrixserverlib\.StateResV2_1 \|\| st\.in\.unconflicted == nil \{/if st.in.unconflicted == nil {/
 rejected-auth|resolver/statres.go|s/(\t\tfor _, a := range p\.AuthEventIDs\(\) \{\n)\t\t\tif st\.src\.Rejected\(a\) \{\n\t\t\t\tcontinue\n\t\t\t\}\n/$1/
 sender-level-state|resolver/statres.go|s/(\tvar plEvent, createEvent gomatrixserverlib\.PDU\n)/$1\tif id, ok, _ := st.lookup(Key{Type: spec.MRoomPowerLevels, StateKey: ""}); ok {\n\t\tif e, err := st.event(id); err == nil {\n\t\t\tplEvent = e\n\t\t}\n\t}\n/
+create-power-event|resolver/statres.go|s/(\tcase spec\.MRoomPowerLevels, spec\.MRoomJoinRules):\n\t\treturn p\.StateKeyEquals/$1, spec.MRoomCreate:\n\t\treturn p.StateKeyEquals/
 rules-memo-shared|resolver/authrules_check.go|s/(func newRuleMemo\(\) \*ruleMemo \{\n)/var sharedMemo = func() *ruleMemo {\n\tl, _ := lru.New[string, *levels](memoLevels)\n\tc, _ := lru.New[string, createFacts](memoCreate)\n\treturn \&ruleMemo{pl: l, create: c}\n}()\n\n$1\treturn sharedMemo\n/
 '
 
