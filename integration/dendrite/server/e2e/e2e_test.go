@@ -549,6 +549,20 @@ func TestStockAndMtxdbAgree(t *testing.T) {
 				t.Logf("%s: mtxdb state store %s: %d bytes", backend, storeDir, dirBytes(t, storeDir))
 			}
 
+			// The refused changes are refused by mtxdb's rules (roomrules), and the
+			// mtxdb server's log names the rule (stock's log has none of it).
+			for _, s := range []*server{stock, swapped} {
+				b, err := os.ReadFile(filepath.Join(s.dir, "server.log"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := strings.Count(string(b), "authorization rule ")
+				t.Logf("%s: %s's log names an authorization rule %d times", backend, s.name, n)
+				if s == swapped && n == 0 {
+					t.Errorf("the mtxdb server refused changes but its log names no authorization rule (mtxdb's rules not in effect?):\n%s", s.logTail())
+				}
+			}
+
 			// The startup guard: the mtxdb build refuses the stock server's database,
 			// whose state is in SQL, instead of failing every state request later.
 			// SQLite: a store directory of its own; PostgreSQL: the database itself.
