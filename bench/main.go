@@ -1,4 +1,4 @@
-// Command mtxdb-bench is the cross-engine benchmark of issue 8: one
+// Command mtxdb-bench is the cross-engine benchmark: one
 // workload (workload.go) run on packstore (three checksum modes), bbolt,
 // pebble v2, badger v4, SQLite (mattn/go-sqlite3) and libmdbx (mdbx-go),
 // with 1 and with 32 collections, fsync per batch, in alternating order, each

@@ -448,7 +448,7 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// repackTargets checks issue 7's acceptance targets for the auth-chain walk of
+// repackTargets checks the repack's targets (docs/benchmarks.md) for the auth-chain walk of
 // each generated room, after each plan.
 func repackTargets(res *repackBench) []repackBenchVerdict {
 	var out []repackBenchVerdict

@@ -1,4 +1,4 @@
-// Command plotrepack draws the results of `mtxdb bench-repack` (issue 7, seed
+// Command plotrepack draws the results of `mtxdb bench-repack` (the design write-up,
 // "Topological repack") as PNGs: for each measured room, one image of three panels,
 // the distinct 4 KiB pages read, the seeks and the median cold wall time (ms) of each
 // walk (current state, auth chain, backfill, resolve at the extremities), with one
