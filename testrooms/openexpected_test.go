@@ -19,25 +19,13 @@ func TestOpenExpectedStreamsLikeLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	edited := t.TempDir()
-	for _, name := range []string{"expected_state.jsonl", "current_state.json", "meta.json"} {
-		b, err := os.ReadFile(filepath.Join(src, name))
-		if err != nil {
-			t.Fatal(err)
+	edited := copyWithExpectedEdit(t, src, func(lines []string) {
+		i := len(lines) / 2
+		if !strings.Contains(lines[i], `"$`) {
+			t.Fatalf("line %d of room003's expected_state.jsonl names no event: %q", i+1, lines[i])
 		}
-		if name == "expected_state.jsonl" {
-			lines := strings.Split(string(b), "\n")
-			i := len(lines) / 2
-			if !strings.Contains(lines[i], `"$`) {
-				t.Fatalf("line %d of room003's expected_state.jsonl names no event: %q", i+1, lines[i])
-			}
-			lines[i] = strings.Replace(lines[i], `"$`, `"$edited`, 1)
-			b = []byte(strings.Join(lines, "\n"))
-		}
-		if err := os.WriteFile(filepath.Join(edited, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+		lines[i] = strings.Replace(lines[i], `"$`, `"$edited`, 1)
+	})
 	for _, dir := range []string{src, edited} {
 		loaded, err := LoadExpected(dir)
 		if err != nil {
@@ -90,21 +78,7 @@ func TestCompareEventRecordedTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	for _, name := range []string{"expected_state.jsonl", "current_state.json", "meta.json"} {
-		b, err := os.ReadFile(filepath.Join(src, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if name == "expected_state.jsonl" {
-			lines := strings.Split(string(b), "\n")
-			lines[21] = lines[20]
-			b = []byte(strings.Join(lines, "\n"))
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := copyWithExpectedEdit(t, src, func(lines []string) { lines[21] = lines[20] })
 	for _, open := range []func(string) (*Expected, error){LoadExpected, OpenExpected} {
 		exp, err := open(dir)
 		if err != nil {
@@ -119,4 +93,27 @@ func TestCompareEventRecordedTwice(t *testing.T) {
 			t.Errorf("%d mismatches %q, want one naming states 21 and 22", res.Mismatches, got)
 		}
 	}
+}
+
+// copyWithExpectedEdit copies a room directory's recording (expected_state.jsonl,
+// current_state.json, meta.json) to a temporary directory, edit changing the
+// lines of expected_state.jsonl, and returns the copy.
+func copyWithExpectedEdit(t *testing.T, src string, edit func(lines []string)) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range []string{"expected_state.jsonl", "current_state.json", "meta.json"} {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "expected_state.jsonl" {
+			lines := strings.Split(string(b), "\n")
+			edit(lines)
+			b = []byte(strings.Join(lines, "\n"))
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
