@@ -211,9 +211,6 @@ func Resolve(version gomatrixserverlib.RoomVersion, states []StateMap, src Sourc
 			if p.StateKey() == nil || p.Type() != k.Type || *p.StateKey() != k.StateKey {
 				return nil, fmt.Errorf("%w: event %s is not the state event of (%s, %q)", ErrInput, id, k.Type, k.StateKey)
 			}
-			if _, err := r.authEvents(i); err != nil {
-				return nil, err
-			}
 			roots[n] = append(roots[n], i)
 		}
 	}
