@@ -199,6 +199,9 @@ func scanExpected(dir string, decode bool, fn func(ExpectedState) error) error {
 			if err := json.Unmarshal(sc.Bytes(), &es); err != nil {
 				return fmt.Errorf("testrooms: %s/expected_state.jsonl line %d: %w", dir, line, err)
 			}
+			if es.EventID == "" || es.State == nil {
+				return fmt.Errorf("testrooms: %s/expected_state.jsonl line %d: not a recorded state: want an object with event_id and state", dir, line)
+			}
 		}
 		if err := fn(es); err != nil {
 			return err
@@ -244,7 +247,9 @@ func loadExpected(dir string, hold bool) (*Expected, error) {
 			return nil, fmt.Errorf("testrooms: %s/meta.json: %w", dir, err)
 		}
 		exp.RoomID, exp.ForwardExtremities, exp.Events = m.RoomID, m.ForwardExtremities, m.Counts.Events
-		if n := m.ExpectedState.Lines; n > 0 && n != exp.States {
+		if n := m.ExpectedState.Lines; n < 0 {
+			return nil, fmt.Errorf("testrooms: %s/meta.json: expected_state.lines is %d, not a line count", dir, n)
+		} else if n > 0 && n != exp.States {
 			return nil, fmt.Errorf("testrooms: %s/expected_state.jsonl has %d states, meta.json expected_state.lines says %d", dir, exp.States, n)
 		}
 	}

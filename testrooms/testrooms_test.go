@@ -76,3 +76,35 @@ func TestRealRoomDirsSymlinks(t *testing.T) {
 		t.Fatalf("RealRoomDirs with a dangling symlink = %q, %v; want an error naming %s", got, err, dangling)
 	}
 }
+
+// TestLoadExpectedRefusesMalformed: a line that is JSON but not a recorded state
+// (null, no state, no event_id) and a negative line count in meta.json are
+// errors naming the file, not states to compare.
+func TestLoadExpectedRefusesMalformed(t *testing.T) {
+	good := `{"event_id":"$a","state":{"m.room.create\u0000":"$a"}}`
+	for _, tc := range []struct {
+		lines, meta, want string
+	}{
+		{"null", `{"room_id":"!r:example.org"}`, "line 1: not a recorded state"},
+		{good + "\n" + `{"event_id":"$b"}`, `{"room_id":"!r:example.org"}`, "line 2: not a recorded state"},
+		{`{"state":{}}`, `{"room_id":"!r:example.org"}`, "line 1: not a recorded state"},
+		{good, `{"room_id":"!r:example.org","expected_state":{"lines":-1}}`, "expected_state.lines is -1"},
+	} {
+		dir := t.TempDir()
+		for name, body := range map[string]string{"expected_state.jsonl": tc.lines + "\n", "meta.json": tc.meta} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, open := range []func(string) (*Expected, error){LoadExpected, OpenExpected} {
+			exp, err := open(dir)
+			if err == nil && exp != nil {
+				// OpenExpected streams the lines: the error comes from the scan.
+				err = exp.eachState(func(ExpectedState) error { return nil })
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%q / %s: got %v, want an error containing %q", tc.lines, tc.meta, err, tc.want)
+			}
+		}
+	}
+}
