@@ -4,7 +4,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-suite bench-dendrite bench-replay bench-repack all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
+.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-suite test-sytest bench-dendrite bench-replay bench-repack all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -218,6 +218,17 @@ test-dendrite-e2e: dendrite
 DENDRITE_SUITE ?= ./roomserver/... ./clientapi/... ./syncapi/... ./federationapi/...
 test-dendrite-suite: dendrite
 	integration/dendrite/server/suite.sh $(DENDRITE_WORK)/src $(PG_DIR) $(DENDRITE_SUITE)
+
+# Sytest (branch dendrite, SYTEST_TARBALL) against the stock and the patched build
+# with Dendrite's sytest-whitelist and sytest-blacklist, on SYTEST_DB=sqlite|postgres|all
+# (PostgreSQL: a throwaway server on 127.0.0.1:5432, Sytest's fixed port; skipped when
+# 5432 is taken). Fails unless the patched build has no unexpected failure and passes
+# every test stock passes; TAP, sorted results and their diff in SYTEST_OUT. Installs
+# Sytest's Debian Perl packages when missing. About 5 minutes per build on SQLite.
+# SYTEST_TESTS: Sytest test files to run instead of all (tests/50federation/36state.pl).
+SYTEST_DB ?= all
+test-sytest: dendrite
+	SYTEST_DB=$(SYTEST_DB) PG_DIR=$(PG_DIR)-sytest integration/dendrite/server/sytest.sh $(DENDRITE_BIN)/stock $(DENDRITE_BIN) $(SYTEST_TESTS)
 
 # The scripted workload (BENCH_DENDRITE_USERS users joining one room, state changes,
 # messages) on stock and mtxdb Dendrite, SQLite and PostgreSQL, one run each: state

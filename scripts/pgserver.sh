@@ -33,6 +33,8 @@
 #
 # Environment: PG_BINDIR (server binaries; default: the newest
 # /usr/lib/postgresql/*/bin, else initdb on PATH), PGSERVER_USER (see above),
+# PGSERVER_PORT (listen on this port instead of a free one picked at random; start
+# fails when another process holds it or the server in DIR runs on another port),
 # PGSERVER_FAST=1 (fsync, synchronous_commit and full_page_writes off: for tests only,
 # never for benchmarks; applies at every start).
 set -euo pipefail
@@ -186,7 +188,7 @@ esac
 
 # --- start ---
 
-if running && [ -s "$DIR/url" ]; then
+if running && [ -s "$DIR/url" ] && [ "${PGSERVER_PORT:-$(cat "$DIR/port" 2>/dev/null)}" = "$(cat "$DIR/port" 2>/dev/null)" ]; then
 	cat "$DIR/url"
 	exit 0
 fi
@@ -276,9 +278,17 @@ port=
 [ -s "$DIR/port" ] && port=$(cat "$DIR/port")
 started=
 [ -n "$already" ] && [ -n "$port" ] && started=1
+if [ -n "${PGSERVER_PORT:-}" ]; then
+	[ -z "$started" ] || [ "$port" = "$PGSERVER_PORT" ] ||
+		die "the server in $DIR runs on port $port, not PGSERVER_PORT=$PGSERVER_PORT: stop it first"
+	port=$PGSERVER_PORT
+	[ -n "$started" ] || port_free "$port" || die "port $port (PGSERVER_PORT) is in use"
+fi
 for attempt in $(seq 1 10); do
 	[ -z "$started" ] || break
-	if [ -z "$port" ] || ! port_free "$port"; then
+	if [ -n "${PGSERVER_PORT:-}" ] && [ "$attempt" -gt 1 ]; then
+		fail "the server did not start on port $PGSERVER_PORT (PGSERVER_PORT): it is in use" "$SLOG"
+	elif [ -z "$port" ] || ! port_free "$port"; then
 		port=$(pick_port) || fail "no free loopback port found"
 	fi
 	: >"$SLOG"
