@@ -76,13 +76,15 @@ fuzz: deps-all
 # differences (the first of each kind minimised, as fixture JSON lines to keep in
 # resolver/testdata/fuzzdiff) and the elapsed time; FUZZKEEP=DIR also writes the
 # minimised rooms there. Differences of a kind known to be open (the open-* rooms
-# there) are counted apart; MTXDB_FUZZ_STRICT=1 fails them too. Measured: 14-23
-# rooms/s on this 2-core machine beside other jobs, so the default 200000 rooms take
-# hours (FUZZROOMS=5000 is a few minutes).
+# there) are counted apart; MTXDB_FUZZ_STRICT=1 fails them too. Measured on this
+# 2-core machine: the default 200000 rooms took 1 h 27 min (38 rooms/s, part of it
+# beside other jobs); FUZZROOMS=5000 is a few minutes.
 FUZZROOMS ?= 200000
 FUZZSEED ?= 1
 FUZZKEEP ?=
 fuzz-resolver: deps
+	@case '$(FUZZROOMS)' in ''|*[!0-9]*|0) echo "make fuzz-resolver: FUZZROOMS=$(FUZZROOMS): want a positive number of rooms" >&2; exit 2;; esac
+	@case '$(FUZZSEED)' in ''|*[!0-9]*) echo "make fuzz-resolver: FUZZSEED=$(FUZZSEED): want a non-negative number" >&2; exit 2;; esac
 	MTXDB_FUZZ_SEEDS=$(FUZZROOMS) MTXDB_FUZZ_SEED=$(FUZZSEED) MTXDB_FUZZ_KEEP=$(abspath $(FUZZKEEP)) MTXDB_FUZZ_SUMMARY=1 \
 	  $(GO) -C resolver test -count=1 -timeout 0 -run '^TestResolverDifferential$$'
 
