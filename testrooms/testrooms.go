@@ -27,6 +27,24 @@ import (
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
+// ErrRecording marks a recorded room directory whose files are malformed: a line of
+// expected_state.jsonl that does not decode or is not a recorded state, a line
+// count meta.json contradicts, a meta.json or current_state.json that does not
+// decode, or a directory that records no state. The recording, not the request,
+// is wrong (mtxdb verify exits 2 for it, as for a mismatch). Test with errors.Is.
+var ErrRecording = errors.New("testrooms: malformed recording")
+
+// recordingError is an error of a malformed recording: its message is the
+// wrapped error's, and errors.Is finds ErrRecording in it.
+type recordingError struct{ error }
+
+func (e recordingError) Unwrap() []error { return []error{e.error, ErrRecording} }
+
+// malformed marks err as an error of a malformed recording.
+func malformed(format string, args ...any) error {
+	return recordingError{fmt.Errorf(format, args...)}
+}
+
 // Dir returns the testrooms directory of this source tree (for tests and the demo
 // run from a checkout).
 func Dir() string {
@@ -197,17 +215,19 @@ func scanExpected(dir string, decode bool, fn func(ExpectedState) error) error {
 		var es ExpectedState
 		if decode {
 			if err := json.Unmarshal(sc.Bytes(), &es); err != nil {
-				return fmt.Errorf("testrooms: %s/expected_state.jsonl line %d: %w", dir, line, err)
+				return malformed("testrooms: %s/expected_state.jsonl line %d: %w", dir, line, err)
 			}
 			if es.EventID == "" || es.State == nil {
-				return fmt.Errorf("testrooms: %s/expected_state.jsonl line %d: not a recorded state: want an object with event_id and state", dir, line)
+				return malformed("testrooms: %s/expected_state.jsonl line %d: not a recorded state: want an object with event_id and state", dir, line)
 			}
 		}
 		if err := fn(es); err != nil {
 			return err
 		}
 	}
-	if err := sc.Err(); err != nil {
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return malformed("testrooms: %s/expected_state.jsonl: %w", dir, err)
+	} else if err != nil {
 		return fmt.Errorf("testrooms: %s/expected_state.jsonl: %w", dir, err)
 	}
 	return nil
@@ -226,7 +246,7 @@ func loadExpected(dir string, hold bool) (*Expected, error) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "current_state.json")); err == nil {
 		if err := json.Unmarshal(b, &exp.Current); err != nil {
-			return nil, fmt.Errorf("testrooms: %s/current_state.json: %w", dir, err)
+			return nil, malformed("testrooms: %s/current_state.json: %w", dir, err)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -244,17 +264,17 @@ func loadExpected(dir string, hold bool) (*Expected, error) {
 			} `json:"expected_state"`
 		}
 		if err := json.Unmarshal(b, &m); err != nil {
-			return nil, fmt.Errorf("testrooms: %s/meta.json: %w", dir, err)
+			return nil, malformed("testrooms: %s/meta.json: %w", dir, err)
 		}
 		exp.RoomID, exp.ForwardExtremities, exp.Events = m.RoomID, m.ForwardExtremities, m.Counts.Events
 		if n := m.ExpectedState.Lines; n < 0 {
-			return nil, fmt.Errorf("testrooms: %s/meta.json: expected_state.lines is %d, not a line count", dir, n)
+			return nil, malformed("testrooms: %s/meta.json: expected_state.lines is %d, not a line count", dir, n)
 		} else if n > 0 && n != exp.States {
-			return nil, fmt.Errorf("testrooms: %s/expected_state.jsonl has %d states, meta.json expected_state.lines says %d", dir, exp.States, n)
+			return nil, malformed("testrooms: %s/expected_state.jsonl has %d states, meta.json expected_state.lines says %d", dir, exp.States, n)
 		}
 	}
 	if exp.States == 0 && len(exp.Current) == 0 {
-		return nil, fmt.Errorf("testrooms: %s records no state (expected_state.jsonl is empty and there is no current_state.json): nothing to compare", dir)
+		return nil, malformed("testrooms: %s records no state (expected_state.jsonl is empty and there is no current_state.json): nothing to compare", dir)
 	}
 	return exp, nil
 }

@@ -1,6 +1,7 @@
 package testrooms
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,8 +79,9 @@ func TestRealRoomDirsSymlinks(t *testing.T) {
 }
 
 // TestLoadExpectedRefusesMalformed: a line that is JSON but not a recorded state
-// (null, no state, no event_id) and a negative line count in meta.json are
-// errors naming the file, not states to compare.
+// (null, no state, no event_id), a line that does not decode, a negative or wrong
+// line count in meta.json and an undecodable meta.json are ErrRecording errors
+// naming the file, not states to compare.
 func TestLoadExpectedRefusesMalformed(t *testing.T) {
 	good := `{"event_id":"$a","state":{"m.room.create\u0000":"$a"}}`
 	for _, tc := range []struct {
@@ -89,6 +91,9 @@ func TestLoadExpectedRefusesMalformed(t *testing.T) {
 		{good + "\n" + `{"event_id":"$b"}`, `{"room_id":"!r:example.org"}`, "line 2: not a recorded state"},
 		{`{"state":{}}`, `{"room_id":"!r:example.org"}`, "line 1: not a recorded state"},
 		{good, `{"room_id":"!r:example.org","expected_state":{"lines":-1}}`, "expected_state.lines is -1"},
+		{good + "\n" + `{"event_id":"$b","state":{bro`, `{"room_id":"!r:example.org"}`, "line 2: invalid character"},
+		{good, `{"room_id":"!r:example.org","expected_state":{"lines":2}}`, "has 1 states, meta.json expected_state.lines says 2"},
+		{good, `{"room_id":`, "meta.json: unexpected end of JSON input"},
 	} {
 		dir := t.TempDir()
 		for name, body := range map[string]string{"expected_state.jsonl": tc.lines + "\n", "meta.json": tc.meta} {
@@ -102,8 +107,8 @@ func TestLoadExpectedRefusesMalformed(t *testing.T) {
 				// OpenExpected streams the lines: the error comes from the scan.
 				err = exp.eachState(func(ExpectedState) error { return nil })
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("%q / %s: got %v, want an error containing %q", tc.lines, tc.meta, err, tc.want)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrRecording) {
+				t.Errorf("%q / %s: got %v, want an ErrRecording containing %q", tc.lines, tc.meta, err, tc.want)
 			}
 		}
 	}

@@ -670,9 +670,10 @@ not a mismatch per event. A room that fails its check is a problem line, and its
 events are counted as unchecked_events (not in events).
 
 Exit status 2 when the data is wrong: a mismatch, a room that fails its check, a
-recorded room the store lacks or has not replayed, or a store that fails to open as
-corrupt; 1 for usage and I/O errors, including a store lost during the run; 0
-otherwise.`,
+recorded room the store lacks or has not replayed, a recorded room directory whose
+files are malformed (a line of expected_state.jsonl that does not decode, a line
+count meta.json contradicts), or a store that fails to open as corrupt; 1 for usage
+and I/O errors, including a store lost during the run; 0 otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := nonEmptyFlag(cmd, "room", room); err != nil {
@@ -789,7 +790,9 @@ func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*testrooms.E
 				return nil, fmt.Errorf("%s holds events.jsonl but no expected_state.jsonl: no state its server recorded to compare with", d)
 			}
 			exp, err := testrooms.OpenExpected(d)
-			if err != nil {
+			if errors.Is(err, testrooms.ErrRecording) {
+				return nil, corruptError{err} // the recording is wrong: exit 2
+			} else if err != nil {
 				return nil, err
 			}
 			if exp.RoomID == "" {

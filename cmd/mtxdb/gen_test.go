@@ -136,7 +136,7 @@ func TestCLIVerifyDamagedExpectations(t *testing.T) {
 	if err := os.WriteFile(exp, []byte(strings.Join(lines[1:], "")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if o, code := run(t, "verify", "--store", store, "--expected", roomDir); code == 0 || !strings.Contains(o, "expected_state.lines says") {
+	if o, code := run(t, "verify", "--store", store, "--expected", roomDir); code != 2 || !strings.Contains(o, "expected_state.lines says") {
 		t.Errorf("one line dropped: exit %d\n%s", code, o)
 	}
 	if err := os.WriteFile(exp, nil, 0o644); err != nil {
@@ -145,7 +145,7 @@ func TestCLIVerifyDamagedExpectations(t *testing.T) {
 	if err := os.Remove(filepath.Join(roomDir, "current_state.json")); err != nil {
 		t.Fatal(err)
 	}
-	if o, code := run(t, "verify", "--store", store, "--expected", roomDir); code == 0 || !strings.Contains(o, "has 0 states") {
+	if o, code := run(t, "verify", "--store", store, "--expected", roomDir); code != 2 || !strings.Contains(o, "has 0 states") {
 		t.Errorf("nothing recorded: exit %d\n%s", code, o)
 	}
 }
