@@ -30,7 +30,9 @@
 # PostgreSQL: Sytest's Dendrite harness connects to 127.0.0.1:5432 only, so a
 # throwaway server (scripts/pgserver.sh, cluster in PG_DIR) is started on port 5432 and
 # stopped after; when another process holds 5432 the PostgreSQL runs are skipped,
-# with a message. TIMEOUT_FACTOR (Sytest's own) passes through to Sytest.
+# with a message. TIMEOUT_FACTOR (Sytest's own: test timeouts are multiplied by it)
+# passes through to Sytest, and SYTEST_ARGS are added to its command line (-p 8900:8999,
+# the ports for its servers, lets two runs share the machine).
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: sytest.sh STOCK_BIN PATCHED_BIN [TEST_FILE...]" >&2; exit 2; }
 GO=${GO:-go}
@@ -127,6 +129,8 @@ counts() {
 # run DB BUILD: Sytest against BUILD on DB; writes OUT/DB-BUILD.{tap,log,results}.
 run() {
 	local db=$1 build=$2 w=$WORK/work/$1-$2 start i
+	w_now=$w
+	stop_servers "$w"
 	rm -rf "$w"
 	for i in 0 1 2; do
 		mkdir -p "$w/server-$i"
@@ -144,8 +148,9 @@ run() {
 		cd "$SYTEST"
 		[ "$db" = postgres ] && export POSTGRES=1 || unset POSTGRES
 		./run-tests.pl -I Dendrite::Monolith -d "${BIN[$build]}" -W "$D/sytest-whitelist" -B "$D/sytest-blacklist" \
-			-O tap --all --work-directory="$w" --exclude-deprecated "${TESTS[@]}" >"$OUT/$db-$build.tap" 2>"$OUT/$db-$build.log"
+			-O tap --all --work-directory="$w" --exclude-deprecated ${SYTEST_ARGS:-} "${TESTS[@]}" >"$OUT/$db-$build.tap" 2>"$OUT/$db-$build.log"
 	) || true
+	stop_servers "$w"
 	grep -q '^1\.\.[0-9]' "$OUT/$db-$build.tap" || {
 		tail -n 20 "$OUT/$db-$build.log" >&2
 		echo "sytest.sh: Sytest did not finish on $db $build (TAP without a plan line: $OUT/$db-$build.tap)" >&2
@@ -156,9 +161,18 @@ run() {
 		tee -a "$OUT/summary.txt"
 }
 
+# stop_servers DIR: end the Dendrite processes whose config is in DIR (an interrupted
+# Sytest can leave one behind, holding ports the next run needs).
+stop_servers() {
+	local pid
+	for pid in $(pgrep -f -- "--config $1/server-" || true); do kill "$pid" 2>/dev/null || true; done
+}
+
 pg_sql() {
 	local q
-	for q in "$@"; do psql -X -q -h 127.0.0.1 -p "$PG_PORT" -d postgres -c "$q" >/dev/null; done
+	for q in "$@"; do
+		PGOPTIONS='-c client_min_messages=warning' psql -X -q -h 127.0.0.1 -p "$PG_PORT" -d postgres -c "$q" >/dev/null
+	done
 }
 
 # port_busy PORT: a socket listens on PORT (IPv4 or IPv6).
@@ -170,7 +184,7 @@ port_busy() {
 : >"$OUT/summary.txt"
 status=0
 pg_started=
-trap '[ -z "$pg_started" ] || "$REPO/scripts/pgserver.sh" stop "$PG_DIR"' EXIT
+trap '[ -z "${w_now:-}" ] || stop_servers "$w_now"; [ -z "$pg_started" ] || "$REPO/scripts/pgserver.sh" stop "$PG_DIR"' EXIT
 for db in $DBS; do
 	if [ "$db" = postgres ]; then
 		if ! PGSERVER_PORT=$PG_PORT "$REPO/scripts/pgserver.sh" url "$PG_DIR" >/dev/null 2>&1 && port_busy $PG_PORT; then
