@@ -43,6 +43,10 @@ type server struct {
 	url    string
 	cmd    *exec.Cmd
 	exited chan error
+	// httpsPort, when set, is the port of the HTTPS listener (else a free one), and
+	// tlsCert/tlsKey its certificate and key files (Dendrite serves HTTPS only with both).
+	httpsPort       int
+	tlsCert, tlsKey string
 }
 
 func freePort(t *testing.T) int {
@@ -69,24 +73,35 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) st
 // newServer writes keys and a configuration (federation off, registration open,
 // rate limits off: generate-config -ci) for a server on dbURL ("" = SQLite files).
 func newServer(t *testing.T, name, bin, dbURL string, env []string) *server {
-	dir := filepath.Join(t.TempDir(), name)
+	return configureServer(t, filepath.Join(t.TempDir(), name), name, "localhost", bin, dbURL, env, func(cfg string) string {
+		cfg = strings.Replace(cfg, "disable_federation: false", "disable_federation: true", 1)
+		return setLogLevel(cfg, "warn")
+	})
+}
+
+// configureServer writes keys and generate-config -ci's configuration for server
+// name serverName into dir, passed through edit, for a server on dbURL ("" = SQLite).
+func configureServer(t *testing.T, dir, name, serverName, bin, dbURL string, env []string, edit func(string) string) *server {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	run(t, dir, env, filepath.Join(bin, "generate-keys"), "-private-key", "matrix_key.pem")
-	args := []string{"-ci", "-dir", dir, "-server", "localhost"}
+	args := []string{"-ci", "-dir", dir, "-server", serverName}
 	if dbURL != "" {
 		args = append(args, "-db", dbURL)
 	}
-	cfg := run(t, dir, env, filepath.Join(bin, "generate-config"), args...)
-	cfg = strings.Replace(cfg, "disable_federation: false", "disable_federation: true", 1)
-	cfg = regexp.MustCompile(`(?m)^(\s+)level: trace$`).ReplaceAllString(cfg, "${1}level: warn")
+	cfg := edit(run(t, dir, env, filepath.Join(bin, "generate-config"), args...))
 	if err := os.WriteFile(filepath.Join(dir, "dendrite.yaml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s := &server{t: t, name: name, bin: bin, dir: dir, env: env}
 	t.Cleanup(s.stop)
 	return s
+}
+
+// setLogLevel sets the level of generate-config's log hook (trace) to level.
+func setLogLevel(cfg, level string) string {
+	return regexp.MustCompile(`(?m)^(\s+)level: trace$`).ReplaceAllString(cfg, "${1}level: "+level)
 }
 
 // start runs the server and waits until /versions answers; it returns the error of
@@ -98,8 +113,16 @@ func (s *server) start() error {
 	if err != nil {
 		return err
 	}
-	s.cmd = exec.Command(filepath.Join(s.bin, "dendrite"), "-config", "dendrite.yaml", "-really-enable-open-registration",
-		"-http-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "-https-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(s.t)))
+	httpsPort := s.httpsPort
+	if httpsPort == 0 {
+		httpsPort = freePort(s.t)
+	}
+	args := []string{"-config", "dendrite.yaml", "-really-enable-open-registration",
+		"-http-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "-https-bind-address", fmt.Sprintf("127.0.0.1:%d", httpsPort)}
+	if s.tlsCert != "" {
+		args = append(args, "-tls-cert", s.tlsCert, "-tls-key", s.tlsKey)
+	}
+	s.cmd = exec.Command(filepath.Join(s.bin, "dendrite"), args...)
 	s.cmd.Dir = s.dir
 	s.cmd.Env = append(os.Environ(), s.env...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
