@@ -4,16 +4,18 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-partition test-dendrite-suite test-sytest bench-dendrite bench-replay bench-repack all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
+.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-partition test-dendrite-suite test-sytest test-complement bench-dendrite bench-replay bench-repack all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
 
 all: build
 
 # Every Go module of the repository but bench/ (the cross-engine benchmark's, with cgo
-# engines: `make bench`) and integration/dendrite/server/e2e (it needs the built servers:
-# `make test-dendrite-e2e`): the core, its storage modules (packstore, hamtstore,
-# pgstore, internal: modules of their own so that a Dendrite fork links them without
-# the core's gomatrixserverlib requirement), integration/dendrite and its statetables.
-MODULES := $(sort $(patsubst ./%,%,$(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' -not -path './.build/*' -not -path './bench/*' -not -path './integration/dendrite/server/e2e/*' -not -path '*/testdata/*'))))
+# engines: `make bench`), integration/dendrite/server/e2e (it needs the built servers:
+# `make test-dendrite-e2e`) and integration/dendrite/server/complement (it builds only
+# in the go.work beside an unpacked Complement: `make test-complement`): the core, its
+# storage modules (packstore, hamtstore, pgstore, internal: modules of their own so
+# that a Dendrite fork links them without the core's gomatrixserverlib requirement),
+# integration/dendrite and its statetables.
+MODULES := $(sort $(patsubst ./%,%,$(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' -not -path './.build/*' -not -path './bench/*' -not -path './integration/dendrite/server/e2e/*' -not -path './integration/dendrite/server/complement/*' -not -path '*/testdata/*'))))
 
 deps:
 	$(GO) mod download
@@ -243,6 +245,19 @@ test-dendrite-suite: dendrite
 SYTEST_DB ?= all
 test-sytest: dendrite
 	SYTEST_DB=$(SYTEST_DB) PG_DIR=$(PG_DIR)-sytest integration/dendrite/server/sytest.sh $(DENDRITE_BIN)/stock $(DENDRITE_BIN) $(SYTEST_TESTS)
+
+# Complement (COMPLEMENT_TARBALL: the module proxy does not serve it) against the stock
+# and the patched build, Dendrite processes on 127.0.0.1 started by the deployer in
+# integration/dendrite/server/complement (its run.sh unpacks Complement under
+# .build/complement). COMPLEMENT_RUN=state (default): the federation, state and auth
+# tests; all: Complement's tests and tests/csapi packages but its excluded.txt. Fails
+# unless the patched build passes every test and subtest stock passes; also reports
+# TestInboundFederationRejectsEventsWithRejectedAuthEvents on both builds.
+COMPLEMENT_TARBALL ?= /work/shared/peer-suites/complement-50044edb.tar.gz
+COMPLEMENT_RUN ?= state
+test-complement: dendrite
+	COMPLEMENT_TARBALL=$(COMPLEMENT_TARBALL) COMPLEMENT_RUN=$(COMPLEMENT_RUN) GO=$(GO) \
+	  integration/dendrite/server/complement/run.sh $(DENDRITE_BIN) $(DENDRITE_BIN)/stock $(CURDIR)/.build/complement
 
 # The scripted workload (BENCH_DENDRITE_USERS users joining one room, state changes,
 # messages) on stock and mtxdb Dendrite, SQLite and PostgreSQL, one run each: state

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// jsonRun writes a go test -json stream: each entry "Test action" becomes a run
+// event and, unless action is "-", a final one.
+func jsonRun(entries ...string) string {
+	var b strings.Builder
+	b.WriteString("# a line that is not JSON\n")
+	for _, e := range entries {
+		name, action, _ := strings.Cut(e, " ")
+		b.WriteString(`{"Action":"run","Package":"github.com/matrix-org/complement/tests","Test":"` + name + `"}` + "\n")
+		if action != "-" {
+			b.WriteString(`{"Action":"` + action + `","Package":"github.com/matrix-org/complement/tests","Test":"` + name + `"}` + "\n")
+		}
+	}
+	return b.String()
+}
+
+func parse(t *testing.T, s string) *Run {
+	t.Helper()
+	r, err := Parse(strings.NewReader(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestParseAndCounts(t *testing.T) {
+	r := parse(t, jsonRun("TestA pass", "TestA/x pass", "TestA/y skip", "TestB fail", "TestC skip", "TestD -")+
+		`{"Action":"output","Package":"github.com/matrix-org/complement/tests","Output":"panic: boom\n"}`+"\n"+
+		`{"Action":"fail","Package":"github.com/matrix-org/complement/tests"}`+"\n")
+	if got := r.Tests["tests TestD"]; got != Incomplete {
+		t.Errorf("TestD: %s, want incomplete", got)
+	}
+	if got := r.Tests["tests TestA/y"]; got != Skip {
+		t.Errorf("TestA/y: %s, want skip", got)
+	}
+	want := "tests: 1 pass, 1 fail, 1 skip, 1 incomplete; subtests: 1 pass, 0 fail, 1 skip"
+	if got := r.Counts().String(); got != want {
+		t.Errorf("counts %q, want %q", got, want)
+	}
+	if len(r.PkgFailure) != 0 {
+		t.Errorf("package failures %q beside a failed test", r.PkgFailure)
+	}
+	r = parse(t, jsonRun("TestA pass")+
+		`{"Action":"output","Package":"github.com/matrix-org/complement/tests","Output":"panic: boom\n"}`+"\n"+
+		`{"Action":"fail","Package":"github.com/matrix-org/complement/tests"}`+"\n")
+	if len(r.PkgFailure) != 1 || !strings.Contains(r.PkgFailure[0], "panic: boom") {
+		t.Errorf("package failures %q", r.PkgFailure)
+	}
+}
+
+func TestPassRule(t *testing.T) {
+	stock := parse(t, jsonRun("TestA pass", "TestA/x pass", "TestB fail", "TestC skip", "TestE pass"))
+	for _, c := range []struct {
+		name    string
+		patched string
+		ok      bool
+		diffs   int
+	}{
+		{"same", jsonRun("TestA pass", "TestA/x pass", "TestB fail", "TestC skip", "TestE pass"), true, 0},
+		{"patched passes more", jsonRun("TestA pass", "TestA/x pass", "TestB pass", "TestC pass", "TestE pass"), true, 2},
+		{"subtest fails", jsonRun("TestA pass", "TestA/x fail", "TestB fail", "TestC skip", "TestE pass"), false, 1},
+		{"skipped instead", jsonRun("TestA pass", "TestA/x pass", "TestB fail", "TestC skip", "TestE skip"), false, 1},
+		{"missing", jsonRun("TestA pass", "TestA/x pass", "TestB fail", "TestC skip"), false, 1},
+		{"incomplete", jsonRun("TestA pass", "TestA/x pass", "TestB fail", "TestC skip", "TestE -"), false, 1},
+	} {
+		patched := parse(t, c.patched)
+		if d := Compare(stock, patched); len(d) != c.diffs {
+			t.Errorf("%s: %d differences %v, want %d", c.name, len(d), d, c.diffs)
+		}
+		var out strings.Builder
+		if ok := Report(&out, nil, stock, patched); ok != c.ok {
+			t.Errorf("%s: rule %v, want %v\n%s", c.name, ok, c.ok, out.String())
+		}
+	}
+	var out strings.Builder
+	if Report(&out, nil, parse(t, ""), parse(t, "")) {
+		t.Error("two empty runs pass the rule")
+	}
+}
+
+func TestExcluded(t *testing.T) {
+	ex, err := ReadExcluded(strings.NewReader("# comment\n\nTestA   room version 12\nTestB/sub.x\tneeds hs1 as a name\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ex) != 2 || ex[0] != (Exclusion{"TestA", "room version 12"}) || ex[1] != (Exclusion{"TestB/sub.x", "needs hs1 as a name"}) {
+		t.Fatalf("parsed %q", ex)
+	}
+	skip := SkipRegex(ex)
+	if skip != `^TestA$|^TestB$/^sub\.x$` {
+		t.Errorf("skip pattern %q", skip)
+	}
+	for _, alt := range strings.Split(skip, "|") {
+		for _, el := range strings.Split(alt, "/") {
+			regexp.MustCompile(el)
+		}
+	}
+	if _, ok := excludedKey(ex, "tests TestA/y"); !ok {
+		t.Error("TestA/y is not excluded")
+	}
+	if _, ok := excludedKey(ex, "tests TestAB"); ok {
+		t.Error("TestAB is excluded")
+	}
+	for _, bad := range []string{"TestA\n", "Foo reason\n"} {
+		if _, err := ReadExcluded(strings.NewReader(bad)); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
