@@ -221,7 +221,7 @@ test-dendrite-e2e: dendrite
 # sides of a cut, healed, then every server's /state compared with each other and
 # with mtxdb replay of the room's exported events; the same on three stock servers,
 # reported only. Writes PARTITION_OUT; keeps the servers' directories (logs,
-# databases) and the replays in PARTITION_WORK. 2-14 minutes of test here (load 8-17).
+# databases) and the replays in PARTITION_WORK. 2-17 minutes of test here (load 8-17).
 PARTITION_OUT  ?= $(CURDIR)/docs/bench/partition.md
 PARTITION_WORK ?= $(CURDIR)/.build/partition
 test-dendrite-partition: dendrite

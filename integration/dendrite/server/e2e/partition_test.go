@@ -456,11 +456,11 @@ func runScenario(t *testing.T, c *fedCluster, sc *partitionScenario) *scenarioRu
 	}
 	c.proxy.takeCounts()
 	c.proxy.partition(names(sc.sides[0]), names(sc.sides[1]))
+	defer c.proxy.heal() // on every return; the scenario heals the cut itself below
 	cutAt := time.Now()
 	logf("cut %s | %s", label(sc.sides[0]), label(sc.sides[1]))
 	made, err := sc.during(ctx, c, r.room, pl)
 	if err != nil {
-		c.proxy.heal()
 		return fail("during the cut: %v", err)
 	}
 	var madeIDs []string
@@ -485,7 +485,6 @@ func runScenario(t *testing.T, c *fedCluster, sc *partitionScenario) *scenarioRu
 				break
 			}
 			if time.Now().After(deadline) {
-				c.proxy.heal()
 				return fail("during the cut: %s (made on %s) does not reach %s within 2 min", ev, c.nodes[made[ev]].label, label(side))
 			}
 			time.Sleep(500 * time.Millisecond)
