@@ -367,17 +367,21 @@ func (d *Deployment) stopAll() {
 // GetConfig returns the test package's Complement configuration.
 func (d *Deployment) GetConfig() *config.Complement { return d.cfg }
 
-// RoundTripper sends Complement's federation requests (matrix-federation:// URLs
-// naming a server name) over HTTPS to that name's address: server names here are
-// 127.0.0.1:PORT, so no name needs mapping. It trusts the run's CA only.
-func (d *Deployment) RoundTripper() http.RoundTripper { return federationTripper{d.transport} }
+// RoundTripper sends Complement's federation requests (matrix-federation:// or
+// https:// URLs) over HTTPS to the address their host names: a server name here
+// is that address, 127.0.0.1:FEDPORT, and a host that is a server's alias (hs1,
+// without a port) is that server's federation address. It trusts the run's CA only.
+func (d *Deployment) RoundTripper() http.RoundTripper { return federationTripper{d} }
 
-type federationTripper struct{ next http.RoundTripper }
+type federationTripper struct{ d *Deployment }
 
 func (f federationTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	r := req.Clone(req.Context())
 	r.URL.Scheme = "https"
-	return f.next.RoundTrip(r)
+	if s := f.d.servers[r.URL.Host]; s != nil {
+		r.URL.Host = fmt.Sprintf("127.0.0.1:%d", s.fedPort)
+	}
+	return f.d.transport.RoundTrip(r)
 }
 
 // Network returns "": the servers run on the host's loopback, in no Docker network.

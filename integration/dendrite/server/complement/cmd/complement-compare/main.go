@@ -3,9 +3,16 @@
 // test and subtest that passed on stock passes on patched. It prints the counts per
 // build, every test whose result differs, and exits 1 when the rule fails.
 //
-//	complement-compare -excluded FILE STOCK.json PATCHED.json
-//	complement-compare -skip-regex FILE     (the -skip pattern of FILE's tests)
-//	complement-compare -report NAME=RUN.json ...  (results only, no rule)
+//	complement-compare -excluded FILE STOCK.json[,RERUN.json] PATCHED.json[,RERUN.json]
+//	complement-compare -rerun-regex STOCK.json PATCHED.json
+//	complement-compare -skip-regex FILE
+//	complement-compare -report NAME=RUN.json ...
+//
+// A comma-separated list of runs is read in order, a later run's results of a
+// top-level test (and its subtests) replacing the earlier ones: a rerun of the
+// tests that broke the rule. -rerun-regex prints the go test -run pattern of
+// those tests (nothing when the rule holds), -skip-regex the -skip pattern of
+// FILE's tests, -report each run's results without a rule.
 //
 // FILE lists excluded tests, one a line: a test name (TestX, or TestX/sub for a
 // subtest), white space, and the reason; # starts a comment line.
@@ -243,6 +250,68 @@ func readRun(path string) (*Run, error) {
 	return Parse(f)
 }
 
+// readRuns reads a comma-separated list of runs into one (see Overlay).
+func readRuns(paths string) (*Run, error) {
+	var run *Run
+	for _, p := range strings.Split(paths, ",") {
+		r, err := readRun(p)
+		if err != nil {
+			return nil, err
+		}
+		if run == nil {
+			run = r
+		} else {
+			run.Overlay(r)
+		}
+	}
+	return run, nil
+}
+
+// topLevel is the "pkg TestX" part of a result key.
+func topLevel(key string) string {
+	if i := strings.IndexByte(key, '/'); i >= 0 {
+		return key[:i]
+	}
+	return key
+}
+
+// Overlay replaces r's results of every top-level test that later ran (its
+// subtests included) with later's, and takes later's package failures.
+func (r *Run) Overlay(later *Run) {
+	rerun := map[string]bool{}
+	for k := range later.Tests {
+		rerun[topLevel(k)] = true
+	}
+	for k := range r.Tests {
+		if rerun[topLevel(k)] {
+			delete(r.Tests, k)
+		}
+	}
+	for k, res := range later.Tests {
+		r.Tests[k] = res
+	}
+	r.PkgFailure = append(r.PkgFailure, later.PkgFailure...)
+}
+
+// RerunRegex is the go test -run pattern of the top-level tests that break the
+// pass rule ("" when none does).
+func RerunRegex(stock, patched *Run) string {
+	seen := map[string]bool{}
+	var names []string
+	for _, d := range Compare(stock, patched) {
+		_, name, _ := strings.Cut(topLevel(d.Key), " ")
+		if d.Broken && !seen[name] {
+			seen[name] = true
+			names = append(names, regexp.QuoteMeta(name))
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	sort.Strings(names)
+	return "^(" + strings.Join(names, "|") + ")$"
+}
+
 func readExcludedFile(path string) ([]Exclusion, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -260,9 +329,19 @@ func main() {
 	excluded := flag.String("excluded", "", "the exclusion list")
 	skipRegex := flag.String("skip-regex", "", "print the -skip pattern of this exclusion list and exit")
 	report := flag.Bool("report", false, "print each NAME=RUN.json's results, apply no rule")
+	rerunRegex := flag.Bool("rerun-regex", false, "print the -run pattern of the tests that break the rule")
 	flag.Parse()
 	var err error
 	switch {
+	case *rerunRegex:
+		var stock, patched *Run
+		if flag.NArg() != 2 {
+			err = fmt.Errorf("-rerun-regex takes STOCK.json PATCHED.json")
+		} else if stock, err = readRuns(flag.Arg(0)); err == nil {
+			if patched, err = readRuns(flag.Arg(1)); err == nil {
+				fmt.Println(RerunRegex(stock, patched))
+			}
+		}
 	case *skipRegex != "":
 		var ex []Exclusion
 		if ex, err = readExcludedFile(*skipRegex); err == nil {
@@ -272,7 +351,7 @@ func main() {
 		err = reportRuns(os.Stdout, flag.Args())
 	default:
 		if flag.NArg() != 2 {
-			fmt.Fprintln(os.Stderr, "usage: complement-compare -excluded FILE STOCK.json PATCHED.json")
+			fmt.Fprintln(os.Stderr, "usage: complement-compare -excluded FILE STOCK.json[,RERUN.json] PATCHED.json[,RERUN.json]")
 			os.Exit(2)
 		}
 		var ok bool
@@ -326,11 +405,11 @@ func compareFiles(w io.Writer, excludedPath, stockPath, patchedPath string) (boo
 			return false, err
 		}
 	}
-	stock, err := readRun(stockPath)
+	stock, err := readRuns(stockPath)
 	if err != nil {
 		return false, err
 	}
-	patched, err := readRun(patchedPath)
+	patched, err := readRuns(patchedPath)
 	if err != nil {
 		return false, err
 	}

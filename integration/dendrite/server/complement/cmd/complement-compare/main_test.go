@@ -114,3 +114,30 @@ func TestExcluded(t *testing.T) {
 		}
 	}
 }
+
+func TestRerun(t *testing.T) {
+	stock := parse(t, jsonRun("TestA pass", "TestA/x pass", "TestB pass", "TestC fail"))
+	patched := parse(t, jsonRun("TestA pass", "TestA/x fail", "TestB fail", "TestC fail"))
+	if got := RerunRegex(stock, patched); got != "^(TestA|TestB)$" {
+		t.Errorf("rerun pattern %q", got)
+	}
+	var out strings.Builder
+	if Report(&out, nil, stock, patched) {
+		t.Fatal("rule holds before the rerun")
+	}
+	patched.Overlay(parse(t, jsonRun("TestA pass", "TestA/x pass", "TestB pass")))
+	if got := RerunRegex(stock, patched); got != "" {
+		t.Errorf("rerun pattern after the rerun %q", got)
+	}
+	if !Report(&out, nil, stock, patched) {
+		t.Errorf("rule fails after the rerun\n%s", out.String())
+	}
+	if patched.Tests["tests TestC"] != Fail {
+		t.Errorf("TestC, not rerun, lost its result")
+	}
+	// A rerun replaces the subtests too: one that does not run again is gone.
+	stock.Overlay(parse(t, jsonRun("TestA pass")))
+	if _, ok := stock.Tests["tests TestA/x"]; ok {
+		t.Error("TestA/x kept from before the rerun")
+	}
+}
