@@ -120,7 +120,7 @@ type Counts struct {
 func (r *Run) Counts() Counts {
 	c := Counts{Tests: map[Result]int{}, Subtests: map[Result]int{}}
 	for k, res := range r.Tests {
-		if strings.Contains(k, "/") {
+		if topLevel(k) != k {
 			c.Subtests[res]++
 		} else {
 			c.Tests[res]++
@@ -269,8 +269,9 @@ func readRuns(paths string) (*Run, error) {
 
 // topLevel is the "pkg TestX" part of a result key.
 func topLevel(key string) string {
-	if i := strings.IndexByte(key, '/'); i >= 0 {
-		return key[:i]
+	pkg, name, _ := strings.Cut(key, " ")
+	if i := strings.IndexByte(name, '/'); i >= 0 {
+		return pkg + " " + name[:i]
 	}
 	return key
 }

@@ -9,13 +9,18 @@ import (
 // jsonRun writes a go test -json stream: each entry "Test action" becomes a run
 // event and, unless action is "-", a final one.
 func jsonRun(entries ...string) string {
+	return jsonRunIn("tests", entries...)
+}
+
+// jsonRunIn is jsonRun for the package pkg of Complement's module.
+func jsonRunIn(pkg string, entries ...string) string {
 	var b strings.Builder
 	b.WriteString("# a line that is not JSON\n")
 	for _, e := range entries {
 		name, action, _ := strings.Cut(e, " ")
-		b.WriteString(`{"Action":"run","Package":"github.com/matrix-org/complement/tests","Test":"` + name + `"}` + "\n")
+		b.WriteString(`{"Action":"run","Package":"github.com/matrix-org/complement/` + pkg + `","Test":"` + name + `"}` + "\n")
 		if action != "-" {
-			b.WriteString(`{"Action":"` + action + `","Package":"github.com/matrix-org/complement/tests","Test":"` + name + `"}` + "\n")
+			b.WriteString(`{"Action":"` + action + `","Package":"github.com/matrix-org/complement/` + pkg + `","Test":"` + name + `"}` + "\n")
 		}
 	}
 	return b.String()
@@ -139,5 +144,22 @@ func TestRerun(t *testing.T) {
 	stock.Overlay(parse(t, jsonRun("TestA pass")))
 	if _, ok := stock.Tests["tests TestA/x"]; ok {
 		t.Error("TestA/x kept from before the rerun")
+	}
+}
+
+// A package path with a slash (tests/csapi) is not a subtest level.
+func TestNestedPackage(t *testing.T) {
+	stock := parse(t, jsonRunIn("tests/csapi", "TestA pass", "TestA/x pass", "TestB pass"))
+	patched := parse(t, jsonRunIn("tests/csapi", "TestA pass", "TestA/x pass", "TestB fail"))
+	want := "tests: 2 pass, 0 fail, 0 skip; subtests: 1 pass, 0 fail, 0 skip"
+	if got := stock.Counts().String(); got != want {
+		t.Errorf("counts %q, want %q", got, want)
+	}
+	if got := RerunRegex(stock, patched); got != "^(TestB)$" {
+		t.Errorf("rerun pattern %q", got)
+	}
+	patched.Overlay(parse(t, jsonRunIn("tests/csapi", "TestB pass")))
+	if len(patched.Tests) != 3 || patched.Tests["tests/csapi TestB"] != Pass || patched.Tests["tests/csapi TestA/x"] != Pass {
+		t.Errorf("after the rerun %v", patched.Tests)
 	}
 }
