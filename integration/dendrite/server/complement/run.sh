@@ -98,6 +98,7 @@ echo "== complement: vet and test of $here"
 (cd "$here" && $GO vet ./... && $GO test -count=1 ./cmd/...)
 $GO build -o "$build/complement-compare" "$here/cmd/complement-compare"
 
+rm -rf "$build/results"
 skip_args=()
 if [ "$run" = all ] && [ "${COMPLEMENT_EXCLUDED:-}" != run ]; then
 	skip_args=(-skip "$("$build/complement-compare" -skip-regex "$here/excluded.txt")")
