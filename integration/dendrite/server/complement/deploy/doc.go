@@ -12,6 +12,7 @@
 // in the directory, and server.log. Dendrite trusts that CA alone (SSL_CERT_FILE),
 // so federation with the other servers and with Complement's own servers
 // (COMPLEMENT_HOSTNAME_RUNNING_COMPLEMENT=127.0.0.1) is checked TLS on loopback.
-// Server names name real addresses, so nothing maps hs1 to a host: a test that
-// builds an ID with the literal name "hs1" does not find that server.
+// Server names are real addresses. Only the Deployment's RoundTripper maps an
+// alias to its server (a request to https://hs1/...); a test that writes the
+// literal name "hs1" into a user ID, an alias or a destination does not reach it.
 package deploy
