@@ -1,5 +1,5 @@
-// Package repackplan derives repack orders for a room from its DAG walks (seed,
-// "Topological repack"; issue 7). A plan lists every live record of the room exactly
+// Package repackplan derives repack orders for a room from its DAG walks
+// (docs/benchmarks.md, repack). A plan lists every live record of the room exactly
 // once, in the order a walk reads them; packstore executes plans without knowing what
 // the records are, and anything a plan leaves out is garbage.
 //

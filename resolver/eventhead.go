@@ -14,7 +14,7 @@ import (
 // A Resolver keeps, for each state event of the room it has parsed, what state
 // resolution's ordering reads of it and what authorisation reads of it as an auth
 // event, so that an event the PDU cache no longer holds is not read from the store
-// and decoded from JSON again (issue 14: "replay does not parse a PDU twice"):
+// and decoded from JSON again (replay parses each PDU once):
 //   - its sender and origin_server_ts (Resolver.senderOf, tsOf: 12 bytes per
 //     event, no pointers, and the distinct senders once), for the power events'
 //     split, the sender's power level and the two sort orders of the resolution

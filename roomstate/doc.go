@@ -53,7 +53,7 @@
 //	          (state events only) | prev count u32 | prev u32 each | auth count u32 |
 //	          auth u32 each | missing strs
 //
-// # Graph records (the room's auth index, issue 14)
+// # Graph records (the room's auth index)
 //
 // Beside each arrival-log chunk, import writes a graph record: the DAG of the
 // chunk's events in dense form, edges as arrival indexes (base is the index of
@@ -81,8 +81,8 @@
 //
 // # Keep rule (every-k repack)
 //
-// A version 2 head carries the keep rule of an every-k repack (seed "Topological
-// repack", issue 7; Head.KeepsState): of the events with arrival index below
+// A version 2 head carries the keep rule of an every-k repack (docs/library.md;
+// Head.KeepsState): of the events with arrival index below
 // state_kept_below, only state events, the head's forward extremities, rejected
 // events and those whose arrival index is a multiple of state_every keep their state
 // record; the others may have none. StateBefore and StateAfter of such an event

@@ -196,10 +196,10 @@ type Head struct {
 	Replayed           bool   // state records exist for every imported event the keep rule requires
 	CurrentState       hamtstore.NodeID
 	ForwardExtremities []string // sorted
-	// StateEvery is the keep rule of an every-k repack (seed "Topological repack",
-	// issue 7): 0 keeps every event's state record; K > 0 keeps it only for the events
-	// KeepsState names, so the others may have none. Set by Room.KeepStateEvery,
-	// cleared by a forced replay (which writes every state record again).
+	// StateEvery is the keep rule of an every-k repack (docs/library.md): 0 keeps
+	// every event's state record; K > 0 keeps it only for the events KeepsState
+	// names, so the others may have none. Set by Room.KeepStateEvery, cleared by a
+	// forced replay (which writes every state record again).
 	StateEvery uint32
 	// StateKeptBelow is the number of events (arrival indexes 0..StateKeptBelow-1)
 	// the keep rule covers: events that arrived after the rule was set keep their

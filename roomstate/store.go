@@ -360,7 +360,7 @@ func (r *Room) EventState(eventID string) (st EventState, ok bool, err error) {
 // Errors of state queries (StateBefore, StateAfter, MembershipAt).
 var (
 	// ErrStateNotKept is returned for an event whose state record an every-k repack
-	// dropped as garbage (Head.KeepsState; seed "Topological repack", issue 7). The
+	// dropped as garbage (Head.KeepsState; docs/library.md, repack). The
 	// event, its PDU and its edges are stored; its snapshots are not. Replay
 	// recomputes such a state in memory when a new event needs it; `mtxdb replay
 	// --force` writes every state record again.

@@ -517,7 +517,7 @@ func writeRepackBench(dir, label string, res *repackBench) error {
 		}
 		fmt.Fprintf(&sb, "| %s | %s | %s | %d | %s%d (%s) | %d | %d | %.0f | %d | %.2f | %.2f | %d |\n", c.Room, c.Walk, c.Layout, c.Events, vary, c.Total.Reads, strings.Join(per, "/"), c.Total.Bytes, c.Total.Pages, float64(c.Total.Bytes)/ReadPageSizeF, c.Total.Seeks, c.ColdMed, c.WarmMed, c.ResidentBefore)
 	}
-	sb.WriteString("\n## Targets (issue 7, auth-chain walk)\n\n| room | plan | target | value | met |\n|---|---|---|---|---|\n")
+	sb.WriteString("\n## Targets (auth-chain walk, docs/benchmarks.md)\n\n| room | plan | target | value | met |\n|---|---|---|---|---|\n")
 	for _, t := range res.Targets {
 		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s |\n", t.Room, t.Plan, t.Target, t.Value, map[bool]string{true: "yes", false: "**no**"}[t.Met])
 	}

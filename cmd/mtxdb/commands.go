@@ -440,8 +440,7 @@ func importFile(st *roomstate.Store, path string, opts roomstate.ImportOptions, 
 // SIGTERM stops an import waiting on an idle writer: the read in flight is
 // abandoned and Read returns errInterrupted, and Import syncs what it read
 // before. A regular file's reads do not block, and countingReader checks
-// between them. (A signal did nothing while the import waited on a pipe; a
-// second one exited at once and lost the PDUs read so far; fresh-user pass.)
+// between them.
 type pipeReader struct {
 	f       *os.File
 	res     chan pipeRead
