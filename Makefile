@@ -40,14 +40,15 @@ vet: deps-all
 # (scripts/pgserver.sh: installs Debian's postgresql if missing, loopback only,
 # fsync off, stopped and removed at the end) through MTXDB_TEST_POSTGRES; if it
 # cannot start, make test fails under CI and otherwise runs the rest with the
-# PostgreSQL tests skipped (each says why).
+# PostgreSQL tests skipped (each says why). -timeout 40m: the resolver package takes
+# 100-600 s depending on load, and go's default 10 minutes has cut it off.
 test: vet
 	@set -e; dir=$$(mktemp -d "$${TMPDIR:-/tmp}/mtxdb-pgtest.XXXXXX"); \
 	trap 'scripts/pgserver.sh stop "'"$$dir"'" >/dev/null 2>&1 || true; rm -rf "'"$$dir"'"' EXIT; trap 'exit 1' HUP INT TERM; \
 	if url=$$(PGSERVER_FAST=1 scripts/pgserver.sh start "$$dir"); then export MTXDB_TEST_POSTGRES="$$url"; \
 	elif [ -n "$$CI" ]; then echo "make test: PostgreSQL did not start (scripts/pgserver.sh); CI needs it" >&2; exit 1; \
 	else echo "make test: PostgreSQL did not start: its tests will be skipped" >&2; fi; \
-	for m in $(MODULES); do echo "== test $$m"; (cd $$m && $(GO) test -count=1 ./...); done
+	for m in $(MODULES); do echo "== test $$m"; (cd $$m && $(GO) test -count=1 -timeout 40m ./...); done
 
 # scripts/pgserver.sh's install path as on a fresh machine, in a throwaway
 # overlay of / where postgresql and apt's lists are removed (root, network).

@@ -256,7 +256,8 @@ func loadExpected(dir string, hold bool) (*Expected, error) {
 			RoomID             string   `json:"room_id"`
 			ForwardExtremities []string `json:"forward_extremities"`
 			Counts             struct {
-				Events int `json:"events"`
+				Events   int `json:"events"`
+				Outliers int `json:"outliers"`
 			} `json:"counts"`
 			// Generated rooms say how many lines expected_state.jsonl has.
 			ExpectedState struct {
@@ -271,6 +272,10 @@ func loadExpected(dir string, hold bool) (*Expected, error) {
 			return nil, malformed("testrooms: %s/meta.json: expected_state.lines is %d, not a line count", dir, n)
 		} else if n > 0 && n != exp.States {
 			return nil, malformed("testrooms: %s/expected_state.jsonl has %d states, meta.json expected_state.lines says %d", dir, exp.States, n)
+		} else if want := m.Counts.Events - m.Counts.Outliers; n == 0 && m.Counts.Events > 0 && exp.States != want {
+			// A recording without expected_state.lines (a real room's) records the
+			// state after every event that is not an outlier.
+			return nil, malformed("testrooms: %s/expected_state.jsonl has %d states, meta.json counts %d events and %d outliers: a recording of every event has %d", dir, exp.States, m.Counts.Events, m.Counts.Outliers, want)
 		}
 	}
 	if exp.States == 0 && len(exp.Current) == 0 {

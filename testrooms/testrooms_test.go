@@ -94,6 +94,7 @@ func TestLoadExpectedRefusesMalformed(t *testing.T) {
 		{good + "\n" + `{"event_id":"$b","state":{bro`, `{"room_id":"!r:example.org"}`, "line 2: invalid character"},
 		{good, `{"room_id":"!r:example.org","expected_state":{"lines":2}}`, "has 1 states, meta.json expected_state.lines says 2"},
 		{good, `{"room_id":`, "meta.json: unexpected end of JSON input"},
+		{good, `{"room_id":"!r:example.org","counts":{"events":3,"outliers":1}}`, "has 1 states, meta.json counts 3 events and 1 outliers"},
 	} {
 		dir := t.TempDir()
 		for name, body := range map[string]string{"expected_state.jsonl": tc.lines + "\n", "meta.json": tc.meta} {
