@@ -11,17 +11,24 @@ all: build
 # Every Go module of the repository but bench/ (the cross-engine benchmark's, with cgo
 # engines: `make bench`), integration/dendrite/server/e2e (it needs the built servers:
 # `make test-dendrite-e2e`) and integration/dendrite/server/complement (it builds only
-# in the go.work beside an unpacked Complement: `make test-complement`): the core, its
+# in the go.work beside an unpacked Complement: `make test-complement`), which are in
+# PARTIAL_MODULES below: the core, its
 # storage modules (packstore, hamtstore, pgstore, internal: modules of their own so
 # that a Dendrite fork links them without the core's gomatrixserverlib requirement),
 # integration/dendrite and its statetables.
 MODULES := $(sort $(patsubst ./%,%,$(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*' -not -path './.build/*' -not -path './bench/*' -not -path './integration/dendrite/server/e2e/*' -not -path './integration/dendrite/server/complement/*' -not -path '*/testdata/*'))))
+# Modules whose tests need what make test does not build, tested in part by make test:
+# bench's commands (not its cgo engines), integration/dendrite/server/e2e (its tests
+# skip without the built servers; compiled and vetted) and the Complement deployer's
+# result comparer (the deployer itself needs Complement's source: make test-complement).
+# Each entry is MODULE:PACKAGES.
+PARTIAL_MODULES := bench:./cmd/... integration/dendrite/server/e2e:./... integration/dendrite/server/complement:./cmd/...
 
 deps:
 	$(GO) mod download
 
 deps-all:
-	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod download); done
+	@set -e; for m in $(MODULES) $(foreach t,$(PARTIAL_MODULES),$(firstword $(subst :, ,$(t)))); do (cd $$m && GOWORK=off $(GO) mod download); done
 
 build: deps
 	$(GO) build -o bin/mtxdb ./cmd/mtxdb
@@ -36,7 +43,7 @@ vet: deps-all
 	@set -e; for m in $(MODULES); do echo "== vet $$m"; (cd $$m && $(GO) vet ./...); done
 
 # The tests of every module in MODULES (the Dendrite seam's pulls Dendrite v0.13.8,
-# which the core module does not require). They get a throwaway PostgreSQL
+# which the core module does not require), then PARTIAL_MODULES' packages. They get a throwaway PostgreSQL
 # (scripts/pgserver.sh: installs Debian's postgresql if missing, loopback only,
 # fsync off, stopped and removed at the end) through MTXDB_TEST_POSTGRES; if it
 # cannot start, make test fails under CI and otherwise runs the rest with the
@@ -48,7 +55,9 @@ test: vet
 	if url=$$(PGSERVER_FAST=1 scripts/pgserver.sh start "$$dir"); then export MTXDB_TEST_POSTGRES="$$url"; \
 	elif [ -n "$$CI" ]; then echo "make test: PostgreSQL did not start (scripts/pgserver.sh); CI needs it" >&2; exit 1; \
 	else echo "make test: PostgreSQL did not start: its tests will be skipped" >&2; fi; \
-	for m in $(MODULES); do echo "== test $$m"; (cd $$m && $(GO) test -count=1 -timeout 40m ./...); done
+	for m in $(MODULES); do echo "== test $$m"; (cd $$m && $(GO) test -count=1 -timeout 40m ./...); done; \
+	for t in $(PARTIAL_MODULES); do m=$${t%%:*}; p=$${t#*:}; echo "== test $$m $$p"; \
+	  (cd $$m && GOWORK=off $(GO) vet $$p && GOWORK=off $(GO) test -count=1 -timeout 40m $$p); done
 
 # scripts/pgserver.sh's install path as on a fresh machine, in a throwaway
 # overlay of / where postgresql and apt's lists are removed (root, network).
