@@ -133,7 +133,13 @@ var ErrStopped = errors.New("resolver: replay stopped")
 type ReplayResult struct {
 	Events   int // events walked
 	Computed int // events whose state was computed and written this run
-	Outliers int // events left out: a prev or auth event (or theirs) never arrived
+	Outliers int // events left out: a prev or auth event (or theirs) never arrived, or Cyclic
+	// Cyclic counts the events left out because they, or an ancestor, lie on a cycle of
+	// prev_events and auth_events (an event naming itself, two naming each other, an
+	// auth event that descends from the event): no topological order holds them.
+	// CyclicIDs names the first few of them by arrival (at most 5).
+	Cyclic    int
+	CyclicIDs []string
 	// NotKept counts events whose state record an every-k repack dropped: they keep
 	// having none. Rederived counts those whose state after was recomputed in memory
 	// because a computed event names them in prev_events.
@@ -154,7 +160,8 @@ type ReplayResult struct {
 // Replay computes the state before and after every event of a room in topological
 // order over prev_events (ties by arrival, so an import in arrival order replays in
 // that order; events imported with AnyOrder are sorted), leaves out as outliers the
-// events whose prev or auth events are missing (and their descendants), rejects
+// events whose prev or auth events are missing or lie on a cycle (and their
+// descendants; ReplayResult.Cyclic counts the cycle's), rejects
 // what fails authorization, stores a state record per event, and sets the room's
 // forward extremities (the non-rejected events no non-rejected event points at) and
 // current state (the resolution of the states after them).
@@ -645,11 +652,23 @@ func (rp *replay) replayOrder() ([]int32, error) {
 		}
 	}
 	if len(order)+nOut != n {
-		return nil, fmt.Errorf("resolver: room %s: prev/auth events form a cycle among %d events",
-			rp.r.room.ID(), n-len(order)-nOut)
+		// What Kahn's algorithm could not reach lies on a prev/auth cycle or
+		// descends from one: no topological order exists, so those events are left
+		// out like outliers, and named.
+		for i := range n {
+			if !outlier[i] && pending[i] > 0 {
+				rp.res.Cyclic++
+				if len(rp.res.CyclicIDs) < maxCyclicIDs {
+					rp.res.CyclicIDs = append(rp.res.CyclicIDs, g.ids[i])
+				}
+			}
+		}
 	}
 	return order, nil
 }
+
+// maxCyclicIDs bounds ReplayResult.CyclicIDs.
+const maxCyclicIDs = 5
 
 // indexHeap pops the event that arrived first (the lowest index).
 type indexHeap []int32

@@ -400,6 +400,37 @@ func (r *Room) replayedState(eventID string) (EventState, error) {
 // those without a state record: an ancestor missing from the room makes it an
 // outlier; one that arrived after the keep rule was set means it was an outlier when
 // the rule was set, so the rule did not drop its state.
+// hasCycle reports whether the graph of parents (event ID -> parent IDs, every
+// parent a key) has a cycle: Kahn's algorithm leaves some event unremoved.
+func hasCycle(parents map[string][]string) bool {
+	pending := make(map[string]int, len(parents))
+	children := map[string][]string{}
+	for x, ps := range parents {
+		for _, p := range slices.Compact(slices.Sorted(slices.Values(ps))) {
+			pending[x]++
+			children[p] = append(children[p], x)
+		}
+	}
+	var ready []string
+	for x := range parents {
+		if pending[x] == 0 {
+			ready = append(ready, x)
+		}
+	}
+	removed := 0
+	for len(ready) > 0 {
+		x := ready[len(ready)-1]
+		ready = ready[:len(ready)-1]
+		removed++
+		for _, c := range children[x] {
+			if pending[c]--; pending[c] == 0 {
+				ready = append(ready, c)
+			}
+		}
+	}
+	return removed < len(parents)
+}
+
 func (r *Room) stateGap(m EventMeta) error {
 	r.refresh()
 	h := r.head
@@ -408,12 +439,18 @@ func (r *Room) stateGap(m EventMeta) error {
 	}
 	late := m.Seq >= h.StateKeptBelow
 	seen := map[string]bool{m.EventID: true}
+	// The events without a state record that m descends from, with their parents
+	// among them: a cycle there leaves m out of any topological order.
+	parents := map[string][]string{m.EventID: nil}
 	queue := []EventMeta{m}
 	for len(queue) > 0 {
 		x := queue[0]
 		queue = queue[1:]
 		for _, p := range slices.Concat(x.PrevEvents, x.AuthEvents) {
 			if seen[p] {
+				if _, stateless := parents[p]; stateless {
+					parents[x.EventID] = append(parents[x.EventID], p)
+				}
 				continue
 			}
 			seen[p] = true
@@ -429,8 +466,13 @@ func (r *Room) stateGap(m EventMeta) error {
 			} else if !ok {
 				late = late || pm.Seq >= h.StateKeptBelow
 				queue = append(queue, pm)
+				parents[x.EventID] = append(parents[x.EventID], p)
+				parents[p] = nil
 			}
 		}
+	}
+	if hasCycle(parents) {
+		return fmt.Errorf("%w: room %s: event %s is an outlier (it or an ancestor lies on a cycle of prev_events and auth_events)", ErrNoState, h.RoomID, m.EventID)
 	}
 	switch {
 	case h.StateEvery > 0 && !late && !h.KeepsState(m):

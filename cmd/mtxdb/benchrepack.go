@@ -314,7 +314,10 @@ func benchRepack(out io.Writer, gens []string, real string, realRooms int, work 
 	}
 	rooms, err := st.Rooms()
 	if err == nil {
-		_, err = replayRooms(rooms, false, out, nil)
+		var problems roomProblems
+		if _, problems, err = replayRooms(rooms, false, out, nil); err == nil && len(problems) > 0 {
+			err = fmt.Errorf("bench-repack: room %s: %s", problems[0].room, problems[0].what)
+		}
 	}
 	if err != nil {
 		eng.Close()
@@ -370,8 +373,11 @@ func benchRepack(out io.Writer, gens []string, real string, realRooms int, work 
 			return nil, err
 		}
 		t := time.Now()
-		rs, err := repackSummary(out, eng, rooms, repackplan.Options{Kind: k})
+		rs, problems, err := repackSummary(out, eng, rooms, repackplan.Options{Kind: k})
 		sec := time.Since(t).Seconds()
+		if err == nil && len(problems) > 0 {
+			err = fmt.Errorf("bench-repack: room %s: %s", problems[0].room, problems[0].what)
+		}
 		if cerr := eng.Close(); err == nil {
 			err = cerr
 		}

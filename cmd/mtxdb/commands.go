@@ -387,7 +387,7 @@ to continue. A second signal stops at once.`,
 				}
 				rooms = append(rooms, r)
 			}
-			tot, err := replayRooms(rooms, false, out, nil)
+			tot, problems, err := replayRooms(rooms, false, out, nil)
 			if errors.Is(err, resolver.ErrStopped) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import --repack: interrupted while replaying: the imported events are stored and synced, and the states computed so far; run mtxdb replay --store %s to finish the replay, then %s\n", pgstore.Redacted(store), repackCommand(store, rooms, opts))
 				return interruptExit()
@@ -395,10 +395,17 @@ to continue. A second signal stops at once.`,
 			if err != nil {
 				return err
 			}
-			printLine(out, asJSON, "replay", kv{"rooms", len(rooms)}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected}, kv{"outliers", tot.Outliers})
+			problems.print(out, asJSON)
+			printLine(out, asJSON, "replay", kv{"rooms", len(rooms)}, kv{"rooms_failed", problems.count()}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected}, kv{"outliers", tot.Outliers}, kv{"cyclic", tot.Cyclic})
 			stop()
+			// The rooms replay skipped are not planned again (their problem is printed).
+			failed := problems.skipped()
+			rooms = slices.DeleteFunc(rooms, func(r *roomstate.Room) bool { return failed[r.ID()] })
 			defer catchInterrupts("import --repack", repackInterrupted(store, rooms, opts))()
-			_, err = repackSummaryTo(out, asJSON, eng, rooms, opts)
+			_, more, err := repackSummaryTo(out, asJSON, eng, rooms, opts)
+			if err == nil && len(problems)+len(more) > 0 {
+				return exitError(2)
+			}
 			return err
 		},
 	}
@@ -555,6 +562,12 @@ After an every-k repack, events whose state was dropped stay without one
 (rederived). --force writes every state record again and clears the every-k rule.
 It prints one summary line; use verify --expected to compare with recorded state.
 
+A room that cannot be replayed (a record that does not decode, an event the rules
+cannot handle) is skipped with a "problem room=…" line and the other rooms are
+replayed; events that lie on a cycle of prev_events and auth_events (or descend
+from one) are left out as outliers and named in a problem line. The summary counts
+rooms_failed and cyclic; exit status 2 when there is any problem.
+
 Ctrl-C (SIGINT) or SIGTERM stops before the next event: the states computed so far
 are synced, the command prints its summary and how to continue, and exits 130
 (143). A second signal stops at once.`,
@@ -570,19 +583,23 @@ are synced, the command prints its summary and how to continue, and exits 130
 			defer eng.Close()
 			defer catchInterrupts("replay", nil)()
 			var durs []time.Duration
-			tot, err := replayRooms(rooms, force, cmd.OutOrStdout(), &durs)
+			tot, problems, err := replayRooms(rooms, force, cmd.OutOrStdout(), &durs)
 			stopped := errors.Is(err, resolver.ErrStopped)
 			if err != nil && !stopped {
 				return err
 			}
+			problems.print(cmd.OutOrStdout(), asJSON)
 			p50, p99 := percentile(durs, 0.50), percentile(durs, 0.99)
-			printLine(cmd.OutOrStdout(), asJSON, "replay", kv{"rooms", len(rooms)}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected},
-				kv{"outliers", tot.Outliers}, kv{"state_not_kept", tot.NotKept}, kv{"rederived", tot.Rederived}, kv{"resolutions", tot.Resolutions},
+			printLine(cmd.OutOrStdout(), asJSON, "replay", kv{"rooms", len(rooms)}, kv{"rooms_failed", problems.count()}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected},
+				kv{"outliers", tot.Outliers}, kv{"cyclic", tot.Cyclic}, kv{"state_not_kept", tot.NotKept}, kv{"rederived", tot.Rederived}, kv{"resolutions", tot.Resolutions},
 				kv{"conflicted_keys", tot.ConflictedKeys}, kv{"auth_difference", tot.AuthDifference}, kv{"pdus_parsed", tot.PDUsParsed},
 				kv{"resolution_p50_us", p50.Microseconds()}, kv{"resolution_p99_us", p99.Microseconds()})
 			if stopped {
 				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: replay: interrupted (%v): the state records of the %d events computed are stored and synced; %s\n", err, tot.Computed, replayResumeHint(store, room, force))
 				return interruptExit()
+			}
+			if len(problems) > 0 {
+				return exitError(2)
 			}
 			return nil
 		},
@@ -604,9 +621,14 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 }
 
 // replayRooms replays each room; times, if set, receives the wall time of every
-// resolution that was computed (not those answered from the resolver's memo).
-func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]time.Duration) (resolver.ReplayResult, error) {
+// resolution that was computed (not those answered from the resolver's memo). A
+// room whose replay fails on its data (a corrupt record, an event resolution or
+// the rules cannot handle) is a skipped problem and the others are replayed; a
+// room with events on a prev/auth cycle is a problem too (those events are left
+// out). Only a store lost during the run (lostStore) or ErrStopped ends it early.
+func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]time.Duration) (resolver.ReplayResult, roomProblems, error) {
 	var tot resolver.ReplayResult
+	var problems roomProblems
 	total := 0
 	for _, r := range rooms {
 		total += int(r.Head().Events)
@@ -615,18 +637,25 @@ func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]ti
 	defer bar.finish()
 	done := 0 // events walked, for testStall
 	for _, r := range rooms {
-		res, err := resolver.Replay(r, resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { bar.add(1) }, ResolutionTimes: times, Stop: func() bool {
+		walked := 0
+		res, err := resolver.Replay(r, resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { walked++; bar.add(1) }, ResolutionTimes: times, Stop: func() bool {
 			if done++; done == 1001 { // asked before event 1001: 1000 walked
 				testStall("replay-1000")
 			}
 			return interrupted()
 		}})
 		if err != nil && !errors.Is(err, resolver.ErrStopped) {
-			return tot, fmt.Errorf("replay room %s: %w", r.ID(), err)
+			if lostStore(err) {
+				return tot, problems, fmt.Errorf("replay room %s: %w", r.ID(), err)
+			}
+			problems = append(problems, roomProblem{room: r.ID(), what: fmt.Sprintf("not replayed: %v", err), skipped: true})
+			bar.add(max(0, int(r.Head().Events)-walked))
+			continue
 		}
 		tot.Events += res.Events
 		tot.Computed += res.Computed
 		tot.Outliers += res.Outliers
+		tot.Cyclic += res.Cyclic
 		tot.NotKept += res.NotKept
 		tot.Rederived += res.Rederived
 		tot.AuthDifference += res.AuthDifference
@@ -634,13 +663,16 @@ func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]ti
 		tot.Rejected += res.Rejected
 		tot.Resolutions += res.Resolutions
 		tot.ConflictedKeys += res.ConflictedKeys
+		if res.Cyclic > 0 {
+			problems = append(problems, cyclicProblem(r.ID(), res.Cyclic, res.CyclicIDs))
+		}
 		if err != nil { // stopped: what it computed is synced
 			bar.finish()
-			return tot, err
+			return tot, problems, err
 		}
 	}
 	bar.finish()
-	return tot, nil
+	return tot, problems, nil
 }
 
 func verifyCmd() *cobra.Command {
@@ -991,7 +1023,11 @@ record again. K may only grow to a multiple of the K of an earlier every-k repac
 Ctrl-C (SIGINT) or SIGTERM stops at once and says what was kept: while planning,
 nothing is repacked yet; during the copy the store stays consistent (rooms whose
 copy was not finished keep their old layout, and the copies already written are
-garbage the next repack reclaims). Exit status 130 (143).`,
+garbage the next repack reclaims). Exit status 130 (143).
+
+A room that cannot be planned (not replayed, a record that does not decode) is left
+as it is, with a "problem room=…" line, and the others are repacked; exit status 2
+when there is any such room.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := rf.options(cmd)
@@ -1007,7 +1043,10 @@ garbage the next repack reclaims). Exit status 130 (143).`,
 			}
 			defer eng.Close()
 			defer catchInterrupts("repack", repackInterrupted(store, rooms, opts))()
-			_, err = repackSummaryTo(cmd.OutOrStdout(), asJSON, eng, rooms, opts)
+			_, problems, err := repackSummaryTo(cmd.OutOrStdout(), asJSON, eng, rooms, opts)
+			if err == nil && len(problems) > 0 {
+				return exitError(2)
+			}
 			return err
 		},
 	}
@@ -1076,20 +1115,30 @@ func (f *repackFlags) options(c *cobra.Command) (repackplan.Options, error) {
 }
 
 // planRooms plans every room (under every-k this writes each room's head: the keep
-// rule) and returns the repack plan and the plans' stats summed.
-func planRooms(rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackPlan, repackplan.Stats, error) {
+// rule) and returns the repack plan and the plans' stats summed. A room that cannot
+// be planned because of its data (not replayed, a record that does not decode) is a
+// skipped problem and left as it is; any other error (options the room's keep rule
+// refuses, a store lost during the run) ends planning.
+func planRooms(rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackPlan, repackplan.Stats, roomProblems, error) {
 	var plan packstore.RepackPlan
 	var tot repackplan.Stats
+	var problems roomProblems
 	bar := newProgress(out, int64(len(rooms)), "planning", false)
 	defer bar.finish()
 	for _, r := range rooms {
 		cp, ps, err := repackplan.Plan(r, opts)
-		if errors.Is(err, repackplan.ErrNotReplayed) {
-			// Plans walk the state records: say what to run first. Nothing is repacked.
-			return plan, tot, fmt.Errorf("%w; run mtxdb replay on the store first (a plan follows the state records); nothing was repacked", err)
+		if errors.Is(err, repackplan.ErrNotReplayed) || isDataProblem(err) {
+			what := fmt.Sprintf("not repacked: %v", err)
+			if errors.Is(err, repackplan.ErrNotReplayed) {
+				// Plans walk the state records: say what to run first.
+				what += "; run mtxdb replay on the store first (a plan follows the state records)"
+			}
+			problems = append(problems, roomProblem{room: r.ID(), what: what, skipped: true})
+			bar.add(1)
+			continue
 		}
 		if err != nil {
-			return plan, tot, err
+			return plan, tot, problems, err
 		}
 		tot.Events += ps.Events
 		tot.Nodes += ps.Nodes
@@ -1099,16 +1148,18 @@ func planRooms(rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) 
 		plan.Collections = append(plan.Collections, cp)
 		bar.add(1)
 	}
-	return plan, tot, nil
+	return plan, tot, problems, nil
 }
 
-// repackRooms plans every room and repacks them through one output stream.
-func repackRooms(eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackStats, error) {
-	plan, _, err := planRooms(rooms, opts, out)
-	if err != nil {
-		return packstore.RepackStats{}, err
+// repackRooms plans every room and repacks those planned through one output
+// stream; the rooms it could not plan are returned as problems.
+func repackRooms(eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackStats, roomProblems, error) {
+	plan, _, problems, err := planRooms(rooms, opts, out)
+	if err != nil || len(plan.Collections) == 0 {
+		return packstore.RepackStats{}, problems, err
 	}
-	return eng.Repack(plan)
+	rs, err := eng.Repack(plan)
+	return rs, problems, err
 }
 
 // repackSummary repacks the rooms (one plan per room, one output stream) and
@@ -1118,7 +1169,7 @@ func repackRooms(eng storeEngine, rooms []*roomstate.Room, opts repackplan.Optio
 // frames of superseded or deleted records go with the retired shards), shards
 // retired, and the disk bytes returned (or grown: a room repacked out of shards
 // other rooms keep adds its new shard and retires nothing).
-func repackSummary(out io.Writer, eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
+func repackSummary(out io.Writer, eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, roomProblems, error) {
 	return repackSummaryTo(out, false, eng, rooms, opts)
 }
 
@@ -1189,25 +1240,30 @@ func repackCommand(store string, rooms []*roomstate.Room, opts repackplan.Option
 }
 
 // repackSummaryTo is repackSummary, with JSON lines if asJSON.
-func repackSummaryTo(out io.Writer, asJSON bool, eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, error) {
+// The rooms it could not plan are printed as problem lines first and returned; the
+// others are repacked.
+func repackSummaryTo(out io.Writer, asJSON bool, eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, roomProblems, error) {
 	repackPhase.Store("planning")
-	plan, ps, err := planRooms(rooms, opts, out)
+	plan, ps, problems, err := planRooms(rooms, opts, out)
 	if err != nil {
-		return packstore.RepackStats{}, err
+		return packstore.RepackStats{}, problems, err
 	}
+	problems.print(out, asJSON)
 	before, err := storeStats(eng)
 	if err != nil {
-		return packstore.RepackStats{}, err
+		return packstore.RepackStats{}, problems, err
 	}
 	repackPhase.Store("copying")
 	testStall("repack-copy")
-	rs, err := repackWithProgress(eng, plan, out)
-	if err != nil {
-		return rs, err
+	var rs packstore.RepackStats
+	if len(plan.Collections) > 0 {
+		if rs, err = repackWithProgress(eng, plan, out); err != nil {
+			return rs, problems, err
+		}
 	}
 	after, err := storeStats(eng)
 	if err != nil {
-		return rs, err
+		return rs, problems, err
 	}
 	liveness := string(opts.Liveness)
 	if liveness == "" {
@@ -1221,7 +1277,7 @@ func repackSummaryTo(out io.Writer, asJSON bool, eng storeEngine, rooms []*rooms
 		kv{"garbage_live_bytes_dropped", max(0, before.LiveBytes-after.LiveBytes)}, kv{"shards_retired", rs.ShardsRetired}, kv{"bytes_retired", rs.BytesRetired})
 	printLine(out, asJSON, "repack", kv{"disk_bytes_before", before.DiskBytes}, kv{"disk_bytes_after", after.DiskBytes}, kv{"returned", max(0, before.DiskBytes-after.DiskBytes)}, kv{"grown", max(0, after.DiskBytes-before.DiskBytes)},
 		kv{"shards_before", before.Shards}, kv{"shards_after", after.Shards}, kv{"live_bytes_before", before.LiveBytes}, kv{"live_bytes_after", after.LiveBytes})
-	return rs, nil
+	return rs, problems, nil
 }
 
 func statsCmd() *cobra.Command {

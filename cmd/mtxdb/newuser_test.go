@@ -114,7 +114,7 @@ func TestCLIVerifyUnreplayed(t *testing.T) {
 	if code != 2 || strings.Count(out, "room not replayed") != 1 || strings.Contains(out, "mismatch room=") {
 		t.Errorf("verify --expected before replay: exit %d\n%s", code, out)
 	}
-	if out, code := run(t, "repack", "--store", store); code != 1 || !strings.Contains(out, "run mtxdb replay on the store first") {
+	if out, code := run(t, "repack", "--store", store); code != 2 || !strings.Contains(out, "problem room=!FymyxFJPGCZLfPcMwA:server1.test") || !strings.Contains(out, "run mtxdb replay on the store first") {
 		t.Errorf("repack before replay: exit %d\n%s", code, out)
 	}
 	mustRun(t, "replay", "--store", store)
