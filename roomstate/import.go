@@ -24,6 +24,10 @@ type ImportError struct {
 	Line    int
 	Element bool // Line counts JSON array elements, not lines
 	EventID string
+	// Missing is the prev or auth event that is not stored, for ErrMissingPrevEvent
+	// and ErrMissingAuthEvent: when it was refused itself, this refusal follows
+	// from that one.
+	Missing string
 	Err     error
 }
 
@@ -410,7 +414,7 @@ func (imp *importer) one(q *queuedPDU) error {
 				return fail(h.EventID, fmt.Errorf("%w: no room_id", ErrMalformedPDU))
 			}
 			if imp.opts.AnyOrder {
-				return fail(h.EventID, fmt.Errorf("%w: %s (with AnyOrder, give the room version: --room-version)", ErrNoCreateEvent, h.RoomID))
+				return fail(h.EventID, fmt.Errorf("%w: %s: its room version is not known before its m.room.create (ImportOptions.RoomVersion gives it)", ErrNoCreateEvent, h.RoomID))
 			}
 			return fail(h.EventID, fmt.Errorf("%w: %s", ErrNoCreateEvent, h.RoomID))
 		}
@@ -481,7 +485,9 @@ func (imp *importer) one(q *queuedPDU) error {
 	if !imp.opts.AnyOrder {
 		for _, p := range pdu.PrevEventIDs() {
 			if _, ok := pr.known[p]; !ok {
-				return fail(eventID, fmt.Errorf("%w: %s", ErrMissingPrevEvent, p))
+				e := fail(eventID, fmt.Errorf("%w: %s", ErrMissingPrevEvent, p)).(*ImportError)
+				e.Missing = p
+				return e
 			}
 		}
 		for _, a := range pdu.AuthEventIDs() {
@@ -489,7 +495,9 @@ func (imp *importer) one(q *queuedPDU) error {
 				if other := imp.roomOf(a, roomID); other != "" {
 					return fail(eventID, otherRoomError(version, a, other))
 				}
-				return fail(eventID, fmt.Errorf("%w: %s", ErrMissingAuthEvent, a))
+				e := fail(eventID, fmt.Errorf("%w: %s", ErrMissingAuthEvent, a)).(*ImportError)
+				e.Missing = a
+				return e
 			}
 		}
 	}

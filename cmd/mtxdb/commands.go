@@ -212,10 +212,13 @@ bytes, malformed JSON, a bad event ID, an unknown room version) or cannot be pla
 refused: a "refused import FILE line N (event ID): reason" line, and the import goes on with
 the next PDU, as a homeserver drops an invalid PDU. A PDU whose content hash does
 not match is stored in redacted form, as the spec says, and counted as redacted=N.
-The summary counts refused=N; the
-exit status is 0 unless --strict is given, then 2 when anything was refused. When
-every PDU read was refused and none is stored (not a room export at all), the exit
-status is 2 without --strict too. --keys
+The summary counts refused=N. Exit status: with --strict, 2 when anything was
+refused; without it, 2 when more PDUs were refused than stored or skipped as
+already stored (every PDU refused included), 0 otherwise. When PDUs were refused, a line on standard error starting
+"mtxdb: import:" says how many of them a flag would have placed (--any-order for
+PDUs ahead of their prev/auth events, --room-version for rooms whose m.room.create
+is not first) and how many were refused only because an event they name was
+refused before them. --keys
 FILE (servers' public keys: {"server": {"ed25519:ID": "base64"}}; mtxdb gen --keys
 writes one) also refuses PDUs without valid signatures from the sender's server (v1-2:
 and the event_id's server; restricted joins: the authorising user's server). With --any-order, PDUs may come before their
@@ -296,6 +299,13 @@ to continue. A second signal stops at once.`,
 			}()
 			var all roomstate.ImportResult // over every input
 			malformedOnly := true          // every refusal so far is of input that is not a PDU
+			tally := refusalTally{anyOrder: anyOrder}
+			dominated := false // more PDUs refused than stored: exit 2
+			defer func() {
+				if dominated && rerr == nil {
+					rerr = exitError(2)
+				}
+			}()
 			stop := catchInterrupts("import", nil)
 			defer stop()
 			for n, path := range paths {
@@ -310,6 +320,7 @@ to continue. A second signal stops at once.`,
 				refused += len(res.Refused)
 				for _, r := range res.Refused {
 					malformedOnly = malformedOnly && errors.Is(r.Err, roomstate.ErrMalformedPDU)
+					tally.add(r)
 				}
 				f := []kv{{"read", res.Read}, {"imported", res.Imported}, {"skipped", res.Skipped}, {"variants", res.Variants}, {"refused", len(res.Refused)}, {"rooms", len(res.Rooms)}, {"redacted", res.Redacted}}
 				if asJSON {
@@ -353,6 +364,8 @@ to continue. A second signal stops at once.`,
 				switch {
 				case keysFile != "":
 					hint = "see the reasons above: with --keys, a key that is not the servers' refuses every PDU"
+				case tally.hint() != "":
+					hint = tally.hint()
 				case !malformedOnly:
 					hint = "see the reasons above"
 				}
@@ -364,6 +377,15 @@ to continue. A second signal stops at once.`,
 					made = " (the store files this import created in the empty directory are removed)"
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import: all %d PDUs read were refused and none is stored%s: %s\n", refused, made, hint)
+			} else if placed := all.Imported + all.Skipped; refused > placed && !strict {
+				dominated = true
+				hint := tally.hint()
+				if hint == "" {
+					hint = "see the reasons above"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import: %d PDUs refused, more than the %d stored or already in the store (exit status 2): %s\n", refused, placed, hint)
+			} else if refused > 0 && tally.hint() != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: import: %d PDUs refused: %s\n", refused, tally.hint())
 			}
 			if len(paths) > 1 {
 				what := "import" // the text line "import: files=N ..."; JSON kind import_total

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -133,5 +134,61 @@ func TestCLIReplayGoesOnPastABadRoom(t *testing.T) {
 	}
 	if out, code := run(t, "repack", "--store", store); code != 0 || !strings.Contains(out, "rooms=2") {
 		t.Errorf("repack: exit %d (want 0, both rooms)\n%s", code, out)
+	}
+}
+
+// TestCLIImportRefusalsDominate: when more PDUs are refused than stored, import
+// exits 2 and its hint names the CLI flag that would have placed them, or says
+// that the refusals follow from an earlier one; a few refusals keep exit 0.
+func TestCLIImportRefusalsDominate(t *testing.T) {
+	dir := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(room("room002"), "events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	write := func(name string, ls []string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(strings.Join(ls, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	reversed := append([]string(nil), lines...)
+	slices.Reverse(reversed)
+	rev := write("reversed.jsonl", reversed)
+	// The power levels event made malformed: the events that name it are refused
+	// because it was.
+	broken := append([]string(nil), lines...)
+	broken[2] = strings.Replace(broken[2], `"type":"m.room.power_levels"`, `"type":1`, 1)
+	tampered := write("tampered.jsonl", broken)
+	few := write("few.jsonl", append(append([]string(nil), lines...), "{not json"))
+
+	for _, c := range []struct {
+		name     string
+		args     []string
+		code     int
+		want     []string
+		wantNone []string
+	}{
+		{"reversed", []string{rev}, 2, []string{"more than the 1 stored or already in the store", "--any-order"}, nil},
+		{"any order, no room version", []string{"--any-order", rev}, 2, []string{"--room-version V"}, []string{"AnyOrder"}},
+		{"cascade", []string{tampered}, 2, []string{"refused only because an event they name was refused before them"}, nil},
+		{"a few refused", []string{few}, 0, []string{"refused=1"}, []string{"exit status 2"}},
+	} {
+		out, code := run(t, append([]string{"import", "--store", filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-"))}, c.args...)...)
+		if code != c.code {
+			t.Errorf("%s: exit %d, want %d\n%s", c.name, code, c.code, out)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: output lacks %q\n%s", c.name, w, out)
+			}
+		}
+		for _, w := range c.wantNone {
+			if strings.Contains(out, w) {
+				t.Errorf("%s: output holds %q\n%s", c.name, w, out)
+			}
+		}
 	}
 }
