@@ -154,7 +154,8 @@ type importer struct {
 	pendingRedacted int
 	// queued PDUs, parsed on several goroutines (prepare) before one stores
 	// them in order.
-	queued []queuedPDU
+	queued      []queuedPDU
+	queuedBytes int // of the queued PDUs' raw bytes
 	// stored: the store's rooms, listed when roomOf first needs them
 	stored []*Room
 }
@@ -182,7 +183,8 @@ const parseAhead = 256
 // queue adds a PDU; every parseAhead PDUs the queue is parsed and stored.
 func (imp *importer) queue(raw []byte, line int, element bool) error {
 	imp.queued = append(imp.queued, queuedPDU{raw: raw, line: line, element: element})
-	if len(imp.queued) >= parseAhead {
+	imp.queuedBytes += len(raw)
+	if len(imp.queued) >= parseAhead || imp.queuedBytes >= maxQueuedBytes {
 		return imp.drain()
 	}
 	return nil
@@ -194,7 +196,7 @@ func (imp *importer) queue(raw []byte, line int, element bool) error {
 // comes, after everything before it was stored.
 func (imp *importer) drain() error {
 	q := imp.queued
-	imp.queued = imp.queued[:0:0]
+	imp.queued, imp.queuedBytes = imp.queued[:0:0], 0
 	imp.prepare(q)
 	for i := range q {
 		if err := imp.refuse(imp.one(&q[i])); err != nil {
@@ -291,18 +293,25 @@ func (imp *importer) run(in io.Reader) error {
 		return &ImportError{Source: imp.source, Line: 1, Err: err}
 	}
 	if first == '[' {
-		dec := json.NewDecoder(br)
+		lr := &limitedReader{r: br, limit: MaxLineBytes}
+		dec := json.NewDecoder(lr)
 		if _, err := dec.Token(); err != nil {
 			return &ImportError{Source: imp.source, Line: 1, Element: true, Err: fmt.Errorf("%w: %v", ErrMalformedPDU, err)}
 		}
 		n := 1
 		for ; dec.More(); n++ {
 			var raw json.RawMessage
+			lr.limit = dec.InputOffset() + MaxLineBytes + 1 // the element and the comma before it
 			if err := dec.Decode(&raw); err != nil {
 				// The elements before it are stored; the decoder cannot find
 				// the next element's start, so the rest of the array is lost.
 				if derr := imp.drain(); derr != nil {
 					return derr
+				}
+				if errors.Is(err, errElementTooLarge) {
+					imp.res.Read++
+					return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true,
+						Err: fmt.Errorf("%w: an element over the %d bytes an element may hold (not read whole; the rest of the array cannot be read)", ErrTooLarge, MaxLineBytes)})
 				}
 				if readFailed(err) {
 					return &ImportError{Source: imp.source, Line: n, Element: true, Err: err}
@@ -330,7 +339,24 @@ func (imp *importer) run(in io.Reader) error {
 	}
 	line := 0
 	for {
-		b, err := br.ReadBytes('\n')
+		b, over, err := readLine(br)
+		if over > 0 {
+			line++
+			if derr := imp.drain(); derr != nil { // the lines before it come first
+				return derr
+			}
+			imp.res.Read++
+			if perr := imp.refuse(&ImportError{Source: imp.source, Line: line,
+				Err: fmt.Errorf("%w: a line of %d bytes, over the %d bytes a line may hold (not read whole)", ErrTooLarge, over, MaxLineBytes)}); perr != nil {
+				return perr
+			}
+			if err == io.EOF {
+				return imp.drain()
+			}
+			if err == nil {
+				continue
+			}
+		}
 		if err != nil && err != io.EOF {
 			// A read error: the partial line is not a PDU. Store what came before.
 			if derr := imp.drain(); derr != nil {
@@ -349,6 +375,65 @@ func (imp *importer) run(in io.Reader) error {
 		if err == io.EOF {
 			return imp.drain()
 		}
+	}
+}
+
+// MaxLineBytes bounds what import holds of one line: 4 times MaxPDUBytes, room for
+// a PDU padded with white space. A longer line is refused as ErrTooLarge without
+// being held in memory: the rest of it is read and dropped up to the next newline.
+const MaxLineBytes = 4 * MaxPDUBytes
+
+// errElementTooLarge is limitedReader's error: the JSON array element being
+// decoded is over MaxLineBytes.
+var errElementTooLarge = errors.New("roomstate: array element over the size limit")
+
+// limitedReader hands the JSON decoder of an array at most limit bytes in all
+// (limit is moved forward before each element), so that no element is held whole
+// past MaxLineBytes.
+type limitedReader struct {
+	r     io.Reader
+	n     int64 // bytes handed out
+	limit int64
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.n >= l.limit {
+		return 0, errElementTooLarge
+	}
+	if rest := l.limit - l.n; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := l.r.Read(p)
+	l.n += int64(n)
+	return n, err
+}
+
+// maxQueuedBytes bounds the bytes of the PDUs queued for parsing: the queue is
+// parsed and stored when it reaches parseAhead PDUs or this many bytes.
+const maxQueuedBytes = 16 << 20
+
+// readLine reads the next line (up to and including '\n'). A line over
+// MaxLineBytes is read to its end and dropped: over is then the count of its bytes
+// (more than MaxLineBytes) and line is nil. err is io.EOF at the end of the input
+// (with the last line, if any) or the read error.
+func readLine(br *bufio.Reader) (line []byte, over int, err error) {
+	var b []byte
+	n := 0
+	for {
+		chunk, err := br.ReadSlice('\n')
+		n += len(chunk)
+		if n <= MaxLineBytes {
+			b = append(b, chunk...)
+		} else {
+			b = nil
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if n > MaxLineBytes {
+			return nil, n, err
+		}
+		return b, 0, err
 	}
 }
 

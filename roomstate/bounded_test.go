@@ -1,0 +1,87 @@
+package roomstate_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/roomstate"
+)
+
+// repeatReader yields n bytes of b, without holding them.
+type repeatReader struct {
+	b byte
+	n int64
+}
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	if r.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > r.n {
+		p = p[:r.n]
+	}
+	for i := range p {
+		p[i] = r.b
+	}
+	r.n -= int64(len(p))
+	return len(p), nil
+}
+
+// TestImportBoundedReading: a 64 MiB line, a 64 MiB line without a newline and a
+// 64 MiB JSON array element are refused as ErrTooLarge, naming the line or
+// element, while import allocates a small fraction of their size; the PDUs around
+// them are imported.
+func TestImportBoundedReading(t *testing.T) {
+	lines := roomLines(t, "room002")
+	const big = 64 << 20
+	huge := func() io.Reader { return &repeatReader{b: 'a', n: big} }
+	for _, c := range []struct {
+		name     string
+		in       func() io.Reader
+		imported int
+		at       string
+	}{
+		{"line", func() io.Reader {
+			return io.MultiReader(strings.NewReader(strings.Join(lines[:5], "\n")+"\n"+`{"type":"`), huge(),
+				strings.NewReader("\"}\n"+strings.Join(lines[5:], "\n")))
+		}, len(lines), "line 6"},
+		{"no newline", func() io.Reader {
+			return io.MultiReader(strings.NewReader(strings.Join(lines[:5], "\n")+"\n"), huge())
+		}, 5, "line 6"},
+		{"array element", func() io.Reader {
+			return io.MultiReader(strings.NewReader("["+strings.Join(lines[:5], ",")+`,{"type":"`), huge(),
+				strings.NewReader(`"},`+strings.Join(lines[5:], ",")+"]"))
+		}, 5, "element 6"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := roomstate.New(packstore.NewMemStorage())
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			res, err := st.Import(c.in(), "big", roomstate.ImportOptions{KeepGoing: true})
+			runtime.ReadMemStats(&after)
+			require.NoError(t, err)
+			require.Equal(t, c.imported, res.Imported)
+			require.Len(t, res.Refused, 1)
+			require.True(t, errors.Is(res.Refused[0], roomstate.ErrTooLarge), "%v", res.Refused[0])
+			require.Contains(t, res.Refused[0].Error(), c.at)
+			alloc := after.TotalAlloc - before.TotalAlloc
+			require.Less(t, alloc, uint64(big/4), "import allocated %d bytes for a %d-byte input", alloc, big)
+		})
+	}
+	// A line just under the limit is read and judged as a PDU (too large, by its
+	// canonical size), not dropped unread.
+	st := roomstate.New(packstore.NewMemStorage())
+	pad := `{"type":"` + string(bytes.Repeat([]byte{'a'}, roomstate.MaxLineBytes-20)) + `"}`
+	res, err := st.Import(strings.NewReader(pad), "pad", roomstate.ImportOptions{KeepGoing: true})
+	require.NoError(t, err)
+	require.Len(t, res.Refused, 1)
+	require.NotContains(t, res.Refused[0].Error(), "not read whole")
+}
