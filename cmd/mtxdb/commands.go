@@ -209,8 +209,9 @@ first PDU must be its m.room.create. Events already stored are skipped, so an im
 can be re-run. A PDU that is not a valid event (over 65,536 bytes, a field over 255
 bytes, malformed JSON, a bad event ID, an unknown room version) or cannot be placed
 (unknown prev/auth events, no m.room.create yet, an auth event of another room) is
-refused: a "refused import FILE line N (event ID): reason" line, and the import goes on with
-the next PDU, as a homeserver drops an invalid PDU. A PDU whose content hash does
+refused: a "refused import FILE line N (event ID): reason" line (the first 100 of
+an input; then one line counts the rest, which --json lists), and the import goes
+on with the next PDU, as a homeserver drops an invalid PDU. A PDU whose content hash does
 not match is stored in redacted form, as the spec says, and counted as redacted=N.
 The summary counts refused=N. Exit status: with --strict, 2 when anything was
 refused; without it, 2 when more PDUs were refused than stored or skipped as
@@ -310,11 +311,14 @@ to continue. A second signal stops at once.`,
 			defer stop()
 			for n, path := range paths {
 				res, err := importFile(st, path, roomstate.ImportOptions{BatchSize: batch, AnyOrder: anyOrder, RoomVersion: roomVersion, KeepGoing: true, Keys: keys}, out)
-				for _, r := range res.Refused {
-					if asJSON {
+				for i, r := range res.Refused {
+					switch {
+					case asJSON:
 						printLine(out, true, "refused", kv{"file", path}, kv{"line", r.Line}, kv{"element", r.Element}, kv{"event_id", r.EventID}, kv{"reason", r.Err.Error()})
-					} else {
+					case i < maxRefusalLines:
 						fmt.Fprintf(out, "refused %s\n", r)
+					case i == maxRefusalLines:
+						fmt.Fprintf(out, "refused: %d more in %s not shown (--json lists every refusal)\n", len(res.Refused)-maxRefusalLines, path)
 					}
 				}
 				refused += len(res.Refused)
@@ -442,6 +446,10 @@ to continue. A second signal stops at once.`,
 	jsonFlag(c, &asJSON)
 	return c
 }
+
+// maxRefusalLines is how many refusals of one input import prints as text; the
+// rest are counted in one line (random bytes would print one line per line).
+const maxRefusalLines = 100
 
 func importFile(st *roomstate.Store, path string, opts roomstate.ImportOptions, out io.Writer) (roomstate.ImportResult, error) {
 	f, err := os.Open(path)

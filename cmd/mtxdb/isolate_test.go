@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -192,3 +193,30 @@ func TestCLIImportRefusalsDominate(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIImportGarbageSummarised: random lines print the first 100 refusals and one
+// line counting the rest; with --json every refusal is an object.
+func TestCLIImportGarbageSummarised(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "garbage.txt")
+	if err := os.WriteFile(in, []byte(strings.Repeat("\x01\x02 not json\n", 1000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := run(t, "import", "--store", filepath.Join(dir, "s"), in)
+	shown := 0
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "refused import ") {
+			shown++
+		}
+	}
+	if code != 2 || shown != 100 ||
+		!strings.Contains(out, "refused: 900 more in "+in+" not shown") {
+		t.Fatalf("garbage: exit %d\n%.2000s", code, out)
+	}
+	cmd := exec.Command(bin, "import", "--json", "--store", filepath.Join(dir, "j"), in)
+	jout, _ := cmd.Output()
+	if n := strings.Count(string(jout), `{"kind":"refused"`); n != 1000 {
+		t.Errorf("--json: %d refusal objects, want 1000", n)
+	}
+}
+
