@@ -219,4 +219,3 @@ func TestCLIImportGarbageSummarised(t *testing.T) {
 		t.Errorf("--json: %d refusal objects, want 1000", n)
 	}
 }
-
