@@ -85,3 +85,22 @@ func TestImportBoundedReading(t *testing.T) {
 	require.Len(t, res.Refused, 1)
 	require.NotContains(t, res.Refused[0].Error(), "not read whole")
 }
+
+// TestImportWrappedArray: a JSON object wrapping an array of events (an API
+// response) is refused naming the key to take the PDUs from, whether or not it is
+// over the PDU size limit; a PDU without type is still "no type".
+func TestImportWrappedArray(t *testing.T) {
+	lines := roomLines(t, "room002")
+	st := roomstate.New(packstore.NewMemStorage())
+	in := `{"chunk":[` + strings.Join(lines[:3], ",") + "]}\n" +
+		`{"next_batch":"x","chunk":[` + strings.Join(lines[:100], ",") + "]}\n" +
+		`{"room_id":"!a:b","content":{}}` + "\n"
+	res, err := st.Import(strings.NewReader(in), "wrapped", roomstate.ImportOptions{KeepGoing: true})
+	require.NoError(t, err)
+	require.Len(t, res.Refused, 3)
+	for _, r := range res.Refused[:2] {
+		require.ErrorIs(t, r, roomstate.ErrMalformedPDU)
+		require.Contains(t, r.Error(), `an array of events under "chunk"`)
+	}
+	require.Contains(t, res.Refused[2].Error(), "no type")
+}

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 
@@ -383,6 +385,26 @@ func (imp *importer) run(in io.Reader) error {
 // being held in memory: the rest of it is read and dropped up to the next newline.
 const MaxLineBytes = 4 * MaxPDUBytes
 
+// wrappedArray returns the key of a JSON object without "type" whose value is an
+// array of objects (a client or federation API response, {"chunk": [...]}), or ""
+// when raw is not one.
+func wrappedArray(raw []byte) string {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return ""
+	}
+	if _, ok := obj["type"]; ok {
+		return ""
+	}
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		var arr []json.RawMessage
+		if json.Unmarshal(obj[k], &arr) == nil && len(arr) > 0 && bytes.HasPrefix(bytes.TrimSpace(arr[0]), []byte("{")) {
+			return k
+		}
+	}
+	return ""
+}
+
 // errElementTooLarge is limitedReader's error: the JSON array element being
 // decoded is over MaxLineBytes.
 var errElementTooLarge = errors.New("roomstate: array element over the size limit")
@@ -469,6 +491,11 @@ func (imp *importer) one(q *queuedPDU) error {
 			}
 		} else {
 			h, _ = readHeader(raw)
+		}
+	}
+	if q.sizeErr != nil || err != nil {
+		if key := wrappedArray(raw); key != "" {
+			return fail("", fmt.Errorf("%w: a JSON object holding an array of events under %q, not a PDU: import the array itself (jq -c '.%s[]' gives its PDUs as lines)", ErrMalformedPDU, key, key))
 		}
 	}
 	if q.sizeErr != nil {
@@ -570,7 +597,11 @@ func (imp *importer) one(q *queuedPDU) error {
 	if !imp.opts.AnyOrder {
 		for _, p := range pdu.PrevEventIDs() {
 			if _, ok := pr.known[p]; !ok {
-				e := fail(eventID, fmt.Errorf("%w: %s", ErrMissingPrevEvent, p)).(*ImportError)
+				err := fmt.Errorf("%w: %s", ErrMissingPrevEvent, p)
+				if other := imp.roomOf(p, roomID); other != "" {
+					err = fmt.Errorf("%w: %s is an event of another room, %s", ErrMissingPrevEvent, p, other)
+				}
+				e := fail(eventID, err).(*ImportError)
 				e.Missing = p
 				return e
 			}

@@ -93,7 +93,7 @@ repacked copy: the read budget by kind (counters of one run), and --runs cold ru
 (store closed, shard files evicted with posix_fadvise DONTNEED, reopened, evicted
 again, resident pages checked with mincore) and warm runs, alternating the layouts.
 It writes DIR/repack.json and DIR/repack.md.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(gens) == 0 && real == "" {
 				return fmt.Errorf("give --gen or --real")

@@ -30,7 +30,7 @@ func benchResolverCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "bench-resolver [--events N] [--members N] [--servers N] [--seed N] [--room-version V] [--naive-samples N] [--dir DIR]",
 		Short: "Benchmark state resolution on a generated room, ours against the naive full-state path",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return benchResolver(cmd.OutOrStdout(), opts, dir, samples)
 		},

@@ -63,6 +63,16 @@ func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.S
 		return eng, roomstate.New(eng), nil
 	}
 	if create {
+		// Say what the path is, rather than what mkdir made of it.
+		if fi, err := os.Lstat(dir); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			if _, err := os.Stat(dir); err != nil {
+				target, _ := os.Readlink(dir)
+				return nil, nil, fmt.Errorf("store %s is a symbolic link to %s, which does not exist", dir, target)
+			}
+		}
+		if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+			return nil, nil, fmt.Errorf("store %s is a file, not a store directory", dir)
+		}
 		// A new store goes in a new or empty directory: creating one among other
 		// files (import --store DIR DIR, with DIR the room directory) mixed them
 		// with the store's, whose permission checks then named the room's files.
@@ -96,7 +106,7 @@ func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.S
 		}
 		if errors.Is(err, packstore.ErrLocked) {
 			// Exit status 1; the message names the directory and the pid.
-			return nil, nil, fmt.Errorf("%w; wait for that mtxdb command to finish (one process per store)", err)
+			return nil, nil, fmt.Errorf("%w; wait for that process to finish: an mtxdb command, or a server that has the store open (one process per store)", err)
 		}
 		return nil, nil, err
 	}
@@ -200,7 +210,7 @@ func importCmd() *cobra.Command {
 		Use:   "import --store DIR [--strict] [--keys FILE] [--any-order [--room-version V]] [--repack [--plan KIND] [--liveness all|every-k [--every K]]] PATH...",
 		Short: "Import PDUs (JSON lines or a JSON array; room directories with events.jsonl, or directories of them)",
 		Long: `Import reads PDUs and stores each new one with its prev/auth edges. A PATH is a
-file of PDUs, a room directory (its events.jsonl), or a directory of room
+file of PDUs ("-": standard input), a room directory (its events.jsonl), or a directory of room
 directories (each room's events.jsonl, by name; testrooms/real, gen --rooms). An
 empty or blank file is skipped with a warning; if every input is, nothing is
 written and the exit status is 1. Every PDU's
@@ -447,16 +457,28 @@ to continue. A second signal stops at once.`,
 	return c
 }
 
+// noArgs refuses positional arguments for commands that take none, naming them
+// (cobra's own check calls an argument an unknown command).
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%s takes no arguments, got %q: options are flags (mtxdb %s --help)", cmd.Name(), strings.Join(args, " "), cmd.Name())
+	}
+	return nil
+}
+
 // maxRefusalLines is how many refusals of one input import prints as text; the
 // rest are counted in one line (random bytes would print one line per line).
 const maxRefusalLines = 100
 
 func importFile(st *roomstate.Store, path string, opts roomstate.ImportOptions, out io.Writer) (roomstate.ImportResult, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return roomstate.ImportResult{}, err
+	f := os.Stdin
+	if path != "-" {
+		var err error
+		if f, err = os.Open(path); err != nil {
+			return roomstate.ImportResult{}, err
+		}
+		defer f.Close()
 	}
-	defer f.Close()
 	var bar *progress
 	if fi, err := f.Stat(); err == nil {
 		name := filepath.Base(path)
@@ -601,7 +623,7 @@ rooms_failed and cyclic; exit status 2 when there is any problem.
 Ctrl-C (SIGINT) or SIGTERM stops before the next event: the states computed so far
 are synced, the command prints its summary and how to continue, and exits 130
 (143). A second signal stops at once.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := nonEmptyFlag(cmd, "room", room); err != nil {
 				return err
@@ -735,7 +757,7 @@ recorded room the store lacks or has not replayed, a recorded room directory who
 files are malformed (a line of expected_state.jsonl that does not decode, a line
 count meta.json contradicts), or a store that fails to open as corrupt; 1 for usage
 and I/O errors, including a store lost during the run; 0 otherwise.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := nonEmptyFlag(cmd, "room", room); err != nil {
 				return err
@@ -779,6 +801,15 @@ and I/O errors, including a store lost during the run; 0 otherwise.`,
 				v.problems++
 				printProblem(out, asJSON, "", fmt.Sprintf("store: %s has a torn or cut-short tail of %d bytes at offset %d, left on disk (index from %s)",
 					r.TruncatedFile, r.TruncatedBytes, r.TruncatedAt, r.Source))
+			}
+			if len(rooms) == 0 && room == "" {
+				// Records but no room: another program's store in packstore's
+				// format (a Dendrite's state store holds HAMT nodes by NID), or
+				// the room heads are lost.
+				if st, err := storeStats(eng); err == nil && st.LiveRecords > 0 {
+					v.problems++
+					printProblem(out, asJSON, "", fmt.Sprintf("store: %d records but no mtxdb room: not a store of mtxdb's rooms (a Dendrite state store, for one), or its room heads are lost; nothing was checked", st.LiveRecords))
+				}
 			}
 			printLine(out, asJSON, "verify", kv{"rooms", len(rooms)}, kv{"events", v.events}, kv{"unchecked_events", v.unchecked}, kv{"unreplayed", v.unreplayed},
 				kv{"snapshots", v.snapshots}, kv{"state_not_kept", v.notKept}, kv{"compared_events", v.compared}, kv{"compared_room_dirs", v.comparedRooms},
@@ -1058,7 +1089,7 @@ garbage the next repack reclaims). Exit status 130 (143).
 A room that cannot be planned (not replayed, a record that does not decode) is left
 as it is, with a "problem room=…" line, and the others are repacked; exit status 2
 when there is any such room.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := rf.options(cmd)
 			if err != nil {
@@ -1325,7 +1356,7 @@ seeks (a read not in the pages of the previous read or the next one) and node-ca
 hits. Each walk runs on a freshly opened store (empty node cache); --cold also evicts
 the shard files from the page cache first (posix_fadvise DONTNEED). The counters are
 this process's: another process's reads cannot be seen.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := needFlag(cmd, "reads", reads, "room", "walks", "limit", "cold"); err != nil {
 				return err

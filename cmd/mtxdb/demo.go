@@ -28,7 +28,7 @@ rooms) into a fresh store in a temporary directory, replays them through state
 resolution, compares the state after every event with what the origin server recorded,
 repacks all rooms through one output stream, reopens the store, checks and compares
 again, and prints one summary line of key=value pairs. Exit status 2 on mismatches.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			out := cmd.OutOrStdout()
 			start := time.Now()

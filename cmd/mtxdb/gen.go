@@ -38,7 +38,7 @@ DIR/interleaved.jsonl: all their events as the origin server received them.
 With --backfill it also writes backfill_order.jsonl ({"event_id", "batch"} lines)
 and events_backfill.jsonl (the PDUs in that order, for import --any-order
 --room-version V).`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return fmt.Errorf("--out is required")

@@ -11,8 +11,8 @@ import (
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
-// importPaths resolves import's arguments to the files to read, in order: a file
-// as it is; a room directory (holding events.jsonl) as its events.jsonl; a
+// importPaths resolves import's arguments to the files to read, in order: "-"
+// (standard input) and a file as they are; a room directory (holding events.jsonl) as its events.jsonl; a
 // directory of room directories (testrooms/real, a gen --rooms output; symlinked
 // room directories included) as each room's events.jsonl, sorted by name. Each
 // subdirectory of a directory of rooms that holds no events.jsonl is passed to
@@ -20,6 +20,10 @@ import (
 func importPaths(args []string, skip skipFunc) ([]string, error) {
 	var paths []string
 	for _, a := range args {
+		if a == "-" { // standard input
+			paths = append(paths, a)
+			continue
+		}
 		fi, err := os.Stat(a)
 		if err != nil {
 			return nil, err
@@ -90,6 +94,9 @@ func importSkips(warn, out io.Writer, asJSON bool) skipFunc {
 // first PDUs of `cat events.jsonl | mtxdb import /dev/stdin`, and a FIFO hung on
 // its second open); such an input is never blank to this check.
 func blankInput(path string) (bool, error) {
+	if path == "-" {
+		return false, nil // standard input is read once, by the import
+	}
 	fi, err := os.Stat(path)
 	if err != nil {
 		return false, err

@@ -14,7 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime/pprof"
+	"syscall"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/spf13/cobra"
@@ -30,6 +32,10 @@ func main() {
 	// replay grow the heap to GOGC's multiple of the live data. GOMEMLIMIT, when
 	// set, wins; AUTOMEMLIMIT=off turns this off.
 	_, _ = memlimit.Set(memlimit.WithRatio(0.6), memlimit.WithProvider(memlimit.ApplyFallback(memlimit.FromCgroup, memlimit.FromSystem)))
+	// A closed standard output (import ... | head -1) makes writes fail instead of
+	// killing the process: the command finishes its work and its exit status
+	// stays its own.
+	signal.Ignore(syscall.SIGPIPE)
 	root := &cobra.Command{
 		Use:           "mtxdb",
 		Short:         "Matrix room state in append-only packfiles: import, replay, repack, verify",

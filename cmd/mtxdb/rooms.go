@@ -29,7 +29,7 @@ With --json each line is a JSON object ({"kind":"room", "room_id", "version",
 "events", "replayed", "forward_extremities", "records", "bytes"}; records and bytes
 null when unknown), and a last {"kind":"rooms","rooms":N} line. The store is opened
 read-only.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			eng, st, err := openStoreMode(store, false, true)
 			if err != nil {

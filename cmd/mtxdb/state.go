@@ -19,7 +19,7 @@ func stateCmd() *cobra.Command {
 "event_type<TAB>state_key<TAB>event_id", sorted: the current state by default, the
 state after --event, or the state before it with --before. For an event replay
 rejected, a first line "# rejected EVENT_ID: reason" names the authorization rule.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if room == "" {
 				return fmt.Errorf("--room is required")

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mtxdb/mtxdb/packstore"
+)
+
+// TestCLISayWhatThePathIs: import into a file or a dangling symbolic link names
+// what the path is; a stray argument is named as one; verify of a packstore that
+// holds no mtxdb room says so instead of reporting nothing wrong.
+func TestCLISayWhatThePathIs(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "afile")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "dangling")
+	if err := os.Symlink(filepath.Join(dir, "nowhere"), link); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other")
+	eng, err := packstore.Open(packstore.DefaultOptions(other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.PutMany(packstore.ID{1}, []packstore.Record{{ID: packstore.ID{2}, Data: []byte("not a room")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"import", "--store", file, room("room002")}, "store " + file + " is a file, not a store directory"},
+		{[]string{"import", "--store", link, room("room002")}, "is a symbolic link to " + filepath.Join(dir, "nowhere") + ", which does not exist"},
+		{[]string{"replay", "--store", other, "extra"}, `replay takes no arguments, got "extra"`},
+	} {
+		out, code := run(t, c.args...)
+		if code != 1 || !strings.Contains(out, c.want) {
+			t.Errorf("%v: exit %d, want 1 and %q\n%s", c.args, code, c.want, out)
+		}
+	}
+	if out, code := run(t, "verify", "--store", other); code != 2 || !strings.Contains(out, "problem store: 1 records but no mtxdb room") {
+		t.Errorf("verify of a store without rooms: exit %d, want 2 and a problem line\n%s", code, out)
+	}
+}
+
+// TestCLIImportStdinAndClosedPipe: "-" imports standard input; a closed standard
+// output (| head -1) does not stop the import, whose exit status stays 0 and
+// whose rooms are all stored.
+func TestCLIImportStdinAndClosedPipe(t *testing.T) {
+	dir := t.TempDir()
+	in, err := os.Open(filepath.Join(room("room002"), "events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	cmd := exec.Command(bin, "import", "--store", filepath.Join(dir, "s"), "-")
+	cmd.Stdin = in
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "import -: read=226 imported=226") {
+		t.Fatalf("import -: %v\n%s", err, out)
+	}
+
+	store := filepath.Join(dir, "piped")
+	cmd = exec.Command(bin, "import", "--store", store, room("room002"), room("room003"), room("room004_union"))
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = w
+	r.Close() // the reader is gone before the first line
+	err = cmd.Run()
+	w.Close()
+	if err != nil {
+		t.Fatalf("import into a closed pipe: %v", err)
+	}
+	out2, code := run(t, "rooms", "--store", store)
+	if code != 0 || !strings.Contains(out2, "rooms=3") {
+		t.Errorf("rooms after a piped import: exit %d\n%s", code, out2)
+	}
+}
+
+// TestCLIPrevEventOfAnotherRoom: a PDU whose prev_event is an event of another
+// stored room is refused naming that room, not as "not found".
+func TestCLIPrevEventOfAnotherRoom(t *testing.T) {
+	dir := t.TempDir()
+	store := filepath.Join(dir, "s")
+	if out, code := run(t, "import", "--store", store, room("room002"), room("room003")); code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, out)
+	}
+	lines, _ := selfPrevLines(t) // room003's lines
+	b, err := os.ReadFile(filepath.Join(room("room002"), "events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := strings.SplitN(string(b), "\n", 2)[0] // room002's m.room.create
+	otherID := other[strings.Index(other, `"event_id":"`)+len(`"event_id":"`):]
+	otherID = otherID[:strings.Index(otherID, `"`)]
+	msg := strings.Replace(lines[8], `"event_id":"`, `"event_id":"$x`, 1)
+	i := strings.Index(msg, `"prev_events":[["`) + len(`"prev_events":[["`)
+	j := i + strings.Index(msg[i:], `"`)
+	msg = msg[:i] + otherID + msg[j:]
+	in := filepath.Join(dir, "cross.jsonl")
+	if err := os.WriteFile(in, []byte(msg+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := run(t, "import", "--store", store, in)
+	if !strings.Contains(out, otherID+" is an event of another room") {
+		t.Errorf("a prev_event of another room:\n%s", out)
+	}
+}
