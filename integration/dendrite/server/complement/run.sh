@@ -27,7 +27,9 @@
 # subtest stock passes), prints the differences and exits 1 when it fails; tests
 # that break it run once more on both builds first (stock-rerun.json,
 # patched-rerun.json), whose results replace theirs. The rejected-auth-events test
-# is reported apart and does not decide the exit status.
+# is one stock fails and the patched build must pass (the spec's rule that an event
+# citing a rejected auth event is rejected): run.sh exits 1 when the patched build
+# does not pass it, after the pass rule has run.
 set -euo pipefail
 
 patched_bin=$(cd "$1" && pwd)
@@ -138,6 +140,8 @@ for name in stock patched; do
 	kept=$(find "$build/work/rejected-auth-$name" -name server.log 2>/dev/null | sort)
 	[ -z "$kept" ] || echo "rejected-auth $name: server logs kept: $kept"
 done
+fixed=ok
+grep -qE "\"Action\":\"pass\".*\"Test\":\"$REJECTED_AUTH\"[,}]" "$build/results/rejected-auth-patched.json" || fixed=failed
 
 # The pass rule; a test that stock passed and patched did not runs once more on
 # both builds (timing under load), and its second results replace its first.
@@ -154,4 +158,10 @@ if [ -n "$rerun" ]; then
 	patched_runs+=,$build/results/patched-rerun.json
 	echo "== pass rule ($run), with the rerun"
 fi
-"$build/complement-compare" -excluded "$here/excluded.txt" "$stock_runs" "$patched_runs"
+rc=0
+"$build/complement-compare" -excluded "$here/excluded.txt" "$stock_runs" "$patched_runs" || rc=$?
+if [ "$fixed" != ok ]; then
+	echo "FAIL: the patched build did not pass $REJECTED_AUTH ($build/results/rejected-auth-patched.json)"
+	rc=1
+fi
+exit $rc
