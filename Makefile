@@ -272,8 +272,8 @@ test-sytest: dendrite
 # integration/dendrite/server/complement (its run.sh unpacks Complement under
 # .build/complement). COMPLEMENT_RUN=state (default): the federation, state and auth
 # tests; all: Complement's tests and tests/csapi packages but its excluded.txt. Fails
-# unless the patched build passes every test and subtest stock passes; also reports
-# TestInboundFederationRejectsEventsWithRejectedAuthEvents on both builds. About a
+# unless the patched build passes every test and subtest stock passes, and
+# TestInboundFederationRejectsEventsWithRejectedAuthEvents (which stock fails). About a
 # minute (state) or four (all) on a quiet machine; see integration/dendrite/README.md.
 COMPLEMENT_TARBALL ?= $(abspath $(CURDIR)/../shared/peer-suites/complement-50044edb.tar.gz)
 COMPLEMENT_RUN ?= state
