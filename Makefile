@@ -95,8 +95,10 @@ FUZZROOMS ?= 200000
 FUZZSEED ?= 1
 FUZZKEEP ?=
 fuzz-resolver: deps
-	@case '$(FUZZROOMS)' in ''|*[!0-9]*|0) echo "make fuzz-resolver: FUZZROOMS=$(FUZZROOMS): want a positive number of rooms" >&2; exit 2;; esac
-	@case '$(FUZZSEED)' in ''|*[!0-9]*) echo "make fuzz-resolver: FUZZSEED=$(FUZZSEED): want a non-negative number" >&2; exit 2;; esac
+	@n='$(FUZZROOMS)'; case $$n in ''|*[!0-9]*) n=;; esac; n=$${n#"$${n%%[!0]*}"}; \
+	  [ -n "$$n" ] && [ $${#n} -le 12 ] || { echo "make fuzz-resolver: FUZZROOMS=$(FUZZROOMS): want a number of rooms from 1 to 999999999999" >&2; exit 2; }
+	@n='$(FUZZSEED)'; case $$n in ''|*[!0-9]*) n=x;; esac; n=$${n#"$${n%%[!0]*}"}; \
+	  case $$n in x) false;; *) [ $${#n} -le 18 ];; esac || { echo "make fuzz-resolver: FUZZSEED=$(FUZZSEED): want a number from 0 to 999999999999999999" >&2; exit 2; }
 	MTXDB_FUZZ_SEEDS=$(FUZZROOMS) MTXDB_FUZZ_SEED=$(FUZZSEED) MTXDB_FUZZ_KEEP=$(abspath $(FUZZKEEP)) MTXDB_FUZZ_SUMMARY=1 \
 	  $(GO) -C resolver test -count=1 -timeout 0 -run '^TestResolverDifferential$$'
 

@@ -16,9 +16,11 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 
@@ -220,6 +222,9 @@ func scanExpected(dir string, decode bool, fn func(ExpectedState) error) error {
 			if es.EventID == "" || es.State == nil {
 				return malformed("testrooms: %s/expected_state.jsonl line %d: not a recorded state: want an object with event_id and state", dir, line)
 			}
+			if err := checkStateKeys(es.State); err != nil {
+				return malformed("testrooms: %s/expected_state.jsonl line %d: %w", dir, line, err)
+			}
 		}
 		if err := fn(es); err != nil {
 			return err
@@ -246,6 +251,9 @@ func loadExpected(dir string, hold bool) (*Expected, error) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "current_state.json")); err == nil {
 		if err := json.Unmarshal(b, &exp.Current); err != nil {
+			return nil, malformed("testrooms: %s/current_state.json: %w", dir, err)
+		}
+		if err := checkStateKeys(exp.Current); err != nil {
 			return nil, malformed("testrooms: %s/current_state.json: %w", dir, err)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -282,6 +290,21 @@ func loadExpected(dir string, hold bool) (*Expected, error) {
 		return nil, malformed("testrooms: %s records no state (expected_state.jsonl is empty and there is no current_state.json): nothing to compare", dir)
 	}
 	return exp, nil
+}
+
+// checkStateKeys refuses a recorded state whose key is not "type\x00state_key" (a
+// type, then a NUL byte, then the state key, which may be empty) or whose event ID
+// is empty.
+func checkStateKeys(state map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(state)) {
+		if t, _, ok := strings.Cut(k, "\x00"); !ok || t == "" {
+			return fmt.Errorf("state key %q is not an event type, a NUL byte (\u0000) and a state key", k)
+		}
+		if state[k] == "" {
+			return fmt.Errorf("state key %q has an empty event ID", strings.Replace(k, "\x00", "|", 1))
+		}
+	}
+	return nil
 }
 
 // Mismatch is one difference between our state and the recorded state. Ours or

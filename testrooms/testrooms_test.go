@@ -79,7 +79,8 @@ func TestRealRoomDirsSymlinks(t *testing.T) {
 }
 
 // TestLoadExpectedRefusesMalformed: a line that is JSON but not a recorded state
-// (null, no state, no event_id), a line that does not decode, a negative or wrong
+// (null, no state, no event_id, a key without the NUL between type and state key, an
+// empty event ID), a line that does not decode, a negative or wrong
 // line count in meta.json and an undecodable meta.json are ErrRecording errors
 // naming the file, not states to compare.
 func TestLoadExpectedRefusesMalformed(t *testing.T) {
@@ -95,6 +96,9 @@ func TestLoadExpectedRefusesMalformed(t *testing.T) {
 		{good, `{"room_id":"!r:example.org","expected_state":{"lines":2}}`, "has 1 states, meta.json expected_state.lines says 2"},
 		{good, `{"room_id":`, "meta.json: unexpected end of JSON input"},
 		{good, `{"room_id":"!r:example.org","counts":{"events":3,"outliers":1}}`, "has 1 states, meta.json counts 3 events and 1 outliers"},
+		{`{"event_id":"$a","state":{"m.room.create|":"$a"}}`, `{"room_id":"!r:example.org"}`, `line 1: state key "m.room.create|" is not an event type, a NUL byte`},
+		{good + "\n" + `{"event_id":"$b","state":{"\u0000":"$a"}}`, `{"room_id":"!r:example.org"}`, `line 2: state key "\x00" is not an event type`},
+		{`{"event_id":"$a","state":{"m.room.create\u0000":""}}`, `{"room_id":"!r:example.org"}`, `line 1: state key "m.room.create|" has an empty event ID`},
 	} {
 		dir := t.TempDir()
 		for name, body := range map[string]string{"expected_state.jsonl": tc.lines + "\n", "meta.json": tc.meta} {

@@ -64,11 +64,8 @@ func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.S
 	}
 	if create {
 		// Say what the path is, rather than what mkdir made of it.
-		if fi, err := os.Lstat(dir); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-			if _, err := os.Stat(dir); err != nil {
-				target, _ := os.Readlink(dir)
-				return nil, nil, fmt.Errorf("store %s is a symbolic link to %s, which does not exist", dir, target)
-			}
+		if target, ok := danglingLink(dir); ok {
+			return nil, nil, fmt.Errorf("store %s is a symbolic link to %s, which does not exist", dir, target)
 		}
 		if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
 			return nil, nil, fmt.Errorf("store %s is a file, not a store directory", dir)
@@ -861,9 +858,10 @@ func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*testrooms.E
 		}
 		if len(dirs) == 0 {
 			if _, ok, _ := testrooms.EventsFile(p); ok {
-				return nil, fmt.Errorf("%s is a room directory without expected_state.jsonl: no state its server recorded to compare with", p)
+				// A room without its recording is a data problem: exit 2.
+				return nil, corruptError{fmt.Errorf("%s is a room directory without expected_state.jsonl: no state its server recorded to compare with", p)}
 			}
-			return nil, fmt.Errorf("%s holds no room directory (events.jsonl, expected_state.jsonl, meta.json)", p)
+			return nil, fmt.Errorf("%s holds no recorded room: a recorded room's directory holds events.jsonl, expected_state.jsonl and meta.json", p)
 		}
 		for _, d := range dirs {
 			abs, err := filepath.Abs(d)
@@ -879,7 +877,7 @@ func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*testrooms.E
 			}
 			seen[abs] = true
 			if _, err := os.Stat(filepath.Join(d, "expected_state.jsonl")); errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("%s holds events.jsonl but no expected_state.jsonl: no state its server recorded to compare with", d)
+				return nil, corruptError{fmt.Errorf("%s holds events.jsonl but no expected_state.jsonl: no state its server recorded to compare with", d)}
 			}
 			exp, err := testrooms.OpenExpected(d)
 			if errors.Is(err, testrooms.ErrRecording) {
@@ -1521,4 +1519,18 @@ func replayResumeHint(store, room string, force bool) string {
 		return "run " + again + " --force again to recompute every event (it starts over)"
 	}
 	return "run " + again + " to continue: it computes only the events without a state record"
+}
+
+// danglingLink reports whether path is a symbolic link whose target does not
+// exist, and the target it names.
+func danglingLink(path string) (string, bool) {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		return "", false
+	}
+	if _, err := os.Stat(path); err == nil {
+		return "", false
+	}
+	target, _ := os.Readlink(path)
+	return target, true
 }

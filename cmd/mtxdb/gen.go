@@ -49,6 +49,9 @@ and events_backfill.jsonl (the PDUs in that order, for import --any-order
 			if cmd.Flags().Changed("backfill-batch") && !opts.Backfill {
 				return fmt.Errorf("gen: --backfill-batch applies only with --backfill")
 			}
+			if target, ok := danglingLink(out); ok {
+				return fmt.Errorf("gen: --out %s is a symbolic link to %s, which does not exist", out, target)
+			}
 			// A stale room or file from an earlier run would sit beside the new ones
 			// (verify then reports rooms the new meta.json does not list).
 			switch ents, err := os.ReadDir(out); {
@@ -145,7 +148,7 @@ and events_backfill.jsonl (the PDUs in that order, for import --any-order
 	f.IntVar(&opts.Events, "events", opts.Events, "events per room")
 	f.IntVar(&opts.Servers, "servers", opts.Servers, fmt.Sprintf("simulated homeservers (at most %d)", gen.MaxServers))
 	f.StringVar(&opts.RoomVersion, "room-version", opts.RoomVersion, "room version: 10, 11 or 12")
-	f.IntVar(&opts.Members, "members", 0, fmt.Sprintf("joined members to grow towards (default events/5, at most %d)", gen.MaxMembers))
+	f.IntVar(&opts.Members, "members", 0, fmt.Sprintf("joined members to grow towards (default events/5, at least 10, at most %d)", gen.MaxMembers))
 	f.IntVar(&opts.MaxPrevEvents, "max-prev-events", opts.MaxPrevEvents, "cap on prev_events of created events")
 	f.IntVar(&opts.MaxDelay, "max-delay", opts.MaxDelay, "largest federation delay, in ticks (one event per tick)")
 	f.Float64Var(&opts.Loss, "loss", opts.Loss, "probability a send to one server is lost")

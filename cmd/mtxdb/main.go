@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
@@ -42,6 +43,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return plainFlagError(err) })
 	root.PersistentFlags().Var(&readAhead, "read-ahead", "access-pattern hint for the shard mappings: random (MADV_RANDOM plus read-ahead of forward runs) or kernel (no hint)")
 	root.PersistentFlags().Var(&memoryLimit, "memory-limit", "soft limit of the Go heap for import, replay, verify, repack and demo (e.g. 1.5GiB, 800MiB; none: the default of 60% of memory that gen and the other commands use); GOMEMLIMIT, when set, wins over the default but not over this flag")
 	var cpuProfile, memProfile string
@@ -98,3 +100,25 @@ func isDataProblem(err error) bool {
 type exitError int
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// plainFlagError rewrites a flag parse error that ends in Go's number parser's
+// message (`invalid argument "-1" for "--seed" flag: strconv.ParseUint: parsing
+// "-1": invalid syntax`) into what the flag wants; other errors are returned as
+// they are.
+func plainFlagError(err error) error {
+	msg := err.Error()
+	for _, p := range []struct{ parser, want string }{
+		{": strconv.ParseUint: ", "want a whole number, 0 or more"},
+		{": strconv.ParseInt: ", "want a whole number"},
+		{": strconv.ParseFloat: ", "want a number"},
+		{": strconv.ParseBool: ", "want true or false"},
+	} {
+		if head, tail, ok := strings.Cut(msg, p.parser); ok {
+			if strings.HasSuffix(tail, "value out of range") {
+				return fmt.Errorf("%s: out of range", head)
+			}
+			return fmt.Errorf("%s: %s", head, p.want)
+		}
+	}
+	return err
+}

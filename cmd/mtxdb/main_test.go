@@ -62,7 +62,7 @@ func TestCLIMainJob(t *testing.T) {
 	}
 	mainJob(t, store)
 	// An --expected directory with no rooms in it is a usage error, not a pass.
-	if out, code := run(t, "verify", "--store", store, "--expected", t.TempDir()); code != 1 || !strings.Contains(out, "holds no room directory") {
+	if out, code := run(t, "verify", "--store", store, "--expected", t.TempDir()); code != 1 || !strings.Contains(out, "holds no recorded room") {
 		t.Errorf("verify against an empty directory: exit %d\n%s", code, out)
 	}
 	// A recorded room the store lacks is a problem, not a silent pass.

@@ -790,8 +790,7 @@ func TestCLIDemoStores(t *testing.T) {
 }
 
 // TestCLIExpectedWithoutRecording: verify --expected and demo given a room
-// directory without expected_state.jsonl say so (verify said it "holds no room
-// directory", demo stopped on a bare "open ...: no such file"; fresh-user pass).
+// directory without expected_state.jsonl say so and exit 2 (a data problem).
 func TestCLIExpectedWithoutRecording(t *testing.T) {
 	tmp := t.TempDir()
 	rooms := filepath.Join(tmp, "rooms")
@@ -801,10 +800,10 @@ func TestCLIExpectedWithoutRecording(t *testing.T) {
 	if out, code := run(t, "import", "--store", store, room("room003")); code != 0 {
 		t.Fatalf("import: exit %d\n%s", code, out)
 	}
-	if out, code := run(t, "verify", "--store", store, "--expected", dst); code != 1 || !strings.Contains(out, dst+" is a room directory without expected_state.jsonl") {
+	if out, code := run(t, "verify", "--store", store, "--expected", dst); code != 2 || !strings.Contains(out, dst+" is a room directory without expected_state.jsonl") {
 		t.Fatalf("verify --expected on a room without a recording: exit %d\n%s", code, out)
 	}
-	if out, code := run(t, "demo", "--rooms", rooms); code != 1 || !strings.Contains(out, dst+" holds events.jsonl but no expected_state.jsonl") {
+	if out, code := run(t, "demo", "--rooms", rooms); code != 2 || !strings.Contains(out, dst+" holds events.jsonl but no expected_state.jsonl") {
 		t.Fatalf("demo on a room without a recording: exit %d\n%s", code, out)
 	}
 }

@@ -117,3 +117,30 @@ func TestCLIPrevEventOfAnotherRoom(t *testing.T) {
 		t.Errorf("a prev_event of another room:\n%s", out)
 	}
 }
+
+// TestCLIFlagValues: a flag value the number parser refuses says what the flag
+// wants, without Go's parser message; gen's --out as a dangling symbolic link is
+// named as one.
+func TestCLIFlagValues(t *testing.T) {
+	dir := t.TempDir()
+	link := filepath.Join(dir, "dangling")
+	if err := os.Symlink(filepath.Join(dir, "nowhere"), link); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"gen", "--out", out, "--seed", "-1"}, `invalid argument "-1" for "--seed" flag: want a whole number, 0 or more`},
+		{[]string{"gen", "--out", out, "--events", "abc"}, `invalid argument "abc" for "--events" flag: want a whole number`},
+		{[]string{"gen", "--out", out, "--events", "99999999999999999999"}, `for "--events" flag: out of range`},
+		{[]string{"gen", "--out", out, "--loss", "x"}, `invalid argument "x" for "--loss" flag: want a number`},
+		{[]string{"gen", "--out", link, "--events", "20"}, "--out " + link + " is a symbolic link to " + filepath.Join(dir, "nowhere") + ", which does not exist"},
+	} {
+		got, code := run(t, tc.args...)
+		if code != 1 || !strings.Contains(got, tc.want) || strings.Contains(got, "strconv") {
+			t.Errorf("%v: exit %d, want 1 and %q\n%s", tc.args, code, tc.want, got)
+		}
+	}
+}
