@@ -80,7 +80,7 @@ fuzz: deps-all
 	  done ); \
 	done
 
-# The differential fuzzer of state resolution (issue 25, resolver/fuzzdiff_test.go):
+# The differential fuzzer of state resolution (resolver/fuzzdiff_test.go):
 # FUZZROOMS random small rooms (testrooms/smallroom) from seed FUZZSEED, room
 # versions 1-12 in turn, replayed by the reference (resolver/specres) and by ours
 # (storage path and ResolveMaps), hashed and fixture renderings, on every core.
@@ -113,7 +113,7 @@ CRASHPOINTS ?= 1000
 CRASHSEGMENT ?= 100
 REPACKKILLS ?= 100
 # REUSEROUNDS rounds of put, sync, repack with the shard limit lowered to 16
-# and SIGKILLs at random moments (issue 17: pack IDs are reused).
+# and SIGKILLs at random moments, so that pack IDs are reused.
 REUSEROUNDS ?= 10000
 crash: deps
 	PACKSTORE_CRASH_POINTS=$(CRASHPOINTS) PACKSTORE_CRASH_SEGMENT=$(CRASHSEGMENT) PACKSTORE_REPACKKILL_POINTS=$(REPACKKILLS) PACKSTORE_REUSE_ROUNDS=$(REUSEROUNDS) PACKSTORE_LONG=1 \
@@ -136,7 +136,7 @@ crash-bitflips: deps
 bench-micro: deps-all
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem ./...); done
 
-# Cross-engine benchmark (issue 8): packstore (checksum none/writeonly/full),
+# Cross-engine benchmark: packstore (checksum none/writeonly/full),
 # bbolt, pebble v2, badger v4, SQLite (mattn/go-sqlite3, WAL, synchronous=FULL),
 # libmdbx (mdbx-go) and PostgreSQL (pgstore), 1 and 32 collections, fsync per batch, with the disk's
 # limits measured in the same run. Its own module in bench/ (cgo: the first
@@ -165,9 +165,9 @@ bench-resolver: build
 clean:
 	rm -rf bin
 
-# Issue 7: the server walks (current state, auth chain, backfill of 1000 events, state
-# resolution at the extremities) before and after each repack plan, on a store built
-# as a homeserver builds it (the real rooms and a generated room of REPACK_EVENTS
+# Repack benchmark: the server walks (current state, auth chain, backfill of 1000
+# events, state resolution at the extremities) before and after each repack plan,
+# on a store built as a homeserver builds it (the real rooms and a generated room of REPACK_EVENTS
 # events in backfill order, interleaved into one pool): read budget by kind, pages,
 # seeks, bytes and cold-cache wall time. Writes docs/bench/repack-$(REPACK_EVENTS).{json,md}
 # and, through the bench module's plotrepack (gonum/plot), one PNG per measured room
@@ -177,11 +177,12 @@ clean:
 REPACK_EVENTS ?= 100000
 REPACK_GEN    ?= /tmp/mtxdb-repack-gen-$(REPACK_EVENTS)
 REPACK_RUNS   ?= 5
-# Replay at room scale (issue 14): gen, import, replay and verify --expected of
+# Replay at room scale: gen, import, replay and verify --expected of
 # generated rooms (VERSION:EVENTS), each a process of its own, measured side by
-# side; writes docs/bench/replay.{json,md,png} with issue 14's targets stated as
-# met or NOT met. The default set includes the 1M-event room: about 40 minutes
-# here, 12 GB of memory for its generation and 3 GB of disk for its store.
+# side; writes docs/bench/replay.{json,md,png} with the replay targets
+# (bench/cmd/benchreplay) stated as met or NOT met. The default set includes the
+# 1M-event room: about 40 minutes here, 12 GB of memory for its generation and
+# 3 GB of disk for its store.
 # The published run is the default set; other sets write to BENCH_REPLAY_OUT
 # (default: a directory of their own under docs/bench, untracked unless added).
 BENCH_REPLAY_ROOMS ?= 12:10000,12:100000,12:1000000,10:100000

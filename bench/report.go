@@ -202,7 +202,7 @@ func plots(out string, s SizeRun) error {
 		p.Title.Text = fmt.Sprintf("%s (%d MB payload)", title, s.PayloadMB)
 		p.Y.Label.Text = ylabel
 		// Each group of bars takes 70% of its slot, so the outer bars stay inside
-		// the X range (they were cut at the edge).
+		// the X range instead of being cut at the edge.
 		slot := (8*vg.Inch - vg.Points(60)) / vg.Length(max(1, len(names)))
 		w := slot * 0.7 / vg.Length(len(ss))
 		var entries []barplot.Entry

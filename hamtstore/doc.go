@@ -106,8 +106,8 @@
 // # Reading
 //
 // A Reader decodes nodes lazily: a decoded node refers to its children by ID
-// and keeps a pointer to each child once it has been resolved (the seed's
-// NodeRef swizzle), and the Reader keeps every node it decoded, so no node is
+// and keeps a pointer to each child once it has been resolved (pointer
+// swizzling), and the Reader keeps every node it decoded, so no node is
 // read twice through one Reader. Readers are not safe for concurrent use; use
 // one per goroutine. MemNodeStore is safe for concurrent use.
 package hamtstore

@@ -7,9 +7,8 @@ import (
 	"testing"
 )
 
-// Small assertion helpers. testify is in go.mod, but go.sum lacks the checksums
-// of its dependencies (go-spew, go-difflib, yaml) and this package may not edit
-// go.sum, so the tests use these instead.
+// Small assertion helpers, so that the module needs no dependency for its
+// tests.
 
 func msg(args []any) string {
 	if len(args) == 0 {

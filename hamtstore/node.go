@@ -72,7 +72,7 @@ type entry struct {
 	val Value
 }
 
-// childRef is the NodeRef of the seed: a child's ID, plus the decoded child once
+// childRef is a reference to a child node: its ID, plus the decoded child once
 // it has been resolved (nil while lazy). A node built by Apply and not yet
 // encoded has a zero id and a non-nil n.
 type childRef struct {

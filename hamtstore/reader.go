@@ -7,7 +7,7 @@ import (
 
 // Reader reads maps through a NodeStore. It keeps every node it decodes (and
 // every node Apply builds through it) for its lifetime, and children, once
-// resolved, are held by pointer in their parent (the seed's NodeRef swizzle), so
+// resolved, are held by pointer in their parent (pointer swizzling), so
 // a node is read from the store at most once per Reader. Make a Reader per
 // traversal or task, or call Reset, to bound the memory it holds.
 //

@@ -6,10 +6,9 @@ import (
 	"github.com/dgraph-io/ristretto/v2"
 )
 
-// nodeCache is the byte-bounded cache of decoded payloads (seed "The
-// storage engine trait": NodeCache), a ristretto v2 cache keyed by stream
-// position (shard sequence number, offset). Frames are immutable and a
-// position is never reused (sequence numbers only grow, even where a new
+// nodeCache is the byte-bounded cache of decoded payloads, a ristretto v2
+// cache keyed by stream position (shard sequence number, offset). Frames
+// are immutable and a position is never reused (sequence numbers only grow, even where a new
 // shard takes a retired shard's pack ID; a failed write's bytes are never
 // indexed), so entries need no invalidation: a superseded or deleted record is simply
 // no longer reached through the index. Each entry keeps the frame's

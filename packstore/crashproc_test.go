@@ -24,8 +24,8 @@ import (
 // PACKSTORE_CRASH_POINTS sets the number of kills (make crash: 1000).
 // PACKSTORE_CRASH_SEGMENT, if set, starts a fresh store every that many kills
 // (make crash: 100): each kill point still checks every record acknowledged in
-// its store, but the check no longer grows with the whole run (1000 kills on one
-// store re-read about 80 MB per kill, over an hour on this machine).
+// its store, but the check does not grow with the whole run (1000 kills on one
+// store re-read about 80 MB per kill, over an hour on a 2-core machine).
 
 const crashColls = 4
 

@@ -2,9 +2,9 @@
 // IDs) of records (16-byte IDs, opaque bytes) stored as checksummed frames
 // in one global append stream of shard files, found through a lossy fanout
 // index per collection, and compacted by a caller-scheduled repack. It knows
-// nothing about Matrix. The specification is the seed write-up
-// (shared/seeds/000_*.txt), sections "Packfile format", "The lossy fanout
-// index", "Topological repack" and "The storage engine trait".
+// nothing about Matrix. This comment specifies the on-disk format, field
+// by field, with hex examples the tests pin; the StorageEngine interface
+// (engine.go) is the API.
 //
 // # Files
 //
@@ -55,7 +55,7 @@
 //
 // Versions (FormatVersion):
 //
-//	0x04  first version of this implementation (numbered as in the seed);
+//	0x04  first version (there is no 0x01-0x03 shard format);
 //	      a reset marker has no payload: "forget every earlier frame".
 //	0x05  positional reset marker (8-byte payload P, below) so that repack
 //	      can write its copy before the marker; feature flag FeatureNoCRC
@@ -326,16 +326,16 @@
 // alternated runs, load 17-20: append + fsync 271-442 us, append +
 // fdatasync 276-506 us, overwrite + fdatasync 154-178 us. The zeros are
 // cut when the shard is sealed (before its fsync) and at Close, so a
-// closed store's files end with their last frame, as before. After a
+// closed store's files end with their last frame. After a
 // crash the zeros past the last frame are found by the scan at Open, cut
 // (ReadOnly: skipped) and counted in OpenReport.ZeroTailBytes, not taken
 // for a torn tail: zeros are what an unwritten tail reads as whatever made
-// them, and they hold no frame. A binary from before this change opens
-// such a store too: it cuts the zeros as a torn tail.
+// them, and they hold no frame. The zeros need no new format version: a
+// reader that does not expect them cuts them as a torn tail.
 //
-// What remained was CPU before the flush. A CPU profile of 3,000 such
-// commits (bench's record mix, load average 10) had zstd at 30% of the
-// samples, about 100 us a commit, most of it building Huffman and FSE
+// The rest of a commit's cost is CPU before the flush. A CPU profile of
+// 3,000 such commits (bench's record mix, load average 10) had zstd at 30%
+// of the samples, about 100 us a commit, most of it building Huffman and FSE
 // tables for each small payload; fsync's kernel time 29%; table growth
 // and the delta write a few percent each. Timed separately, PutMany took
 // 170-200 us with compression and 36-48 us without, Sync 260-1,000 us

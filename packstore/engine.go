@@ -6,8 +6,7 @@ import (
 )
 
 // ID is a 16-byte identifier: a collection ID or a record ID. packstore does
-// not derive IDs; callers supply them (seed "Packfile format": caller-supplied
-// structural IDs).
+// not derive IDs; callers supply them.
 type ID [16]byte
 
 // String returns the ID as 32 lowercase hex digits.
@@ -29,8 +28,8 @@ type Record struct {
 	Dense bool
 }
 
-// StorageEngine is the seed's storage engine trait (seed "The storage engine
-// trait"): every operation is scoped to one collection.
+// StorageEngine is the interface every storage engine implements: every
+// operation is scoped to one collection.
 //
 // Writing an ID that already exists in the collection (Put or PutMany)
 // SUPERSEDES it: the newest write wins and the old frame becomes garbage,
@@ -82,7 +81,7 @@ var (
 )
 
 // CollectionPlan lists, in output order, the records of one collection that
-// a repack keeps (seed "Topological repack"). Records not listed are dropped.
+// a repack keeps (see PackfileStorage.Repack). Records not listed are dropped.
 type CollectionPlan struct {
 	Collection ID
 	Records    []ID

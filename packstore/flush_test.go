@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// TestOneFlushPerCommit (issue 17 item 8): a steady append (16 records of
+// TestOneFlushPerCommit: a steady append (16 records of
 // 500 B, then Sync) costs one device flush, the active shard's fsync: the
 // delta's entries are written without an fsync of their own, which only
 // comes every deltaLazyBytes of entries (or at a roll, a checkpoint,

@@ -25,7 +25,7 @@ const (
 	headerCRCOff      = HeaderSize - crcLen
 
 	// FormatVersion is the shard format version written. Versions, in order:
-	//   0x04: first version of this implementation (the seed's numbering).
+	//   0x04: first version (there is no 0x01-0x03 shard format).
 	//         A reset marker has no payload and means "forget every earlier
 	//         frame of the collection".
 	//   0x05: a reset marker carries an 8-byte position P (markerPosLen) and

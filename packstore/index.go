@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 )
 
-// The lossy fanout index (seed "The lossy fanout index").
+// The lossy fanout index (doc.go, "Index slot (in memory)").
 //
 // Each collection has a power-of-two table of 64-bit slots:
 //

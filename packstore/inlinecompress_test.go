@@ -130,7 +130,7 @@ func TestInlineCompressMin(t *testing.T) {
 		mustGet(t, s, coll, id, data)
 	}
 
-	// InlineCompressMin 1 compresses every batch, as before the option.
+	// InlineCompressMin 1 compresses every batch.
 	dir2 := t.TempDir()
 	o := DefaultOptions(dir2)
 	o.InlineCompressMin = 1

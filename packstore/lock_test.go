@@ -117,7 +117,7 @@ func TestOpenLockedOtherProcess(t *testing.T) {
 
 // TestOpenLockedByReaders: a writer refused by read-only opens is told the
 // store is being read, not the pid the LOCK file holds (the last writer's,
-// long gone: read-only opens write no pid; from the fresh-user pass).
+// long gone: read-only opens write no pid).
 func TestOpenLockedByReaders(t *testing.T) {
 	opts := Options{Dir: t.TempDir(), MaxShardBytes: 16 << 10}
 	s := openStore(t, opts)
@@ -125,7 +125,7 @@ func TestOpenLockedByReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	// The LOCK file now names this process as its last writer.
+	// The LOCK file names this process as its last writer.
 	ro := opts
 	ro.ReadOnly = true
 	r, err := Open(ro)

@@ -6,9 +6,8 @@ import (
 	"sync"
 )
 
-// MemStorage is an in-memory StorageEngine for tests (the seed's
-// InMemoryStorage). It keeps owned copies of payloads. It is safe for
-// concurrent use.
+// MemStorage is an in-memory StorageEngine for tests. It keeps owned
+// copies of payloads. It is safe for concurrent use.
 type MemStorage struct {
 	mu     sync.RWMutex // guards colls and closed
 	colls  map[ID]map[ID][]byte

@@ -146,7 +146,7 @@ func TestLostShardChild(t *testing.T) {
 	select {}
 }
 
-// TestSyncedShardLostAfterKill (issue 17 item 1): a child process puts and
+// TestSyncedShardLostAfterKill: a child process puts and
 // syncs records over about six shards and is SIGKILLed; then one shard file
 // (the newest, or one in the middle) is deleted. The delta entries prove
 // that shard's frames were synced, so Open must fail with ErrCorrupt naming

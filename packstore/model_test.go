@@ -410,7 +410,7 @@ func TestConcurrentReadersDuringRepack(t *testing.T) {
 		// Superseding a record with the same bytes moves it while its
 		// slot changes in place (same table), so the shard the readers'
 		// slot pointed to can be retired and its pack ID taken by the
-		// next shard while they read (issue 17 item 3: pack IDs reused).
+		// next shard while they read (pack IDs are reused).
 		for range 5 {
 			id := ids[r.IntN(len(ids))]
 			if err := s.Put(stable, id, want[id]); err != nil {

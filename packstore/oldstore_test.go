@@ -129,8 +129,8 @@ func mkdir(t *testing.T, dir string) string {
 // (0..4, below the 0x05 shards' 5..7) and still come after them in the
 // stream: after more puts, a repack and a DeleteCollection, a reopen from
 // the index files and a reopen by full scan (index files deleted) both
-// give the expected records, and the 0x01 index files were replaced by
-// 0x02 ones at the first open.
+// give the expected records, and the first open replaces the 0x01 index
+// files by 0x02 ones.
 func TestOldStoreOpens(t *testing.T) {
 	for _, name := range []string{"store-v05-closed", "store-v05-open"} {
 		t.Run(name, func(t *testing.T) {

@@ -196,7 +196,7 @@ func (s *PackfileStorage) rebuildLocked() error {
 // the shard's synced bytes) or the file holds nothing past a header. It is
 // renamed aside to NAME.quarantined-UNIXNANO (never deleted), the directory
 // is fsynced, and OpenReport.Quarantined says so. Otherwise the bad header
-// fails Open with ErrCorrupt naming the file, as before.
+// fails Open with ErrCorrupt naming the file.
 func (s *PackfileStorage) openShardsLocked(ids []uint16, files indexFiles, floor map[uint16]int64, must map[uint16]bool) ([]uint16, error) {
 	ckptOK := false
 	if files.ckptErr == nil {

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestStorePermissions (issue 17 item 9): a new store's directory is 0700
+// TestStorePermissions: a new store's directory is 0700
 // and its files 0600 (shards hold private rooms' events); Options.Perm
 // widens both; an existing store readable by others opens with a warning
 // in OpenReport.Warnings, its modes unchanged.

@@ -16,8 +16,8 @@ import (
 // new checkpoint instead of appending to the delta (48 bytes each: 12 MiB).
 const defaultDeltaLimit = 1 << 18
 
-// OpenReport says how Open rebuilt the indexes (seed "Packfile format":
-// the persisted index checkpoint and delta).
+// OpenReport says how Open rebuilt the indexes (from the index checkpoint and
+// delta, doc.go "Open and recovery", or by a scan).
 type OpenReport struct {
 	// Source is "checkpoint+delta", "checkpoint" or "scan" (full scan of
 	// every shard: no checkpoint, or one that could not be used).

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestStrayShardQuarantined (issue 17 item 4): a shard file with a bad
+// TestStrayShardQuarantined: a shard file with a bad
 // header that holds no acknowledged data (what a crash while creating a
 // shard leaves: an empty file, a short or zero-filled header, a damaged
 // one) is renamed aside and reported, and the store opens with every

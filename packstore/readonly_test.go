@@ -11,13 +11,13 @@ import (
 	"github.com/mtxdb/mtxdb/internal/dirsum"
 )
 
-// TestReadOnlyOpenChangesNothing (issue 17 item 7): with the index files
+// TestReadOnlyOpenChangesNothing: with the index files
 // gone and a torn tail on the last shard (half a frame, as a crash mid-write
 // leaves), a read-only Open serves every whole frame, reports the tail
 // without cutting it, writes no file (not even LOCK's pid, nor a
 // checkpoint at Close), refuses writes with ErrReadOnly, shares its lock
 // with other read-only opens and excludes a read-write one. A read-write
-// Open afterwards cuts the tail as before.
+// Open afterwards cuts the tail.
 func TestReadOnlyOpenChangesNothing(t *testing.T) {
 	dir, opts := filledStore(t)
 	for _, f := range []string{checkpointFile, deltaFile} {

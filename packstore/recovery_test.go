@@ -56,9 +56,9 @@ func syncedStore(t *testing.T) (opts Options, snap string, synced model, lastSyn
 // corruption, not a torn tail: Open succeeds from the checkpoint and delta,
 // reports the damage, truncates nothing of the synced bytes, reading the
 // record returns ErrCorrupt naming file and offset, and every other synced
-// record reads back. Before the fix, the delta replay stopped at the
-// damaged frame, the scan took it for a torn tail and cut it off: the
-// acknowledged record was lost with no error.
+// record reads back. The delta replay does not stop at the damaged frame,
+// so the scan does not take it for a torn tail and cut off an acknowledged
+// record with no error.
 func TestSyncedTailNotTruncated(t *testing.T) {
 	opts, snap, m, at, lastID := syncedStore(t)
 	name := shardFileName(at.shard)
@@ -115,8 +115,8 @@ func TestSyncedTailNotTruncated(t *testing.T) {
 
 // TestShortShardIsCorruption: a shard file shorter than what the index
 // files say was synced fails Open with ErrCorrupt naming the file and both
-// lengths. Before the fix Open fell back to a full scan and truncated the
-// "torn tail": acknowledged records vanished with no error.
+// lengths, rather than falling back to a full scan that would truncate the
+// "torn tail" and lose acknowledged records with no error.
 func TestShortShardIsCorruption(t *testing.T) {
 	opts, snap, _, at, _ := syncedStore(t)
 	name := shardFileName(at.shard)
@@ -170,7 +170,7 @@ func TestUnsyncedTailTruncatedAndReported(t *testing.T) {
 	}
 }
 
-// TestGetManyDamagedRecord (issue 17 item 5): one damaged record in a
+// TestGetManyDamagedRecord: one damaged record in a
 // GetMany batch fails only that record. The other records come back
 // byte-exact and the error is a *RecordErrors whose entry for the damaged
 // record is an ErrCorrupt error naming shard file and offset.

@@ -26,7 +26,7 @@ type repackJob struct {
 	sizes []int // frame size of each listed record
 }
 
-// Repack executes a plan (seed "Topological repack"). It writes, through
+// Repack executes a plan (a CollectionPlan per collection). It writes, through
 // the global append stream and starting in a fresh shard, verbatim copies of
 // the current frames of exactly the listed records of every collection plan,
 // in the listed order (one output stream for all collections), and fsyncs

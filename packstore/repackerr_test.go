@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestRepackErrorSaysWhatHappened (issue 17 item 6): whatever step of a
+// TestRepackErrorSaysWhatHappened: whatever step of a
 // repack fails, the error says which index is live. An fsync of a shard
 // before the markers are durable leaves the old index (dropped records
 // still read back) and the error does not match ErrRepackApplied; an

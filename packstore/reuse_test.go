@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// The pack-ID reuse test (issue 17 item 3): a child process runs rounds of
+// The pack-ID reuse test: a child process runs rounds of
 // "put, sync, repack" with the shard limit lowered to 16 and prints "round
 // N" when round N is durable; the parent SIGKILLs it at random moments,
 // reopens the store, checks that every record of rounds 0..N reads back

@@ -23,7 +23,7 @@ type ShardStat struct {
 }
 
 // IndexStats walks every collection's index and returns per-collection and
-// per-shard figures (seed "Topological repack": the inputs of NeedsRepack).
+// per-shard figures (the inputs of NeedsRepack).
 // It takes the writer lock and reads each live frame's header (from the
 // mapping): O(live records). Collections are sorted by ID, shards by pack ID.
 func (s *PackfileStorage) IndexStats() ([]CollectionStat, []ShardStat, error) {
@@ -79,8 +79,8 @@ func (s *PackfileStorage) IndexStats() ([]CollectionStat, []ShardStat, error) {
 // live records span at least two shards, and whose live bytes are less than
 // half of the bytes of the shards it spans (a sequential pass over its
 // shards would read mostly garbage or other collections' records). The
-// repack is caller-scheduled: nothing polls this (seed "Topological
-// repack"). It costs an IndexStats walk of that collection.
+// repack is caller-scheduled: nothing polls this. It costs an IndexStats
+// walk of that collection.
 func (s *PackfileStorage) NeedsRepack(coll ID) (bool, error) {
 	colls, _, err := s.IndexStats()
 	if err != nil {

@@ -48,8 +48,8 @@ type Options struct {
 	// DefaultCacheBytes.
 	CacheBytes int64
 
-	// Checksum selects how frame CRCs are used (seed "Benchmarks":
-	// none / writeonly / full). The zero value is ChecksumFull.
+	// Checksum selects how frame CRCs are used (none / writeonly / full).
+	// The zero value is ChecksumFull.
 	Checksum ChecksumMode
 
 	// Perm is the permission of the files the store creates (shards, index
@@ -85,7 +85,7 @@ type Options struct {
 	// instead of the kernel's read-around, plus packstore's own bounded
 	// read-ahead (128 KiB to 1 MiB windows) for forward runs of reads,
 	// MADV_SEQUENTIAL while Open scans, and a prefetch of a repack's input.
-	// ReadAheadKernel gives no hint (the behaviour before). Why, measured
+	// ReadAheadKernel gives no hint. Why, measured
 	// on a 2-vCPU VM whose disk has read_ahead_kb 8192 (doc.go
 	// "Read-ahead"): a cold Get read about 4 MiB and took about 9 ms with
 	// ReadAheadKernel, 6 KiB and 0.15 ms with ReadAheadRandom. Walks that
@@ -133,7 +133,7 @@ const (
 	ChecksumNone
 )
 
-// String returns the seed's name of the mode: "full", "writeonly", "none".
+// String returns the name of the mode: "full", "writeonly", "none".
 func (m ChecksumMode) String() string {
 	switch m {
 	case ChecksumFull:
@@ -199,7 +199,7 @@ func codecs() (*zstd.Encoder, *zstd.Decoder, error) {
 
 // PackfileStorage is the packfile engine: one global append stream of shard
 // files, a lossy fanout index per collection and caller-scheduled repack
-// (seed "Packfile format", "The lossy fanout index", "Topological repack").
+// (doc.go has the format).
 //
 // It is safe for concurrent use. Writers (Put, PutMany, DeleteCollection,
 // Sync, Repack, Close, Stats, CollectionRecords) serialize on one mutex.

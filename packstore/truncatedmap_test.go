@@ -60,7 +60,7 @@ func TestTruncatedMapChild(t *testing.T) {
 	fmt.Println("done")
 }
 
-// TestShardTruncatedWhileMapped (issue 17 item 2): a shard file truncated
+// TestShardTruncatedWhileMapped: a shard file truncated
 // by another process below the size the store has mapped must not kill the
 // process with SIGBUS (golang/go#36109): a Get of a record in a page wholly
 // past the new end returns ErrCorrupt naming the shard file, records in

@@ -153,7 +153,7 @@ func checkSchema(ctx context.Context, noCreate bool, exec func(string) error, ve
 		// PostgreSQL's catalog (a unique violation on pg_type, or "type ...
 		// already exists") even with IF NOT EXISTS; the second attempt then
 		// finds them. The statements go as one string (one implicit
-		// transaction of the simple query protocol, as before SQLView).
+		// transaction of the simple query protocol).
 		var err error
 		for range 3 {
 			if err = exec(strings.Join(createStatements, ";\n")); err == nil || !isCode(err, "23505", "42P07", "42710", "40001") {

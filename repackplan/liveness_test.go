@@ -20,7 +20,7 @@ import (
 	"github.com/mtxdb/mtxdb/testrooms/gen"
 )
 
-// Tests of the every-k liveness policy (issue 7). The room is generated (forks from
+// Tests of the every-k liveness policy. The room is generated (forks from
 // delivery delays, rejected events), imported in topological order and replayed.
 
 const everyK = 4
@@ -220,7 +220,7 @@ func TestEveryKPlanIsLiveSet(t *testing.T) {
 }
 
 // TestEveryKRepackAnswers: after an every-k repack and a reopen, every kept event
-// answers exactly as before, every dropped one answers ErrStateNotKept to StateBefore
+// answers exactly as before the repack, every dropped one answers ErrStateNotKept to StateBefore
 // and StateAfter, Check passes counting them, an incremental replay writes nothing,
 // and the live bytes are fewer than after an all-snapshots repack of the same room.
 func TestEveryKRepackAnswers(t *testing.T) {

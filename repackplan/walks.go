@@ -11,7 +11,7 @@ import (
 )
 
 // The walks a homeserver does over one room, used to measure what a repack buys
-// (seed, "Why this might work"): each reads records through the room's store and
+// (docs/benchmarks.md, "Repack locality"): each reads records through the room's store and
 // returns how many of each kind it read. Physical reads, pages and seeks are counted
 // by the engine (packstore read statistics), not here.
 

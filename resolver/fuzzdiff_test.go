@@ -26,7 +26,7 @@ import (
 	"github.com/mtxdb/mtxdb/testrooms/smallroom"
 )
 
-// The differential fuzzer of state resolution (issue 25): random small rooms
+// The differential fuzzer of state resolution: random small rooms
 // (testrooms/smallroom) replayed by the reference implementation (specres) and by
 // ours (the storage path: import and Replay; the ResolveMaps path: the reference's
 // replay with ResolveMaps and AuthorizeAgainst), in both renderings; every state

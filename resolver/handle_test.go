@@ -26,8 +26,8 @@ func realRoomLines(t *testing.T, name string) ([]string, *testrooms.Expected) {
 }
 
 // TestRoomHandleFollowsImport: a *Room taken before a second Import of the same
-// Store sees the events it added (issue 18: Replay on such a handle computed
-// nothing), its head counts them, and the replayed room equals the recording.
+// Store sees the events it added (Replay on such a handle computes them), its
+// head counts them, and the replayed room equals the recording.
 func TestRoomHandleFollowsImport(t *testing.T) {
 	lines, exp := realRoomLines(t, "room003")
 	half := len(lines) / 2

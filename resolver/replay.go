@@ -243,8 +243,8 @@ func (rp *replay) run() (ReplayResult, error) {
 	rp.res.Outliers = n - len(order)
 	h0 := room.Head()
 	// The prefetcher starts at the first event computed: the events before it keep
-	// their stored state and need no PDU (an incremental replay of a few new
-	// events parsed the whole room ahead; fresh-user pass).
+	// their stored state and need no PDU, so an incremental replay of a few new
+	// events does not parse the whole room ahead.
 	var pf *prefetcher
 	defer func() { pf.stop() }()
 	var late []bool // arrived after the keep rule was set, or descends from such an event

@@ -69,7 +69,7 @@
 // conflicted subgraph by lockstep walks, same-key ancestry) are answered by short
 // walks over dense arrays and O(log) jump pointers; a chain cover answers
 // arbitrary reachability in O(chains) but must be maintained as chains and links
-// on every insert, and the walks it would replace are no longer what replay
+// on every insert, and the walks it would replace are not what replay
 // spends its time on (docs/bench/replay.md). A room imported before graph records
 // existed has none (graph record 0 absent): its graph comes from the metadata
 // records, and imports into it write none. Verify (Room.Check) compares every

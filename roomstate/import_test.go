@@ -133,8 +133,7 @@ func TestImportUnknownRoomVersion(t *testing.T) {
 
 // TestImportNonIntegerNumber: a number v6+ does not allow in a PDU (a fraction,
 // an exponent, -0, beyond 2^53-1) is refused with a reason that says so
-// (gomatrixserverlib's own was "value is outside of safe range" for all of them;
-// fresh-user pass).
+// (gomatrixserverlib's own is "value is outside of safe range" for all of them).
 func TestImportNonIntegerNumber(t *testing.T) {
 	for _, n := range []string{"1.5", "1e3", "-0", "9007199254740992"} {
 		lines := roomLines(t, "room002")[:2] // v10: the create event and the creator's join
@@ -165,8 +164,8 @@ func TestImportJSONArray(t *testing.T) {
 	require.ErrorIs(t, err, roomstate.ErrMalformedPDU)
 	require.Contains(t, err.Error(), "arr.json element 9")
 
-	// A broken end is an error, not a silent stop (found by a fresh-user pass:
-	// a second array's events were dropped with exit 0).
+	// A broken end is an error, not a silent stop (a second array's events are
+	// not dropped with exit 0).
 	for name, in := range map[string]string{
 		"no closing ]":   "[" + strings.Join(lines[:3], ","),
 		"trailing bytes": "[" + strings.Join(lines[:3], ",") + "]garbage",
@@ -178,7 +177,7 @@ func TestImportJSONArray(t *testing.T) {
 		require.ErrorIs(t, err, roomstate.ErrMalformedPDU, name)
 	}
 	// Keeping going, an element that cannot be decoded is read and refused, so
-	// the counts add up (it was refused without being counted as read).
+	// the counts add up (every refused element is counted as read).
 	e3, st3 := openStore(t, t.TempDir())
 	res, err = st3.Import(strings.NewReader("["+strings.Join(lines[:2], ",")+`,{"type":"x","bad":[1,2`), "cut.json", roomstate.ImportOptions{KeepGoing: true})
 	e3.Close()

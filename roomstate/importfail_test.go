@@ -41,7 +41,7 @@ func (f *failingPuts) Sync() error {
 
 // TestImportFailedBatchNotCounted: when a batch's write or sync fails, Import
 // returns the error and ImportResult.Imported counts only the batches stored
-// and synced before it (issue 18: the failed batch was counted as imported).
+// and synced before it, not the failed batch.
 func TestImportFailedBatchNotCounted(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(testrooms.Dir(), "real", "room003", "events.jsonl"))
 	require.NoError(t, err)

@@ -209,7 +209,7 @@ type Head struct {
 
 // Head record versions: 1 is the layout of doc.go; 2 appends state_every u32 and
 // state_kept_below u32 (the every-k keep rule). A head is written as version 1 when
-// StateEvery is 0, so stores that never had an every-k repack read as before.
+// StateEvery is 0, so stores that never had an every-k repack keep version 1 heads.
 const (
 	headVersion1 = 1
 	headVersion2 = 2

@@ -10,8 +10,8 @@ import (
 )
 
 // Storage models of the two other homeservers, computed on the same history as ours
-// (issue 4's description of their formats; payload bytes only, no row or index
-// overhead unless stated):
+// (payload bytes only, no row or index overhead unless stated; docs/benchmarks.md,
+// "What a state snapshot costs"):
 //
 //   - Dendrite: a snapshot is a list of state block NIDs (8 B each); a block is a
 //     sorted list of event NIDs (8 B each). A new state event becomes a one-entry

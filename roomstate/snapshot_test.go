@@ -54,7 +54,7 @@ func eventValue(s string) hamtstore.Value {
 }
 
 // TestOneMembershipChangeCost: in rooms of 1k, 10k and 100k members one membership
-// change writes at most depth+1 new nodes and at most 3 KiB (issue 4's bound for 100k),
+// change writes at most depth+1 new nodes and at most 3 KiB,
 // and one key of a snapshot is read with at most depth+1 node reads.
 func TestOneMembershipChangeCost(t *testing.T) {
 	for _, n := range []int{1_000, 10_000, 100_000} {

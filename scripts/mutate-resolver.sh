@@ -1,5 +1,5 @@
 #!/bin/sh
-# Mutation check of state resolution (issue 25): each mutant breaks resolver/ one
+# Mutation check of state resolution: each mutant breaks resolver/ one
 # way, in a copy of the working tree, and the checks below must fail on it. A
 # mutant that no longer applies (the code it edits changed) is reported as such
 # and fails the run, so the list is kept up to date with the code.

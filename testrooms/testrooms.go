@@ -1,11 +1,11 @@
 // Package testrooms holds room histories for tests, the demo and benchmarks, and the
 // code that reads them and checks a replayed store against them.
 //
-// real/ is a copy of the 190 anonymised real rooms of ../shared/realrooms (see
-// real/README.md for their source note; each room's meta.json names the repository,
-// path and commit it came from). A room directory holds events.jsonl (PDUs in the
-// order the origin server stored them), expected_state.jsonl (the state after each
-// event as that server recorded it) and current_state.json.
+// real/ holds 190 anonymised real rooms (see real/README.md for their source note;
+// each room's meta.json names the repository, path and commit it came from). A
+// room directory holds events.jsonl (PDUs in the order the origin server stored
+// them), expected_state.jsonl (the state after each event as that server recorded
+// it) and current_state.json.
 package testrooms
 
 import (

@@ -32,8 +32,8 @@ func TestLoadExpectedNothingRecorded(t *testing.T) {
 }
 
 // TestRealRoomDirsSymlinks: a symlink to a room directory is listed, one to a
-// file is ignored, and a dangling one fails naming itself (it was skipped
-// silently, leaving a room out of import and verify unseen).
+// file is ignored, and a dangling one fails naming itself (skipping it silently
+// would leave a room out of import and verify unseen).
 func TestRealRoomDirsSymlinks(t *testing.T) {
 	dir := t.TempDir()
 	rooms := filepath.Join(dir, "rooms")

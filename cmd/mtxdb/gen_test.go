@@ -113,8 +113,8 @@ func TestCLIGenSignalCleansUp(t *testing.T) {
 }
 
 // TestCLIVerifyDamagedExpectations: recorded state that lost lines, or records
-// nothing at all, is refused instead of passing with fewer (or no) comparisons —
-// found by a fresh-user pass (compared_events=0 mismatches=0, exit 0).
+// nothing at all, is refused instead of passing with fewer (or no) comparisons
+// (compared_events=0 mismatches=0, exit 0).
 func TestCLIVerifyDamagedExpectations(t *testing.T) {
 	dir := t.TempDir()
 	roomDir, store := filepath.Join(dir, "r"), filepath.Join(dir, "s")

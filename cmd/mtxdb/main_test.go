@@ -197,7 +197,7 @@ func TestCLIImportErrors(t *testing.T) {
 		t.Fatalf("--strict: exit %d\n%s", code, out)
 	}
 	// --json --strict: every line of standard output is a JSON object, the
-	// strict verdict included (it was a plain-text line; fresh-user pass).
+	// strict verdict included.
 	jsonStore := filepath.Join(dir, "json")
 	cmdJSON := exec.Command(bin, "import", "--store", jsonStore, "--strict", "--json", bad)
 	jsonOut, _ := cmdJSON.Output()
@@ -213,8 +213,8 @@ func TestCLIImportErrors(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "bad.jsonl line 4") || !strings.Contains(out, "imported=6 ") {
 		t.Fatalf("exit %d\n%s", code, out)
 	}
-	// Nothing but refused lines: not a room export; exit 2 without --strict
-	// (it was 0, with an empty store; fresh-user pass).
+	// Nothing but refused lines: not a room export; exit 2 without --strict,
+	// and the store directory the import created is removed.
 	garbage := filepath.Join(dir, "garbage.jsonl")
 	if err := os.WriteFile(garbage, []byte("hello\n{not json\n{\"a\":1}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -235,7 +235,7 @@ func TestCLIImportErrors(t *testing.T) {
 		t.Fatalf("garbage into an empty directory left %v (%v)", ents, err)
 	}
 	// A directory of other files is not made a store (import --store DIR DIR
-	// mixed the store's files with the room's).
+	// would mix the store's files with the room's).
 	self := filepath.Join(dir, "self")
 	if err := os.Mkdir(self, 0o755); err != nil {
 		t.Fatal(err)
@@ -249,7 +249,7 @@ func TestCLIImportErrors(t *testing.T) {
 		t.Fatalf("import into the room's own directory wrote %v", ents)
 	}
 	// Every PDU refused for a reason other than its form: the hint says to read
-	// the reasons, not to ask whether this is a room's PDUs (fresh-user pass).
+	// the reasons, not to ask whether this is a room's PDUs.
 	conflict := filepath.Join(dir, "conflict.jsonl")
 	{
 		b, err := os.ReadFile(filepath.Join(room("room003"), "events.jsonl"))
@@ -340,8 +340,8 @@ func TestCLIStatsReads(t *testing.T) {
 	}
 
 	// A room with several forward extremities (room004_union): the resolve-extremities walk
-	// resolves their states on the read-only store (it failed writing the
-	// resolved nodes; from the fresh-user pass), and writes nothing.
+	// resolves their states on the read-only store without writing the
+	// resolved nodes, and writes nothing.
 	multi := filepath.Join(t.TempDir(), "m")
 	for _, step := range [][]string{{"import", "--store", multi, room("room004_union")}, {"replay", "--store", multi}} {
 		if out, code := run(t, step...); code != 0 {
@@ -467,10 +467,10 @@ func TestCLIVerifyCountsOutliers(t *testing.T) {
 }
 
 // TestCLIVerifyReportsTruncation: with index.ckpt gone and the shard cut short,
-// verify, stats and state open the store read-only (issue 17 item 7): the bad
+// verify, stats and state open the store read-only: the bad
 // tail is found and left on disk, not cut, and no file of the store changes;
 // verify reports the tail as a problem (exit 2) instead of passing a store that
-// lost its rooms. A read-write command (replay) then cuts it as before.
+// lost its rooms. A read-write command (replay) then cuts it.
 func TestCLIVerifyReportsTruncation(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "s")
 	for _, step := range [][]string{{"import", "--store", store, room("room003")}, {"replay", "--store", store}} {

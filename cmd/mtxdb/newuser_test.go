@@ -20,7 +20,7 @@ import (
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
-// The tests of this file are issue 18's: what a new user trips over.
+// The tests of this file check what a new user trips over.
 
 // genRoom generates a room of n events (seed 5, 3 servers) into a new directory.
 func genRoom(t *testing.T, n int) string {
@@ -476,7 +476,7 @@ func TestCLIWarnsMissingCheckpoint(t *testing.T) {
 
 // TestCLIRepackOneRoomOfShared: repacking one room of two that share a shard
 // retires nothing and adds the room's new shard: the summary says grown=N and
-// returned=0, never a negative returned (a fresh-user finding).
+// returned=0, never a negative returned.
 func TestCLIRepackOneRoomOfShared(t *testing.T) {
 	st := filepath.Join(t.TempDir(), "store")
 	if out, code := run(t, "import", "--store", st, room("room001"), room("room002")); code != 0 {
@@ -512,8 +512,7 @@ func TestCLIImportUnknownRoomVersionFlag(t *testing.T) {
 // TestCLIRoomDirWithoutEvents: in a directory of rooms, a subdirectory without
 // events.jsonl is skipped by import with a warning naming it, and verify
 // --expected still compares the recorded room it holds (expected_state.jsonl and
-// meta.json): that room is not in the store, a problem, exit 2. Both were silent
-// (a fresh-user pass: the room was never noticed as missing).
+// meta.json): that room is not in the store, a problem, exit 2.
 func TestCLIRoomDirWithoutEvents(t *testing.T) {
 	dir := t.TempDir()
 	rooms := filepath.Join(dir, "rooms")
@@ -525,8 +524,8 @@ func TestCLIRoomDirWithoutEvents(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "warning: "+filepath.Join(rooms, "room003")+" holds no events.jsonl: skipped") {
 		t.Fatalf("import: exit %d\n%s", code, out)
 	}
-	// --json: the skipped directory is an object on stdout too (it was only the
-	// warning on stderr; fresh-user pass).
+	// --json: the skipped directory is an object on stdout too, beside the
+	// warning on stderr.
 	stdout, err := exec.Command(bin, "import", "--json", "--store", filepath.Join(dir, "sj"), rooms).Output()
 	if err != nil {
 		t.Fatalf("import --json: %v\n%s", err, stdout)
@@ -552,7 +551,7 @@ func TestCLIRoomDirWithoutEvents(t *testing.T) {
 }
 
 // TestCLIDemoKeepFailsClean: demo --keep that cannot read its rooms leaves no
-// temporary directory behind (it left an empty one per run; fresh-user pass).
+// temporary directory behind, not even an empty one.
 func TestCLIDemoKeepFailsClean(t *testing.T) {
 	tmp := t.TempDir()
 	cmd := exec.Command(bin, "demo", "--keep", "--rooms", filepath.Join(tmp, "no-such-rooms"))
@@ -571,8 +570,8 @@ func TestCLIDemoKeepFailsClean(t *testing.T) {
 }
 
 // TestCLIDemoPipeClosed: demo whose reader goes away after the first line (as
-// `mtxdb demo | head -1`) still removes its temporary store (SIGPIPE killed it
-// with the store left in TMPDIR; fresh-user pass).
+// `mtxdb demo | head -1`) still removes its temporary store: SIGPIPE does not
+// kill it with the store left in TMPDIR.
 func TestCLIDemoPipeClosed(t *testing.T) {
 	tmp := t.TempDir()
 	cmd := exec.Command(bin, "demo")
@@ -601,8 +600,7 @@ func TestCLIDemoPipeClosed(t *testing.T) {
 }
 
 // TestCLIVerifySkipsJunkLoudly: verify --expected over a directory of rooms warns
-// of a subdirectory that is neither a room nor a recorded room (it was skipped
-// without a word; fresh-user pass).
+// of a subdirectory that is neither a room nor a recorded room, naming it.
 func TestCLIVerifySkipsJunkLoudly(t *testing.T) {
 	dir := t.TempDir()
 	rooms := filepath.Join(dir, "rooms")
@@ -626,9 +624,9 @@ func TestCLIVerifySkipsJunkLoudly(t *testing.T) {
 }
 
 // TestCLIDemoRoomWithoutEvents: demo given a recorded room whose events.jsonl is
-// missing says which room before it makes a store (it stopped on a bare "open ...:
-// no such file" after importing the rooms before it; fresh-user pass), and a
-// failure after the store is made names the store --keep leaves.
+// missing says which room before it makes a store (not a bare "open ...: no
+// such file" after importing the rooms before it), and a failure after the
+// store is made names the store --keep leaves.
 func TestCLIDemoRoomWithoutEvents(t *testing.T) {
 	tmp := t.TempDir()
 	rooms, scratch := filepath.Join(tmp, "rooms"), filepath.Join(tmp, "scratch")
@@ -663,7 +661,7 @@ func TestCLIDemoRoomWithoutEvents(t *testing.T) {
 }
 
 // TestCLIVerifyExpectedTwice: verify --expected given one room directory twice
-// compares it once (it counted every event twice; fresh-user pass).
+// compares it once: no event is counted twice.
 func TestCLIVerifyExpectedTwice(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "s")
 	if out, code := run(t, "import", "--store", store, room("room002")); code != 0 {
@@ -698,10 +696,9 @@ func TestCLIVerifyExpectedTwice(t *testing.T) {
 	}
 }
 
-// TestCLIImportFromPipe: import reads a pipe and a FIFO from their start, once
-// (the blank-input check read ahead: `cat events.jsonl | mtxdb import /dev/stdin`
-// lost its first PDUs and refused the rest, and a FIFO hung on its second open;
-// fresh-user pass).
+// TestCLIImportFromPipe: import reads a pipe and a FIFO from their start, once:
+// the blank-input check keeps what it reads ahead, so `cat events.jsonl | mtxdb
+// import /dev/stdin` imports every PDU, and a FIFO is opened only once.
 func TestCLIImportFromPipe(t *testing.T) {
 	events := filepath.Join(room("room003"), "events.jsonl")
 	want := "read=212 imported=212 skipped=0 variants=0 refused=0"
@@ -717,7 +714,7 @@ func TestCLIImportFromPipe(t *testing.T) {
 		t.Fatalf("import from a pipe: %v\n%s", err, out)
 	}
 	// An empty pipe, and a file holding an empty array: nothing to import, no
-	// store (both made an empty store, exit 0; fresh-user pass).
+	// store is made.
 	if err := os.WriteFile(filepath.Join(dir, "empty.json"), []byte(" [ ] \n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -751,11 +748,10 @@ func TestCLIImportFromPipe(t *testing.T) {
 	}
 }
 
-// TestCLIDemoStores: demo refuses a --store that already holds rooms (it replayed
-// and repacked them too, and its summary mixed their counts with the demo's); a
-// mismatch found before and after the repack counts once in the summary (it
-// counted twice); and with --keep a mismatch exit names the store on stderr
-// (fresh-user pass).
+// TestCLIDemoStores: demo refuses a --store that already holds rooms (it would
+// replay and repack them too, and its summary would mix their counts with the
+// demo's); a mismatch found before and after the repack counts once in the
+// summary; and with --keep a mismatch exit names the store on stderr.
 func TestCLIDemoStores(t *testing.T) {
 	tmp := t.TempDir()
 	held := filepath.Join(tmp, "held")
@@ -809,8 +805,8 @@ func TestCLIExpectedWithoutRecording(t *testing.T) {
 }
 
 // TestCLIImportPipeInterrupted: SIGINT stops an import waiting on an idle pipe,
-// with what it read stored and synced, exit 130 (the signal did nothing until the
-// writer closed the pipe, and a second one lost the PDUs read; fresh-user pass).
+// with what it read stored and synced, exit 130, without waiting for the
+// writer to close the pipe.
 func TestCLIImportPipeInterrupted(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(room("room003"), "events.jsonl"))
 	if err != nil {
@@ -841,8 +837,8 @@ func TestCLIImportPipeInterrupted(t *testing.T) {
 
 // importInterruptedOnPipe runs import on a pipe fed with data and left open,
 // sends SIGINT once the import says it waits on it, and returns its stderr and
-// exit status. A guard closes the pipe if the import never says so (the old
-// code), so the caller fails instead of hanging.
+// exit status. A guard closes the pipe if the import never says so, so the
+// caller fails instead of hanging.
 func importInterruptedOnPipe(t *testing.T, store, data string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(bin, "import", "--store", store, "/dev/stdin")
@@ -910,8 +906,8 @@ func copyRoomFiles(t *testing.T, src, dst string, edit func(file string, b []byt
 }
 
 // TestCLIVerifyRoomOtherRecording: verify --room A --expected (a recording of room
-// B) warns that the recording is not compared (it passed silently with
-// compared_room_dirs=0; fresh-user pass).
+// B) warns that the recording is not compared, rather than passing silently with
+// compared_room_dirs=0.
 func TestCLIVerifyRoomOtherRecording(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "s")
 	for _, r := range []string{"room002", "room003"} {

@@ -36,7 +36,7 @@ func TestCLIRejectionReasons(t *testing.T) {
 		!strings.Contains(out, " mismatches=0 problems=0 rejected=1") {
 		t.Fatalf("verify --rejected: exit %d\n%s", code, out)
 	}
-	// --json: the rejected events are objects too (they were text lines; fresh-user pass).
+	// --json: the rejected events are JSON objects too.
 	out, code = run(t, "verify", "--store", store, "--expected", dup, "--rejected", "--json")
 	found := false
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {

@@ -7,7 +7,7 @@ import (
 )
 
 // TestReplayResumeHintMasksPassword: the advice after an interrupted replay on
-// a PostgreSQL store does not print its password (fresh-user pass), and keeps
+// a PostgreSQL store does not print its password, and keeps
 // --room and --force.
 func TestReplayResumeHintMasksPassword(t *testing.T) {
 	h := replayResumeHint("postgres://mtxdb:s3cret@127.0.0.1:5432/db?sslmode=disable", "!r:x", true)

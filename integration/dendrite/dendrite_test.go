@@ -50,7 +50,7 @@ const (
 	// caseGMSLv2: room versions 2-11 with every conflicted key set in every state:
 	// Dendrite hands the conflict to gomatrixserverlib's ResolveStateConflictsV2,
 	// whose auth-difference and iterative-auth-check helpers do not follow the spec
-	// (../../../shared/notes/gomatrixserverlib.md). The case is named only when
+	// (docs/dendrite.md: "gomatrixserverlib's v2 ordering"). It is named only when
 	// calling ResolveStateConflictsV2 directly with the same split and the
 	// conflicted events' full auth chains gives Dendrite's answer, so the difference
 	// is the library's algorithm, not this storage.

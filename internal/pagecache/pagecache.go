@@ -1,6 +1,6 @@
 // Package pagecache drops files from the Linux page cache and counts their
-// resident pages, for cold-read measurements (shared/notes/measuring.md:
-// close the mappings first, evict, reopen, check that nothing is resident).
+// resident pages, for cold-read measurements (close the mappings first, evict,
+// reopen, check that nothing is resident).
 package pagecache
 
 import (

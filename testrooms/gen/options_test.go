@@ -92,8 +92,7 @@ func TestMaxServersPDUSize(t *testing.T) {
 }
 
 // TestEventsExact: a room has exactly --events events, also when the last step
-// draws a power-level conflict (a pair of events) — found by a fresh-user pass:
-// 13 gave 14.
+// draws a power-level conflict (a pair of events): 13 gives 13, not 14.
 func TestEventsExact(t *testing.T) {
 	for _, n := range []int{13, 14, 101, 600} {
 		o := DefaultOptions()
@@ -107,8 +106,7 @@ func TestEventsExact(t *testing.T) {
 
 // TestConcurrentRunsOneDir: two runs on one --out directory: one wins, the other
 // fails, and the directory holds the winner's complete room with nothing left
-// beside it — found by a fresh-user pass (both exited 0 over a mixed
-// expected_state.jsonl).
+// beside it (not both exiting 0 over a mixed expected_state.jsonl).
 func TestConcurrentRunsOneDir(t *testing.T) {
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "room")
@@ -183,8 +181,8 @@ func TestMultiRoomOneKeyring(t *testing.T) {
 
 // TestPowerConflictOnlyMix: a mix of nothing but power-level conflicts still makes
 // a room of accepted events (a conflict no admin can make falls back like any
-// kind whose preconditions fail) — found by a fresh-user pass: only the bad-rate
-// path made events, 765 of 777 rejected, and 2,000 events took minutes.
+// kind whose preconditions fail), not a room made only by the bad-rate path
+// (mostly rejected events, and minutes for 2,000 of them).
 func TestPowerConflictOnlyMix(t *testing.T) {
 	o := DefaultOptions()
 	o.Events, o.RoomVersion, o.Mix = 1000, "10", Mix{PowerConflict: 1}

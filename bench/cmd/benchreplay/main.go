@@ -432,7 +432,7 @@ func plotRooms(rep report, path string) error {
 	return p.Save(8*vg.Inch, 5*vg.Inch, path)
 }
 
-// verdicts states the replay targets (README, "Replay at room scale") as met or NOT met for the rooms
+// verdicts states the replay targets (docs/benchmarks.md, "Replay at room scale") as met or NOT met for the rooms
 // this run measured (a target whose rooms were not in the run is left out).
 func verdicts(rep report) string {
 	find := func(ver string, events int) *result {

@@ -1,5 +1,5 @@
-// Command plotrepack draws the results of `mtxdb bench-repack` (the design write-up,
-// "Topological repack") as PNGs: for each measured room, one image of three panels,
+// Command plotrepack draws the results of `mtxdb bench-repack` (docs/benchmarks.md,
+// "Repack locality") as PNGs: for each measured room, one image of three panels,
 // the distinct 4 KiB pages read, the seeks and the median cold wall time (ms) of each
 // walk (current state, auth chain, backfill, resolve at the extremities), with one
 // bar per layout: before the repack and after each plan. A panel whose values span

@@ -36,8 +36,8 @@ const (
 // itself (so that a connection string inherited from Dendrite's global database
 // options works too): $MTXDB_DENDRITE_STATE_DIR when set; for SQLite the main
 // database file (PRAGMA database_list) + ".mtxdb-state"; for PostgreSQL, where
-// earlier versions kept it (the store is now in the database unless
-// $MTXDB_DENDRITE_STATE_DIR is set: Swap), $MTXDB_DENDRITE_STATE_BASE (default ./mtxdb-state) joined with
+// earlier versions kept it (Swap keeps the store in the database unless
+// $MTXDB_DENDRITE_STATE_DIR is set), $MTXDB_DENDRITE_STATE_BASE (default ./mtxdb-state) joined with
 // "pg-" + server address + "-" + port + "-" + database name. Errors: an in-memory
 // SQLite database, a failed query.
 func DirFor(ctx context.Context, db *sql.DB, sqlite bool) (string, error) {
