@@ -286,11 +286,24 @@ test-complement: dendrite
 
 # The scripted workload (BENCH_DENDRITE_USERS users joining one room, state changes,
 # messages) on stock and mtxdb Dendrite, SQLite and PostgreSQL, one run each: state
-# bytes, state-write latency p50/p99, requests/s; writes docs/bench/dendrite.{json,md,png}.
+# bytes, state-write latency p50/p99, requests/s. Then the inbound
+# merge: two servers of one build federating over TLS through the partition test's
+# proxy, a room of BENCH_DENDRITE_FORK_MEMBERS members (all but one on the first
+# server), BENCH_DENDRITE_FORKS forks (a cut, a change on each side, the heal) each
+# merged by a message naming both branches; the time from the transaction's arrival
+# at the receiving server (and from the send) until its /messages shows the merge,
+# p50/p99 per build, both servers' state checked after each merge; stock and mtxdb on
+# each database of BENCH_DENDRITE_FORK_DBS. 0 users or 0 forks leave that part out and
+# keep its previous results. Writes docs/bench/dendrite.{json,md,png}.
 BENCH_DENDRITE_USERS ?= 100
+BENCH_DENDRITE_FORKS ?= 20
+BENCH_DENDRITE_FORK_MEMBERS ?= 1000
+BENCH_DENDRITE_FORK_DBS ?= sqlite,postgres
 bench-dendrite: dendrite
 	@set -e; url=$$(scripts/pgserver.sh start $(PG_DIR)-bench); rc=0; \
 	  (cd integration/dendrite/server/e2e && MTXDB_DENDRITE_BIN=$(DENDRITE_BIN) MTXDB_PG_URL=$$url \
 	    MTXDB_BENCH_OUT=$(CURDIR)/docs/bench MTXDB_BENCH_USERS=$(BENCH_DENDRITE_USERS) \
-	    $(GO) test -count=1 -v -timeout 90m -run '^TestBenchDendrite$$' .) || rc=$$?; \
+	    MTXDB_BENCH_FORKS=$(BENCH_DENDRITE_FORKS) MTXDB_BENCH_FORK_MEMBERS=$(BENCH_DENDRITE_FORK_MEMBERS) \
+	    MTXDB_BENCH_FORK_DBS=$(BENCH_DENDRITE_FORK_DBS) \
+	    $(GO) test -count=1 -v -timeout 240m -run '^TestBenchDendrite$$' .) || rc=$$?; \
 	  scripts/pgserver.sh stop $(PG_DIR)-bench; exit $$rc

@@ -17,6 +17,8 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 	"maunium.net/go/mautrix"
 	"maunium.net/go/mautrix/event"
 	"maunium.net/go/mautrix/id"
@@ -196,20 +198,43 @@ func pgStoreBytes(t *testing.T, url string) int64 {
 }
 
 // TestBenchDendrite is make bench-dendrite: the workload on stock and mtxdb Dendrite,
-// SQLite and PostgreSQL, one run each; writes dendrite.{json,md,png} to
-// MTXDB_BENCH_OUT.
+// SQLite and PostgreSQL, one run each (MTXDB_BENCH_USERS users), then the fork part
+// (bench_fork_test.go: MTXDB_BENCH_FORKS merged forks in a room of
+// MTXDB_BENCH_FORK_MEMBERS members, on the databases of MTXDB_BENCH_FORK_DBS); writes
+// dendrite.{json,md,png} to MTXDB_BENCH_OUT. 0 users or 0 forks leave that part out
+// and keep its previous results and text (previousBench).
 func TestBenchDendrite(t *testing.T) {
 	bin, out, pg := os.Getenv("MTXDB_DENDRITE_BIN"), os.Getenv("MTXDB_BENCH_OUT"), os.Getenv("MTXDB_PG_URL")
 	if bin == "" || out == "" || pg == "" {
 		t.Skip("MTXDB_DENDRITE_BIN, MTXDB_BENCH_OUT and MTXDB_PG_URL not all set: make bench-dendrite sets them")
 	}
-	users := 100
-	if v := os.Getenv("MTXDB_BENCH_USERS"); v != "" {
-		users, _ = strconv.Atoi(v)
+	knob := func(name string, def int) int {
+		v := os.Getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			t.Fatalf("%s=%q: not a non-negative number", name, v)
+		}
+		return n
+	}
+	users := knob("MTXDB_BENCH_USERS", 100)
+	forks, members := knob("MTXDB_BENCH_FORKS", 20), knob("MTXDB_BENCH_FORK_MEMBERS", 1000)
+	forkDBs := []string{"sqlite", "postgres"}
+	if v := os.Getenv("MTXDB_BENCH_FORK_DBS"); v != "" {
+		forkDBs = strings.Split(v, ",")
+	}
+	if forks > 0 && members < 2 {
+		t.Fatalf("MTXDB_BENCH_FORK_MEMBERS=%d: the fork part needs alice and bob", members)
 	}
 	load0, _ := os.ReadFile("/proc/loadavg")
 	var runs []benchRun
-	for _, backend := range []string{"sqlite", "postgres"} {
+	workloadDBs := []string{"sqlite", "postgres"}
+	if users == 0 {
+		workloadDBs = nil
+	}
+	for _, backend := range workloadDBs {
 		for _, build := range []string{"stock", "mtxdb"} {
 			dbURL := ""
 			if backend == "postgres" {
@@ -249,22 +274,107 @@ func TestBenchDendrite(t *testing.T) {
 		}
 	}
 	load1, _ := os.ReadFile("/proc/loadavg")
-	writeBench(t, out, runs, strings.Join(strings.Fields(string(load0))[:3], " "), strings.Join(strings.Fields(string(load1))[:3], " "))
+	var forkRuns []forkRun
+	up0, up1 := "", ""
+	if forks > 0 {
+		up0 = uptime()
+		forkRuns = forkBenches(t, bin, pg, forkDBs, members, forks)
+		up1 = uptime()
+	}
+	host, _ := os.Hostname()
+	now := time.Now().UTC().Format(time.RFC3339)
+	res, md := previousBench(t, out)
+	res.Host = host
+	if users > 0 {
+		res.Date, res.Runs, res.Workload = now, runs, benchWorkloadText
+		res.LoadBefore, res.LoadAfter = strings.Join(strings.Fields(string(load0))[:3], " "), strings.Join(strings.Fields(string(load1))[:3], " ")
+		var b strings.Builder
+		writeWorkloadSection(&b, res.Runs, res.Date, res.Workload, res.LoadBefore, res.LoadAfter)
+		md[0] = b.String()
+	}
+	if forks > 0 {
+		res.ForkDate, res.ForkRuns, res.ForkUptimeBefore, res.ForkUptimeAfter = now, forkRuns, up0, up1
+		var b strings.Builder
+		writeForkSection(&b, res.ForkRuns, res.ForkDate, up0, up1)
+		md[1] = b.String()
+	}
+	writeBench(t, out, res, md)
 }
 
-func writeBench(t *testing.T, out string, runs []benchRun, load0, load1 string) {
-	host, _ := os.Hostname()
-	meta := map[string]any{"runs": runs, "load_before": load0, "load_after": load1, "host": host,
-		"date": time.Now().UTC().Format(time.RFC3339), "workload": "users register and join one public room; each sets a state event of its own twice and sends two messages; alice changes the topic after every tenth join"}
-	js, _ := json.MarshalIndent(meta, "", "  ")
+const benchWorkloadText = "users register and join one public room; each sets a state event of its own twice and sends two messages; alice changes the topic after every tenth join"
+
+// benchResults is dendrite.json: the workload's runs and the fork part's, each
+// with when it was measured (RFC 3339, UTC) and the load around it.
+type benchResults struct {
+	Host       string     `json:"host"`
+	Date       string     `json:"date"`
+	Workload   string     `json:"workload"`
+	LoadBefore string     `json:"load_before"` // /proc/loadavg's three averages
+	LoadAfter  string     `json:"load_after"`
+	Runs       []benchRun `json:"runs"`
+
+	ForkDate         string    `json:"fork_date"`
+	ForkUptimeBefore string    `json:"fork_uptime_before"` // uptime(1)'s line
+	ForkUptimeAfter  string    `json:"fork_uptime_after"`
+	ForkRuns         []forkRun `json:"fork_runs"`
+}
+
+// previousBench reads dendrite.json and dendrite.md in out, so that a run that
+// leaves a part out (MTXDB_BENCH_USERS=0, MTXDB_BENCH_FORKS=0) keeps that part's
+// results and its text, hand-written notes included: md[0] is the workload's text
+// (after the title, up to the fork part's heading), md[1] the fork part's (from its
+// heading to the end). Missing files give empty results.
+func previousBench(t *testing.T, out string) (res benchResults, md [2]string) {
+	b, err := os.ReadFile(filepath.Join(out, "dendrite.json"))
+	if os.IsNotExist(err) {
+		return res, md
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &res)
+	}
+	if err != nil {
+		t.Fatalf("the previous results, %s/dendrite.json: %v", out, err)
+	}
+	b, err = os.ReadFile(filepath.Join(out, "dendrite.md"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	text := strings.TrimPrefix(string(b), benchTitle)
+	if i := strings.Index(text, forkHeading); i >= 0 {
+		md = [2]string{text[:i], text[i:]}
+	} else {
+		md[0] = text
+	}
+	return res, md
+}
+
+// benchTitle and forkHeading start dendrite.md and its fork part.
+const (
+	benchTitle  = "# Dendrite v0.13.8: stock SQL state tables against mtxdb (make bench-dendrite)\n\n"
+	forkHeading = "\n## Inbound federation merge"
+)
+
+// writeBench writes dendrite.{json,md,png}: res, and md (the workload's text, then
+// the fork part's) under the title.
+func writeBench(t *testing.T, out string, res benchResults, md [2]string) {
+	js, _ := json.MarshalIndent(res, "", "  ")
 	if err := os.WriteFile(filepath.Join(out, "dendrite.json"), append(js, '\n'), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "# Dendrite v0.13.8: stock SQL state tables against mtxdb (make bench-dendrite)\n\n")
-	fmt.Fprintf(&b, "%s, one run per row, %d users (%s). Load average (1/5/15 min) %s before, %s after.\n\n", meta["date"], runs[0].Users, meta["workload"], load0, load1)
-	fmt.Fprintf(&b, "State bytes: stock = the two SQL tables with their indexes (SQLite: a VACUUMed copy minus a VACUUMed copy without the two tables; PostgreSQL: pg_total_relation_size, dead tuples included, as a running server holds them); mtxdb = the store (SQLite: its directory; PostgreSQL: pg_total_relation_size of mtxdb_records in the same database) plus the same SQL measure (0 rows). Event JSON = SUM(LENGTH(event_json)) of roomserver_event_json, the anchor of dendrite #2464 (11 GB of state blocks beside 914 MB of event JSON: 12x).\n\n")
-	fmt.Fprintf(&b, "| database | build | state bytes | state / event JSON | x stock | state-write p50 ms | p99 ms | requests/s | SQL snapshot/block rows |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+	text := benchTitle + md[0] + md[1]
+	if err := os.WriteFile(filepath.Join(out, "dendrite.md"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeBenchPlot(filepath.Join(out, "dendrite.png"), res.Runs, res.ForkRuns); err != nil {
+		t.Fatal(err)
+	}
+	t.Log(text)
+}
+
+func writeWorkloadSection(b *strings.Builder, runs []benchRun, date, workload, load0, load1 string) {
+	fmt.Fprintf(b, "%s, one run per row, %d users (%s). Load average (1/5/15 min) %s before, %s after.\n\n", date, runs[0].Users, workload, load0, load1)
+	fmt.Fprintf(b, "State bytes: stock = the two SQL tables with their indexes (SQLite: a VACUUMed copy minus a VACUUMed copy without the two tables; PostgreSQL: pg_total_relation_size, dead tuples included, as a running server holds them); mtxdb = the store (SQLite: its directory; PostgreSQL: pg_total_relation_size of mtxdb_records in the same database) plus the same SQL measure (0 rows). Event JSON = SUM(LENGTH(event_json)) of roomserver_event_json, the anchor of dendrite #2464 (11 GB of state blocks beside 914 MB of event JSON: 12x).\n\n")
+	fmt.Fprintf(b, "| database | build | state bytes | state / event JSON | x stock | state-write p50 ms | p99 ms | requests/s | SQL snapshot/block rows |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 	stock := map[string]int64{}
 	for _, r := range runs {
 		if r.Build == "stock" {
@@ -272,29 +382,66 @@ func writeBench(t *testing.T, out string, runs []benchRun, load0, load1 string) 
 		}
 	}
 	for _, r := range runs {
-		fmt.Fprintf(&b, "| %s | %s | %d | %.2f | %.2f | %.1f | %.1f | %.1f | %d/%d |\n", r.Database, r.Build, r.StateBytes,
+		fmt.Fprintf(b, "| %s | %s | %d | %.2f | %.2f | %.1f | %.1f | %.1f | %d/%d |\n", r.Database, r.Build, r.StateBytes,
 			float64(r.StateBytes)/float64(r.EventJSON), float64(r.StateBytes)/float64(stock[r.Database]), r.StateP50Ms, r.StateP99Ms, r.RequestsPerS, r.SQLSnapshots, r.SQLBlocks)
 	}
-	if err := os.WriteFile(filepath.Join(out, "dendrite.md"), []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
+}
+
+// writeBenchPlot draws the workload's state bytes and the fork part's merge medians
+// (received->visible), one panel each, side by side when both ran.
+func writeBenchPlot(path string, runs []benchRun, forkRuns []forkRun) error {
+	var panels []*plot.Plot
+	// bar adds a panel of n bars, bar i named and valued by at(i); none when n is 0.
+	bar := func(title, ylabel string, n int, at func(i int) (string, float64)) error {
+		if n == 0 {
+			return nil
+		}
+		names, vals := make([]string, n), make(plotter.Values, n)
+		for i := range n {
+			names[i], vals[i] = at(i)
+		}
+		p := plot.New()
+		p.Title.Text, p.Y.Label.Text = title, ylabel
+		bars, err := plotter.NewBarChart(vals, vg.Points(30))
+		if err != nil {
+			return err
+		}
+		p.Add(bars)
+		p.NominalX(names...)
+		panels = append(panels, p)
+		return nil
 	}
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Dendrite state bytes, %d users", runs[0].Users)
-	p.Y.Label.Text = "state bytes (KiB)"
-	var names []string
-	vals := plotter.Values{}
-	for _, r := range runs {
-		names = append(names, r.Database+"/"+r.Build)
-		vals = append(vals, float64(r.StateBytes)/1024)
+	if len(runs) > 0 {
+		if err := bar(fmt.Sprintf("Dendrite state bytes, %d users", runs[0].Users), "state bytes (KiB)", len(runs), func(i int) (string, float64) {
+			return runs[i].Database + "/" + runs[i].Build, float64(runs[i].StateBytes) / 1024
+		}); err != nil {
+			return err
+		}
 	}
-	bars, err := plotter.NewBarChart(vals, vg.Points(30))
+	if len(forkRuns) > 0 {
+		if err := bar(fmt.Sprintf("Merge received->visible p50, %d members", forkRuns[0].Members), "ms", len(forkRuns), func(i int) (string, float64) {
+			return forkRuns[i].Database + "/" + forkRuns[i].Build, forkRuns[i].RecvP50Ms
+		}); err != nil {
+			return err
+		}
+	}
+	if len(panels) == 0 {
+		return nil
+	}
+	img := vgimg.New(vg.Length(len(panels))*6*vg.Inch, 4*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 1, Cols: len(panels), PadX: vg.Inch / 4}
+	canvases := plot.Align([][]*plot.Plot{panels}, tiles, dc)
+	for i, p := range panels {
+		p.Draw(canvases[0][i])
+	}
+	f, err := os.Create(path)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	p.Add(bars)
-	p.NominalX(names...)
-	if err := p.Save(6*vg.Inch, 4*vg.Inch, filepath.Join(out, "dendrite.png")); err != nil {
-		t.Fatal(err)
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
 	}
-	t.Log(b.String())
+	return f.Close()
 }

@@ -122,6 +122,12 @@ type partitionProxy struct {
 	fronts []*http.Server     // one per server, closed by close
 	labels map[string]string  // server name -> label (A, B, C) for the log
 	listen map[string]net.Listener
+
+	// observe, when set before the first serve, sees every request the proxy
+	// forwards (origin "" when unsigned), called on the request's goroutine before
+	// forwarding, at the time the front has read its headers; it may read r.Body if
+	// it puts an equal body back.
+	observe func(origin, dest string, r *http.Request)
 }
 
 func newPartitionProxy(ca *testCA) *partitionProxy {
@@ -190,6 +196,9 @@ func (p *partitionProxy) handler(dest string, next http.Handler) http.Handler {
 			w.WriteHeader(http.StatusBadGateway)
 			_, _ = io.WriteString(w, `{"errcode":"M_UNKNOWN","error":"test partition: the origin is cut from this server"}`)
 			return
+		}
+		if p.observe != nil {
+			p.observe(origin, dest, r)
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -62,34 +62,10 @@ type fedCluster struct {
 
 func startCluster(t *testing.T, build, bin, dir string) *fedCluster {
 	_ = os.RemoveAll(dir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ca := newTestCA(t, dir)
+	ca := newTestCA(t, mkdir(t, dir))
 	c := &fedCluster{build: build, proxy: newPartitionProxy(ca), users: map[string]*mautrix.Client{}}
 	t.Cleanup(c.proxy.close)
-	for i, label := range []string{"A", "B", "C"} {
-		name := c.proxy.reserve(t, label)
-		sdir := filepath.Join(dir, label)
-		if err := os.MkdirAll(sdir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		certFile, keyFile := filepath.Join(sdir, "server.crt"), filepath.Join(sdir, "server.key")
-		pair := ca.issue(t, int64(i+2), certFile, keyFile)
-		s := configureServer(t, sdir, build+"-"+label, name, bin, "", []string{"SSL_CERT_FILE=" + ca.file}, func(cfg string) string {
-			cfg = strings.Replace(cfg, "enable_inbound: true", "enable_inbound: false", 1)
-			cfg = strings.Replace(cfg, "enable_outbound: true", "enable_outbound: false", 1)
-			return setLogLevel(cfg, "info")
-		})
-		s.httpsPort, s.tlsCert, s.tlsKey = freePort(t), certFile, keyFile
-		c.proxy.serve(name, s.httpsPort, pair)
-		c.nodes = append(c.nodes, &fedNode{server: s, label: label, name: name})
-	}
-	for _, n := range c.nodes {
-		if err := n.start(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.nodes = startFedNodes(t, c.proxy, ca, build, bin, dir, "info", []string{"A", "B", "C"}, nil)
 	ctx := context.Background()
 	for _, u := range []struct {
 		name string
@@ -103,6 +79,45 @@ func startCluster(t *testing.T, build, bin, dir string) *fedCluster {
 	c.tickers = []*mautrix.Client{c.users["alice"], c.users["bob"], c.users["cleo"]}
 	t.Logf("%s: servers A=%s B=%s C=%s (federation names: TLS fronts of the partition proxy)", build, c.nodes[0].name, c.nodes[1].name, c.nodes[2].name)
 	return c
+}
+
+// mkdir creates dir and its parents and returns it.
+func mkdir(t *testing.T, dir string) string {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// startFedNodes configures one server of build per label in dir/LABEL, its
+// federation name a front of p with a certificate from ca, on dbURLs[i] ("" or
+// absent = SQLite), logging at level, and starts them all.
+func startFedNodes(t *testing.T, p *partitionProxy, ca *testCA, build, bin, dir, level string, labels, dbURLs []string) []*fedNode {
+	var nodes []*fedNode
+	for i, label := range labels {
+		name := p.reserve(t, label)
+		sdir := mkdir(t, filepath.Join(dir, label))
+		certFile, keyFile := filepath.Join(sdir, "server.crt"), filepath.Join(sdir, "server.key")
+		pair := ca.issue(t, int64(i+2), certFile, keyFile)
+		dbURL := ""
+		if i < len(dbURLs) {
+			dbURL = dbURLs[i]
+		}
+		s := configureServer(t, sdir, build+"-"+label, name, bin, dbURL, []string{"SSL_CERT_FILE=" + ca.file}, func(cfg string) string {
+			cfg = strings.Replace(cfg, "enable_inbound: true", "enable_inbound: false", 1)
+			cfg = strings.Replace(cfg, "enable_outbound: true", "enable_outbound: false", 1)
+			return setLogLevel(cfg, level)
+		})
+		s.httpsPort, s.tlsCert, s.tlsKey = freePort(t), certFile, keyFile
+		p.serve(name, s.httpsPort, pair)
+		nodes = append(nodes, &fedNode{server: s, label: label, name: name})
+	}
+	for _, n := range nodes {
+		if err := n.start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return nodes
 }
 
 func (c *fedCluster) stop() {
@@ -128,19 +143,28 @@ func (c *fedCluster) who(user string) string {
 func (c *fedCluster) states(ctx context.Context, room id.RoomID) ([]map[string]string, error) {
 	var out []map[string]string
 	for i, tk := range c.tickers {
-		st, err := tk.State(ctx, room)
+		flat, err := flatState(ctx, tk, room)
 		if err != nil {
 			return nil, fmt.Errorf("/state on %s: %w", c.nodes[i].label, err)
-		}
-		flat := map[string]string{}
-		for typ, byKey := range st {
-			for key, e := range byKey {
-				flat[typ.Type+"\x00"+key] = e.ID.String()
-			}
 		}
 		out = append(out, flat)
 	}
 	return out, nil
+}
+
+// flatState is /state as c's server reports it: (type NUL state_key) -> event ID.
+func flatState(ctx context.Context, c *mautrix.Client, room id.RoomID) (map[string]string, error) {
+	st, err := c.State(ctx, room)
+	if err != nil {
+		return nil, err
+	}
+	flat := map[string]string{}
+	for typ, byKey := range st {
+		for key, e := range byKey {
+			flat[typ.Type+"\x00"+key] = e.ID.String()
+		}
+	}
+	return flat, nil
 }
 
 // stored reports whether every node's roomserver holds every event of ids.
