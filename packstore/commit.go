@@ -121,7 +121,7 @@ func (s *PackfileStorage) appendLocked(frames []outFrame) ([]loc, error) {
 		}
 		a := s.active
 		if _, err := a.f.WriteAt(buf, a.size); err != nil {
-			err = fmt.Errorf("packstore: write %s offset %d: %w", a.path, a.size, err)
+			err = fmt.Errorf("packstore: write %s offset %d: %w", a.path, a.size, pathless(err))
 			// Trim whatever part of the write landed (and the zeros
 			// written ahead), so that the next append does not leave
 			// stray frames behind it.
@@ -213,7 +213,7 @@ func (s *PackfileStorage) trimLocked(a *shard) error {
 		return nil
 	}
 	if err := a.f.Truncate(a.size); err != nil {
-		err = fmt.Errorf("packstore: trim the zeros written ahead in %s: %w", a.path, err)
+		err = fmt.Errorf("packstore: trim the zeros written ahead in %s: %w", a.path, pathless(err))
 		s.broken = err
 		return err
 	}
@@ -279,7 +279,7 @@ func (sh *shard) syncFile() error {
 		return nil
 	}
 	if err := datasync(sh.f); err != nil {
-		return fmt.Errorf("packstore: fdatasync %s: %w", sh.path, err)
+		return fmt.Errorf("packstore: fdatasync %s: %w", sh.path, pathless(err))
 	}
 	sh.synced = true
 	return nil

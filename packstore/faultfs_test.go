@@ -217,7 +217,8 @@ func (f *faultFile) WriteAt(b []byte, off int64) (int, error) {
 		if n, err := hook(name, off, len(b)); err != nil {
 			n, _ = f.osFile.WriteAt(b[:n], off)
 			f.noteWrite(b[:n], off)
-			return n, err
+			// As an os.File's error: it names the file as it was opened.
+			return n, &os.PathError{Op: "write", Path: f.path, Err: err}
 		}
 	}
 	n, err := f.osFile.WriteAt(b, off)
@@ -246,7 +247,7 @@ func (f *faultFile) Sync() error {
 	}
 	if f.fs.sync != nil {
 		if err := f.fs.sync(f.name()); err != nil {
-			return err
+			return &os.PathError{Op: "sync", Path: f.path, Err: err}
 		}
 	}
 	if err := f.osFile.Sync(); err != nil {

@@ -86,6 +86,21 @@ func (f osFile) Map(size int) (mmap.MMap, error) {
 	return mmap.MapRegion(f.File, size, mmap.RDONLY, 0, 0)
 }
 
+// pathless returns err without the *os.PathError (or, from a rename,
+// *os.LinkError) the os package wraps it in. That names the file as it was
+// opened, which for a file published through publishFile is its temporary
+// name, gone since the rename (or removed after the failure); callers name
+// the file themselves.
+func pathless(err error) error {
+	switch e := err.(type) {
+	case *os.PathError:
+		return e.Err
+	case *os.LinkError:
+		return e.Err
+	}
+	return err
+}
+
 // syncDir fsyncs dir through fs, naming it in the error.
 func syncDir(fs vfs, dir string) error {
 	if err := fs.SyncDir(dir); err != nil {

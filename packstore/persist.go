@@ -464,9 +464,12 @@ func (s *PackfileStorage) flushDeltaLocked(durable bool) error {
 func (s *PackfileStorage) writeDeltaLocked(durable bool) error {
 	n := len(s.pending) / deltaEntryLen
 	fail := func(err error) error {
+		// Cut what part of the entries landed: the file ends with whole
+		// entries, as a crash would leave it.
+		s.delta.Truncate(s.deltaSize)
 		s.delta.Close()
 		s.delta = nil // the next flush writes a checkpoint instead
-		return fmt.Errorf("packstore: %s: %w", deltaFile, err)
+		return fmt.Errorf("packstore: append to %s offset %d: %w", s.indexPath(deltaFile), s.deltaSize, pathless(err))
 	}
 	if _, err := s.delta.WriteAt(s.pending, s.deltaSize); err != nil {
 		return fail(err)
@@ -547,17 +550,18 @@ func (s *PackfileStorage) writeFileAtomic(name string, b []byte, keep bool) erro
 
 // publishFile creates path with content b so that a crash never leaves a
 // partial file under that name: it writes path.tmp, fsyncs it, renames it
-// and fsyncs the directory. It returns the open file.
+// and fsyncs the directory. It returns the open file. On failure the
+// temporary file is removed and the error names path.
 func (s *PackfileStorage) publishFile(path string, b []byte) (vfile, error) {
 	tmp := path + ".tmp"
 	f, err := s.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, s.opts.Perm)
 	if err != nil {
-		return nil, fmt.Errorf("packstore: %w", err)
+		return nil, fmt.Errorf("packstore: create %s: %w", path, pathless(err))
 	}
 	fail := func(err error) (vfile, error) {
 		f.Close()
 		s.fs.Remove(tmp)
-		return nil, fmt.Errorf("packstore: write %s: %w", path, err)
+		return nil, fmt.Errorf("packstore: write %s: %w", path, pathless(err))
 	}
 	if _, err := f.WriteAt(b, 0); err != nil {
 		return fail(err)

@@ -50,12 +50,19 @@ type repackJob struct {
 // syncs and retires garbage shards.
 //
 // Errors: until the reset markers are durable, an error leaves the
-// in-memory index the old one (after a failed fsync the store refuses
-// further writes, and a reopen may show some collections repacked, their
-// marker having reached disk, and others not). Once they are durable the
-// repack has taken effect and the new index is live: a failure after that
-// (retiring shards, writing the index checkpoint or delta) is returned
-// wrapped with ErrRepackApplied, with complete stats.
+// in-memory index the old one. A failed write (out of space, say) or fsync
+// of the copies leaves the old shards and index intact, and the copies are
+// removed before the error returns: the output shard being written is cut
+// back to its header and the output shards filled before it are retired
+// (after a failed fsync the store refuses further writes and a reopen
+// finds the copies as garbage). After a failure once some markers may be
+// durable (a roll among the markers, their fsync), the store refuses
+// writes and a reopen shows each collection repacked or as it was. Once
+// they are durable the repack has taken effect and the new index is live:
+// a failure after that (retiring shards, writing the index checkpoint or
+// delta) is returned wrapped with ErrRepackApplied, with complete stats.
+// Each error names the file that failed as it is on disk and says which of
+// these the store holds.
 func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	var st RepackStats
 	s.mu.Lock()
@@ -91,6 +98,8 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 			}
 		}
 	}
+	defer s.repackProgress.Store(-1)
+	out := s.active // the copies start here, in an empty shard
 	tables := make([]*lossyTable, len(jobs))
 	bytes := make([]int64, len(jobs))
 	starts := make([]pos, len(jobs))
@@ -98,7 +107,7 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 		s.repackProgress.Store(int64(i))
 		t, start, n, err := s.copyJobLocked(j)
 		if err != nil {
-			return st, err
+			return st, s.abandonLocked(out, err)
 		}
 		tables[i], bytes[i] = t, n
 		if len(j.ids) > 0 {
@@ -111,7 +120,7 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	// First durability point: every copy is on disk before any marker that
 	// makes the old frames dead is written.
 	if err := s.syncActiveLocked(); err != nil {
-		return st, err
+		return st, s.abandonLocked(out, err)
 	}
 	if len(jobs) > 0 {
 		markers := make([]outFrame, len(jobs))
@@ -123,8 +132,15 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 			}
 			markers[i] = s.markerFrameLocked(j.coll, p)
 		}
+		last := s.active
 		if _, err := s.appendLocked(markers); err != nil {
-			return st, err
+			if s.active != last {
+				// A roll fsynced the markers before it: on disk those
+				// collections are repacked, in memory not yet.
+				s.broken = err
+				return st, fmt.Errorf("packstore: repack: %w; %s", err, repackSplit)
+			}
+			return st, s.abandonLocked(out, err)
 		}
 		if s.testHookAfterMarkers != nil {
 			s.testHookAfterMarkers()
@@ -132,7 +148,7 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 		// Second durability point: the markers are on disk before any index
 		// refers only to the copies or any shard is deleted.
 		if err := s.syncActiveLocked(); err != nil {
-			return st, err
+			return st, fmt.Errorf("packstore: repack: %w; %s", err, repackSplit)
 		}
 	}
 	for i, j := range jobs {
@@ -155,7 +171,6 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 			s.colls.Store(j.coll, c)
 		}
 	}
-	s.repackProgress.Store(-1)
 	st.ShardsRetired, st.BytesRetired, err = s.retireLocked()
 	if err == nil {
 		// The old checkpoint may list retired shards: replace it now, so that
@@ -163,9 +178,81 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 		err = s.flushDeltaLocked(false)
 	}
 	if err != nil {
-		return st, fmt.Errorf("%w: %w", ErrRepackApplied, err)
+		return st, fmt.Errorf("%w: %w; %s", ErrRepackApplied, err, repackApplied)
 	}
 	return st, nil
+}
+
+// What the store holds after a failed repack, as its error says.
+const (
+	// repackIntact: it failed before any reset marker was durable.
+	repackIntact = "nothing was repacked: the old shards and index are intact and the store is consistent"
+	// repackSplit: some reset markers may be durable, and the in-memory
+	// index is the old one.
+	repackSplit = "the store is consistent but needs reopening: it shows each collection either repacked or as it was"
+	// repackApplied: the markers are durable and the new index is live
+	// (ErrRepackApplied).
+	repackApplied = "the new index is live and the store is consistent; the next Repack, Sync or Close retries what was left undone, which costs disk space or a longer next open, never records"
+)
+
+// abandonLocked handles a repack that failed (cause) before any of its
+// reset markers was durable: no index references its copies, which begin
+// in out, the shard that was active and empty when the copy began. It
+// removes them: the active shard, out or one the copy rolled into, is cut
+// back to its header (emptyActiveLocked) and the shards the copy filled
+// before it are retired (retireLocked: nothing references them). A store
+// that a failed fsync or trim broke is left as it is (it refuses writes;
+// a reopen finds the copies as garbage). The error returned wraps cause
+// and says what the store holds, and whether the copies are gone.
+func (s *PackfileStorage) abandonLocked(out *shard, cause error) error {
+	if s.broken != nil {
+		return fmt.Errorf("packstore: repack: %w; %s on disk; the copies written are garbage the next repack reclaims, and the store refuses writes until it is reopened", cause, repackIntact)
+	}
+	err := s.emptyActiveLocked(out)
+	if err == nil {
+		_, _, err = s.retireLocked()
+	}
+	if err != nil {
+		return fmt.Errorf("packstore: repack: %w; %s, but removing the copies written failed (%v): they are garbage the next repack reclaims", cause, repackIntact, err)
+	}
+	return fmt.Errorf("packstore: repack: %w; %s (the copies written were removed)", cause, repackIntact)
+}
+
+// emptyActiveLocked cuts the active shard back to its header, dropping the
+// frames appended to it since out (the shard it or an earlier one was,
+// empty) and the pending delta entries of those frames. The caller knows
+// that no index slot and no durable index file refers to them: a delta
+// entry is written only once its frame's shard is fsynced in a roll, and
+// the roll into this shard, if there was one, wrote none for it.
+func (s *PackfileStorage) emptyActiveLocked(out *shard) error {
+	a := s.active
+	if a.seq < out.seq {
+		return fmt.Errorf("packstore: repack: active shard %s precedes its output shard %s", a.path, out.path)
+	}
+	if a.alloc == HeaderSize {
+		return nil
+	}
+	if len(a.mm) > HeaderSize {
+		// Sealed by a roll whose next shard could not be created.
+		if err := a.remap(HeaderSize); err != nil {
+			return err
+		}
+	}
+	if err := a.f.Truncate(HeaderSize); err != nil {
+		return fmt.Errorf("packstore: truncate %s to its header: %w", a.path, pathless(err))
+	}
+	a.size, a.alloc, a.synced = HeaderSize, HeaderSize, false
+	clear(a.colls)
+	clear(a.resets)
+	kept := s.pending[:0]
+	for b := s.pending; len(b) >= deltaEntryLen; b = b[deltaEntryLen:] {
+		if m, err := decodeDeltaEntry(b); err == nil && !m.newShard && m.at.shard == a.id {
+			continue
+		}
+		kept = append(kept, b[:deltaEntryLen]...)
+	}
+	s.pending = kept
+	return nil
 }
 
 // planJobsLocked validates a plan and resolves each record's location.

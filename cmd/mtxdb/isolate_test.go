@@ -1,6 +1,10 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -10,10 +14,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/matrix-org/gomatrixserverlib"
+
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/repackplan"
 	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/testrooms"
 )
 
 // selfPrevLines returns room003 (a v1 room) with one more message that names
@@ -112,30 +119,158 @@ func TestReplayRoomsIsolatesBadRooms(t *testing.T) {
 	}
 }
 
-// TestCLIReplayGoesOnPastABadRoom: the CLI replays the other rooms of a store
-// holding a room with a prev_events cycle, names it in a problem line, exits 2;
-// verify finds the sound room as recorded, and repack repacks both.
+// hostileRooms returns one room of each shape of prev/auth graph that replay
+// cannot order, in room versions 1 and 2 (where event IDs are the sender's
+// choice; from version 3 an event ID is the hash of the event, so it cannot
+// name itself or a descendant): an event naming itself in prev_events, one
+// naming itself in auth_events, two naming each other in prev_events, and a
+// state event whose auth event descends from it, each with a child. Each room
+// is a create event, the creator's join, power levels and a message before the
+// hostile events; content hashes are computed, so nothing is redacted. It
+// returns their PDU lines and, by room ID, the number of events replay must
+// leave out as outliers.
+func hostileRooms(t *testing.T) ([]string, map[string]int) {
+	t.Helper()
+	const user = "@user1:server1.test"
+	var lines []string
+	cyclic := map[string]int{}
+	for _, v := range []string{"1", "2"} {
+		for _, shape := range []string{"selfprev", "selfauth", "mutualprev", "authdesc"} {
+			roomID := "!" + shape + "-v" + v + ":server1.test"
+			id := func(name string) string { return "$" + name + "-" + shape + "-v" + v + ":server1.test" }
+			refs := func(ids ...string) []any {
+				out := []any{}
+				for _, i := range ids {
+					out = append(out, []any{i, map[string]any{"sha256": "AAAA"}})
+				}
+				return out
+			}
+			depth := 0
+			add := func(name, typ string, stateKey *string, content map[string]any, prev, auth []string) {
+				depth++
+				e := map[string]any{"event_id": id(name), "room_id": roomID, "sender": user, "origin": "server1.test",
+					"origin_server_ts": 1547144283000 + depth, "depth": depth, "type": typ, "content": content,
+					"prev_events": refs(prev...), "auth_events": refs(auth...)}
+				if stateKey != nil {
+					e["state_key"] = *stateKey
+				}
+				b, err := json.Marshal(e) // the content hash covers all but hashes, signatures, unsigned
+				if err != nil {
+					t.Fatal(err)
+				}
+				canon, err := gomatrixserverlib.CanonicalJSON(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sum := sha256.Sum256(canon)
+				e["hashes"] = map[string]any{"sha256": base64.RawStdEncoding.EncodeToString(sum[:])}
+				e["signatures"] = map[string]any{}
+				if b, err = json.Marshal(e); err != nil {
+					t.Fatal(err)
+				}
+				lines = append(lines, string(b))
+			}
+			empty, member := "", user
+			base := []string{id("create"), id("join"), id("power")}
+			add("create", "m.room.create", &empty, map[string]any{"creator": user, "room_version": v}, nil, nil)
+			add("join", "m.room.member", &member, map[string]any{"membership": "join"}, base[:1], base[:1])
+			add("power", "m.room.power_levels", &empty, map[string]any{"users": map[string]any{user: 100}}, base[1:2], base[:2])
+			add("tip", "m.room.message", nil, map[string]any{"body": "before"}, base[2:], base)
+			msg := map[string]any{"body": "hostile"}
+			topic := map[string]any{"topic": "loop"}
+			switch shape {
+			case "selfprev":
+				add("self", "m.room.message", nil, msg, []string{id("self")}, base)
+				add("child", "m.room.message", nil, msg, []string{id("self")}, base)
+				cyclic[roomID] = 2
+			case "selfauth":
+				add("self", "m.room.topic", &empty, topic, []string{id("tip")}, append(slices.Clone(base), id("self")))
+				add("child", "m.room.message", nil, msg, []string{id("self")}, base)
+				cyclic[roomID] = 2
+			case "mutualprev":
+				add("a", "m.room.message", nil, msg, []string{id("b")}, base)
+				add("b", "m.room.message", nil, msg, []string{id("a")}, base)
+				add("child", "m.room.message", nil, msg, []string{id("b")}, base)
+				cyclic[roomID] = 3
+			case "authdesc":
+				add("topic", "m.room.topic", &empty, topic, []string{id("tip")}, append(slices.Clone(base), id("msg")))
+				add("msg", "m.room.message", nil, msg, []string{id("topic")}, base)
+				add("child", "m.room.message", nil, msg, []string{id("msg")}, base)
+				cyclic[roomID] = 3
+			}
+		}
+	}
+	return lines, cyclic
+}
+
+// TestCLIReplayGoesOnPastABadRoom: a store holding the 190 real rooms and one
+// room of each hostile shape in room versions 1 and 2 (hostileRooms), imported
+// with --any-order (the backfill path, where such events arrive): replay
+// replays every room, names each hostile room and its left-out events on a
+// problem line and no other room, and exits 2; verify --expected
+// testrooms/real finds the 190 as recorded; repack repacks every room, and
+// verify after it finds them as recorded again.
 func TestCLIReplayGoesOnPastABadRoom(t *testing.T) {
 	dir := t.TempDir()
 	store := filepath.Join(dir, "s")
-	cyc, cycID := selfPrevLines(t)
-	in := filepath.Join(dir, "cycle.jsonl")
-	if err := os.WriteFile(in, []byte(strings.Join(cyc, "\n")+"\n"), 0o644); err != nil {
+	hostile, cyclic := hostileRooms(t)
+	in := filepath.Join(dir, "hostile.jsonl")
+	if err := os.WriteFile(in, []byte(strings.Join(hostile, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, code := run(t, "import", "--any-order", "--store", store, in, room("room002")); code != 0 {
-		t.Fatalf("import: exit %d\n%s", code, out)
+	real := filepath.Join(testrooms.Dir(), "real")
+	rooms := 189 + len(cyclic) // room004 and room004_union are one room
+	out, code := run(t, "import", "--any-order", "--store", store, in, real)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("rooms=%d ", rooms)) || !strings.Contains(out, "refused=0 ") {
+		t.Fatalf("import: exit %d (want 0, %d rooms, nothing refused)\n%s", code, rooms, lastLines(out, 5))
 	}
-	out, code := run(t, "replay", "--store", store)
-	if code != 2 || !strings.Contains(out, "problem room="+cycID) || !strings.Contains(out, "cycle") || !strings.Contains(out, "cyclic=2") {
-		t.Fatalf("replay: exit %d (want 2, a problem line naming %s and its cycle)\n%s", code, cycID, out)
+	out, code = run(t, "replay", "--store", store)
+	total := 0
+	for _, n := range cyclic {
+		total += n
 	}
-	if out, code := run(t, "verify", "--store", store, "--expected", room("room002")); code != 0 || !strings.Contains(out, "mismatches=0") {
-		t.Errorf("verify of the sound room: exit %d\n%s", code, out)
+	if code != 2 || !strings.Contains(out, fmt.Sprintf("replay: rooms=%d rooms_failed=0 ", rooms)) || !strings.Contains(out, fmt.Sprintf(" cyclic=%d ", total)) {
+		t.Fatalf("replay: exit %d (want 2, rooms=%d rooms_failed=0 cyclic=%d)\n%s", code, rooms, total, lastLines(out, 20))
 	}
-	if out, code := run(t, "repack", "--store", store); code != 0 || !strings.Contains(out, "rooms=2") {
-		t.Errorf("repack: exit %d (want 0, both rooms)\n%s", code, out)
+	t.Logf("replay: exit %d\n%s", code, lastLines(out, 9))
+	problems := 0
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(l, "problem room=") {
+			continue
+		}
+		problems++
+		roomID, _, _ := strings.Cut(strings.TrimPrefix(l, "problem room="), ": ")
+		n, ok := cyclic[roomID]
+		if !ok {
+			t.Errorf("replay: a problem in a room that is not hostile: %s", l)
+		} else if !strings.Contains(l, fmt.Sprintf("%d events left out as outliers", n)) || !strings.Contains(l, "-"+strings.TrimPrefix(strings.Split(roomID, ":")[0], "!")+":server1.test") {
+			t.Errorf("replay: problem line for %s does not name its %d events: %s", roomID, n, l)
+		}
 	}
+	if problems != len(cyclic) {
+		t.Errorf("replay: %d problem lines, want one per hostile room (%d)\n%s", problems, len(cyclic), lastLines(out, 20))
+	}
+	verify := func(when string) {
+		t.Helper()
+		out, code := run(t, "verify", "--store", store, "--expected", real)
+		t.Logf("verify %s: exit %d\n%s", when, code, lastLines(out, 1))
+		if code != 0 || !strings.Contains(out, "compared_room_dirs=190 ") || !strings.Contains(out, " mismatches=0 problems=0 ") || !strings.Contains(out, "unreplayed=0 ") {
+			t.Errorf("verify --expected testrooms/real %s: exit %d (want 0, 190 rooms compared, 0 mismatches)\n%s", when, code, lastLines(out, 10))
+		}
+	}
+	verify("after replay")
+	out, code = run(t, "repack", "--store", store)
+	t.Logf("repack: exit %d\n%s", code, lastLines(out, 2))
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("rooms=%d ", rooms)) {
+		t.Errorf("repack: exit %d (want 0, %d rooms)\n%s", code, rooms, lastLines(out, 10))
+	}
+	verify("after repack")
+}
+
+// lastLines returns the last n lines of out.
+func lastLines(out string, n int) string {
+	ls := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	return strings.Join(ls[max(0, len(ls)-n):], "\n")
 }
 
 // TestCLIImportRefusalsDominate: when more PDUs are refused than stored, import
