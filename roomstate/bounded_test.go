@@ -103,4 +103,26 @@ func TestImportWrappedArray(t *testing.T) {
 		require.Contains(t, r.Error(), `an array of events under "chunk"`)
 	}
 	require.Contains(t, res.Refused[2].Error(), "no type")
+
+	// A real export's wrapper is longer than a line may be: still named, from the
+	// line's head, without the line being read whole.
+	var all []string
+	for len(strings.Join(all, ",")) <= roomstate.MaxLineBytes {
+		all = append(all, lines...)
+	}
+	for _, key := range []string{"chunk", "pdus"} {
+		in := " {\"" + key + "\": [" + strings.Join(all, ",") + "]}\n"
+		res, err := st.Import(strings.NewReader(in), "wrapped-long", roomstate.ImportOptions{KeepGoing: true})
+		require.NoError(t, err)
+		require.Len(t, res.Refused, 1)
+		require.ErrorIs(t, res.Refused[0], roomstate.ErrTooLarge)
+		require.Contains(t, res.Refused[0].Error(), `it opens a JSON object holding an array under "`+key+`"`)
+		require.Contains(t, res.Refused[0].Error(), "jq -c '."+key+"[]'")
+	}
+	// An over-long PDU-like object names no wrapper.
+	in = `{"type":"m.room.message","content":{"body":"` + strings.Repeat("a", roomstate.MaxLineBytes) + `"}}` + "\n"
+	res, err = st.Import(strings.NewReader(in), "long-pdu", roomstate.ImportOptions{KeepGoing: true})
+	require.NoError(t, err)
+	require.Len(t, res.Refused, 1)
+	require.NotContains(t, res.Refused[0].Error(), "it opens a JSON object")
 }

@@ -348,8 +348,11 @@ func (imp *importer) run(in io.Reader) error {
 				return derr
 			}
 			imp.res.Read++
-			if perr := imp.refuse(&ImportError{Source: imp.source, Line: line,
-				Err: fmt.Errorf("%w: a line of %d bytes, over the %d bytes a line may hold (not read whole)", ErrTooLarge, over, MaxLineBytes)}); perr != nil {
+			lerr := fmt.Errorf("%w: a line of %d bytes, over the %d bytes a line may hold (not read whole)", ErrTooLarge, over, MaxLineBytes)
+			if key := wrapperKeyOfHead(b); key != "" {
+				lerr = fmt.Errorf("%w; it opens a JSON object holding an array under %q, not a PDU: import the array itself (jq -c '.%s[]' gives its PDUs as lines)", lerr, key, key)
+			}
+			if perr := imp.refuse(&ImportError{Source: imp.source, Line: line, Err: lerr}); perr != nil {
 				return perr
 			}
 			if err == io.EOF {
@@ -446,17 +449,50 @@ func readLine(br *bufio.Reader) (line []byte, over int, err error) {
 		n += len(chunk)
 		if n <= MaxLineBytes {
 			b = append(b, chunk...)
-		} else {
-			b = nil
+		} else if n == len(chunk) {
+			b = append(b[:0], chunk[:min(len(chunk), lineHeadBytes)]...) // the head is kept for the refusal's hint
+		} else if len(b) > lineHeadBytes {
+			b = b[:lineHeadBytes:lineHeadBytes]
 		}
 		if err == bufio.ErrBufferFull {
 			continue
 		}
 		if n > MaxLineBytes {
-			return nil, n, err
+			return b, n, err
 		}
 		return b, 0, err
 	}
+}
+
+// lineHeadBytes is how much of an over-long line readLine keeps: enough to see
+// whether it opens a JSON object wrapping an array of events.
+const lineHeadBytes = 256
+
+// wrapperKeyOfHead returns key when head, the start of a line, opens a JSON object
+// whose first member is key with an array value ({"chunk": [ ...), key not
+// "type"; otherwise "".
+func wrapperKeyOfHead(head []byte) string {
+	h := bytes.TrimLeft(head, " \t\r\n")
+	if !bytes.HasPrefix(h, []byte("{")) {
+		return ""
+	}
+	h = bytes.TrimLeft(h[1:], " \t\r\n")
+	if !bytes.HasPrefix(h, []byte(`"`)) {
+		return ""
+	}
+	end := bytes.IndexByte(h[1:], '"')
+	if end < 0 {
+		return ""
+	}
+	key := string(h[1 : 1+end])
+	rest := bytes.TrimLeft(h[2+end:], " \t\r\n")
+	if key == "type" || !bytes.HasPrefix(rest, []byte(":")) {
+		return ""
+	}
+	if !bytes.HasPrefix(bytes.TrimLeft(rest[1:], " \t\r\n"), []byte("[")) {
+		return ""
+	}
+	return key
 }
 
 func peekNonSpace(br *bufio.Reader) (byte, error) {
