@@ -68,8 +68,8 @@ func Resident(paths ...string) (int64, error) {
 	return n, nil
 }
 
-// ReadBytes returns this process's read_bytes from /proc/self/io: bytes it
-// caused to be read from storage, page-fault read-around included.
+// ReadBytes returns this process's read_bytes from /proc/self/io: the bytes the
+// kernel read from storage on its behalf, page-fault read-around included.
 func ReadBytes() (int64, error) {
 	b, err := os.ReadFile("/proc/self/io")
 	if err != nil {
