@@ -95,7 +95,7 @@ func AuthDifferenceOf(r *Resolver, maps []StateMap) ([]string, error) {
 	}
 	memo := &keyMemo{}
 	memo.reset(len(g.keys))
-	view := &resView{r: r, g: g, unconflicted: unconflictedByID(g, unconflicted), memo: memo}
+	view := &resView{g: g, upTo: r.upTo, unconflicted: unconflictedByID(g, unconflicted), memo: memo}
 	diff, err := authDifference(perState, view)
 	if err == nil {
 		err = view.err
@@ -147,8 +147,9 @@ func SetPDUCacheSize(n int) (restore func()) {
 	return func() { testPDUCache = old }
 }
 
-// unconflictedByID adapts an unconflicted state map answered by key and event ID
-// to resView's form (a key's event not in the auth index counts as none).
+// unconflictedByID turns a lookup of the unconflicted state map by key and event
+// ID into one by interned key and graph index; an event the graph does not hold
+// answers "none" (for tests over partial graphs).
 func unconflictedByID(g *graph, f func(Key) (string, bool, error)) func(int32) (int32, bool, error) {
 	return func(k int32) (int32, bool, error) {
 		id, found, err := f(g.keys[k])

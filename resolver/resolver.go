@@ -484,7 +484,7 @@ func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) ([]
 		return nil, err
 	}
 	r.keyMemo.reset(len(g.keys))
-	view := &resView{r: r, g: g, memo: &r.keyMemo, unconflicted: func(k int32) (int32, bool, error) {
+	view := &resView{g: g, upTo: r.upTo, memo: &r.keyMemo, unconflicted: func(k int32) (int32, bool, error) {
 		// The HAMT value is the event's record ID, which the auth index maps to
 		// the event without going through its ID string (in a 1M-event replay
 		// unconflictedOf took 29.7 s of CPU samples through Resolver.lookup and
@@ -646,8 +646,10 @@ func (r *Resolver) StateKeyOf(eventID string) (Key, bool, error) {
 // histories, which grow with the room. Same-key ancestry is answered by jump
 // pointers (graph.sameKeyAncestor) in O(log lineage).
 type resView struct {
-	r *Resolver
 	g *graph
+	// upTo is the replay position auth children are restricted to (graph.childHandles;
+	// ignored when the graph has no replay positions).
+	upTo int32
 	// unconflicted returns the unconflicted state event (graph index) of a key
 	// (graph.keys index), if the unconflicted state map has the key.
 	unconflicted func(k int32) (int32, bool, error)
@@ -727,7 +729,7 @@ func (v *resView) AuthChildrenOf(h int32) []int32 {
 	if u, ok := v.unconflictedOf(h); ok && u != h && v.g.sameKeyAncestor(h, u) {
 		return []int32{u}
 	}
-	return v.g.childHandles(h, v.r.upTo)
+	return v.g.childHandles(h, v.upTo)
 }
 
 // Len implements AuthIndex: the room's events.

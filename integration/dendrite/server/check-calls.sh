@@ -11,6 +11,8 @@ set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: check-calls.sh SRC" >&2; exit 2; }
 GO=${GO:-go}
 SRC=$(cd "$1" && pwd)
+# On a fresh machine the module is not in the cache until something downloads it.
+(cd "$SRC" && $GO mod download github.com/matrix-org/gomatrixserverlib)
 GMSL=$(cd "$SRC" && $GO list -m -f '{{.Dir}}' github.com/matrix-org/gomatrixserverlib)
 [ -d "$GMSL" ] || { echo "check-calls.sh: gomatrixserverlib's source is not in the module cache ($GMSL)" >&2; exit 1; }
 funcs=$(grep -hoE '^func (Resolve[A-Za-z0-9_]*|Allowed)\(' "$GMSL"/*.go | sed 's/^func //; s/($//' | sort -u | paste -sd'|')
