@@ -58,6 +58,11 @@ type Store struct {
 	seqs    *lru.Cache[roomRoot, types.StateSnapshotNID]
 	entries *lru.Cache[types.StateSnapshotNID, []types.EventNID]
 	deltas  deltaTable
+
+	// eventsDB is the roomserver database EventRows reads (SetEventsDB), of
+	// SQLite when eventsSQLite.
+	eventsDB     *sql.DB
+	eventsSQLite bool
 }
 
 // records is what the store reads and writes its records through: the packstore

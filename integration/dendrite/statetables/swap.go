@@ -131,6 +131,7 @@ func Swap(ctx context.Context, d *shared.Database, opts *config.DatabaseOptions)
 	if f := os.Getenv(EnvLog); f != "" {
 		logOpen(f, s)
 	}
+	s.SetEventsDB(d.DB, sqlite)
 	d.StateSnapshotTable = s
 	d.StateBlockTable = s
 	d.Purge = PurgeAfterSQL(d.Purge, d.DB, s)

@@ -1,0 +1,180 @@
+package statetables
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/matrix-org/dendrite/roomserver/types"
+	"github.com/mtxdb/mtxdb/hamtstore"
+)
+
+// What a state resolution reads of the store: the states after a room's prev
+// events as HAMT roots (a snapshot, plus the prev event's own entry), the keys on
+// which they differ (hamtstore.DiffN: subtrees the roots share are never opened),
+// and single entries of one of them. Nothing here loads a whole state.
+
+// ErrNoEventRows is returned by EventRows when the Store was not given the
+// roomserver database (Swap gives it; Open and OpenPostgres alone do not).
+var ErrNoEventRows = errors.New("statetables: no roomserver database to read event rows from")
+
+// stateAfter returns the HAMT root of the state after an event: the snapshot
+// before it, with the event's own entry when it is an accepted state event
+// (Dendrite's LoadCombinedStateAfterEvents). New nodes go to ov only. Snapshot
+// NID 0 is the empty state.
+func (s *Store) stateAfter(ctx context.Context, roomNID types.RoomNID, ov hamtstore.NodeStore, rd *hamtstore.Reader, st types.StateAtEvent) (hamtstore.NodeID, error) {
+	root := hamtstore.EmptyRoot
+	if st.BeforeStateSnapshotNID != 0 {
+		room, r, ok, err := s.locate(ctx, nil, st.BeforeStateSnapshotNID)
+		if err != nil {
+			return root, err
+		}
+		if !ok {
+			return root, types.MissingStateError(fmt.Sprintf("statetables: state snapshot NID %d missing from the mtxdb state store", st.BeforeStateSnapshotNID))
+		}
+		if room != roomNID {
+			return root, fmt.Errorf("statetables: state snapshot NID %d is of room NID %d, not %d", st.BeforeStateSnapshotNID, room, roomNID)
+		}
+		root = r
+	}
+	if st.IsStateEvent() && !st.IsRejected {
+		return hamtstore.Set(ov, rd, root, stateKey(st.StateKeyTuple), eventValue(st.EventNID))
+	}
+	return root, nil
+}
+
+// DiffStates returns the keys on which the states after the given events of a
+// room differ (a key missing from some state included), each with the event NID
+// every state gives it (0: absent), in the order of hamtstore.DiffN. Reads go
+// outside any Dendrite transaction: snapshots only an open transaction holds are
+// types.MissingStateError. Errors: that, a snapshot of another room, corrupt
+// records or nodes.
+func (s *Store) DiffStates(ctx context.Context, roomNID types.RoomNID, states []types.StateAtEvent) ([]types.StateKeyTuple, [][]types.EventNID, error) {
+	if err := checkRoom(roomNID); err != nil {
+		return nil, nil, err
+	}
+	ov := hamtstore.NewOverlay(nodeStore{eng: s.at(ctx, nil), coll: RoomCollection(roomNID)})
+	rd := hamtstore.NewReader(ov)
+	roots := make([]hamtstore.NodeID, len(states))
+	for i, st := range states {
+		var err error
+		if roots[i], err = s.stateAfter(ctx, roomNID, ov, rd, st); err != nil {
+			return nil, nil, err
+		}
+	}
+	var keys []types.StateKeyTuple
+	var events [][]types.EventNID
+	err := rd.DiffN(roots, func(key []byte, vals []*hamtstore.Value) error {
+		t, err := parseStateKey(key)
+		if err != nil {
+			return err
+		}
+		evs := make([]types.EventNID, len(vals))
+		for i, v := range vals {
+			if v != nil {
+				if evs[i], err = valueEvent(*v); err != nil {
+					return err
+				}
+			}
+		}
+		keys, events = append(keys, t), append(events, evs)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("statetables: room NID %d: diff of %d states: %w", roomNID, len(states), err)
+	}
+	return keys, events, nil
+}
+
+// LookupState returns the event NIDs the state after an event of a room gives
+// keys (0: absent), one HAMT lookup per key. Errors as DiffStates.
+func (s *Store) LookupState(ctx context.Context, roomNID types.RoomNID, state types.StateAtEvent, keys []types.StateKeyTuple) ([]types.EventNID, error) {
+	if err := checkRoom(roomNID); err != nil {
+		return nil, err
+	}
+	ov := hamtstore.NewOverlay(nodeStore{eng: s.at(ctx, nil), coll: RoomCollection(roomNID)})
+	rd := hamtstore.NewReader(ov)
+	root, err := s.stateAfter(ctx, roomNID, ov, rd, state)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]types.EventNID, len(keys))
+	for i, k := range keys {
+		v, ok, err := rd.Get(root, stateKey(k))
+		if err != nil {
+			return nil, fmt.Errorf("statetables: room NID %d: state lookup: %w", roomNID, err)
+		}
+		if ok {
+			if out[i], err = valueEvent(v); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// EventRow is one event of a room as roomserver_events holds it, with its type and
+// state key spelt out: what an auth graph needs, no event JSON.
+type EventRow struct {
+	EventNID    types.EventNID
+	EventID     string
+	EventType   string
+	TypeNID     types.EventTypeNID
+	StateKeyNID types.EventStateKeyNID // 0 for an event that is not a state event
+	StateKey    string
+	AuthNIDs    []types.EventNID
+}
+
+// eventRowsSQL selects a room's events above an event NID, oldest first, from
+// Dendrite v0.13.8's roomserver tables (roomserver/storage/{sqlite3,postgres}:
+// events, event_types, event_state_keys). auth_event_nids is a JSON array in
+// SQLite and a BIGINT[] in PostgreSQL, read as JSON text there.
+const eventRowsSQL = `SELECT e.event_nid, e.event_id, t.event_type, e.event_type_nid, e.event_state_key_nid,
+  COALESCE(k.event_state_key, ''), %s
+FROM roomserver_events e
+JOIN roomserver_event_types t ON t.event_type_nid = e.event_type_nid
+LEFT JOIN roomserver_event_state_keys k ON k.event_state_key_nid = e.event_state_key_nid
+WHERE e.room_nid = $1 AND e.event_nid > $2 ORDER BY e.event_nid`
+
+// EventRows returns the events of a room above an event NID from the
+// roomserver database, oldest first, read outside any Dendrite transaction (rows
+// an open transaction holds are not seen). Errors: ErrNoEventRows, the
+// database's, a malformed auth_event_nids (naming the event).
+func (s *Store) EventRows(ctx context.Context, roomNID types.RoomNID, after types.EventNID) ([]EventRow, error) {
+	if s.eventsDB == nil {
+		return nil, ErrNoEventRows
+	}
+	auth := "e.auth_event_nids"
+	if !s.eventsSQLite {
+		auth = "array_to_json(e.auth_event_nids)::text"
+	}
+	rows, err := s.eventsDB.QueryContext(ctx, fmt.Sprintf(eventRowsSQL, auth), int64(roomNID), int64(after))
+	if err != nil {
+		return nil, fmt.Errorf("statetables: event rows of room NID %d: %w", roomNID, err)
+	}
+	defer rows.Close()
+	var out []EventRow
+	for rows.Next() {
+		var r EventRow
+		var authJSON sql.NullString
+		if err := rows.Scan(&r.EventNID, &r.EventID, &r.EventType, &r.TypeNID, &r.StateKeyNID, &r.StateKey, &authJSON); err != nil {
+			return nil, fmt.Errorf("statetables: event rows of room NID %d: %w", roomNID, err)
+		}
+		if authJSON.Valid && authJSON.String != "" {
+			if err := json.Unmarshal([]byte(authJSON.String), &r.AuthNIDs); err != nil {
+				return nil, fmt.Errorf("statetables: event %s (NID %d): auth_event_nids %q: %w", r.EventID, r.EventNID, authJSON.String, err)
+			}
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("statetables: event rows of room NID %d: %w", roomNID, err)
+	}
+	return out, nil
+}
+
+// SetEventsDB gives the Store the roomserver database EventRows reads (Swap
+// calls it; sqlite tells the dialect).
+func (s *Store) SetEventsDB(db *sql.DB, sqlite bool) { s.eventsDB, s.eventsSQLite = db, sqlite }
