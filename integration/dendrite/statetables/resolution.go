@@ -3,12 +3,12 @@ package statetables
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/matrix-org/dendrite/roomserver/types"
 	"github.com/mtxdb/mtxdb/hamtstore"
+	"github.com/mtxdb/mtxdb/integration/dendrite/statetables/eventrows"
 )
 
 // What a state resolution reads of the store: the states after a room's prev
@@ -115,64 +115,14 @@ func (s *Store) LookupState(ctx context.Context, roomNID types.RoomNID, state ty
 	return out, nil
 }
 
-// EventRow is one event of a room as roomserver_events holds it, with its type and
-// state key spelt out: what an auth graph needs, no event JSON.
-type EventRow struct {
-	EventNID    types.EventNID
-	EventID     string
-	EventType   string
-	TypeNID     types.EventTypeNID
-	StateKeyNID types.EventStateKeyNID // 0 for an event that is not a state event
-	StateKey    string
-	AuthNIDs    []types.EventNID
-}
-
-// eventRowsSQL selects a room's events above an event NID, oldest first, from
-// Dendrite v0.13.8's roomserver tables (roomserver/storage/{sqlite3,postgres}:
-// events, event_types, event_state_keys). auth_event_nids is a JSON array in
-// SQLite and a BIGINT[] in PostgreSQL, read as JSON text there.
-const eventRowsSQL = `SELECT e.event_nid, e.event_id, t.event_type, e.event_type_nid, e.event_state_key_nid,
-  COALESCE(k.event_state_key, ''), %s
-FROM roomserver_events e
-JOIN roomserver_event_types t ON t.event_type_nid = e.event_type_nid
-LEFT JOIN roomserver_event_state_keys k ON k.event_state_key_nid = e.event_state_key_nid
-WHERE e.room_nid = $1 AND e.event_nid > $2 ORDER BY e.event_nid`
-
 // EventRows returns the events of a room above an event NID from the
-// roomserver database, oldest first, read outside any Dendrite transaction (rows
-// an open transaction holds are not seen). Errors: ErrNoEventRows, the
-// database's, a malformed auth_event_nids (naming the event).
-func (s *Store) EventRows(ctx context.Context, roomNID types.RoomNID, after types.EventNID) ([]EventRow, error) {
+// roomserver database Swap gave the Store (eventrows.Read), oldest first.
+// Errors: ErrNoEventRows, and eventrows.Read's.
+func (s *Store) EventRows(ctx context.Context, roomNID types.RoomNID, after types.EventNID) ([]eventrows.EventRow, error) {
 	if s.eventsDB == nil {
 		return nil, ErrNoEventRows
 	}
-	auth := "e.auth_event_nids"
-	if !s.eventsSQLite {
-		auth = "array_to_json(e.auth_event_nids)::text"
-	}
-	rows, err := s.eventsDB.QueryContext(ctx, fmt.Sprintf(eventRowsSQL, auth), int64(roomNID), int64(after))
-	if err != nil {
-		return nil, fmt.Errorf("statetables: event rows of room NID %d: %w", roomNID, err)
-	}
-	defer rows.Close()
-	var out []EventRow
-	for rows.Next() {
-		var r EventRow
-		var authJSON sql.NullString
-		if err := rows.Scan(&r.EventNID, &r.EventID, &r.EventType, &r.TypeNID, &r.StateKeyNID, &r.StateKey, &authJSON); err != nil {
-			return nil, fmt.Errorf("statetables: event rows of room NID %d: %w", roomNID, err)
-		}
-		if authJSON.Valid && authJSON.String != "" {
-			if err := json.Unmarshal([]byte(authJSON.String), &r.AuthNIDs); err != nil {
-				return nil, fmt.Errorf("statetables: event %s (NID %d): auth_event_nids %q: %w", r.EventID, r.EventNID, authJSON.String, err)
-			}
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("statetables: event rows of room NID %d: %w", roomNID, err)
-	}
-	return out, nil
+	return eventrows.Read(ctx, s.eventsDB, s.eventsSQLite, roomNID, after)
 }
 
 // SetEventsDB gives the Store the roomserver database EventRows reads (Swap
