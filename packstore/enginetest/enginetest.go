@@ -22,8 +22,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/mtxdb/mtxdb/internal/testseed"
 	"github.com/mtxdb/mtxdb/packstore"
 )
 
@@ -436,10 +436,7 @@ func (m model) verify(t *testing.T, e Engine, seed uint64, step int) {
 // runModel applies random operations to the engine and to a model and compares
 // them after every read and at the end.
 func runModel(t *testing.T, open Open, reopen Reopen) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
+	seed := testseed.Seed(t, "enginetest.seed", *seedFlag, "")
 	steps := 1500
 	if testing.Short() {
 		steps = 300
@@ -447,7 +444,7 @@ func runModel(t *testing.T, open Open, reopen Reopen) {
 	if *stepsFlag > 0 {
 		steps = *stepsFlag
 	}
-	t.Logf("seed %d (-enginetest.seed=%d to repeat), %d steps", seed, seed, steps)
+	t.Logf("%d steps (-enginetest.steps)", steps)
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	mr := &modelRun{t: t, e: open(t), m: model{}, r: r, seed: seed, colls: make([]ID, 5)}
 	for i := range mr.colls {
