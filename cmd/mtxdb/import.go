@@ -160,8 +160,8 @@ type importRun struct {
 	fresh, emptyBefore, removeStore bool
 	touched                         map[string]bool        // rooms of the PDUs read, by ID
 	all                             roomstate.ImportResult // summed over every input; Refused unused
-	refused                         int
-	malformedOnly                   bool // every refusal so far is of input that is not a PDU
+	refused                         int                    // PDUs refused, over every input
+	malformedOnly                   bool                   // every refusal so far is of input that is not a PDU
 	tally                           refusalTally
 	dominated                       bool // more PDUs refused than stored: exit 2
 }
