@@ -77,6 +77,8 @@ func check(r rec, got []byte, what string) error {
 	return nil
 }
 
+// runCell measures one cell in phases, each on the store the one before left:
+// bulkWrite, coldReopen, coldGets, getMany, warmGets, warmReopen, appends.
 func runCell(p Params) (res Result, err error) {
 	res.Params = p
 	res.Settings = engineSettings[p.Engine]
@@ -93,30 +95,59 @@ func runCell(p Params) (res Result, err error) {
 	if err := e.Open(p.Dir, p.Colls); err != nil {
 		return res, fmt.Errorf("open: %w", err)
 	}
+	c := &cellRun{p: p, e: e, res: &res, n: n}
+	if err := c.bulkWrite(); err != nil {
+		return res, err
+	}
+	c.rng = rand.New(rand.NewPCG(p.Seed^0x9e3779b97f4a7c15, 1))
+	c.first = recordAt(p.Seed, c.rng.IntN(n), p.Colls)
+	for _, phase := range []func() error{c.coldReopen, c.coldGets, c.getMany, c.warmGets, c.warmReopen, c.appends} {
+		if err := phase(); err != nil {
+			return res, err
+		}
+	}
+	return res, e.Close()
+}
 
-	// 1. Bulk durable write: batches of p.Batch records, fsync per batch.
+// cellRun is one cell's run: its parameters, its engine, the result being filled
+// in, and what the phases share.
+type cellRun struct {
+	p     Params
+	e     Engine
+	res   *Result
+	n     int        // records of the bulk write
+	batch []rec      // the write batch, reused
+	rng   *rand.Rand // picks the records read, after the bulk write
+	first rec        // the record the reopens read first
+}
+
+// bulkWrite is phase 1, the bulk durable write: batches of p.Batch records,
+// fsync per batch (a CPU profile of it with p.Profile); then the close and the
+// disk usage.
+func (c *cellRun) bulkWrite() error {
+	p, e, res, n := c.p, c.e, c.res, c.n
 	var payload int64
 	var total time.Duration
-	batch := make([]rec, 0, p.Batch)
+	c.batch = make([]rec, 0, p.Batch)
 	cpu0 := cpuSeconds()
 	if p.Profile != "" {
 		f, err := os.Create(filepath.Join(p.Profile, fmt.Sprintf("bulk-%s-%d.pprof", p.Engine, p.Colls)))
 		if err != nil {
-			return res, err
+			return err
 		}
 		defer f.Close()
 		pprof.StartCPUProfile(f)
 	}
 	for i := 0; i < n; {
-		batch = batch[:0]
-		for ; i < n && len(batch) < p.Batch; i++ {
+		c.batch = c.batch[:0]
+		for ; i < n && len(c.batch) < p.Batch; i++ {
 			r := recordAt(p.Seed, i, p.Colls)
 			payload += int64(len(r.Data))
-			batch = append(batch, r)
+			c.batch = append(c.batch, r)
 		}
 		t := time.Now()
-		if err := e.Write(batch); err != nil {
-			return res, fmt.Errorf("bulk write: %w", err)
+		if err := e.Write(c.batch); err != nil {
+			return fmt.Errorf("bulk write: %w", err)
 		}
 		d := time.Since(t)
 		total += d
@@ -131,30 +162,33 @@ func runCell(p Params) (res Result, err error) {
 	res.BulkBatch = summarize(res.BulkBatchUs)
 	t := time.Now()
 	if err := e.Close(); err != nil {
-		return res, fmt.Errorf("close: %w", err)
+		return fmt.Errorf("close: %w", err)
 	}
 	res.CloseSeconds = time.Since(t).Seconds()
 	if d, ok := e.(interface{ Disk() (int64, int64, error) }); ok {
+		var err error
 		if res.DiskAlloc, res.DiskApparent, err = d.Disk(); err != nil {
-			return res, fmt.Errorf("disk: %w", err)
+			return fmt.Errorf("disk: %w", err)
 		}
 	} else {
 		res.DiskAlloc, res.DiskApparent = diskUsage(p.Dir)
 	}
+	return nil
+}
 
-	rng := rand.New(rand.NewPCG(p.Seed^0x9e3779b97f4a7c15, 1))
-	first := recordAt(p.Seed, rng.IntN(n), p.Colls)
-
-	// 2. Cold reopen: evict the files, open, time to the first successful read.
+// coldReopen is phase 2: evict the files, open, time to the first successful
+// read.
+func (c *cellRun) coldReopen() error {
+	p, e, res := c.p, c.e, c.res
 	if err := evict(e, p.Dir); err != nil {
-		return res, fmt.Errorf("evict: %w", err)
+		return fmt.Errorf("evict: %w", err)
 	}
 	r0, _ := procIO()
-	t = time.Now()
+	t := time.Now()
 	if err := e.Open(p.Dir, p.Colls); err != nil {
-		return res, fmt.Errorf("reopen: %w", err)
+		return fmt.Errorf("reopen: %w", err)
 	}
-	got, err := e.Get(first.Coll, first.ID)
+	got, err := e.Get(c.first.Coll, c.first.ID)
 	res.ReopenColdUs = us(time.Since(t))
 	r1, _ := procIO()
 	res.ReopenReadB = r1 - r0
@@ -162,21 +196,22 @@ func runCell(p Params) (res Result, err error) {
 		res.OpenReport = rp.Report()
 	}
 	if err != nil {
-		return res, fmt.Errorf("first read: %w", err)
+		return fmt.Errorf("first read: %w", err)
 	}
-	if err := check(first, got, "first read"); err != nil {
-		return res, err
-	}
+	return check(c.first, got, "first read")
+}
 
-	// 3. Cold point gets: distinct random records, right after the reopen,
-	// each after evicting the store's files from the page cache.
+// coldGets is phase 3, cold point gets: distinct random records, right after the
+// reopen, each after evicting the store's files from the page cache.
+func (c *cellRun) coldGets() error {
+	p, e, res := c.p, c.e, c.res
 	for k := 0; k < p.ColdGets; k++ {
-		r := recordAt(p.Seed, rng.IntN(n), p.Colls)
+		r := recordAt(p.Seed, c.rng.IntN(c.n), p.Colls)
 		// Evict before every get: with the device's read-ahead (8 MiB here)
 		// one faulting read can pull most of a small store into the cache.
 		// Pages the process has mapped and the engine's own caches stay.
 		if err := evict(e, p.Dir); err != nil {
-			return res, err
+			return err
 		}
 		b0, _ := procIO()
 		t := time.Now()
@@ -184,29 +219,33 @@ func runCell(p Params) (res Result, err error) {
 		d := time.Since(t)
 		b1, _ := procIO()
 		if err != nil {
-			return res, fmt.Errorf("cold get: %w", err)
+			return fmt.Errorf("cold get: %w", err)
 		}
 		res.ColdReadBytes += b1 - b0
 		if err := check(r, got, "cold get"); err != nil {
-			return res, err
+			return err
 		}
 		res.ColdGetUs = append(res.ColdGetUs, us(d))
 	}
 	res.ColdGet = summarize(res.ColdGetUs)
+	return nil
+}
 
-	// 4. Close, evict, warm-free reopen, then get_many of p.GetManyKeys keys of
-	// collection 0 (cold once, then warm repeats).
+// getMany is phase 4: close, evict, warm-free reopen, then get_many of
+// p.GetManyKeys keys of collection 0 (cold once, then warm repeats).
+func (c *cellRun) getMany() error {
+	p, e, res, n := c.p, c.e, c.res, c.n
 	if err := e.Close(); err != nil {
-		return res, err
+		return err
 	}
 	if err := evict(e, p.Dir); err != nil {
-		return res, err
+		return err
 	}
 	if err := e.Open(p.Dir, p.Colls); err != nil {
-		return res, err
+		return err
 	}
 	var many []rec
-	for i := rng.IntN(n); len(many) < p.GetManyKeys && len(many) < n; i = (i + 1) % n {
+	for i := c.rng.IntN(n); len(many) < p.GetManyKeys && len(many) < n; i = (i + 1) % n {
 		if r := recordAt(p.Seed, i, p.Colls); r.Coll == 0 {
 			many = append(many, r)
 		}
@@ -230,27 +269,31 @@ func runCell(p Params) (res Result, err error) {
 		}
 		return d, nil
 	}
-	r0, _ = procIO()
+	r0, _ := procIO()
 	d, err := getMany()
 	if err != nil {
-		return res, err
+		return err
 	}
-	r1, _ = procIO()
+	r1, _ := procIO()
 	res.ColdGetManyUs, res.ColdGMBytes = us(d), r1-r0
 	for k := 0; k < p.GetManyReps; k++ {
 		d, err := getMany()
 		if err != nil {
-			return res, err
+			return err
 		}
 		res.WarmGetManyUs = append(res.WarmGetManyUs, us(d))
 	}
 	res.WarmGetMany = summarize(res.WarmGetManyUs)
+	return nil
+}
 
-	// 5. Warm point gets: p.WarmGets random records, one untimed pass to load
-	// them, then five timed passes (mean ns per get of each).
+// warmGets is phase 5, warm point gets: p.WarmGets random records, one untimed
+// pass to load them, then five timed passes (mean ns per get of each).
+func (c *cellRun) warmGets() error {
+	p, e, res := c.p, c.e, c.res
 	warm := make([]rec, p.WarmGets)
 	for k := range warm {
-		r := recordAt(p.Seed, rng.IntN(n), p.Colls)
+		r := recordAt(p.Seed, c.rng.IntN(c.n), p.Colls)
 		r.Data = nil
 		warm[k] = r
 	}
@@ -258,7 +301,7 @@ func runCell(p Params) (res Result, err error) {
 		t := time.Now()
 		for _, r := range warm {
 			if _, err := e.Get(r.Coll, r.ID); err != nil {
-				return res, fmt.Errorf("warm get: %w", err)
+				return fmt.Errorf("warm get: %w", err)
 			}
 		}
 		if pass > 0 {
@@ -266,32 +309,42 @@ func runCell(p Params) (res Result, err error) {
 		}
 	}
 	res.WarmGetNs = summarize(res.WarmGetNsPass).P50
+	return nil
+}
 
-	// 6. Warm reopen (files in the page cache).
+// warmReopen is phase 6: close and reopen with the files in the page cache, time
+// to the first read.
+func (c *cellRun) warmReopen() error {
+	p, e := c.p, c.e
 	if err := e.Close(); err != nil {
-		return res, err
+		return err
 	}
-	t = time.Now()
+	t := time.Now()
 	if err := e.Open(p.Dir, p.Colls); err != nil {
-		return res, err
+		return err
 	}
-	if _, err := e.Get(first.Coll, first.ID); err != nil {
-		return res, err
+	if _, err := e.Get(c.first.Coll, c.first.ID); err != nil {
+		return err
 	}
-	res.ReopenWarmUs = us(time.Since(t))
+	c.res.ReopenWarmUs = us(time.Since(t))
+	return nil
+}
 
-	// 7. Appends after the reopen: the first batch, then steady batches of
-	// p.AppendBatch new records, each durable.
-	next := n
+// appends is phase 7, appends after the reopen: the first batch, then steady
+// batches of p.AppendBatch new records, each durable; the last record is read
+// back.
+func (c *cellRun) appends() error {
+	p, e, res := c.p, c.e, c.res
+	next := c.n
 	for k := 0; k <= p.AppendBatches; k++ {
-		batch = batch[:0]
+		c.batch = c.batch[:0]
 		for j := 0; j < p.AppendBatch; j++ {
-			batch = append(batch, recordAt(p.Seed, next, p.Colls))
+			c.batch = append(c.batch, recordAt(p.Seed, next, p.Colls))
 			next++
 		}
 		t := time.Now()
-		if err := e.Write(batch); err != nil {
-			return res, fmt.Errorf("append: %w", err)
+		if err := e.Write(c.batch); err != nil {
+			return fmt.Errorf("append: %w", err)
 		}
 		d := us(time.Since(t))
 		if k == 0 {
@@ -301,15 +354,12 @@ func runCell(p Params) (res Result, err error) {
 		}
 	}
 	res.Append = summarize(res.AppendUs)
-	last := batch[len(batch)-1]
-	got, err = e.Get(last.Coll, last.ID)
+	last := c.batch[len(c.batch)-1]
+	got, err := e.Get(last.Coll, last.ID)
 	if err != nil {
-		return res, fmt.Errorf("read after append: %w", err)
+		return fmt.Errorf("read after append: %w", err)
 	}
-	if err := check(last, got, "read after append"); err != nil {
-		return res, err
-	}
-	return res, e.Close()
+	return check(last, got, "read after append")
 }
 
 // evict drops the store from every cache the cold measurements must miss: the

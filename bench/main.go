@@ -58,65 +58,95 @@ type Machine struct {
 	DataDir    string `json:"data_dir"`
 }
 
-func main() {
-	var (
-		child      = flag.String("child", "", "internal: run one cell with these JSON params")
-		sizes      = flag.String("sizes", "64", "payload sizes in MB, comma-separated (e.g. 64,256,1024)")
-		reps       = flag.Int("reps", 1, "passes per shape; the engine order alternates between passes")
-		engines    = flag.String("engines", strings.Join(engineNames, ","), "engines to run")
-		collsFlag  = flag.String("colls", "1,32", "collection counts")
-		out        = flag.String("out", "../docs/bench", "output directory for JSON, Markdown and PNGs")
-		dataDir    = flag.String("dir", ".work", "data directory (the filesystem under test)")
-		seed       = flag.Uint64("seed", 1, "workload seed")
-		batch      = flag.Int("batch", 1000, "records per bulk batch (one fsync each)")
-		appBatch   = flag.Int("append-batch", 16, "records per steady append batch")
-		appBatches = flag.Int("append-batches", 500, "steady append batches (after the first)")
-		coldGets   = flag.Int("cold-gets", 200, "cold point gets after the evicted reopen")
-		warmGets   = flag.Int("warm-gets", 2000, "distinct keys of the warm point-get passes")
-		gmKeys     = flag.Int("get-many", 1000, "keys per get_many")
-		gmReps     = flag.Int("get-many-reps", 10, "warm get_many repeats")
-		profile    = flag.String("profile", "", "write a CPU profile of each cell's bulk write into this directory")
-		timeout    = flag.Duration("timeout", 15*time.Minute, "per-cell timeout")
-		report     = flag.String("report", "", "rewrite the Markdown table and plots of this results JSON under -out, running nothing")
-	)
-	flag.Parse()
-	if *report != "" {
-		b, err := os.ReadFile(*report)
-		if err != nil {
-			fatal(err)
-		}
-		var run Run
-		if err := json.Unmarshal(b, &run); err != nil {
-			fatal(fmt.Errorf("%s: %w", *report, err))
-		}
-		if err := writeOutputs(*out, &run); err != nil {
-			fatal(err)
-		}
-		return
-	}
-	if *child != "" {
-		var w struct {
-			Params
-			Dir string `json:"dir"`
-		}
-		if err := json.Unmarshal([]byte(*child), &w); err != nil {
-			fatal(err)
-		}
-		p := w.Params
-		p.Dir = w.Dir
-		res, err := runCell(p)
-		if err != nil {
-			res.Error = err.Error()
-		}
-		json.NewEncoder(os.Stdout).Encode(res)
-		return
-	}
+// flags are the command's flags.
+type flags struct {
+	child, sizes, engines, colls, out, dataDir, profile, report string
+	reps, batch, appBatch, appBatches, coldGets, warmGets       int
+	gmKeys, gmReps                                              int
+	seed                                                        uint64
+	timeout                                                     time.Duration
+}
 
-	abs, _ := filepath.Abs(*dataDir)
+// parseFlags parses the command line.
+func parseFlags() *flags {
+	f := &flags{}
+	flag.StringVar(&f.child, "child", "", "internal: run one cell with these JSON params")
+	flag.StringVar(&f.sizes, "sizes", "64", "payload sizes in MB, comma-separated (e.g. 64,256,1024)")
+	flag.IntVar(&f.reps, "reps", 1, "passes per shape; the engine order alternates between passes")
+	flag.StringVar(&f.engines, "engines", strings.Join(engineNames, ","), "engines to run")
+	flag.StringVar(&f.colls, "colls", "1,32", "collection counts")
+	flag.StringVar(&f.out, "out", "../docs/bench", "output directory for JSON, Markdown and PNGs")
+	flag.StringVar(&f.dataDir, "dir", ".work", "data directory (the filesystem under test)")
+	flag.Uint64Var(&f.seed, "seed", 1, "workload seed")
+	flag.IntVar(&f.batch, "batch", 1000, "records per bulk batch (one fsync each)")
+	flag.IntVar(&f.appBatch, "append-batch", 16, "records per steady append batch")
+	flag.IntVar(&f.appBatches, "append-batches", 500, "steady append batches (after the first)")
+	flag.IntVar(&f.coldGets, "cold-gets", 200, "cold point gets after the evicted reopen")
+	flag.IntVar(&f.warmGets, "warm-gets", 2000, "distinct keys of the warm point-get passes")
+	flag.IntVar(&f.gmKeys, "get-many", 1000, "keys per get_many")
+	flag.IntVar(&f.gmReps, "get-many-reps", 10, "warm get_many repeats")
+	flag.StringVar(&f.profile, "profile", "", "write a CPU profile of each cell's bulk write into this directory")
+	flag.DurationVar(&f.timeout, "timeout", 15*time.Minute, "per-cell timeout")
+	flag.StringVar(&f.report, "report", "", "rewrite the Markdown table and plots of this results JSON under -out, running nothing")
+	flag.Parse()
+	return f
+}
+
+func main() {
+	f := parseFlags()
+	switch {
+	case f.report != "":
+		rewriteReport(f.report, f.out)
+	case f.child != "":
+		childCell(f.child)
+	default:
+		runAll(f)
+	}
+}
+
+// rewriteReport writes the Markdown table and plots of the results JSON report
+// under out.
+func rewriteReport(report, out string) {
+	b, err := os.ReadFile(report)
+	if err != nil {
+		fatal(err)
+	}
+	var run Run
+	if err := json.Unmarshal(b, &run); err != nil {
+		fatal(fmt.Errorf("%s: %w", report, err))
+	}
+	if err := writeOutputs(out, &run); err != nil {
+		fatal(err)
+	}
+}
+
+// childCell runs the cell whose JSON params the parent passed (runChild) and
+// writes its Result, with the error in it, as JSON to standard output.
+func childCell(params string) {
+	var w struct {
+		Params
+		Dir string `json:"dir"`
+	}
+	if err := json.Unmarshal([]byte(params), &w); err != nil {
+		fatal(err)
+	}
+	p := w.Params
+	p.Dir = w.Dir
+	res, err := runCell(p)
+	if err != nil {
+		res.Error = err.Error()
+	}
+	json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// runAll measures every size, shape and engine the flags name and writes the
+// JSON, the Markdown table and the plots.
+func runAll(f *flags) {
+	abs, _ := filepath.Abs(f.dataDir)
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		fatal(err)
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
 		fatal(err)
 	}
 	run := Run{Started: time.Now().UTC().Format(time.RFC3339), Machine: machine(abs), Settings: engineSettings}
@@ -124,71 +154,77 @@ func main() {
 		"record_sizes":         "20% 64..255 B, 60% 256..767 B, 20% 768..1023 B (HAMT-node-like mix)",
 		"compressible_pct":     CompressiblePct,
 		"keys":                 "16-byte random record IDs; 16-byte collection IDs (prefix for pebble/badger)",
-		"bulk_batch_records":   *batch,
-		"append_batch_records": *appBatch,
-		"append_batches":       *appBatches,
+		"bulk_batch_records":   f.batch,
+		"append_batch_records": f.appBatch,
+		"append_batches":       f.appBatches,
 		"durability":           "fsync (or the engine's durable commit) once per batch",
-		"seed":                 *seed,
+		"seed":                 f.seed,
 	}
-	run.Zstd, run.Workload["mean_record_bytes"] = zstdRatio(*seed, 20000)
+	run.Zstd, run.Workload["mean_record_bytes"] = zstdRatio(f.seed, 20000)
 	fmt.Fprintf(os.Stderr, "machine: %d x %s, %s, load %s\n", run.Machine.NumCPU, run.Machine.CPUModel, run.Machine.Filesystem, run.Machine.LoadBefore)
 	fmt.Fprintf(os.Stderr, "workload: mean record %.0f B, zstd ratio of a 20k-record sample %.2f\n", run.Workload["mean_record_bytes"], run.Zstd)
-
 	var collsList []int
-	for _, s := range strings.Split(*collsFlag, ",") {
+	for _, s := range strings.Split(f.colls, ",") {
 		c, err := strconv.Atoi(s)
 		if err != nil {
 			fatal(err)
 		}
 		collsList = append(collsList, c)
 	}
-	names := strings.Split(*engines, ",")
-	for _, s := range strings.Split(*sizes, ",") {
+	for _, s := range strings.Split(f.sizes, ",") {
 		mb, err := strconv.Atoi(s)
 		if err != nil {
 			fatal(err)
 		}
-		sr := SizeRun{PayloadMB: mb}
-		lim, err := measureLimits(abs, "before", max(int64(mb)<<20, 64<<20), 2000)
-		if err != nil {
-			fatal(fmt.Errorf("limits: %w", err))
-		}
-		sr.Limits = append(sr.Limits, lim)
-		logLimits(lim)
-		pass := 0
-		for rep := 0; rep < *reps; rep++ {
-			for _, colls := range collsList {
-				order := slices.Clone(names)
-				if pass%2 == 1 {
-					slices.Reverse(order)
-				}
-				pass++
-				for _, name := range order {
-					p := Params{Engine: name, Colls: colls, PayloadBytes: int64(mb) << 20, Seed: *seed,
-						Batch: *batch, AppendBatch: *appBatch, AppendBatches: *appBatches,
-						ColdGets: *coldGets, WarmGets: *warmGets, GetManyKeys: *gmKeys, GetManyReps: *gmReps, Profile: *profile,
-						Dir: filepath.Join(abs, fmt.Sprintf("%s-%d-%dMB", name, colls, mb))}
-					res := runChild(p, *timeout)
-					sr.Order = append(sr.Order, fmt.Sprintf("%s/%d", name, colls))
-					sr.Results = append(sr.Results, res)
-					logResult(res)
-					os.RemoveAll(p.Dir)
-				}
-			}
-		}
-		lim, err = measureLimits(abs, "after", max(int64(mb)<<20, 64<<20), 2000)
-		if err != nil {
-			fatal(fmt.Errorf("limits: %w", err))
-		}
-		sr.Limits = append(sr.Limits, lim)
-		logLimits(lim)
-		run.Sizes = append(run.Sizes, sr)
+		run.Sizes = append(run.Sizes, runSize(f, abs, mb, collsList))
 	}
 	run.Machine.LoadAfter = loadavg()
 	run.Finished = time.Now().UTC().Format(time.RFC3339)
-	if err := writeOutputs(*out, &run); err != nil {
+	if err := writeOutputs(f.out, &run); err != nil {
 		fatal(err)
 	}
+}
+
+// runSize measures one payload size of mb MB: the filesystem's limits, every
+// engine with each collection count (the engine order reversed every other
+// pass), f.reps passes, then the limits again.
+func runSize(f *flags, abs string, mb int, collsList []int) SizeRun {
+	sr := SizeRun{PayloadMB: mb}
+	lim, err := measureLimits(abs, "before", max(int64(mb)<<20, 64<<20), 2000)
+	if err != nil {
+		fatal(fmt.Errorf("limits: %w", err))
+	}
+	sr.Limits = append(sr.Limits, lim)
+	logLimits(lim)
+	names := strings.Split(f.engines, ",")
+	pass := 0
+	for rep := 0; rep < f.reps; rep++ {
+		for _, colls := range collsList {
+			order := slices.Clone(names)
+			if pass%2 == 1 {
+				slices.Reverse(order)
+			}
+			pass++
+			for _, name := range order {
+				p := Params{Engine: name, Colls: colls, PayloadBytes: int64(mb) << 20, Seed: f.seed,
+					Batch: f.batch, AppendBatch: f.appBatch, AppendBatches: f.appBatches,
+					ColdGets: f.coldGets, WarmGets: f.warmGets, GetManyKeys: f.gmKeys, GetManyReps: f.gmReps, Profile: f.profile,
+					Dir: filepath.Join(abs, fmt.Sprintf("%s-%d-%dMB", name, colls, mb))}
+				res := runChild(p, f.timeout)
+				sr.Order = append(sr.Order, fmt.Sprintf("%s/%d", name, colls))
+				sr.Results = append(sr.Results, res)
+				logResult(res)
+				os.RemoveAll(p.Dir)
+			}
+		}
+	}
+	lim, err = measureLimits(abs, "after", max(int64(mb)<<20, 64<<20), 2000)
+	if err != nil {
+		fatal(fmt.Errorf("limits: %w", err))
+	}
+	sr.Limits = append(sr.Limits, lim)
+	logLimits(lim)
+	return sr
 }
 
 func fatal(err error) {

@@ -7,8 +7,7 @@ import (
 	"testing"
 )
 
-// Small assertion helpers, so that the module needs no dependency for its
-// tests.
+// Small assertion helpers: the module's tests use no assertion library.
 
 func msg(args []any) string {
 	if len(args) == 0 {

@@ -12,7 +12,8 @@ import (
 	"sort"
 	"strconv"
 	"testing"
-	"time"
+
+	"github.com/mtxdb/mtxdb/internal/testseed"
 )
 
 var (
@@ -23,17 +24,8 @@ var (
 // testSeed returns the seed to use and logs it so a failure can be replayed with
 // -hamt.seed=N (or HAMT_SEED=N).
 func testSeed(t testing.TB) uint64 {
-	seed := *flagSeed
-	if seed == 0 {
-		if s, err := strconv.ParseUint(os.Getenv("HAMT_SEED"), 10, 64); err == nil {
-			seed = s
-		}
-	}
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (replay with -hamt.seed=%d or HAMT_SEED=%d)", seed, seed, seed)
-	return seed
+	t.Helper()
+	return testseed.Seed(t, "hamt.seed", *flagSeed, "HAMT_SEED")
 }
 
 func testSteps(def int) int {

@@ -11,6 +11,7 @@ import (
 	"github.com/mtxdb/mtxdb/repackplan"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/roomstate/roomstatetest"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
@@ -25,9 +26,7 @@ func TestRealRoomsReplay(t *testing.T) {
 	require.Len(t, dirs, 190, "bundled real rooms")
 
 	storeDir := t.TempDir()
-	eng, err := packstore.Open(packstore.DefaultOptions(storeDir))
-	require.NoError(t, err)
-	st := roomstate.New(eng)
+	eng, st := roomstatetest.Open(t, storeDir)
 
 	exps := map[string][]*testrooms.Expected{}
 	events := 0
@@ -79,10 +78,8 @@ func TestRealRoomsReplay(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, eng.Close())
 
-	eng, err = packstore.Open(packstore.DefaultOptions(storeDir))
-	require.NoError(t, err)
-	defer eng.Close()
-	rooms, err = roomstate.New(eng).Rooms()
+	_, st = roomstatetest.Open(t, storeDir)
+	rooms, err = st.Rooms()
 	require.NoError(t, err)
 	compareAll("after repack and reopen", rooms)
 }

@@ -17,9 +17,9 @@ import (
 	"github.com/matrix-org/gomatrixserverlib/spec"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/roomstate/roomstatetest"
 	"github.com/mtxdb/mtxdb/testrooms"
 	"github.com/mtxdb/mtxdb/testrooms/gen"
 )
@@ -33,14 +33,6 @@ func importKeepGoing(t *testing.T, st *roomstate.Store, in, source string) rooms
 	return res
 }
 
-func openStore(t *testing.T) (*packstore.PackfileStorage, *roomstate.Store) {
-	t.Helper()
-	eng, err := packstore.Open(packstore.DefaultOptions(t.TempDir()))
-	require.NoError(t, err)
-	t.Cleanup(func() { eng.Close() })
-	return eng, roomstate.New(eng)
-}
-
 // TestRecipeRooms replays the two recipe rooms (testdata/recipes, source note in its
 // README): the state after every event equals the expected one, and every event has
 // the verdict names.tsv gives it: accepted, rejected by an authorization rule named
@@ -52,7 +44,7 @@ func TestRecipeRooms(t *testing.T) {
 			dir := filepath.Join("testdata", "recipes", name)
 			raw, err := os.ReadFile(filepath.Join(dir, "events.jsonl"))
 			require.NoError(t, err)
-			_, st := openStore(t)
+			_, st := roomstatetest.Open(t, t.TempDir())
 			res := importKeepGoing(t, st, string(raw), name)
 			rooms, err := st.Rooms()
 			require.NoError(t, err)
@@ -262,7 +254,7 @@ func TestAuthEventsFaultKinds(t *testing.T) {
 			last := c.add(alice, "m.room.name", ptr(""), map[string]any{"name": "after"}, nil)
 			good(last)
 
-			_, st := openStore(t)
+			_, st := roomstatetest.Open(t, t.TempDir())
 			importKeepGoing(t, st, strings.Join(other.lines, "\n"), "other")
 			res := importKeepGoing(t, st, strings.Join(c.lines, "\n"), "faults")
 			require.Len(t, res.Refused, 1, "%v", res.Refused)
@@ -360,7 +352,7 @@ func TestInvalidPDUKinds(t *testing.T) {
 	after := c.add(alice, "m.room.name", ptr(""), map[string]any{"name": "after"}, nil)
 	c.add(bob, "m.room.message", nil, msg("still here"), nil)
 
-	_, st := openStore(t)
+	_, st := roomstatetest.Open(t, t.TempDir())
 	res := importKeepGoing(t, st, strings.Join(c.lines, "\n"), "invalid.jsonl")
 	require.Len(t, res.Refused, len(refusals), "%v", res.Refused)
 	for i, want := range refusals {
@@ -398,7 +390,7 @@ func TestInvalidPDUKinds(t *testing.T) {
 		}
 	}
 	arr := "[" + strings.Join(valid, ",") + "," + c.lines[len(c.lines)-1][:40]
-	_, st2 := openStore(t)
+	_, st2 := roomstatetest.Open(t, t.TempDir())
 	res2 := importKeepGoing(t, st2, arr, "cut.json")
 	require.Len(t, res2.Refused, len(refusals)-1+1, "%v", res2.Refused) // all but the malformed line, plus the cut
 	require.ErrorIs(t, res2.Refused[len(res2.Refused)-1], roomstate.ErrMalformedPDU)
@@ -423,7 +415,7 @@ func TestSignaturesWithKeys(t *testing.T) {
 			raw, err := os.ReadFile(filepath.Join(dir, "events.jsonl"))
 			require.NoError(t, err)
 			keys := gen.KeyRing(opts)
-			_, st := openStore(t)
+			_, st := roomstatetest.Open(t, t.TempDir())
 			res, err := st.Import(strings.NewReader(string(raw)), "gen", roomstate.ImportOptions{KeepGoing: true, Keys: keys})
 			require.NoError(t, err)
 			require.Empty(t, res.Refused)
@@ -446,7 +438,7 @@ func TestSignaturesWithKeys(t *testing.T) {
 				flip = "B"
 			}
 			lines[len(lines)-1] = last[:i] + flip + last[i+1:]
-			_, st2 := openStore(t)
+			_, st2 := roomstatetest.Open(t, t.TempDir())
 			res, err = st2.Import(strings.NewReader(strings.Join(lines, "\n")), "gen", roomstate.ImportOptions{KeepGoing: true, Keys: keys})
 			require.NoError(t, err)
 			require.Len(t, res.Refused, 1)
@@ -455,7 +447,7 @@ func TestSignaturesWithKeys(t *testing.T) {
 
 			other := opts
 			other.KeySeed = 99
-			_, st3 := openStore(t)
+			_, st3 := roomstatetest.Open(t, t.TempDir())
 			res, err = st3.Import(strings.NewReader(string(raw)), "gen", roomstate.ImportOptions{KeepGoing: true, Keys: gen.KeyRing(other)})
 			require.NoError(t, err)
 			require.Zero(t, res.Imported)
@@ -476,7 +468,7 @@ func TestSignaturesWithKeys(t *testing.T) {
 		for _, s := range []string{"a.test", "b.test", "c.test"} {
 			keys[s] = map[gomatrixserverlib.KeyID]ed25519.PublicKey{"ed25519:1": pub}
 		}
-		_, st := openStore(t)
+		_, st := roomstatetest.Open(t, t.TempDir())
 		res, err := st.Import(strings.NewReader(strings.Join(c.lines, "\n")), "restricted", roomstate.ImportOptions{KeepGoing: true, Keys: keys})
 		require.NoError(t, err)
 		require.Len(t, res.Refused, 1, "%v", res.Refused)

@@ -8,7 +8,8 @@ import (
 	"os"
 	"strconv"
 	"testing"
-	"time"
+
+	"github.com/mtxdb/mtxdb/internal/testseed"
 )
 
 var longFlag = flag.Bool("packstore.long", false, "run the long versions of exhaustive tests (env PACKSTORE_LONG=1 also works)")
@@ -35,21 +36,7 @@ var seedFlag = flag.Uint64("packstore.seed", 0, "seed for randomized packstore t
 // failure can be replayed with -packstore.seed=N or PACKSTORE_SEED=N.
 func testSeed(t testing.TB) uint64 {
 	t.Helper()
-	seed := *seedFlag
-	if seed == 0 {
-		if v := os.Getenv("PACKSTORE_SEED"); v != "" {
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				t.Fatalf("PACKSTORE_SEED: %v", err)
-			}
-			seed = n
-		}
-	}
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (replay: go -C packstore test . -run '^%s$' -packstore.seed=%d)", seed, t.Name(), seed)
-	return seed
+	return testseed.Seed(t, "packstore.seed", *seedFlag, "PACKSTORE_SEED")
 }
 
 func randID(r *rand.Rand) ID {

@@ -2,7 +2,6 @@ package repackplan_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -12,8 +11,9 @@ import (
 
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/repackplan"
-	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/roomstate/roomstatetest"
+	"github.com/mtxdb/mtxdb/testrooms"
 	"github.com/mtxdb/mtxdb/testrooms/gen"
 )
 
@@ -59,17 +59,8 @@ func TestRepackAnswersUnchanged(t *testing.T) {
 		for _, kind := range repackplan.Kinds {
 			t.Run(rv+"/"+string(kind), func(t *testing.T) {
 				storeDir := t.TempDir()
-				eng, err := packstore.Open(packstore.DefaultOptions(storeDir))
-				require.NoError(t, err)
-				st := roomstate.New(eng)
-				f, err := os.Open(filepath.Join(dir, "events.jsonl"))
-				require.NoError(t, err)
-				res, err := st.Import(f, dir, roomstate.ImportOptions{})
-				f.Close()
-				require.NoError(t, err)
-				room, err := st.Room(res.Rooms[0])
-				require.NoError(t, err)
-				_, err = resolver.Replay(room, resolver.ReplayOptions{})
+				eng, _ := roomstatetest.Open(t, storeDir)
+				room, err := testrooms.ImportReplayed(eng, dir)
 				require.NoError(t, err)
 				before := answers(t, room)
 
@@ -79,10 +70,8 @@ func TestRepackAnswersUnchanged(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, eng.Close())
 
-				eng, err = packstore.Open(packstore.DefaultOptions(storeDir))
-				require.NoError(t, err)
-				defer eng.Close()
-				room, err = roomstate.New(eng).Room(res.Rooms[0])
+				_, st := roomstatetest.Open(t, storeDir)
+				room, err = st.Room(room.ID())
 				require.NoError(t, err)
 				require.Equal(t, before, answers(t, room))
 				_, err = room.Check()

@@ -17,6 +17,7 @@ import (
 	"github.com/mtxdb/mtxdb/repackplan"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/roomstate/roomstatetest"
 	"github.com/mtxdb/mtxdb/testrooms/gen"
 )
 
@@ -54,8 +55,7 @@ func importLines(t *testing.T, st *roomstate.Store, lines []string) (*roomstate.
 
 func openDir(t *testing.T, dir string) *packstore.PackfileStorage {
 	t.Helper()
-	eng, err := packstore.Open(packstore.DefaultOptions(dir))
-	require.NoError(t, err)
+	eng, _ := roomstatetest.Open(t, dir)
 	return eng
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/mtxdb/mtxdb/repackplan"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/roomstate/roomstatetest"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
@@ -39,9 +40,7 @@ func TestPlanCoversLiveRecordsOnce(t *testing.T) {
 	} {
 		name, kind := tc.room, tc.kind
 		t.Run(name+"/"+string(kind), func(t *testing.T) {
-			eng, err := packstore.Open(packstore.DefaultOptions(t.TempDir()))
-			require.NoError(t, err)
-			defer eng.Close()
+			eng, _ := roomstatetest.Open(t, t.TempDir())
 			room := importReplay(t, eng, name)
 
 			// A snapshot nobody references: garbage.
@@ -125,10 +124,7 @@ func TestPlanWithOutliers(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(testrooms.Dir(), "real", "room002", "events.jsonl"))
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	eng, err := packstore.Open(packstore.DefaultOptions(t.TempDir()))
-	require.NoError(t, err)
-	defer eng.Close()
-	st := roomstate.New(eng)
+	eng, st := roomstatetest.Open(t, t.TempDir())
 	res, err := st.Import(strings.NewReader(strings.Join(lines[40:], "\n")), "partial",
 		roomstate.ImportOptions{AnyOrder: true, RoomVersion: "10"})
 	require.NoError(t, err)

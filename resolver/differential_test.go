@@ -2,7 +2,6 @@ package resolver_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -19,21 +18,8 @@ import (
 // replayedRoom imports and replays one bundled room into a fresh in-memory store.
 func replayedRoom(t testing.TB, dir string) *roomstate.Room {
 	t.Helper()
-	st := roomstate.New(packstore.NewMemStorage())
-	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
+	room, err := testrooms.ImportReplayed(packstore.NewMemStorage(), dir)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	res, err := st.Import(f, dir, roomstate.ImportOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	room, err := st.Room(res.Rooms[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := resolver.Replay(room, resolver.ReplayOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return room

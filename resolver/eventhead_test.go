@@ -12,9 +12,9 @@ import (
 	"github.com/matrix-org/gomatrixserverlib/spec"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/roomstate/roomstatetest"
 	"github.com/mtxdb/mtxdb/testrooms"
 	"github.com/mtxdb/mtxdb/testrooms/gen"
 )
@@ -281,10 +281,7 @@ type replayed struct {
 
 func replayRecords(t *testing.T, dir string) replayed {
 	t.Helper()
-	eng, err := packstore.Open(packstore.DefaultOptions(t.TempDir()))
-	require.NoError(t, err)
-	defer eng.Close()
-	st := roomstate.New(eng)
+	_, st := roomstatetest.Open(t, t.TempDir())
 	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
 	require.NoError(t, err)
 	defer f.Close()
@@ -419,10 +416,7 @@ func TestIncrementalReplayParses(t *testing.T) {
 	require.NoError(t, err)
 	lines := strings.SplitAfter(strings.TrimSpace(string(raw)), "\n")
 	require.Greater(t, len(lines), 200)
-	eng, err := packstore.Open(packstore.DefaultOptions(t.TempDir()))
-	require.NoError(t, err)
-	defer eng.Close()
-	st := roomstate.New(eng)
+	_, st := roomstatetest.Open(t, t.TempDir())
 	res, err := st.Import(strings.NewReader(strings.Join(lines[:200], "")), "first", roomstate.ImportOptions{})
 	require.NoError(t, err)
 	room, err := st.Room(res.Rooms[0])

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"time"
 
+	"github.com/mtxdb/mtxdb/internal/testseed"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
@@ -20,11 +20,7 @@ var graphSeed = flag.Uint64("graph.seed", 0, "seed of TestSameKeyAncestorModel (
 // pointers are filled on use). It fails with the jump pointers left at zero, as
 // they were when first written.
 func TestSameKeyAncestorModel(t *testing.T) {
-	seed := *graphSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (-graph.seed to repeat)", seed)
+	seed := testseed.Seed(t, "graph.seed", *graphSeed, "")
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for room := range 20 {
 		n := 50 + rng.IntN(400)

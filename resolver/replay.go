@@ -210,27 +210,60 @@ type replay struct {
 	res        ReplayResult
 	after      []hamtstore.NodeID
 	hasAfter   []bool
-	computed   []bool // state computed in this run
-	referenced []bool // named in prev_events by an accepted event
-	dropped    []bool // state record dropped by the keep rule
+	computed   []bool         // state computed in this run
+	referenced []bool         // named in prev_events by an accepted event
+	dropped    []bool         // state record dropped by the keep rule
+	head       roomstate.Head // the room's head when the replay started
+	// late is, under a keep rule, whether an event arrived after the rule was set
+	// or descends from such an event; nil without one.
+	late []bool
+	// pf parses the PDUs ahead of the replay; nil until the first event computed
+	// (the events before it keep their stored state and need no PDU, so an
+	// incremental replay of a few new events does not parse the whole room ahead).
+	pf *prefetcher
+	// batchIDs and batch are the state records computed and not yet written.
+	batchIDs []string
+	batch    []roomstate.EventState
 }
 
+// run replays the room in phases: order (the topological order and each event's
+// position in it), then per event step (reuse the stored state, or compute it),
+// then finish (forward extremities, current state, head).
 func (rp *replay) run() (ReplayResult, error) {
-	r, g, room, opts := rp.r, rp.g, rp.r.room, rp.opts
-	n := len(g.ids)
-	var batchIDs []string
-	var batch []roomstate.EventState
-	flush := func() error {
-		if len(batchIDs) == 0 {
-			return nil
-		}
-		err := room.PutEventStates(batchIDs, batch)
-		batchIDs, batch = batchIDs[:0], batch[:0]
-		return err
-	}
-	order, err := rp.replayOrder()
+	order, err := rp.order()
 	if err != nil {
 		return rp.res, err
+	}
+	rp.head = rp.r.room.Head()
+	defer func() { rp.pf.stop() }()
+	if rp.head.StateEvery > 0 {
+		rp.late = make([]bool, len(rp.g.ids))
+	}
+	for p := range order {
+		if rp.opts.Stop != nil && rp.opts.Stop() {
+			err := rp.stop(p, len(order))
+			return rp.res, err
+		}
+		if err := rp.step(order, p); err != nil {
+			return rp.res, err
+		}
+	}
+	if err := rp.flush(); err != nil {
+		return rp.res, err
+	}
+	rp.r.upTo = int32(len(order))
+	err = rp.finish(order)
+	return rp.res, err
+}
+
+// order computes the replay order (replayOrder), records each event's position in
+// it (graph.pos, -1 for the outliers left out) and counts the outliers.
+func (rp *replay) order() ([]int32, error) {
+	g := rp.g
+	n := len(g.ids)
+	order, err := rp.replayOrder()
+	if err != nil {
+		return nil, err
 	}
 	g.pos = make([]int32, n)
 	for i := range g.pos {
@@ -241,134 +274,171 @@ func (rp *replay) run() (ReplayResult, error) {
 	}
 	g.sortKidsByPosition()
 	rp.res.Outliers = n - len(order)
-	h0 := room.Head()
-	// The prefetcher starts at the first event computed: the events before it keep
-	// their stored state and need no PDU, so an incremental replay of a few new
-	// events does not parse the whole room ahead.
-	var pf *prefetcher
-	defer func() { pf.stop() }()
-	var late []bool // arrived after the keep rule was set, or descends from such an event
-	if h0.StateEvery > 0 {
-		late = make([]bool, n)
-	}
-	for p, i := range order {
-		if opts.Stop != nil && opts.Stop() {
-			if err := flush(); err != nil {
-				return rp.res, err
-			}
-			if err := room.Sync(); err != nil {
-				return rp.res, err
-			}
-			rp.countStats()
-			return rp.res, fmt.Errorf("%w: room %s after %d of %d events", ErrStopped, room.ID(), p, len(order))
-		}
-		r.upTo = int32(p) - 1
-		id := g.ids[i]
-		pf.take()
-		if p%readerResetEvery == readerResetEvery-1 {
-			// Bound the decoded nodes kept (later reads go to the store).
-			r.rd.Reset()
-		}
-		if p%releaseMappedEvery == releaseMappedEvery-1 {
-			// Bound the store's pages mapped into the process (a replay reads
-			// every PDU).
-			if err := room.ReleaseMapped(); err != nil {
-				return rp.res, err
-			}
-		}
-		prevs, auths := g.g.Prev(int(i)), g.g.Auth(int(i))
-		if late != nil {
-			late[i] = uint32(i) >= h0.StateKeptBelow
-			for _, x := range slices.Concat(prevs, auths) {
-				late[i] = late[i] || late[x]
-			}
-		}
-		if !opts.Force {
-			kept, err := rp.keepStored(i)
-			if err == nil && !kept && h0.StateEvery > 0 && !late[i] && !h0.KeepsState(rp.metaForKeep(i)) {
-				if kept = rp.keepDropped(i); kept {
-					rp.dropped[i] = true
-					rp.res.NotKept++
-				}
-			}
-			if err != nil {
-				return rp.res, err
-			}
-			if kept {
-				rp.res.Events++
-				if r.rejectedAt(i) {
-					rp.res.Rejected++
-				}
-				if opts.Progress != nil {
-					opts.Progress(p+1, n)
-				}
-				continue
-			}
-		}
-		rp.computed[i] = true
-		rp.res.Computed++
-		if pf == nil && (opts.Force || !h0.Replayed) {
-			pf = rp.prefetch(order[p+1:], true)
-		}
-		prevRoots := make([]hamtstore.NodeID, 0, len(prevs))
-		for _, x := range prevs {
-			root, err := rp.afterOf(x)
-			if err != nil {
-				return rp.res, fmt.Errorf("resolver: room %s: event %s: %w", room.ID(), id, err)
-			}
-			prevRoots = append(prevRoots, root)
-		}
-		before, err := r.Resolve(prevRoots)
-		if err != nil {
-			return rp.res, fmt.Errorf("event %s: %w", id, err)
-		}
-		pdu, err := r.pdu(id)
-		if err != nil {
-			return rp.res, err
-		}
-		st := roomstate.EventState{Before: before, After: before}
-		if aerr := r.Authorize(pdu, before); aerr != nil {
-			if !errors.Is(aerr, ErrRejected) {
-				return rp.res, aerr
-			}
-			st.Rejected, st.Reason = true, aerr.Error()
-			r.setRejected(i, true)
-			rp.res.Rejected++
-		} else {
-			r.setRejected(i, false)
-			for _, x := range prevs {
-				rp.referenced[x] = true
-			}
-			if k := g.keyOf(i); k >= 0 {
-				st.After, err = hamtstore.Set(room.Nodes(), r.rd, before, roomstate.StateKey(g.keys[k].Type, g.keys[k].StateKey),
-					hamtstore.Value(roomstate.EventRecordID(id)))
-				if err != nil {
-					return rp.res, fmt.Errorf("resolver: room %s: event %s: write state: %w", room.ID(), id, err)
-				}
-			}
-		}
-		rp.after[i], rp.hasAfter[i] = st.After, true
-		batchIDs = append(batchIDs, id)
-		batch = append(batch, st)
-		if len(batchIDs) >= opts.BatchSize {
-			if err := flush(); err != nil {
-				return rp.res, err
-			}
-		}
-		rp.res.Events++
-		if opts.Progress != nil {
-			opts.Progress(p+1, n)
-		}
-	}
-	if err := flush(); err != nil {
-		return rp.res, err
-	}
-	r.upTo = int32(len(order))
+	return order, nil
+}
 
+// stop ends a replay that opts.Stop asked to stop before the event at position
+// p of total: it writes and syncs the state records computed so far and returns
+// ErrStopped naming where.
+func (rp *replay) stop(p, total int) error {
+	room := rp.r.room
+	if err := rp.flush(); err != nil {
+		return err
+	}
+	if err := room.Sync(); err != nil {
+		return err
+	}
+	rp.countStats()
+	return fmt.Errorf("%w: room %s after %d of %d events", ErrStopped, room.ID(), p, total)
+}
+
+// step replays the event at position p of order: it bounds what the replay keeps
+// in memory, then reuses the event's stored state when it may (reuse) or computes
+// it (compute).
+func (rp *replay) step(order []int32, p int) error {
+	r, g, room := rp.r, rp.g, rp.r.room
+	i := order[p]
+	r.upTo = int32(p) - 1
+	rp.pf.take()
+	if p%readerResetEvery == readerResetEvery-1 {
+		// Bound the decoded nodes kept (later reads go to the store).
+		r.rd.Reset()
+	}
+	if p%releaseMappedEvery == releaseMappedEvery-1 {
+		// Bound the store's pages mapped into the process (a replay reads
+		// every PDU).
+		if err := room.ReleaseMapped(); err != nil {
+			return err
+		}
+	}
+	prevs, auths := g.g.Prev(int(i)), g.g.Auth(int(i))
+	if rp.late != nil {
+		rp.late[i] = uint32(i) >= rp.head.StateKeptBelow
+		for _, x := range slices.Concat(prevs, auths) {
+			rp.late[i] = rp.late[i] || rp.late[x]
+		}
+	}
+	if !rp.opts.Force {
+		kept, err := rp.reuse(i)
+		if err != nil {
+			return err
+		}
+		if kept {
+			rp.res.Events++
+			if r.rejectedAt(i) {
+				rp.res.Rejected++
+			}
+			if rp.opts.Progress != nil {
+				rp.opts.Progress(p+1, len(g.ids))
+			}
+			return nil
+		}
+	}
+	if err := rp.compute(order, p, prevs); err != nil {
+		return err
+	}
+	rp.res.Events++
+	if rp.opts.Progress != nil {
+		rp.opts.Progress(p+1, len(g.ids))
+	}
+	return nil
+}
+
+// reuse takes event i as replayed without computing it: when its stored state
+// record stands (keepStored), or when the room's keep rule let an every-k repack
+// drop the record and the event arrived before the rule (keepDropped).
+func (rp *replay) reuse(i int32) (bool, error) {
+	kept, err := rp.keepStored(i)
+	if err == nil && !kept && rp.head.StateEvery > 0 && !rp.late[i] && !rp.head.KeepsState(rp.metaForKeep(i)) {
+		if kept = rp.keepDropped(i); kept {
+			rp.dropped[i] = true
+			rp.res.NotKept++
+		}
+	}
+	return kept, err
+}
+
+// compute computes the state of the event at position p of order, whose
+// prev_events are prevs: the state before it is the resolution of the states
+// after them; the event is authorised against its auth events and that state;
+// the state after it adds the event under its key when it is an accepted state
+// event. The state record is queued for writing.
+func (rp *replay) compute(order []int32, p int, prevs []int32) error {
+	r, g, room := rp.r, rp.g, rp.r.room
+	i := order[p]
+	id := g.ids[i]
+	rp.computed[i] = true
+	rp.res.Computed++
+	if rp.pf == nil && (rp.opts.Force || !rp.head.Replayed) {
+		rp.pf = rp.prefetch(order[p+1:], true)
+	}
+	prevRoots := make([]hamtstore.NodeID, 0, len(prevs))
+	for _, x := range prevs {
+		root, err := rp.afterOf(x)
+		if err != nil {
+			return fmt.Errorf("resolver: room %s: event %s: %w", room.ID(), id, err)
+		}
+		prevRoots = append(prevRoots, root)
+	}
+	before, err := r.Resolve(prevRoots)
+	if err != nil {
+		return fmt.Errorf("event %s: %w", id, err)
+	}
+	pdu, err := r.pdu(id)
+	if err != nil {
+		return err
+	}
+	st := roomstate.EventState{Before: before, After: before}
+	if aerr := r.Authorize(pdu, before); aerr != nil {
+		if !errors.Is(aerr, ErrRejected) {
+			return aerr
+		}
+		st.Rejected, st.Reason = true, aerr.Error()
+		r.setRejected(i, true)
+		rp.res.Rejected++
+	} else {
+		r.setRejected(i, false)
+		for _, x := range prevs {
+			rp.referenced[x] = true
+		}
+		if k := g.keyOf(i); k >= 0 {
+			st.After, err = hamtstore.Set(room.Nodes(), r.rd, before, roomstate.StateKey(g.keys[k].Type, g.keys[k].StateKey),
+				hamtstore.Value(roomstate.EventRecordID(id)))
+			if err != nil {
+				return fmt.Errorf("resolver: room %s: event %s: write state: %w", room.ID(), id, err)
+			}
+		}
+	}
+	rp.after[i], rp.hasAfter[i] = st.After, true
+	rp.batchIDs = append(rp.batchIDs, id)
+	rp.batch = append(rp.batch, st)
+	if len(rp.batchIDs) >= rp.opts.BatchSize {
+		return rp.flush()
+	}
+	return nil
+}
+
+// flush writes the state records queued by compute.
+func (rp *replay) flush() error {
+	if len(rp.batchIDs) == 0 {
+		return nil
+	}
+	err := rp.r.room.PutEventStates(rp.batchIDs, rp.batch)
+	rp.batchIDs, rp.batch = rp.batchIDs[:0], rp.batch[:0]
+	return err
+}
+
+// finish sets the room's head once every event of order is replayed: the forward
+// extremities (the accepted events no accepted event names in prev_events, sorted)
+// and the current state (the resolution of the states after them), and syncs.
+// When nothing was computed and the room was replayed before, the stored head
+// stands.
+func (rp *replay) finish(order []int32) error {
+	r, g, room := rp.r, rp.g, rp.r.room
 	if rp.res.Computed == 0 && room.Head().Replayed {
 		h := room.Head()
 		rp.res.ForwardExtremities, rp.res.CurrentState = h.ForwardExtremities, h.CurrentState
-		return rp.res, nil // nothing new: the stored head stands
+		return nil
 	}
 	var fwd []string
 	fwdIdx := map[string]int32{}
@@ -383,28 +453,28 @@ func (rp *replay) run() (ReplayResult, error) {
 	for _, id := range fwd {
 		root, err := rp.afterOf(fwdIdx[id])
 		if err != nil {
-			return rp.res, fmt.Errorf("resolver: room %s: forward extremity: %w", room.ID(), err)
+			return fmt.Errorf("resolver: room %s: forward extremity: %w", room.ID(), err)
 		}
 		fwdRoots = append(fwdRoots, root)
 	}
 	cur, err := r.Resolve(fwdRoots)
 	if err != nil {
-		return rp.res, fmt.Errorf("current state: %w", err)
+		return fmt.Errorf("current state: %w", err)
 	}
 	h := room.Head()
 	h.ForwardExtremities, h.CurrentState, h.Replayed = fwd, cur, true
-	if opts.Force {
+	if rp.opts.Force {
 		h.StateEvery, h.StateKeptBelow = 0, 0 // every state record was written again
 	}
 	if err := room.SetHead(h); err != nil {
-		return rp.res, err
+		return err
 	}
 	if err := room.Sync(); err != nil {
-		return rp.res, err
+		return err
 	}
 	rp.countStats()
 	rp.res.ForwardExtremities, rp.res.CurrentState = fwd, cur
-	return rp.res, nil
+	return nil
 }
 
 // countStats copies the resolver's counters into the result.

@@ -12,6 +12,7 @@ import (
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/roomstate/roomstatetest"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
@@ -32,10 +33,7 @@ func TestReplayIncremental(t *testing.T) {
 	f.Close()
 	require.Greater(t, len(lines), 150)
 
-	eng, err := packstore.Open(packstore.DefaultOptions(t.TempDir()))
-	require.NoError(t, err)
-	defer eng.Close()
-	st := roomstate.New(eng)
+	eng, st := roomstatetest.Open(t, t.TempDir())
 	imp := func(ls []string) *roomstate.Room {
 		res, err := st.Import(strings.NewReader(strings.Join(ls, "\n")), "part", roomstate.ImportOptions{})
 		require.NoError(t, err)

@@ -509,16 +509,51 @@ func peekNonSpace(br *bufio.Reader) (byte, error) {
 	}
 }
 
-// one imports a single PDU.
+// one imports a single PDU in phases: check (size, field limits, header), version
+// (its room and the room version it is parsed for), parse, joinRoom (the pending
+// room it joins), place (a duplicate, signatures, m.room.create, prev and auth
+// events present) and stage (its records queued for the next batch).
 func (imp *importer) one(q *queuedPDU) error {
-	raw, line, element := q.raw, q.line, q.element
-	fail := func(eventID string, err error) error {
-		return &ImportError{Source: imp.source, Line: line, Element: element, EventID: eventID, Err: err}
-	}
 	imp.res.Read++
 	if imp.opts.Progress != nil {
 		imp.opts.Progress(imp.res.Read)
 	}
+	h, err := imp.check(q)
+	if err != nil {
+		return err
+	}
+	isCreate := h.Type == "m.room.create" && h.StateKey != nil && *h.StateKey == ""
+	pr, version, err := imp.version(q, h, isCreate)
+	if err != nil {
+		return err
+	}
+	pdu, err := q.pdu, q.err
+	if q.version == "" || q.version != version {
+		pdu, err = ParsePDU(version, q.raw)
+	}
+	if err != nil {
+		return imp.fail(q, h.EventID, err)
+	}
+	eventID, roomID := pdu.EventID(), pdu.RoomID().String()
+	if pr, err = imp.joinRoom(q, h, pr, version, eventID, roomID, isCreate); err != nil {
+		return err
+	}
+	if dup, err := imp.place(q, h, pr, version, pdu, roomID, isCreate); err != nil || dup {
+		return err
+	}
+	return imp.stage(pr, pdu, q.raw)
+}
+
+// fail is the ImportError refusing the PDU q.
+func (imp *importer) fail(q *queuedPDU, eventID string, err error) error {
+	return &ImportError{Source: imp.source, Line: q.line, Element: q.element, EventID: eventID, Err: err}
+}
+
+// check reads the PDU's header (unless prepare did) and refuses a PDU over the
+// size or field limits (checkSize, checkFieldLimits) or without a readable
+// header; a JSON object wrapping an array of events is named as such.
+func (imp *importer) check(q *queuedPDU) (pduHeader, error) {
+	raw := q.raw
 	h, err := q.header, q.headerErr
 	if !q.headerRead {
 		if q.sizeErr = checkSize(raw); q.sizeErr == nil {
@@ -531,62 +566,69 @@ func (imp *importer) one(q *queuedPDU) error {
 	}
 	if q.sizeErr != nil || err != nil {
 		if key := wrappedArray(raw); key != "" {
-			return fail("", fmt.Errorf("%w: a JSON object holding an array of events under %q, not a PDU: import the array itself (jq -c '.%s[]' gives its PDUs as lines)", ErrMalformedPDU, key, key))
+			return h, imp.fail(q, "", fmt.Errorf("%w: a JSON object holding an array of events under %q, not a PDU: import the array itself (jq -c '.%s[]' gives its PDUs as lines)", ErrMalformedPDU, key, key))
 		}
 	}
 	if q.sizeErr != nil {
-		return fail(imp.refusedEventID(h, raw), q.sizeErr)
+		return h, imp.fail(q, imp.refusedEventID(h, raw), q.sizeErr)
 	}
 	if err != nil {
-		return fail("", err)
+		return h, imp.fail(q, "", err)
 	}
-	isCreate := h.Type == "m.room.create" && h.StateKey != nil && *h.StateKey == ""
+	return h, nil
+}
 
+// version returns the pending room of the PDU's room_id (nil when the import has
+// not met the room yet) and the room version to parse the PDU for: the room's,
+// else ImportOptions.RoomVersion, else that of the m.room.create the PDU is. Any
+// other PDU of a room not met yet is refused (ErrNoCreateEvent).
+func (imp *importer) version(q *queuedPDU, h pduHeader, isCreate bool) (*pendingRoom, gomatrixserverlib.RoomVersion, error) {
 	var pr *pendingRoom
-	var version gomatrixserverlib.RoomVersion
+	var err error
 	if h.RoomID != "" {
 		if pr, err = imp.room(h.RoomID); err != nil {
-			return fail(h.EventID, err)
+			return nil, "", imp.fail(q, h.EventID, err)
 		}
 	}
-	if pr != nil {
-		version = gomatrixserverlib.RoomVersion(pr.head.RoomVersion)
-	} else if !isCreate && imp.opts.RoomVersion != "" && h.RoomID != "" {
-		version = gomatrixserverlib.RoomVersion(imp.opts.RoomVersion)
+	switch {
+	case pr != nil:
+		return pr, gomatrixserverlib.RoomVersion(pr.head.RoomVersion), nil
+	case !isCreate && imp.opts.RoomVersion != "" && h.RoomID != "":
+		version := gomatrixserverlib.RoomVersion(imp.opts.RoomVersion)
 		if !gomatrixserverlib.KnownRoomVersion(version) {
-			return fail(h.EventID, fmt.Errorf("%w: %q", ErrUnknownRoomVersion, version))
+			return nil, "", imp.fail(q, h.EventID, fmt.Errorf("%w: %q", ErrUnknownRoomVersion, version))
 		}
-	} else {
-		if !isCreate {
-			if h.RoomID == "" {
-				return fail(h.EventID, fmt.Errorf("%w: no room_id", ErrMalformedPDU))
-			}
-			if imp.opts.AnyOrder {
-				return fail(h.EventID, fmt.Errorf("%w: %s: its room version is not known before its m.room.create (ImportOptions.RoomVersion gives it)", ErrNoCreateEvent, h.RoomID))
-			}
-			return fail(h.EventID, fmt.Errorf("%w: %s", ErrNoCreateEvent, h.RoomID))
+		return nil, version, nil
+	case !isCreate:
+		if h.RoomID == "" {
+			return nil, "", imp.fail(q, h.EventID, fmt.Errorf("%w: no room_id", ErrMalformedPDU))
 		}
-		if version, err = createRoomVersion(h); err != nil {
-			return fail(h.EventID, err)
+		if imp.opts.AnyOrder {
+			return nil, "", imp.fail(q, h.EventID, fmt.Errorf("%w: %s: its room version is not known before its m.room.create (ImportOptions.RoomVersion gives it)", ErrNoCreateEvent, h.RoomID))
 		}
+		return nil, "", imp.fail(q, h.EventID, fmt.Errorf("%w: %s", ErrNoCreateEvent, h.RoomID))
 	}
-	pdu, err := q.pdu, q.err
-	if q.version == "" || q.version != version {
-		pdu, err = ParsePDU(version, raw)
-	}
+	version, err := createRoomVersion(h)
 	if err != nil {
-		return fail(h.EventID, err)
+		return nil, "", imp.fail(q, h.EventID, err)
 	}
-	eventID := pdu.EventID()
-	roomID := pdu.RoomID().String()
+	return nil, version, nil
+}
+
+// joinRoom returns the pending room of the parsed PDU: pr when version found
+// it, else the room of the PDU's parsed room ID (a v12 m.room.create carries no
+// room_id: the room ID derives from the event), else a new room for an
+// m.room.create (or, with AnyOrder, any PDU). A room_id that parses as another
+// room is refused.
+func (imp *importer) joinRoom(q *queuedPDU, h pduHeader, pr *pendingRoom, version gomatrixserverlib.RoomVersion, eventID, roomID string, isCreate bool) (*pendingRoom, error) {
+	var err error
 	if pr == nil {
-		// A v12 m.room.create carries no room_id: the room ID derives from the event.
 		if pr, err = imp.room(roomID); err != nil {
-			return fail(eventID, err)
+			return nil, imp.fail(q, eventID, err)
 		}
 		if pr == nil {
 			if !isCreate && !imp.opts.AnyOrder {
-				return fail(eventID, fmt.Errorf("%w: %s", ErrNoCreateEvent, roomID))
+				return nil, imp.fail(q, eventID, fmt.Errorf("%w: %s", ErrNoCreateEvent, roomID))
 			}
 			pr = &pendingRoom{
 				head:  Head{RoomID: roomID, RoomVersion: string(version)},
@@ -598,62 +640,81 @@ func (imp *importer) one(q *queuedPDU) error {
 		}
 	}
 	if h.RoomID != "" && roomID != h.RoomID {
-		return fail(eventID, fmt.Errorf("%w: room_id %s parsed as %s", ErrMalformedPDU, h.RoomID, roomID))
+		return nil, imp.fail(q, eventID, fmt.Errorf("%w: room_id %s parsed as %s", ErrMalformedPDU, h.RoomID, roomID))
 	}
+	return pr, nil
+}
+
+// place decides whether the PDU joins its room: an event already stored is
+// skipped (dup, counted; a different PDU under its ID is refused), and with
+// ImportOptions.Keys its signatures must verify. Without AnyOrder its room's
+// m.room.create must come first and once, and its prev and auth events must be
+// stored or earlier in the input (ImportError.Missing names the first that is
+// not).
+func (imp *importer) place(q *queuedPDU, h pduHeader, pr *pendingRoom, version gomatrixserverlib.RoomVersion, pdu gomatrixserverlib.PDU, roomID string, isCreate bool) (dup bool, err error) {
+	eventID := pdu.EventID()
 	if _, dup := pr.known[eventID]; dup {
-		if err := imp.checkDuplicate(pr, version, pdu, raw); err != nil {
-			return fail(eventID, err)
+		if err := imp.checkDuplicate(pr, version, pdu, q.raw); err != nil {
+			return false, imp.fail(q, eventID, err)
 		}
 		imp.res.Skipped++
-		return nil
+		return true, nil
 	}
 	if imp.opts.Keys != nil {
 		verImpl, err := gomatrixserverlib.GetRoomVersion(version)
 		if err != nil {
-			return fail(eventID, err)
+			return false, imp.fail(q, eventID, err)
 		}
-		if err := imp.opts.Keys.checkSignatures(verImpl, pdu, raw); err != nil {
-			return fail(eventID, err)
+		if err := imp.opts.Keys.checkSignatures(verImpl, pdu, q.raw); err != nil {
+			return false, imp.fail(q, eventID, err)
 		}
 	}
 	if isCreate {
 		if pr.sawCreate || (pr.head.Events > 0 && !imp.opts.AnyOrder) {
-			return fail(eventID, fmt.Errorf("%w: second m.room.create in room %s", ErrMalformedPDU, roomID))
+			return false, imp.fail(q, eventID, fmt.Errorf("%w: second m.room.create in room %s", ErrMalformedPDU, roomID))
 		}
 		if v, _ := createRoomVersion(h); string(v) != pr.head.RoomVersion {
-			return fail(eventID, fmt.Errorf("%w: m.room.create says room version %q, the room was imported as %q "+
+			return false, imp.fail(q, eventID, fmt.Errorf("%w: m.room.create says room version %q, the room was imported as %q "+
 				"(a stored room keeps its version: import it into a new store with the right --room-version)",
 				ErrMalformedPDU, v, pr.head.RoomVersion))
 		}
 		pr.sawCreate = true
 	}
 	if !isCreate && pr.head.Events == 0 && !imp.opts.AnyOrder {
-		return fail(eventID, fmt.Errorf("%w: %s", ErrNoCreateEvent, roomID))
+		return false, imp.fail(q, eventID, fmt.Errorf("%w: %s", ErrNoCreateEvent, roomID))
 	}
-	if !imp.opts.AnyOrder {
-		for _, p := range pdu.PrevEventIDs() {
-			if _, ok := pr.known[p]; !ok {
-				err := fmt.Errorf("%w: %s", ErrMissingPrevEvent, p)
-				if other := imp.roomOf(p, roomID); other != "" {
-					err = fmt.Errorf("%w: %s is an event of another room, %s", ErrMissingPrevEvent, p, other)
-				}
-				e := fail(eventID, err).(*ImportError)
-				e.Missing = p
-				return e
+	if imp.opts.AnyOrder {
+		return false, nil
+	}
+	for _, p := range pdu.PrevEventIDs() {
+		if _, ok := pr.known[p]; !ok {
+			err := fmt.Errorf("%w: %s", ErrMissingPrevEvent, p)
+			if other := imp.roomOf(p, roomID); other != "" {
+				err = fmt.Errorf("%w: %s is an event of another room, %s", ErrMissingPrevEvent, p, other)
 			}
-		}
-		for _, a := range pdu.AuthEventIDs() {
-			if _, ok := pr.known[a]; !ok {
-				if other := imp.roomOf(a, roomID); other != "" {
-					return fail(eventID, otherRoomError(version, a, other))
-				}
-				e := fail(eventID, fmt.Errorf("%w: %s", ErrMissingAuthEvent, a)).(*ImportError)
-				e.Missing = a
-				return e
-			}
+			e := imp.fail(q, eventID, err).(*ImportError)
+			e.Missing = p
+			return false, e
 		}
 	}
+	for _, a := range pdu.AuthEventIDs() {
+		if _, ok := pr.known[a]; !ok {
+			if other := imp.roomOf(a, roomID); other != "" {
+				return false, imp.fail(q, eventID, otherRoomError(version, a, other))
+			}
+			e := imp.fail(q, eventID, fmt.Errorf("%w: %s", ErrMissingAuthEvent, a)).(*ImportError)
+			e.Missing = a
+			return false, e
+		}
+	}
+	return false, nil
+}
 
+// stage queues the PDU's event and metadata records in its room's batch, adds it
+// to the room's graph, events and forward extremities, and writes the batch
+// when ImportOptions.BatchSize PDUs are pending.
+func (imp *importer) stage(pr *pendingRoom, pdu gomatrixserverlib.PDU, raw []byte) error {
+	eventID := pdu.EventID()
 	m := EventMeta{
 		Seq:        pr.head.Events,
 		Depth:      pdu.Depth(),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/roomstate/roomstatetest"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
@@ -31,13 +32,6 @@ func roomLines(t *testing.T, room string) []string {
 	}
 	require.NoError(t, sc.Err())
 	return lines
-}
-
-func openStore(t *testing.T, dir string) (*packstore.PackfileStorage, *roomstate.Store) {
-	t.Helper()
-	eng, err := packstore.Open(packstore.DefaultOptions(dir))
-	require.NoError(t, err)
-	return eng, roomstate.New(eng)
 }
 
 // TestImportBadInput feeds import a file whose line 6 is bad in one way per row and
@@ -75,7 +69,7 @@ func TestImportBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			eng, st := openStore(t, dir)
+			eng, st := roomstatetest.Open(t, dir)
 			in := strings.Join(tc.lines(), "\n") + "\n"
 			res, err := st.Import(strings.NewReader(in), "bad.jsonl", roomstate.ImportOptions{BatchSize: 2})
 			require.Error(t, err)
@@ -92,7 +86,7 @@ func TestImportBadInput(t *testing.T) {
 			require.NoError(t, eng.Close())
 
 			// The store reopens with the five events before the bad line.
-			eng, st = openStore(t, dir)
+			eng, st = roomstatetest.Open(t, dir)
 			defer eng.Close()
 			rooms, err := st.Rooms()
 			require.NoError(t, err)
@@ -120,7 +114,7 @@ func TestImportUnknownRoomVersion(t *testing.T) {
 	lines := roomLines(t, "room002")[:3]
 	lines[0] = strings.Replace(lines[0], `"room_version":"10"`, `"room_version":"99"`, 1)
 	require.Contains(t, lines[0], `"99"`)
-	eng, st := openStore(t, t.TempDir())
+	eng, st := roomstatetest.Open(t, t.TempDir())
 	defer eng.Close()
 	_, err := st.Import(strings.NewReader(strings.Join(lines, "\n")), "v99.jsonl", roomstate.ImportOptions{})
 	require.ErrorIs(t, err, roomstate.ErrUnknownRoomVersion)
@@ -139,7 +133,7 @@ func TestImportNonIntegerNumber(t *testing.T) {
 		lines := roomLines(t, "room002")[:2] // v10: the create event and the creator's join
 		require.Contains(t, lines[1], `"membership":"join"`)
 		lines[1] = strings.Replace(lines[1], `"membership":"join"`, `"membership":"join","n":`+n, 1)
-		eng, st := openStore(t, t.TempDir())
+		eng, st := roomstatetest.Open(t, t.TempDir())
 		_, err := st.Import(strings.NewReader(strings.Join(lines, "\n")), "n.jsonl", roomstate.ImportOptions{})
 		eng.Close()
 		require.ErrorIs(t, err, roomstate.ErrMalformedPDU, n)
@@ -152,7 +146,7 @@ func TestImportNonIntegerNumber(t *testing.T) {
 // names the array element.
 func TestImportJSONArray(t *testing.T) {
 	lines := roomLines(t, "room002")[:8]
-	eng, st := openStore(t, t.TempDir())
+	eng, st := roomstatetest.Open(t, t.TempDir())
 	defer eng.Close()
 	arr := "[" + strings.Join(lines, ",\n") + "]"
 	res, err := st.Import(strings.NewReader(arr), "arr.json", roomstate.ImportOptions{})
@@ -171,14 +165,14 @@ func TestImportJSONArray(t *testing.T) {
 		"trailing bytes": "[" + strings.Join(lines[:3], ",") + "]garbage",
 		"second array":   "[" + strings.Join(lines[:3], ",") + "] [" + lines[3] + "]",
 	} {
-		e, st := openStore(t, t.TempDir())
+		e, st := roomstatetest.Open(t, t.TempDir())
 		_, err := st.Import(strings.NewReader(in), "arr.json", roomstate.ImportOptions{})
 		e.Close()
 		require.ErrorIs(t, err, roomstate.ErrMalformedPDU, name)
 	}
 	// Keeping going, an element that cannot be decoded is read and refused, so
 	// the counts add up (every refused element is counted as read).
-	e3, st3 := openStore(t, t.TempDir())
+	e3, st3 := roomstatetest.Open(t, t.TempDir())
 	res, err = st3.Import(strings.NewReader("["+strings.Join(lines[:2], ",")+`,{"type":"x","bad":[1,2`), "cut.json", roomstate.ImportOptions{KeepGoing: true})
 	e3.Close()
 	require.NoError(t, err)
@@ -187,7 +181,7 @@ func TestImportJSONArray(t *testing.T) {
 	require.Len(t, res.Refused, 1)
 	require.Contains(t, res.Refused[0].Error(), "cut.json element 3")
 
-	e2, st2 := openStore(t, t.TempDir())
+	e2, st2 := roomstatetest.Open(t, t.TempDir())
 	defer e2.Close()
 	_, err = st2.Import(strings.NewReader("["+strings.Join(lines[:3], ",")+"]\n \n"), "arr.json", roomstate.ImportOptions{})
 	require.NoError(t, err, "white space after the array")
@@ -197,7 +191,7 @@ func TestImportJSONArray(t *testing.T) {
 // a different content hash is refused; a byte-identical duplicate is skipped.
 func TestImportV1Identity(t *testing.T) {
 	lines := roomLines(t, "room003")[:6]
-	eng, st := openStore(t, t.TempDir())
+	eng, st := roomstatetest.Open(t, t.TempDir())
 	defer eng.Close()
 	_, err := st.Import(strings.NewReader(strings.Join(lines[:5], "\n")), "v1", roomstate.ImportOptions{})
 	require.NoError(t, err)
@@ -281,7 +275,7 @@ func TestImportCountsRedacted(t *testing.T) {
 	require.NoError(t, err)
 	lines[len(lines)-1] = string(b)
 
-	eng, st := openStore(t, t.TempDir())
+	eng, st := roomstatetest.Open(t, t.TempDir())
 	defer eng.Close()
 	res, err := st.Import(strings.NewReader(strings.Join(lines, "\n")), "room002-edited", roomstate.ImportOptions{})
 	require.NoError(t, err)
@@ -297,7 +291,7 @@ func TestImportCountsRedacted(t *testing.T) {
 	require.NotContains(t, string(pdu.Content()), "zz_added")
 
 	// The untouched room: nothing redacted.
-	eng2, st2 := openStore(t, t.TempDir())
+	eng2, st2 := roomstatetest.Open(t, t.TempDir())
 	defer eng2.Close()
 	res, err = st2.Import(strings.NewReader(strings.Join(roomLines(t, "room002"), "\n")), "room002", roomstate.ImportOptions{})
 	require.NoError(t, err)

@@ -1,14 +1,12 @@
 package roomstate_test
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/packstore"
-	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
@@ -21,19 +19,11 @@ func TestReadKinds(t *testing.T) {
 	require.NoError(t, err)
 	defer ps.Close()
 	for _, eng := range []packstore.StorageEngine{packstore.NewMemStorage(), ps} {
-		st := roomstate.New(eng)
-		f, err := os.Open(filepath.Join(dir, "events.jsonl"))
-		require.NoError(t, err)
-		res, err := st.Import(f, dir, roomstate.ImportOptions{})
-		f.Close()
-		require.NoError(t, err)
-		room, err := st.Room(res.Rooms[0])
-		require.NoError(t, err)
-		_, err = resolver.Replay(room, resolver.ReplayOptions{})
+		room, err := testrooms.ImportReplayed(eng, dir)
 		require.NoError(t, err)
 		kg := eng.(packstore.KindGetter)
 		kg.ResetReadStats()
-		room, err = st.Room(res.Rooms[0])
+		room, err = roomstate.New(eng).Room(room.ID())
 		require.NoError(t, err)
 		ids, err := room.EventIDs()
 		require.NoError(t, err)

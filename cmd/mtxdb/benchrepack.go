@@ -244,19 +244,59 @@ func loadAvg() string {
 	return strings.TrimSpace(string(b))
 }
 
+// benchRepack builds the store (benchRepackInput, benchRepackStore), repacks one
+// copy of it per plan kind (benchRepackLayouts) and measures the walks of every
+// generated room and the largest real room on each layout (benchRepackCells).
+// work holds the input stream and the stores.
 func benchRepack(out io.Writer, gens []string, real string, realRooms int, work string, kinds []repackplan.Kind, runs, limit int) (*repackBench, error) {
 	res := &repackBench{Runs: runs, LoadAvg: [2]string{loadAvg()}, ReadAhead: readAhead.String()}
 	if u, err := exec.Command("uname", "-srm").Output(); err == nil {
 		res.Machine = fmt.Sprintf("%s, %d CPUs (GOMAXPROCS %d)", strings.TrimSpace(string(u)), runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	}
-	// 1. One interleaved input stream.
-	var srcs []*source
-	version := ""
+	input := filepath.Join(work, "interleaved.jsonl")
+	version, store, err := benchRepackInput(input, gens, real, realRooms)
+	if err != nil {
+		return nil, err
+	}
+	res.Store = store
+	fmt.Fprintf(out, "bench-repack: %s\n", res.Store)
+	base := filepath.Join(work, "before")
+	if res.Measured, err = benchRepackStore(out, base, input, version, gens); err != nil {
+		return nil, err
+	}
+	layouts, dirs, err := benchRepackLayouts(out, res, base, work, kinds)
+	if err != nil {
+		return nil, err
+	}
+	// The walks: counters once, then cold and warm runs alternating the layouts.
+	for _, m := range res.Measured {
+		for _, w := range repackplan.WalkKinds {
+			cells, err := benchRepackCells(m, w, layouts, dirs, runs, limit)
+			if err != nil {
+				return nil, err
+			}
+			for _, c := range cells {
+				res.Cells = append(res.Cells, *c)
+				fmt.Fprintf(out, "%-24s %-20s %-20s reads=%-6d pages=%-6d seeks=%-6d bytes=%-9d cold=%.2fms warm=%.2fms\n",
+					m.Label, w, c.Layout, c.Total.Reads, c.Total.Pages, c.Total.Seeks, c.Total.Bytes, c.ColdMed, c.WarmMed)
+			}
+		}
+	}
+	res.LoadAvg[1] = loadAvg()
+	res.Targets = repackTargets(res)
+	return res, nil
+}
+
+// benchRepackInput writes to input one stream of every room's PDUs: the first
+// realRooms rooms under real (all for 0) in arrival order and the generated rooms
+// in gens in backfill order, interleaved evenly. It returns the generated rooms'
+// room version (they must share one) and a sentence saying how the store is built.
+func benchRepackInput(input string, gens []string, real string, realRooms int) (version, store string, err error) {
 	var realDirs []string
 	if real != "" {
 		ents, err := os.ReadDir(real)
 		if err != nil {
-			return nil, err
+			return "", "", err
 		}
 		for _, e := range ents {
 			if _, err := os.Stat(filepath.Join(real, e.Name(), "events.jsonl")); e.IsDir() && err == nil {
@@ -267,11 +307,12 @@ func benchRepack(out io.Writer, gens []string, real string, realRooms int, work 
 			realDirs = realDirs[:realRooms]
 		}
 	}
+	var srcs []*source
 	events := 0
 	for _, d := range realDirs {
 		lines, err := readLines(filepath.Join(d, "events.jsonl"))
 		if err != nil {
-			return nil, err
+			return "", "", err
 		}
 		srcs = append(srcs, &source{lines: lines})
 		events += len(lines)
@@ -279,30 +320,33 @@ func benchRepack(out io.Writer, gens []string, real string, realRooms int, work 
 	for _, d := range gens {
 		s, v, err := genSource(d)
 		if err != nil {
-			return nil, err
+			return "", "", err
 		}
 		if version != "" && v != version {
-			return nil, fmt.Errorf("generated rooms of different room versions (%s, %s): give one version", version, v)
+			return "", "", fmt.Errorf("generated rooms of different room versions (%s, %s): give one version", version, v)
 		}
 		version = v
 		srcs = append(srcs, s)
 		events += len(s.lines)
 	}
-	input := filepath.Join(work, "interleaved.jsonl")
 	f, err := os.Create(input)
 	if err != nil {
-		return nil, err
+		return "", "", err
 	}
 	if err := interleave(f, srcs); err != nil {
 		f.Close()
-		return nil, err
+		return "", "", err
 	}
 	f.Close()
-	res.Store = fmt.Sprintf("%d real rooms (arrival order) and %d generated rooms (backfill order, newest first), %d events interleaved evenly into one shared pool, imported with AnyOrder (batches of 1000) and replayed", len(realDirs), len(gens), events)
-	fmt.Fprintf(out, "bench-repack: %s\n", res.Store)
+	store = fmt.Sprintf("%d real rooms (arrival order) and %d generated rooms (backfill order, newest first), %d events interleaved evenly into one shared pool, imported with AnyOrder (batches of 1000) and replayed", len(realDirs), len(gens), events)
+	return version, store, nil
+}
 
-	// 2. Import, replay.
-	base := filepath.Join(work, "before")
+// benchRepackStore creates the store base from input (AnyOrder, version for rooms
+// whose m.room.create comes late), replays every room, and returns the rooms to
+// measure: every generated room of gens (by the room ID in its meta.json) and the
+// largest real room.
+func benchRepackStore(out io.Writer, base, input, version string, gens []string) ([]measuredRoom, error) {
 	eng, st, err := openStore(base, true)
 	if err != nil {
 		return nil, err
@@ -324,7 +368,6 @@ func benchRepack(out io.Writer, gens []string, real string, realRooms int, work 
 		return nil, err
 	}
 	fmt.Fprintf(out, "bench-repack: imported and replayed in %s\n", time.Since(t0).Round(time.Second))
-	// Rooms to measure: every generated room (by ID from meta.json), the largest real room.
 	genIDs := map[string]string{}
 	for _, d := range gens {
 		var meta struct {
@@ -340,37 +383,44 @@ func benchRepack(out io.Writer, gens []string, real string, realRooms int, work 
 		}
 		genIDs[meta.RoomID] = fmt.Sprintf("generated %s", filepath.Base(d))
 	}
+	var measured []measuredRoom
 	var largestReal *roomstate.Room
 	for _, r := range rooms {
 		if label, ok := genIDs[r.ID()]; ok {
-			res.Measured = append(res.Measured, measuredRoom{Label: label, RoomID: r.ID(), Events: int64(r.Head().Events)})
+			measured = append(measured, measuredRoom{Label: label, RoomID: r.ID(), Events: int64(r.Head().Events)})
 		} else if largestReal == nil || r.Head().Events > largestReal.Head().Events {
 			largestReal = r
 		}
 	}
 	if largestReal != nil {
-		res.Measured = append(res.Measured, measuredRoom{Label: "largest real", RoomID: largestReal.ID(), Events: int64(largestReal.Head().Events)})
+		measured = append(measured, measuredRoom{Label: "largest real", RoomID: largestReal.ID(), Events: int64(largestReal.Head().Events)})
 	}
 	if err := eng.Close(); err != nil {
 		return nil, err
 	}
+	return measured, nil
+}
 
-	// 3. One repacked copy per plan kind.
+// benchRepackLayouts copies the store base to work/KIND once per plan kind and
+// repacks each copy (every room, one output stream), appending what each repack
+// did to res.Repacks. It returns the layouts ("before", then the kinds) and the
+// store directory of each.
+func benchRepackLayouts(out io.Writer, res *repackBench, base, work string, kinds []repackplan.Kind) ([]string, map[string]string, error) {
 	layouts := []string{"before"}
 	dirs := map[string]string{"before": base}
 	for _, k := range kinds {
 		dir := filepath.Join(work, string(k))
 		if err := copyDir(base, dir); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		eng, st, err := openStore(dir, false)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rooms, err := st.Rooms()
 		if err != nil {
 			eng.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		t := time.Now()
 		rs, problems, err := repackSummary(out, eng, rooms, repackplan.Options{Kind: k})
@@ -382,62 +432,61 @@ func benchRepack(out io.Writer, gens []string, real string, realRooms int, work 
 			err = cerr
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		res.Repacks = append(res.Repacks, repackResult{Plan: string(k), Stats: rs, Seconds: sec})
 		layouts = append(layouts, string(k))
 		dirs[string(k)] = dir
 	}
+	return layouts, dirs, nil
+}
 
-	// 4. The walks: counters once, then cold and warm runs alternating the layouts.
-	for _, m := range res.Measured {
-		for _, w := range repackplan.WalkKinds {
-			cells := map[string]*repackBenchCell{}
-			for _, l := range layouts {
-				wb, err := measureWalk(dirs[l], m.RoomID, w, limit, false)
-				if err != nil {
-					return nil, err
-				}
-				cells[l] = &repackBenchCell{Room: m.Label, Walk: w, Layout: l, Events: wb.Events, Total: wb.Total, Kinds: wb.Kinds}
+// benchRepackCells measures walk w of room m on every layout (store directory
+// dirs[layout]): the counters of one warm run, then runs cold and warm runs each,
+// the layouts in turn (reversed every other run), with the medians set. The cells
+// are in the order of layouts.
+func benchRepackCells(m measuredRoom, w repackplan.WalkKind, layouts []string, dirs map[string]string, runs, limit int) ([]*repackBenchCell, error) {
+	cells := map[string]*repackBenchCell{}
+	for _, l := range layouts {
+		wb, err := measureWalk(dirs[l], m.RoomID, w, limit, false)
+		if err != nil {
+			return nil, err
+		}
+		cells[l] = &repackBenchCell{Room: m.Label, Walk: w, Layout: l, Events: wb.Events, Total: wb.Total, Kinds: wb.Kinds}
+	}
+	for r := range runs {
+		order := slices.Clone(layouts)
+		if r%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, l := range order {
+			c := cells[l]
+			wb, err := measureWalk(dirs[l], m.RoomID, w, limit, true)
+			if err != nil {
+				return nil, err
 			}
-			for r := range runs {
-				order := slices.Clone(layouts)
-				if r%2 == 1 {
-					slices.Reverse(order)
-				}
-				for _, l := range order {
-					c := cells[l]
-					wb, err := measureWalk(dirs[l], m.RoomID, w, limit, true)
-					if err != nil {
-						return nil, err
-					}
-					c.ColdMs = append(c.ColdMs, ms(wb.Wall))
-					c.ResidentBefore = max(c.ResidentBefore, wb.Resident)
-					if wb.Total.Reads+wb.Total.CacheHits != c.Total.Reads+c.Total.CacheHits {
-						// The node cache (ristretto) admits entries asynchronously and
-						// probabilistically: a walk that rereads records splits them
-						// differently between hits and reads from run to run.
-						c.CountersVary = true
-					}
-					wb, err = measureWalk(dirs[l], m.RoomID, w, limit, false)
-					if err != nil {
-						return nil, err
-					}
-					c.WarmMs = append(c.WarmMs, ms(wb.Wall))
-				}
+			c.ColdMs = append(c.ColdMs, ms(wb.Wall))
+			c.ResidentBefore = max(c.ResidentBefore, wb.Resident)
+			if wb.Total.Reads+wb.Total.CacheHits != c.Total.Reads+c.Total.CacheHits {
+				// The node cache (ristretto) admits entries asynchronously and
+				// probabilistically: a walk that rereads records splits them
+				// differently between hits and reads from run to run.
+				c.CountersVary = true
 			}
-			for _, l := range layouts {
-				c := cells[l]
-				c.ColdMed, c.WarmMed = median(c.ColdMs), median(c.WarmMs)
-				res.Cells = append(res.Cells, *c)
-				fmt.Fprintf(out, "%-24s %-20s %-20s reads=%-6d pages=%-6d seeks=%-6d bytes=%-9d cold=%.2fms warm=%.2fms\n",
-					m.Label, w, l, c.Total.Reads, c.Total.Pages, c.Total.Seeks, c.Total.Bytes, c.ColdMed, c.WarmMed)
+			wb, err = measureWalk(dirs[l], m.RoomID, w, limit, false)
+			if err != nil {
+				return nil, err
 			}
+			c.WarmMs = append(c.WarmMs, ms(wb.Wall))
 		}
 	}
-	res.LoadAvg[1] = loadAvg()
-	res.Targets = repackTargets(res)
-	return res, nil
+	out := make([]*repackBenchCell, 0, len(layouts))
+	for _, l := range layouts {
+		c := cells[l]
+		c.ColdMed, c.WarmMed = median(c.ColdMs), median(c.WarmMs)
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

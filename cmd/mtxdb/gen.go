@@ -16,6 +16,8 @@ import (
 	"github.com/mtxdb/mtxdb/testrooms/gen"
 )
 
+// genCmd is mtxdb gen: a generated room history (or several) in the layout of
+// testrooms/real.
 func genCmd() *cobra.Command {
 	opts := gen.DefaultOptions()
 	var out, keysOut string
@@ -49,43 +51,10 @@ and events_backfill.jsonl (the PDUs in that order, for import --any-order
 			if cmd.Flags().Changed("backfill-batch") && !opts.Backfill {
 				return fmt.Errorf("gen: --backfill-batch applies only with --backfill")
 			}
-			if target, ok := danglingLink(out); ok {
-				return fmt.Errorf("gen: --out %s is a symbolic link to %s, which does not exist", out, target)
+			if err := checkGenOut(out); err != nil {
+				return err
 			}
-			// A stale room or file from an earlier run would sit beside the new ones
-			// (verify then reports rooms the new meta.json does not list).
-			switch ents, err := os.ReadDir(out); {
-			case errors.Is(err, fs.ErrNotExist):
-			case err != nil:
-				return fmt.Errorf("--out: %w", err)
-			case len(ents) > 0:
-				return fmt.Errorf("--out %s is not empty; give a new or empty directory", out)
-			}
-			if fi, err := os.Stat(out); err == nil && fi.IsDir() {
-				// An existing (empty) --out is replaced by the new room at the end:
-				// refuse now what cannot be replaced (a mount point, the root).
-				abs, _ := filepath.Abs(out)
-				if pfi, err := os.Stat(filepath.Dir(abs)); err != nil || abs == filepath.Dir(abs) || !sameDevice(fi, pfi) {
-					return fmt.Errorf("gen: --out %s is a mount point or the root: give a directory inside it", out)
-				}
-			}
-			// SIGINT/SIGTERM: remove the room being written beside --out, then exit
-			// as the signal would (a SIGKILLed run's directory is removed by the
-			// next run on the same --out).
-			sigs := make(chan os.Signal, 1)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-			go func() {
-				sig, ok := <-sigs
-				if !ok {
-					return
-				}
-				for _, d := range gen.TempDirs(out) {
-					os.RemoveAll(d)
-				}
-				fmt.Fprintf(os.Stderr, "mtxdb: gen: %v: stopped, nothing written to %s\n", sig, out)
-				os.Exit(128 + int(sig.(syscall.Signal)))
-			}()
+			defer removeOnSignal(out)()
 			if keysOut != "" {
 				// The servers' public keys, for import --keys (written first: it
 				// does not depend on the rooms).
@@ -98,46 +67,9 @@ and events_backfill.jsonl (the PDUs in that order, for import --any-order
 			// collect less often (about 1 GB at 100k events).
 			debug.SetGCPercent(400)
 			if rooms > 1 {
-				bar := newProgress(os.Stderr, int64(rooms*opts.Events), "generating", false)
-				metas, err := gen.GenerateMulti(opts, rooms, out, func(n int) { bar.add(n) })
-				bar.finish()
-				if err != nil {
-					return err
-				}
-				events := 0
-				for _, m := range metas {
-					events += m.Counts.Events
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%d rooms, %d events in %s (%s)\n", len(metas), events, out, time.Since(start).Round(time.Millisecond))
-				for _, m := range metas {
-					reportReference(cmd, m)
-				}
-				return nil
+				return generateRooms(cmd, opts, rooms, out, start)
 			}
-			bar := newProgress(os.Stderr, int64(opts.Events), "generating", false)
-			last := 0
-			var refBar *progress
-			meta, err := gen.GenerateProgress(opts, out, gen.Progress{
-				Events: func(done int) { bar.add(done - last); last = done },
-				Reference: func(done, total int) {
-					if done == 1 {
-						bar.finish()
-						refBar = newProgress(os.Stderr, int64(total), "reference", false)
-					}
-					refBar.set(int64(done))
-				},
-			})
-			bar.finish()
-			refBar.finish()
-			if err != nil {
-				return err
-			}
-			c := meta.Counts
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: room %s v%s: %d events (%d state, %d rejected, %d soft-failed), %d with >1 prev_events (max %d), %d joined members, %d resolutions, in %s\n",
-				filepath.Clean(out), meta.RoomID, meta.RoomVersion, c.Events, c.StateEvents, c.Rejected, c.SoftFailed,
-				c.EventsWithGT1Prev, c.MaxPrevEvents, c.JoinedMembers, meta.Resolution.Resolutions, time.Since(start).Round(time.Millisecond))
-			reportReference(cmd, meta)
-			return nil
+			return generateRoom(cmd, opts, out, start)
 		},
 	}
 	f := c.Flags()
@@ -191,4 +123,98 @@ func sameDevice(a, b os.FileInfo) bool {
 	sa, ok1 := a.Sys().(*syscall.Stat_t)
 	sb, ok2 := b.Sys().(*syscall.Stat_t)
 	return !ok1 || !ok2 || sa.Dev == sb.Dev
+}
+
+// checkGenOut refuses an --out that cannot become the new room: a dangling
+// symbolic link, a directory that is not empty (a stale room or file from an
+// earlier run would sit beside the new ones, and verify would report rooms the
+// new meta.json does not list), or a mount point or the root (an existing empty
+// --out is replaced by the new room at the end).
+func checkGenOut(out string) error {
+	if target, ok := danglingLink(out); ok {
+		return fmt.Errorf("gen: --out %s is a symbolic link to %s, which does not exist", out, target)
+	}
+	switch ents, err := os.ReadDir(out); {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("--out: %w", err)
+	case len(ents) > 0:
+		return fmt.Errorf("--out %s is not empty; give a new or empty directory", out)
+	}
+	if fi, err := os.Stat(out); err == nil && fi.IsDir() {
+		abs, _ := filepath.Abs(out)
+		if pfi, err := os.Stat(filepath.Dir(abs)); err != nil || abs == filepath.Dir(abs) || !sameDevice(fi, pfi) {
+			return fmt.Errorf("gen: --out %s is a mount point or the root: give a directory inside it", out)
+		}
+	}
+	return nil
+}
+
+// removeOnSignal removes the room being written beside out on SIGINT or SIGTERM,
+// then exits as the signal would (a SIGKILLed run's directory is removed by the
+// next run on the same out). The function it returns stops that.
+func removeOnSignal(out string) (stop func()) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig, ok := <-sigs
+		if !ok {
+			return
+		}
+		for _, d := range gen.TempDirs(out) {
+			os.RemoveAll(d)
+		}
+		fmt.Fprintf(os.Stderr, "mtxdb: gen: %v: stopped, nothing written to %s\n", sig, out)
+		os.Exit(128 + int(sig.(syscall.Signal)))
+	}()
+	return func() { signal.Stop(sigs) }
+}
+
+// generateRooms writes rooms rooms under out (gen --rooms N) and prints their
+// counts and what the reference checked in each.
+func generateRooms(cmd *cobra.Command, opts gen.Options, rooms int, out string, start time.Time) error {
+	bar := newProgress(os.Stderr, int64(rooms*opts.Events), "generating", false)
+	metas, err := gen.GenerateMulti(opts, rooms, out, func(n int) { bar.add(n) })
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	events := 0
+	for _, m := range metas {
+		events += m.Counts.Events
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%d rooms, %d events in %s (%s)\n", len(metas), events, out, time.Since(start).Round(time.Millisecond))
+	for _, m := range metas {
+		reportReference(cmd, m)
+	}
+	return nil
+}
+
+// generateRoom writes one room to out, with a bar for the events and one for
+// the reference's checks, and prints its counts and what the reference checked.
+func generateRoom(cmd *cobra.Command, opts gen.Options, out string, start time.Time) error {
+	bar := newProgress(os.Stderr, int64(opts.Events), "generating", false)
+	last := 0
+	var refBar *progress
+	meta, err := gen.GenerateProgress(opts, out, gen.Progress{
+		Events: func(done int) { bar.add(done - last); last = done },
+		Reference: func(done, total int) {
+			if done == 1 {
+				bar.finish()
+				refBar = newProgress(os.Stderr, int64(total), "reference", false)
+			}
+			refBar.set(int64(done))
+		},
+	})
+	bar.finish()
+	refBar.finish()
+	if err != nil {
+		return err
+	}
+	c := meta.Counts
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: room %s v%s: %d events (%d state, %d rejected, %d soft-failed), %d with >1 prev_events (max %d), %d joined members, %d resolutions, in %s\n",
+		filepath.Clean(out), meta.RoomID, meta.RoomVersion, c.Events, c.StateEvents, c.Rejected, c.SoftFailed,
+		c.EventsWithGT1Prev, c.MaxPrevEvents, c.JoinedMembers, meta.Resolution.Resolutions, time.Since(start).Round(time.Millisecond))
+	reportReference(cmd, meta)
+	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/mtxdb/mtxdb/pgstore/pgtest"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/roomstate/roomstatetest"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
@@ -24,20 +25,10 @@ import (
 // new NIDs not to reuse old ones.
 func TestNIDsStableAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
-	eng, err := packstore.Open(packstore.DefaultOptions(dir))
+	eng, st := roomstatetest.Open(t, dir)
+	room, err := testrooms.ImportReplayed(eng, filepath.Join(testrooms.Dir(), "real", "room003"))
 	require.NoError(t, err)
-	st := roomstate.New(eng)
-	f, err := os.Open(filepath.Join(testrooms.Dir(), "real", "room003", "events.jsonl"))
-	require.NoError(t, err)
-	_, err = st.Import(f, "room003", roomstate.ImportOptions{})
-	f.Close()
-	require.NoError(t, err)
-	rooms, err := st.Rooms()
-	require.NoError(t, err)
-	require.Len(t, rooms, 1)
-	_, err = resolver.Replay(rooms[0], resolver.ReplayOptions{})
-	require.NoError(t, err)
-	roomID := rooms[0].ID()
+	roomID := room.ID()
 
 	snapshot := func(st *roomstate.Store) (map[string]types.StateAtEvent, map[string]types.EventTypeNID, types.RoomInfo) {
 		s, err := New(st)
@@ -63,10 +54,7 @@ func TestNIDsStableAcrossReopen(t *testing.T) {
 	require.NoError(t, eng.Sync())
 	require.NoError(t, eng.Close())
 
-	eng, err = packstore.Open(packstore.DefaultOptions(dir))
-	require.NoError(t, err)
-	defer eng.Close()
-	st = roomstate.New(eng)
+	eng, st = roomstatetest.Open(t, dir)
 	at2, tn2, info2 := snapshot(st)
 	require.Equal(t, at1, at2)
 	require.Equal(t, tn1, tn2)

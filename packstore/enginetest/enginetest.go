@@ -22,8 +22,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/mtxdb/mtxdb/internal/testseed"
 	"github.com/mtxdb/mtxdb/packstore"
 )
 
@@ -94,198 +94,20 @@ func sorted(ids ...ID) []ID {
 	return ids
 }
 
+// c1 and c2 are the collections the fixed cases write.
+var c1, c2 = ident(1, 1), ident(1, 2)
+
 // Run runs the whole suite; each subtest calls open for a fresh engine.
 func Run(t *testing.T, open Open, reopen Reopen) {
 	r := rand.New(rand.NewPCG(1, 2))
-	c1, c2 := ident(1, 1), ident(1, 2)
-
-	t.Run("PutGet", func(t *testing.T) {
-		e := open(t)
-		small, big, empty := blob(r, 10, false), blob(r, 5000, true), []byte{}
-		for i, d := range [][]byte{small, big, empty} {
-			if err := e.Put(c1, ident(2, i), d); err != nil {
-				t.Fatal(err)
-			}
-		}
-		expect(t, e, c1, ident(2, 0), small)
-		expect(t, e, c1, ident(2, 1), big)
-		expect(t, e, c1, ident(2, 2), empty) // non-nil and empty
-		// Owned copy: mutating the result does not change the store.
-		got, _ := e.Get(c1, ident(2, 0))
-		got[0] ^= 0xff
-		expect(t, e, c1, ident(2, 0), small)
-		// Mutating the caller's buffer after Put does not either.
-		buf := []byte("abc")
-		if err := e.Put(c1, ident(2, 9), buf); err != nil {
-			t.Fatal(err)
-		}
-		buf[0] = 'x'
-		expect(t, e, c1, ident(2, 9), []byte("abc"))
-		// Re-writing a record with the same bytes (a content-addressed
-		// record stored twice) is harmless.
-		if err := e.PutMany(c1, []packstore.Record{{ID: ident(2, 1), Data: big}, {ID: ident(2, 0), Data: small}}); err != nil {
-			t.Fatal(err)
-		}
-		expect(t, e, c1, ident(2, 1), big)
-		if ids, err := e.CollectionRecords(c1); err != nil || len(ids) != 4 {
-			t.Fatalf("CollectionRecords = %d ids, %v; want 4", len(ids), err)
-		}
-	})
-
-	t.Run("NotFound", func(t *testing.T) {
-		e := open(t)
-		expect(t, e, c1, ident(2, 0), nil)
-		if err := e.Put(c1, ident(2, 0), []byte("x")); err != nil {
-			t.Fatal(err)
-		}
-		expect(t, e, c1, ident(2, 1), nil)
-		expect(t, e, c2, ident(2, 0), nil)
-	})
-
-	t.Run("GetMany", func(t *testing.T) {
-		e := open(t)
-		var recs []packstore.Record
-		for i := range 200 {
-			recs = append(recs, packstore.Record{ID: ident(3, i), Data: blob(r, r.IntN(300), i%2 == 0)})
-		}
-		if err := e.PutMany(c1, recs); err != nil {
-			t.Fatal(err)
-		}
-		ids := []ID{ident(3, 5), ident(9, 9), ident(3, 199), ident(3, 5), ident(3, 0)}
-		got, err := e.GetMany(c1, ids)
-		if err != nil || len(got) != len(ids) {
-			t.Fatalf("GetMany = %d entries, %v", len(got), err)
-		}
-		want := [][]byte{recs[5].Data, nil, recs[199].Data, recs[5].Data, recs[0].Data}
-		for i := range want {
-			if (got[i] == nil) != (want[i] == nil) || !bytes.Equal(got[i], want[i]) {
-				t.Fatalf("GetMany[%d] = %d bytes (nil %v), want %d bytes (nil %v)", i, len(got[i]), got[i] == nil, len(want[i]), want[i] == nil)
-			}
-		}
-		if len(got[0]) > 0 {
-			got[0][0] ^= 0xff // the two entries for one ID are separate copies
-			if !bytes.Equal(got[3], recs[5].Data) {
-				t.Fatal("GetMany returned one buffer for an ID asked twice")
-			}
-		}
-		got, err = e.GetMany(c2, ids)
-		if err != nil || len(got) != len(ids) || slices.ContainsFunc(got, func(b []byte) bool { return b != nil }) {
-			t.Fatalf("GetMany on unknown collection = %v, %v", got, err)
-		}
-		if got, err := e.GetMany(c1, nil); err != nil || len(got) != 0 {
-			t.Fatalf("GetMany of nothing = %v, %v", got, err)
-		}
-	})
-
-	t.Run("Supersede", func(t *testing.T) {
-		e := open(t)
-		id := ident(4, 0)
-		e.Put(c1, id, []byte("v1"))
-		e.Put(c1, id, []byte("v2"))
-		expect(t, e, c1, id, []byte("v2"))
-		e.PutMany(c1, []packstore.Record{{ID: id, Data: []byte("v3")}, {ID: ident(4, 1), Data: []byte("a")}, {ID: id, Data: []byte("v4")}})
-		expect(t, e, c1, id, []byte("v4"))
-		ids, _ := e.CollectionRecords(c1)
-		if len(ids) != 2 {
-			t.Fatalf("CollectionRecords = %d ids, want 2", len(ids))
-		}
-		// Same record ID in another collection is independent.
-		e.Put(c2, id, []byte("other"))
-		expect(t, e, c1, id, []byte("v4"))
-		expect(t, e, c2, id, []byte("other"))
-	})
-
-	t.Run("DeleteCollection", func(t *testing.T) {
-		e := open(t)
-		e.Put(c1, ident(5, 0), []byte("a"))
-		e.Put(c2, ident(5, 0), []byte("b"))
-		if got := e.Collections(); !slices.Equal(got, sorted(c1, c2)) {
-			t.Fatalf("Collections = %v", got)
-		}
-		if err := e.DeleteCollection(c1); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.DeleteCollection(ident(9, 9)); err != nil {
-			t.Fatalf("deleting an unknown collection: %v", err)
-		}
-		expect(t, e, c1, ident(5, 0), nil)
-		expect(t, e, c2, ident(5, 0), []byte("b"))
-		if got := e.Collections(); !slices.Equal(got, []ID{c2}) {
-			t.Fatalf("Collections after delete = %v", got)
-		}
-		e.Put(c1, ident(5, 1), []byte("new"))
-		expect(t, e, c1, ident(5, 0), nil)
-		expect(t, e, c1, ident(5, 1), []byte("new"))
-	})
-
-	t.Run("Repack", func(t *testing.T) {
-		e := open(t)
-		for i := range 50 {
-			e.Put(c1, ident(6, i), []byte{byte(i)})
-			e.Put(c2, ident(6, i), []byte{byte(i), 2})
-		}
-		e.Put(c1, ident(6, 3), []byte("v2"))
-		keep := []ID{ident(6, 10), ident(6, 3), ident(6, 7)}
-		st, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1, Records: keep}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.CollectionsRepacked != 1 || st.RecordsCopied != 3 || st.RecordsDropped != 47 {
-			t.Fatalf("stats %+v", st)
-		}
-		expect(t, e, c1, ident(6, 3), []byte("v2"))
-		expect(t, e, c1, ident(6, 10), []byte{10})
-		expect(t, e, c1, ident(6, 11), nil)
-		expect(t, e, c2, ident(6, 11), []byte{11, 2})
-		if ids, _ := e.CollectionRecords(c1); len(ids) != 3 {
-			t.Fatalf("after repack %d records, want 3", len(ids))
-		}
-		// A listed record that does not exist fails before anything changes.
-		_, err = e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{
-			{Collection: c2, Records: []ID{ident(6, 1)}},
-			{Collection: c1, Records: []ID{ident(6, 3), ident(6, 11)}},
-		}})
-		if !errors.Is(err, packstore.ErrNotFound) {
-			t.Fatalf("repack with missing record: %v, want ErrNotFound", err)
-		}
-		if ids, _ := e.CollectionRecords(c2); len(ids) != 50 {
-			t.Fatalf("failed repack changed c2: %d records", len(ids))
-		}
-		if _, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1, Records: []ID{ident(6, 3), ident(6, 3)}}}}); err == nil {
-			t.Fatal("repack listing a record twice succeeded")
-		}
-		if _, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1}, {Collection: c1}}}); err == nil {
-			t.Fatal("repack listing a collection twice succeeded")
-		}
-		// An empty list empties the collection.
-		if _, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1}}}); err != nil {
-			t.Fatal(err)
-		}
-		expect(t, e, c1, ident(6, 3), nil)
-		if got := e.Collections(); !slices.Equal(got, []ID{c2}) {
-			t.Fatalf("Collections after emptying repack = %v", got)
-		}
-	})
-
-	t.Run("Closed", func(t *testing.T) {
-		e := open(t)
-		e.Put(c1, ident(7, 0), []byte("x"))
-		if err := e.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.Get(c1, ident(7, 0)); !errors.Is(err, packstore.ErrClosed) {
-			t.Fatalf("Get after Close: %v", err)
-		}
-		if err := e.Put(c1, ident(7, 1), nil); !errors.Is(err, packstore.ErrClosed) {
-			t.Fatalf("Put after Close: %v", err)
-		}
-		if err := e.Sync(); !errors.Is(err, packstore.ErrClosed) {
-			t.Fatalf("Sync after Close: %v", err)
-		}
-	})
-
+	t.Run("PutGet", func(t *testing.T) { casePutGet(t, open(t), r) })
+	t.Run("NotFound", func(t *testing.T) { caseNotFound(t, open(t)) })
+	t.Run("GetMany", func(t *testing.T) { caseGetMany(t, open(t), r) })
+	t.Run("Supersede", func(t *testing.T) { caseSupersede(t, open(t)) })
+	t.Run("DeleteCollection", func(t *testing.T) { caseDeleteCollection(t, open(t)) })
+	t.Run("Repack", func(t *testing.T) { caseRepack(t, open(t)) })
+	t.Run("Closed", func(t *testing.T) { caseClosed(t, open(t)) })
 	t.Run("Model", func(t *testing.T) { runModel(t, open, reopen) })
-
 	t.Run("ConditionalPut", func(t *testing.T) {
 		e := open(t)
 		if _, ok := e.(packstore.ConditionalPutter); !ok {
@@ -293,6 +115,202 @@ func Run(t *testing.T, open Open, reopen Reopen) {
 		}
 		runConditional(t, e)
 	})
+}
+
+// casePutGet checks Put and Get of small, large and empty payloads; Get returns an
+// owned copy and Put copies its input; a record written again with the same bytes
+// stays one record.
+func casePutGet(t *testing.T, e Engine, r *rand.Rand) {
+	small, big, empty := blob(r, 10, false), blob(r, 5000, true), []byte{}
+	for i, d := range [][]byte{small, big, empty} {
+		if err := e.Put(c1, ident(2, i), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect(t, e, c1, ident(2, 0), small)
+	expect(t, e, c1, ident(2, 1), big)
+	expect(t, e, c1, ident(2, 2), empty) // non-nil and empty
+	// Owned copy: mutating the result does not change the store.
+	got, _ := e.Get(c1, ident(2, 0))
+	got[0] ^= 0xff
+	expect(t, e, c1, ident(2, 0), small)
+	// Mutating the caller's buffer after Put does not either.
+	buf := []byte("abc")
+	if err := e.Put(c1, ident(2, 9), buf); err != nil {
+		t.Fatal(err)
+	}
+	buf[0] = 'x'
+	expect(t, e, c1, ident(2, 9), []byte("abc"))
+	// Re-writing a record with the same bytes (a content-addressed
+	// record stored twice) is harmless.
+	if err := e.PutMany(c1, []packstore.Record{{ID: ident(2, 1), Data: big}, {ID: ident(2, 0), Data: small}}); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e, c1, ident(2, 1), big)
+	if ids, err := e.CollectionRecords(c1); err != nil || len(ids) != 4 {
+		t.Fatalf("CollectionRecords = %d ids, %v; want 4", len(ids), err)
+	}
+}
+
+// caseNotFound checks that Get of a record never written, in a known and an
+// unknown collection, is ErrNotFound.
+func caseNotFound(t *testing.T, e Engine) {
+	expect(t, e, c1, ident(2, 0), nil)
+	if err := e.Put(c1, ident(2, 0), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e, c1, ident(2, 1), nil)
+	expect(t, e, c2, ident(2, 0), nil)
+}
+
+// caseGetMany checks that GetMany answers in the order asked: nil for absent
+// records, a separate copy for an ID asked twice, all nil for an unknown
+// collection, nothing for nothing.
+func caseGetMany(t *testing.T, e Engine, r *rand.Rand) {
+	var recs []packstore.Record
+	for i := range 200 {
+		recs = append(recs, packstore.Record{ID: ident(3, i), Data: blob(r, r.IntN(300), i%2 == 0)})
+	}
+	if err := e.PutMany(c1, recs); err != nil {
+		t.Fatal(err)
+	}
+	ids := []ID{ident(3, 5), ident(9, 9), ident(3, 199), ident(3, 5), ident(3, 0)}
+	got, err := e.GetMany(c1, ids)
+	if err != nil || len(got) != len(ids) {
+		t.Fatalf("GetMany = %d entries, %v", len(got), err)
+	}
+	want := [][]byte{recs[5].Data, nil, recs[199].Data, recs[5].Data, recs[0].Data}
+	for i := range want {
+		if (got[i] == nil) != (want[i] == nil) || !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("GetMany[%d] = %d bytes (nil %v), want %d bytes (nil %v)", i, len(got[i]), got[i] == nil, len(want[i]), want[i] == nil)
+		}
+	}
+	if len(got[0]) > 0 {
+		got[0][0] ^= 0xff // the two entries for one ID are separate copies
+		if !bytes.Equal(got[3], recs[5].Data) {
+			t.Fatal("GetMany returned one buffer for an ID asked twice")
+		}
+	}
+	got, err = e.GetMany(c2, ids)
+	if err != nil || len(got) != len(ids) || slices.ContainsFunc(got, func(b []byte) bool { return b != nil }) {
+		t.Fatalf("GetMany on unknown collection = %v, %v", got, err)
+	}
+	if got, err := e.GetMany(c1, nil); err != nil || len(got) != 0 {
+		t.Fatalf("GetMany of nothing = %v, %v", got, err)
+	}
+}
+
+// caseSupersede checks that the last write of a record wins, within one PutMany
+// too, and that the same record ID in another collection is another record.
+func caseSupersede(t *testing.T, e Engine) {
+	id := ident(4, 0)
+	e.Put(c1, id, []byte("v1"))
+	e.Put(c1, id, []byte("v2"))
+	expect(t, e, c1, id, []byte("v2"))
+	e.PutMany(c1, []packstore.Record{{ID: id, Data: []byte("v3")}, {ID: ident(4, 1), Data: []byte("a")}, {ID: id, Data: []byte("v4")}})
+	expect(t, e, c1, id, []byte("v4"))
+	ids, _ := e.CollectionRecords(c1)
+	if len(ids) != 2 {
+		t.Fatalf("CollectionRecords = %d ids, want 2", len(ids))
+	}
+	// Same record ID in another collection is independent.
+	e.Put(c2, id, []byte("other"))
+	expect(t, e, c1, id, []byte("v4"))
+	expect(t, e, c2, id, []byte("other"))
+}
+
+// caseDeleteCollection checks that DeleteCollection removes one collection's
+// records and leaves the others, that deleting an unknown collection is no error,
+// and that the collection can be written again.
+func caseDeleteCollection(t *testing.T, e Engine) {
+	e.Put(c1, ident(5, 0), []byte("a"))
+	e.Put(c2, ident(5, 0), []byte("b"))
+	if got := e.Collections(); !slices.Equal(got, sorted(c1, c2)) {
+		t.Fatalf("Collections = %v", got)
+	}
+	if err := e.DeleteCollection(c1); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DeleteCollection(ident(9, 9)); err != nil {
+		t.Fatalf("deleting an unknown collection: %v", err)
+	}
+	expect(t, e, c1, ident(5, 0), nil)
+	expect(t, e, c2, ident(5, 0), []byte("b"))
+	if got := e.Collections(); !slices.Equal(got, []ID{c2}) {
+		t.Fatalf("Collections after delete = %v", got)
+	}
+	e.Put(c1, ident(5, 1), []byte("new"))
+	expect(t, e, c1, ident(5, 0), nil)
+	expect(t, e, c1, ident(5, 1), []byte("new"))
+}
+
+// caseRepack checks that Repack keeps the listed records of a collection and drops
+// the rest, with the stats to match; that a plan listing a missing record, a record
+// twice or a collection twice fails before anything changes; and that an empty
+// list empties the collection.
+func caseRepack(t *testing.T, e Engine) {
+	for i := range 50 {
+		e.Put(c1, ident(6, i), []byte{byte(i)})
+		e.Put(c2, ident(6, i), []byte{byte(i), 2})
+	}
+	e.Put(c1, ident(6, 3), []byte("v2"))
+	keep := []ID{ident(6, 10), ident(6, 3), ident(6, 7)}
+	st, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1, Records: keep}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.CollectionsRepacked != 1 || st.RecordsCopied != 3 || st.RecordsDropped != 47 {
+		t.Fatalf("stats %+v", st)
+	}
+	expect(t, e, c1, ident(6, 3), []byte("v2"))
+	expect(t, e, c1, ident(6, 10), []byte{10})
+	expect(t, e, c1, ident(6, 11), nil)
+	expect(t, e, c2, ident(6, 11), []byte{11, 2})
+	if ids, _ := e.CollectionRecords(c1); len(ids) != 3 {
+		t.Fatalf("after repack %d records, want 3", len(ids))
+	}
+	// A listed record that does not exist fails before anything changes.
+	_, err = e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{
+		{Collection: c2, Records: []ID{ident(6, 1)}},
+		{Collection: c1, Records: []ID{ident(6, 3), ident(6, 11)}},
+	}})
+	if !errors.Is(err, packstore.ErrNotFound) {
+		t.Fatalf("repack with missing record: %v, want ErrNotFound", err)
+	}
+	if ids, _ := e.CollectionRecords(c2); len(ids) != 50 {
+		t.Fatalf("failed repack changed c2: %d records", len(ids))
+	}
+	if _, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1, Records: []ID{ident(6, 3), ident(6, 3)}}}}); err == nil {
+		t.Fatal("repack listing a record twice succeeded")
+	}
+	if _, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1}, {Collection: c1}}}); err == nil {
+		t.Fatal("repack listing a collection twice succeeded")
+	}
+	// An empty list empties the collection.
+	if _, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1}}}); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e, c1, ident(6, 3), nil)
+	if got := e.Collections(); !slices.Equal(got, []ID{c2}) {
+		t.Fatalf("Collections after emptying repack = %v", got)
+	}
+}
+
+// caseClosed checks that Get, Put and Sync after Close return ErrClosed.
+func caseClosed(t *testing.T, e Engine) {
+	e.Put(c1, ident(7, 0), []byte("x"))
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Get(c1, ident(7, 0)); !errors.Is(err, packstore.ErrClosed) {
+		t.Fatalf("Get after Close: %v", err)
+	}
+	if err := e.Put(c1, ident(7, 1), nil); !errors.Is(err, packstore.ErrClosed) {
+		t.Fatalf("Put after Close: %v", err)
+	}
+	if err := e.Sync(); !errors.Is(err, packstore.ErrClosed) {
+		t.Fatalf("Sync after Close: %v", err)
+	}
 }
 
 // runConditional checks PutManyIf: a stale condition writes nothing, and
@@ -418,10 +436,7 @@ func (m model) verify(t *testing.T, e Engine, seed uint64, step int) {
 // runModel applies random operations to the engine and to a model and compares
 // them after every read and at the end.
 func runModel(t *testing.T, open Open, reopen Reopen) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
+	seed := testseed.Seed(t, "enginetest.seed", *seedFlag, "")
 	steps := 1500
 	if testing.Short() {
 		steps = 300
@@ -429,123 +444,177 @@ func runModel(t *testing.T, open Open, reopen Reopen) {
 	if *stepsFlag > 0 {
 		steps = *stepsFlag
 	}
-	t.Logf("seed %d (-enginetest.seed=%d to repeat), %d steps", seed, seed, steps)
+	t.Logf("%d steps (-enginetest.steps)", steps)
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
-	e := open(t)
-	m := model{}
-	colls := make([]ID, 5)
-	for i := range colls {
-		colls[i] = ident(20, int(r.Uint32()))
-	}
-	const perColl = 60 // record IDs per collection: enough repeats to supersede
-	rec := func() (ID, ID) {
-		return colls[r.IntN(len(colls))], ident(21, r.IntN(perColl))
-	}
-	write := func(c, id ID, d []byte) {
-		if m[c] == nil {
-			m[c] = map[ID][]byte{}
-		}
-		m[c][id] = d
+	mr := &modelRun{t: t, e: open(t), m: model{}, r: r, seed: seed, colls: make([]ID, 5)}
+	for i := range mr.colls {
+		mr.colls[i] = ident(20, int(r.Uint32()))
 	}
 	for step := range steps {
+		mr.step = step
 		switch op := r.IntN(100); {
 		case op < 30:
-			c, id := rec()
-			d := blob(r, r.IntN(600), r.IntN(2) == 0)
-			if err := e.Put(c, id, d); err != nil {
-				t.Fatalf("seed %d step %d: Put: %v", seed, step, err)
-			}
-			write(c, id, d)
+			mr.put()
 		case op < 45:
-			c, _ := rec()
-			batch := make([]packstore.Record, 1+r.IntN(25))
-			for i := range batch {
-				_, id := rec()
-				batch[i] = packstore.Record{ID: id, Data: blob(r, r.IntN(400), r.IntN(2) == 0)}
-			}
-			if err := e.PutMany(c, batch); err != nil {
-				t.Fatalf("seed %d step %d: PutMany: %v", seed, step, err)
-			}
-			for _, b := range batch {
-				write(c, b.ID, b.Data)
-			}
+			mr.putMany()
 		case op < 62:
-			c, id := rec()
-			want, ok := m[c][id]
-			got, err := e.Get(c, id)
-			if ok && (err != nil || !bytes.Equal(got, want)) || !ok && !errors.Is(err, packstore.ErrNotFound) {
-				t.Fatalf("seed %d step %d: Get = %d bytes, %v; model has it: %v", seed, step, len(got), err, ok)
-			}
+			mr.get()
 		case op < 74:
-			c, _ := rec()
-			ids := make([]ID, 1+r.IntN(40))
-			for i := range ids {
-				_, ids[i] = rec()
-			}
-			got, err := e.GetMany(c, ids)
-			if err != nil || len(got) != len(ids) {
-				t.Fatalf("seed %d step %d: GetMany = %d entries, %v", seed, step, len(got), err)
-			}
-			for i, id := range ids {
-				want, ok := m[c][id]
-				if ok != (got[i] != nil) || !bytes.Equal(got[i], want) {
-					t.Fatalf("seed %d step %d: GetMany[%d] = %d bytes, model has it: %v", seed, step, i, len(got[i]), ok)
-				}
-			}
+			mr.getMany()
 		case op < 78:
-			c, _ := rec()
-			if err := e.DeleteCollection(c); err != nil {
-				t.Fatalf("seed %d step %d: DeleteCollection: %v", seed, step, err)
-			}
-			delete(m, c)
+			mr.deleteCollection()
 		case op < 88:
-			// Repack one or two collections, keeping a random subset in a
-			// random order.
-			var plan packstore.RepackPlan
-			dropped := 0
-			for _, c := range colls[:1+r.IntN(2)] {
-				if r.IntN(2) == 0 {
-					continue
-				}
-				var keep []ID
-				for id := range m[c] {
-					if r.IntN(3) > 0 {
-						keep = append(keep, id)
-					}
-				}
-				slices.SortFunc(keep, ID.Compare)
-				r.Shuffle(len(keep), func(i, j int) { keep[i], keep[j] = keep[j], keep[i] })
-				plan.Collections = append(plan.Collections, packstore.CollectionPlan{Collection: c, Records: keep})
-				dropped += len(m[c]) - len(keep)
-			}
-			st, err := e.Repack(plan)
-			if err != nil {
-				t.Fatalf("seed %d step %d: Repack: %v", seed, step, err)
-			}
-			if st.RecordsDropped != dropped {
-				t.Fatalf("seed %d step %d: Repack dropped %d, model %d", seed, step, st.RecordsDropped, dropped)
-			}
-			for _, cp := range plan.Collections {
-				kept := map[ID][]byte{}
-				for _, id := range cp.Records {
-					kept[id] = m[cp.Collection][id]
-				}
-				if len(kept) == 0 {
-					delete(m, cp.Collection)
-				} else {
-					m[cp.Collection] = kept
-				}
-			}
+			mr.repack()
 		case op < 93:
-			if err := e.Sync(); err != nil {
-				t.Fatalf("seed %d step %d: Sync: %v", seed, step, err)
+			if err := mr.e.Sync(); err != nil {
+				mr.fatalf("Sync: %v", err)
 			}
 		case op < 96 && reopen != nil:
-			e = reopen(t, e)
-			m.verify(t, e, seed, step)
+			mr.e = reopen(t, mr.e)
+			mr.m.verify(t, mr.e, seed, step)
 		default:
-			m.verify(t, e, seed, step)
+			mr.m.verify(t, mr.e, seed, step)
 		}
 	}
-	m.verify(t, e, seed, steps)
+	mr.m.verify(t, mr.e, seed, steps)
+}
+
+// modelRun is one run of the model test: the engine, the model it must match, the
+// random source that picks each operation, and the step being run.
+type modelRun struct {
+	t     *testing.T
+	e     Engine
+	m     model
+	r     *rand.Rand
+	colls []ID // the collections written
+	seed  uint64
+	step  int
+}
+
+// perColl is how many record IDs each collection draws from: enough repeats to
+// supersede.
+const perColl = 60
+
+// rec picks a collection and a record ID.
+func (mr *modelRun) rec() (ID, ID) {
+	return mr.colls[mr.r.IntN(len(mr.colls))], ident(21, mr.r.IntN(perColl))
+}
+
+// write records a write in the model.
+func (mr *modelRun) write(c, id ID, d []byte) {
+	if mr.m[c] == nil {
+		mr.m[c] = map[ID][]byte{}
+	}
+	mr.m[c][id] = d
+}
+
+// fatalf fails the test naming the seed and the step.
+func (mr *modelRun) fatalf(format string, args ...any) {
+	mr.t.Helper()
+	mr.t.Fatalf("seed %d step %d: "+format, append([]any{mr.seed, mr.step}, args...)...)
+}
+
+// put writes one record of random bytes or text.
+func (mr *modelRun) put() {
+	c, id := mr.rec()
+	d := blob(mr.r, mr.r.IntN(600), mr.r.IntN(2) == 0)
+	if err := mr.e.Put(c, id, d); err != nil {
+		mr.fatalf("Put: %v", err)
+	}
+	mr.write(c, id, d)
+}
+
+// putMany writes a batch of 1-25 records to one collection (an ID may repeat).
+func (mr *modelRun) putMany() {
+	c, _ := mr.rec()
+	batch := make([]packstore.Record, 1+mr.r.IntN(25))
+	for i := range batch {
+		_, id := mr.rec()
+		batch[i] = packstore.Record{ID: id, Data: blob(mr.r, mr.r.IntN(400), mr.r.IntN(2) == 0)}
+	}
+	if err := mr.e.PutMany(c, batch); err != nil {
+		mr.fatalf("PutMany: %v", err)
+	}
+	for _, b := range batch {
+		mr.write(c, b.ID, b.Data)
+	}
+}
+
+// get reads one record and compares it with the model.
+func (mr *modelRun) get() {
+	c, id := mr.rec()
+	want, ok := mr.m[c][id]
+	got, err := mr.e.Get(c, id)
+	if ok && (err != nil || !bytes.Equal(got, want)) || !ok && !errors.Is(err, packstore.ErrNotFound) {
+		mr.fatalf("Get = %d bytes, %v; model has it: %v", len(got), err, ok)
+	}
+}
+
+// getMany reads 1-40 records of one collection and compares them with the model.
+func (mr *modelRun) getMany() {
+	c, _ := mr.rec()
+	ids := make([]ID, 1+mr.r.IntN(40))
+	for i := range ids {
+		_, ids[i] = mr.rec()
+	}
+	got, err := mr.e.GetMany(c, ids)
+	if err != nil || len(got) != len(ids) {
+		mr.fatalf("GetMany = %d entries, %v", len(got), err)
+	}
+	for i, id := range ids {
+		want, ok := mr.m[c][id]
+		if ok != (got[i] != nil) || !bytes.Equal(got[i], want) {
+			mr.fatalf("GetMany[%d] = %d bytes, model has it: %v", i, len(got[i]), ok)
+		}
+	}
+}
+
+// deleteCollection deletes one collection.
+func (mr *modelRun) deleteCollection() {
+	c, _ := mr.rec()
+	if err := mr.e.DeleteCollection(c); err != nil {
+		mr.fatalf("DeleteCollection: %v", err)
+	}
+	delete(mr.m, c)
+}
+
+// repack repacks one or two collections, keeping a random subset in a random
+// order, and checks the records dropped.
+func (mr *modelRun) repack() {
+	r, m := mr.r, mr.m
+	var plan packstore.RepackPlan
+	dropped := 0
+	for _, c := range mr.colls[:1+r.IntN(2)] {
+		if r.IntN(2) == 0 {
+			continue
+		}
+		var keep []ID
+		for id := range m[c] {
+			if r.IntN(3) > 0 {
+				keep = append(keep, id)
+			}
+		}
+		slices.SortFunc(keep, ID.Compare)
+		r.Shuffle(len(keep), func(i, j int) { keep[i], keep[j] = keep[j], keep[i] })
+		plan.Collections = append(plan.Collections, packstore.CollectionPlan{Collection: c, Records: keep})
+		dropped += len(m[c]) - len(keep)
+	}
+	st, err := mr.e.Repack(plan)
+	if err != nil {
+		mr.fatalf("Repack: %v", err)
+	}
+	if st.RecordsDropped != dropped {
+		mr.fatalf("Repack dropped %d, model %d", st.RecordsDropped, dropped)
+	}
+	for _, cp := range plan.Collections {
+		kept := map[ID][]byte{}
+		for _, id := range cp.Records {
+			kept[id] = m[cp.Collection][id]
+		}
+		if len(kept) == 0 {
+			delete(m, cp.Collection)
+		} else {
+			m[cp.Collection] = kept
+		}
+	}
 }

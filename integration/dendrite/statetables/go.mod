@@ -8,6 +8,7 @@ require (
 	github.com/matrix-org/dendrite v0.13.8
 	github.com/mattn/go-sqlite3 v1.14.22
 	github.com/mtxdb/mtxdb/hamtstore v0.0.0
+	github.com/mtxdb/mtxdb/internal v0.0.0
 	github.com/mtxdb/mtxdb/packstore v0.0.0
 	github.com/mtxdb/mtxdb/pgstore v0.0.0
 )

@@ -22,19 +22,18 @@ import (
 	_ "github.com/lib/pq"
 	"github.com/matrix-org/dendrite/roomserver/storage/tables"
 	"github.com/matrix-org/dendrite/roomserver/types"
+	"github.com/mtxdb/mtxdb/internal/testseed"
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/pgstore/pgtest"
 )
 
 var seedFlag = flag.Uint64("statetables.seed", 0, "seed of the random tests (0: time)")
 
+// seed returns the seed of a random test (-statetables.seed, else the clock),
+// logged with how to repeat the test.
 func seed(t *testing.T) uint64 {
-	s := *seedFlag
-	if s == 0 {
-		s = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (replay: go test -run '^%s$' -statetables.seed=%d)", s, t.Name(), s)
-	return s
+	t.Helper()
+	return testseed.Seed(t, "statetables.seed", *seedFlag, "")
 }
 
 var ctx = context.Background()

@@ -64,12 +64,17 @@ func openDB(conn string) (*sql.DB, bool, error) {
 	return db, true, err
 }
 
+// snapshot is one row of roomserver_state_snapshots.
 type snapshot struct {
 	nid    types.StateSnapshotNID
 	room   types.RoomNID
 	blocks []int64
 }
 
+// migrate moves the snapshots of the roomserver database conn into the store at
+// storeDir in phases: read (the events' state keys, the state blocks and the
+// snapshots), build (each snapshot's state), write (into the store) and check
+// (every snapshot read back from a fresh open). It returns the summary line.
 func migrate(ctx context.Context, conn, storeDir string) (string, error) {
 	db, sqlite, err := openDB(conn)
 	if err != nil {
@@ -85,36 +90,82 @@ func migrate(ctx context.Context, conn, storeDir string) (string, error) {
 			return "", fmt.Errorf("-db %q is not a Dendrite roomserver database (table %s: %v)", conn, table, err)
 		}
 	}
-	ints := func(raw []byte, arr pq.Int64Array) ([]int64, error) {
-		if !sqlite {
-			return arr, nil
-		}
-		var v []int64
-		err := json.Unmarshal(raw, &v)
-		return v, err
+	keys, err := readStateKeys(ctx, db)
+	if err != nil {
+		return "", err
 	}
-	// Event NID -> state key tuple, for the state events the blocks name.
+	blocks, err := readBlocks(ctx, db, sqlite)
+	if err != nil {
+		return "", err
+	}
+	snaps, err := readSnapshots(ctx, db, sqlite)
+	if err != nil {
+		return "", err
+	}
+	states, err := buildStates(snaps, blocks, keys)
+	if err != nil {
+		return "", err
+	}
+	// Only now, with the input read and understood, the store.
+	open := func() (*statetables.Store, error) { return statetables.Open(storeDir) }
+	if storeDir == "" && !sqlite && os.Getenv(statetables.EnvDir) == "" {
+		open = func() (*statetables.Store, error) { return statetables.OpenPostgres(ctx, db) }
+	} else if storeDir == "" {
+		if storeDir, err = statetables.DirFor(ctx, db, sqlite); err != nil {
+			return "", err
+		}
+	}
+	if err := writeSnapshots(open, snaps, states); err != nil {
+		return "", err
+	}
+	entries, where, err := checkSnapshots(open, snaps, states)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("migrated snapshots=%d blocks=%d entries=%d store=%q checked=%d mismatches=0", len(snaps), len(blocks), entries, where, len(snaps)), nil
+}
+
+// nids returns an array of NIDs as a row holds it: JSON text in SQLite (raw), a
+// PostgreSQL array otherwise (arr).
+func nids(sqlite bool, raw []byte, arr pq.Int64Array) ([]int64, error) {
+	if !sqlite {
+		return arr, nil
+	}
+	var v []int64
+	err := json.Unmarshal(raw, &v)
+	return v, err
+}
+
+// readStateKeys returns the state key tuple of every state event, by event NID
+// (roomserver_events).
+func readStateKeys(ctx context.Context, db *sql.DB) (map[types.EventNID]types.StateKeyTuple, error) {
 	keys := map[types.EventNID]types.StateKeyTuple{}
 	rows, err := db.QueryContext(ctx, "SELECT event_nid, event_type_nid, event_state_key_nid FROM roomserver_events WHERE event_state_key_nid <> 0")
 	if err != nil {
-		return "", fmt.Errorf("read roomserver_events: %w", err)
+		return nil, fmt.Errorf("read roomserver_events: %w", err)
 	}
 	for rows.Next() {
 		var e, t, k int64
 		if err := rows.Scan(&e, &t, &k); err != nil {
 			rows.Close()
-			return "", fmt.Errorf("read roomserver_events: %w", err)
+			return nil, fmt.Errorf("read roomserver_events: %w", err)
 		}
 		keys[types.EventNID(e)] = types.StateKeyTuple{EventTypeNID: types.EventTypeNID(t), EventStateKeyNID: types.EventStateKeyNID(k)}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("read roomserver_events: %w", err)
+		return nil, fmt.Errorf("read roomserver_events: %w", err)
 	}
+	return keys, nil
+}
+
+// readBlocks returns the event NIDs of every state block, by block NID
+// (roomserver_state_block), in their stored order.
+func readBlocks(ctx context.Context, db *sql.DB, sqlite bool) (map[int64][]int64, error) {
 	blocks := map[int64][]int64{}
-	rows, err = db.QueryContext(ctx, "SELECT state_block_nid, event_nids FROM roomserver_state_block")
+	rows, err := db.QueryContext(ctx, "SELECT state_block_nid, event_nids FROM roomserver_state_block")
 	if err != nil {
-		return "", fmt.Errorf("read roomserver_state_block: %w", err)
+		return nil, fmt.Errorf("read roomserver_state_block: %w", err)
 	}
 	for rows.Next() {
 		var nid int64
@@ -126,23 +177,29 @@ func migrate(ctx context.Context, conn, storeDir string) (string, error) {
 		}
 		if err := rows.Scan(&nid, dst); err != nil {
 			rows.Close()
-			return "", fmt.Errorf("read roomserver_state_block: %w", err)
+			return nil, fmt.Errorf("read roomserver_state_block: %w", err)
 		}
-		ev, err := ints(raw, arr)
+		ev, err := nids(sqlite, raw, arr)
 		if err != nil {
 			rows.Close()
-			return "", fmt.Errorf("state block %d: event NIDs %q: %w", nid, raw, err)
+			return nil, fmt.Errorf("state block %d: event NIDs %q: %w", nid, raw, err)
 		}
 		blocks[nid] = ev
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("read roomserver_state_block: %w", err)
+		return nil, fmt.Errorf("read roomserver_state_block: %w", err)
 	}
+	return blocks, nil
+}
+
+// readSnapshots returns every state snapshot (roomserver_state_snapshots) by
+// ascending NID.
+func readSnapshots(ctx context.Context, db *sql.DB, sqlite bool) ([]snapshot, error) {
 	var snaps []snapshot
-	rows, err = db.QueryContext(ctx, "SELECT state_snapshot_nid, room_nid, state_block_nids FROM roomserver_state_snapshots ORDER BY state_snapshot_nid")
+	rows, err := db.QueryContext(ctx, "SELECT state_snapshot_nid, room_nid, state_block_nids FROM roomserver_state_snapshots ORDER BY state_snapshot_nid")
 	if err != nil {
-		return "", fmt.Errorf("read roomserver_state_snapshots: %w", err)
+		return nil, fmt.Errorf("read roomserver_state_snapshots: %w", err)
 	}
 	for rows.Next() {
 		var nid, room int64
@@ -154,35 +211,40 @@ func migrate(ctx context.Context, conn, storeDir string) (string, error) {
 		}
 		if err := rows.Scan(&nid, &room, dst); err != nil {
 			rows.Close()
-			return "", fmt.Errorf("read roomserver_state_snapshots: %w", err)
+			return nil, fmt.Errorf("read roomserver_state_snapshots: %w", err)
 		}
-		b, err := ints(raw, arr)
+		b, err := nids(sqlite, raw, arr)
 		if err != nil {
 			rows.Close()
-			return "", fmt.Errorf("state snapshot %d: block NIDs %q: %w", nid, raw, err)
+			return nil, fmt.Errorf("state snapshot %d: block NIDs %q: %w", nid, raw, err)
 		}
 		snaps = append(snaps, snapshot{types.StateSnapshotNID(nid), types.RoomNID(room), b})
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("read roomserver_state_snapshots: %w", err)
+		return nil, fmt.Errorf("read roomserver_state_snapshots: %w", err)
 	}
+	return snaps, nil
+}
 
-	// Every snapshot's state, as Dendrite's LoadStateAtSnapshot builds it.
+// buildStates returns every snapshot's state as Dendrite's LoadStateAtSnapshot
+// builds it: its blocks merged in order, each block's events by ascending NID,
+// the last entry per state key winning; sorted by state key tuple.
+func buildStates(snaps []snapshot, blocks map[int64][]int64, keys map[types.EventNID]types.StateKeyTuple) ([][]types.StateEntry, error) {
 	states := make([][]types.StateEntry, len(snaps))
 	for i, sn := range snaps {
 		st := map[types.StateKeyTuple]types.EventNID{}
 		for _, b := range sn.blocks {
 			ev, ok := blocks[b]
 			if !ok {
-				return "", fmt.Errorf("state snapshot %d (room NID %d) names state block %d, which is not in roomserver_state_block", sn.nid, sn.room, b)
+				return nil, fmt.Errorf("state snapshot %d (room NID %d) names state block %d, which is not in roomserver_state_block", sn.nid, sn.room, b)
 			}
 			sorted := append([]int64(nil), ev...)
 			sort.Slice(sorted, func(a, b int) bool { return sorted[a] < sorted[b] })
 			for _, e := range sorted {
 				k, ok := keys[types.EventNID(e)]
 				if !ok {
-					return "", fmt.Errorf("state block %d names event NID %d, which is no state event in roomserver_events", b, e)
+					return nil, fmt.Errorf("state block %d names event NID %d, which is no state event in roomserver_events", b, e)
 				}
 				st[k] = types.EventNID(e)
 			}
@@ -192,52 +254,52 @@ func migrate(ctx context.Context, conn, storeDir string) (string, error) {
 		}
 		sort.Slice(states[i], func(a, b int) bool { return states[i][a].StateKeyTuple.LessThan(states[i][b].StateKeyTuple) })
 	}
+	return states, nil
+}
 
-	// Only now, with the input read and understood, the store.
-	open := func() (*statetables.Store, error) { return statetables.Open(storeDir) }
-	if storeDir == "" && !sqlite && os.Getenv(statetables.EnvDir) == "" {
-		open = func() (*statetables.Store, error) { return statetables.OpenPostgres(ctx, db) }
-	} else if storeDir == "" {
-		if storeDir, err = statetables.DirFor(ctx, db, sqlite); err != nil {
-			return "", err
-		}
-	}
+// writeSnapshots imports every snapshot with its state into the store open
+// opens, under its NID, and syncs and closes it.
+func writeSnapshots(open func() (*statetables.Store, error), snaps []snapshot, states [][]types.StateEntry) error {
 	store, err := open()
 	if err != nil {
-		return "", err
+		return err
 	}
 	for i, sn := range snaps {
 		if err := store.ImportSnapshot(sn.room, sn.nid, states[i]); err != nil {
 			_ = store.Close()
-			return "", err
+			return err
 		}
 	}
 	if err := store.Sync(); err != nil {
 		_ = store.Close()
-		return "", err
+		return err
 	}
-	if err := store.Close(); err != nil {
-		return "", err
-	}
-	// Check every snapshot in a fresh open.
-	if store, err = open(); err != nil {
-		return "", err
+	return store.Close()
+}
+
+// checkSnapshots reads every snapshot back from a fresh open of the store and
+// compares it with its state; it returns the entries read and where the store is.
+func checkSnapshots(open func() (*statetables.Store, error), snaps []snapshot, states [][]types.StateEntry) (int, string, error) {
+	store, err := open()
+	if err != nil {
+		return 0, "", err
 	}
 	defer store.Close()
 	entries := 0
 	for i, sn := range snaps {
 		got, err := store.State(sn.nid)
 		if err != nil {
-			return "", fmt.Errorf("check snapshot %d: %w", sn.nid, err)
+			return 0, "", fmt.Errorf("check snapshot %d: %w", sn.nid, err)
 		}
 		if !equal(got, states[i]) {
-			return "", fmt.Errorf("check snapshot %d (room NID %d): the store holds %d entries, SQL gives %d (or they differ)", sn.nid, sn.room, len(got), len(states[i]))
+			return 0, "", fmt.Errorf("check snapshot %d (room NID %d): the store holds %d entries, SQL gives %d (or they differ)", sn.nid, sn.room, len(got), len(states[i]))
 		}
 		entries += len(got)
 	}
-	return fmt.Sprintf("migrated snapshots=%d blocks=%d entries=%d store=%q checked=%d mismatches=0", len(snaps), len(blocks), entries, store.Where(), len(snaps)), nil
+	return entries, store.Where(), nil
 }
 
+// equal reports whether two sorted states hold the same entries.
 func equal(a, b []types.StateEntry) bool {
 	if len(a) != len(b) {
 		return false

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mtxdb/mtxdb/pgstore"
+	"github.com/mtxdb/mtxdb/resolver"
+	"github.com/mtxdb/mtxdb/roomstate"
+)
+
+// replayCmd is mtxdb replay: the state before and after every event of each room,
+// through state resolution, and the rooms' current state.
+func replayCmd() *cobra.Command {
+	var store, room string
+	var force, asJSON bool
+	c := &cobra.Command{
+		Use:   "replay --store DIR [--room ROOM_ID] [--force]",
+		Short: "Compute the state before and after every event through state resolution",
+		Long: `Replay walks each room's events in topological order over prev and auth events
+(ties by arrival; events whose ancestors never arrived are left out as outliers),
+resolves the states after each event's prev_events into the state before it, authorises the
+event against its auth events and that state (rejecting it otherwise), and stores both
+snapshots; then sets forward extremities and current state. Replay is incremental:
+events that already have a state record keep it (unless an earlier event was
+recomputed), so it computes only what import added; --force recomputes everything.
+After an every-k repack, events whose state was dropped stay without one
+(state_not_kept); a new event whose prev_events name one gets it recomputed in memory
+(rederived). --force writes every state record again and clears the every-k rule.
+It prints one summary line; use verify --expected to compare with recorded state.
+
+A room that cannot be replayed (a record that does not decode, an event the rules
+cannot handle) is skipped with a "problem room=…" line and the other rooms are
+replayed; events that lie on a cycle of prev_events and auth_events (or descend
+from one) are left out as outliers and named in a problem line. The summary counts
+rooms_failed and cyclic; exit status 2 when there is any problem.
+
+Ctrl-C (SIGINT) or SIGTERM stops before the next event: the states computed so far
+are synced, the command prints its summary and how to continue, and exits 130
+(143). A second signal stops at once.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := nonEmptyFlag(cmd, "room", room); err != nil {
+				return err
+			}
+			eng, rooms, err := openRooms(store, room, false)
+			if err != nil {
+				return err
+			}
+			defer eng.Close()
+			defer catchInterrupts("replay", nil)()
+			var durs []time.Duration
+			tot, problems, err := replayRooms(rooms, force, cmd.OutOrStdout(), &durs)
+			stopped := errors.Is(err, resolver.ErrStopped)
+			if err != nil && !stopped {
+				return err
+			}
+			problems.print(cmd.OutOrStdout(), asJSON)
+			p50, p99 := percentile(durs, 0.50), percentile(durs, 0.99)
+			printLine(cmd.OutOrStdout(), asJSON, "replay", kv{"rooms", len(rooms)}, kv{"rooms_failed", problems.count()}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected},
+				kv{"outliers", tot.Outliers}, kv{"cyclic", tot.Cyclic}, kv{"state_not_kept", tot.NotKept}, kv{"rederived", tot.Rederived}, kv{"resolutions", tot.Resolutions},
+				kv{"conflicted_keys", tot.ConflictedKeys}, kv{"auth_difference", tot.AuthDifference}, kv{"pdus_parsed", tot.PDUsParsed},
+				kv{"resolution_p50_us", p50.Microseconds()}, kv{"resolution_p99_us", p99.Microseconds()})
+			if stopped {
+				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: replay: interrupted (%v): the state records of the %d events computed are stored and synced; %s\n", err, tot.Computed, replayResumeHint(store, room, force))
+				return interruptExit()
+			}
+			if len(problems) > 0 {
+				return exitError(2)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&store, "store", "", storeHelp)
+	c.Flags().StringVar(&room, "room", "", "replay only this room ID")
+	c.Flags().BoolVar(&force, "force", false, "recompute every event, not only those without a state record")
+	jsonFlag(c, &asJSON)
+	return c
+}
+
+// percentile returns the q-quantile (nearest rank) of ds, 0 for none; ds is sorted.
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
+}
+
+// replayRooms replays each room; times, if set, receives the wall time of every
+// resolution that was computed (not those answered from the resolver's memo). A
+// room whose replay fails on its data (a corrupt record, an event resolution or
+// the rules cannot handle) is a skipped problem and the others are replayed; a
+// room with events on a prev/auth cycle is a problem too (those events are left
+// out). Only a store lost during the run (lostStore) or ErrStopped ends it early.
+func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]time.Duration) (resolver.ReplayResult, roomProblems, error) {
+	var tot resolver.ReplayResult
+	var problems roomProblems
+	total := 0
+	for _, r := range rooms {
+		total += int(r.Head().Events)
+	}
+	bar := newProgress(out, int64(total), "replay", false)
+	defer bar.finish()
+	done := 0 // events walked, for testStall
+	for _, r := range rooms {
+		walked := 0
+		res, err := resolver.Replay(r, resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { walked++; bar.add(1) }, ResolutionTimes: times, Stop: func() bool {
+			if done++; done == 1001 { // asked before event 1001: 1000 walked
+				testStall("replay-1000")
+			}
+			return interrupted()
+		}})
+		if err != nil && !errors.Is(err, resolver.ErrStopped) {
+			if lostStore(err) {
+				return tot, problems, fmt.Errorf("replay room %s: %w", r.ID(), err)
+			}
+			problems = append(problems, roomProblem{room: r.ID(), what: fmt.Sprintf("not replayed: %v", err), skipped: true})
+			bar.add(max(0, int(r.Head().Events)-walked))
+			continue
+		}
+		tot.Events += res.Events
+		tot.Computed += res.Computed
+		tot.Outliers += res.Outliers
+		tot.Cyclic += res.Cyclic
+		tot.NotKept += res.NotKept
+		tot.Rederived += res.Rederived
+		tot.AuthDifference += res.AuthDifference
+		tot.PDUsParsed += res.PDUsParsed
+		tot.Rejected += res.Rejected
+		tot.Resolutions += res.Resolutions
+		tot.ConflictedKeys += res.ConflictedKeys
+		if res.Cyclic > 0 {
+			problems = append(problems, cyclicProblem(r.ID(), res.Cyclic, res.CyclicIDs))
+		}
+		if err != nil { // stopped: what it computed is synced
+			bar.finish()
+			return tot, problems, err
+		}
+	}
+	bar.finish()
+	return tot, problems, nil
+}
+
+// replayResumeHint says how to continue an interrupted replay, with a
+// postgres:// store's password masked.
+func replayResumeHint(store, room string, force bool) string {
+	again := "mtxdb replay --store " + shellArg(pgstore.Redacted(store))
+	if room != "" {
+		again += " --room " + shellArg(room)
+	}
+	if force {
+		// A forced replay rewrites records and clears the every-k rule at its
+		// end: a plain replay would keep the rule.
+		return "run " + again + " --force again to recompute every event (it starts over)"
+	}
+	return "run " + again + " to continue: it computes only the events without a state record"
+}
