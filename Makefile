@@ -4,7 +4,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-v12 test-dendrite-partition test-dendrite-suite test-sytest test-complement bench-dendrite bench-replay bench-repack all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
+.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-v12 test-dendrite-partition test-dendrite-suite test-sytest test-complement bench-dendrite bench-replay bench-repack plots all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -154,6 +154,21 @@ bench:
 	scripts/pgserver.sh start "$$dir" >/dev/null; \
 	cd bench && MTXDB_BENCH_PGDIR="$$dir" MTXDB_BENCH_PGSERVER="$$(pwd)/../scripts/pgserver.sh" \
 	  ../bin/mtxdb-bench -sizes $(BENCH_SIZES) -out ../docs/bench -dir .work $(BENCH_FLAGS)
+
+# Every published benchmark plot under docs/bench, drawn again from the JSON beside
+# it, measuring nothing: the cross-engine runs (results-*.json; their generated
+# results-*.md too, which come out the same), replay at room scale (replay.json:
+# only replay.png) and repack locality (repack-*.json). bin/mtxdb-bench is the
+# cross-engine harness (cgo: its first build compiles SQLite and libmdbx, minutes
+# on 2 cores). docs/bench/dendrite.png is drawn by make bench-dendrite only.
+plots:
+	cd bench && $(GO) build -o ../bin/mtxdb-bench .
+	@set -e; for j in $(wildcard docs/bench/results-*.json docs/bench/*/results-*.json); do \
+	  echo "== $$j"; bin/mtxdb-bench -report $$j -out $$(dirname $$j) >/dev/null; done
+	@set -e; for j in $(wildcard docs/bench/replay.json docs/bench/*/replay.json); do \
+	  echo "== $$j"; (cd bench && $(GO) run ./cmd/benchreplay -plot ../$$j -out ../$$(dirname $$j)); done
+	@echo "== $(wildcard docs/bench/repack-*.json)"
+	cd bench && $(GO) run ./cmd/plotrepack $(addprefix ../,$(wildcard docs/bench/repack-*.json)) >/dev/null
 
 # State resolution on a generated 100k-event, 10k-member room with forks: ours per
 # resolution beside the naive full-state path (EVENTS, MEMBERS to resize).
