@@ -4,7 +4,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-v12 test-dendrite-partition test-dendrite-suite test-sytest test-complement bench-dendrite bench-replay bench-repack plots all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
+.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-v12 test-dendrite-partition test-dendrite-suite test-sytest test-complement bench-dendrite bench-replay bench-repack plots docs all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -154,6 +154,12 @@ bench:
 	scripts/pgserver.sh start "$$dir" >/dev/null; \
 	cd bench && MTXDB_BENCH_PGDIR="$$dir" MTXDB_BENCH_PGSERVER="$$(pwd)/../scripts/pgserver.sh" \
 	  ../bin/mtxdb-bench -sizes $(BENCH_SIZES) -out ../docs/bench -dir .work $(BENCH_FLAGS)
+
+# The generated documentation: docs/cli.md from the command tree and the package
+# diagram in docs/design.md from go list. go test fails when either is stale.
+docs:
+	$(GO) test -count=1 -run '^TestCLIDoc$$' ./cmd/mtxdb -update-docs
+	$(GO) test -count=1 -run '^TestPackageDiagram$$' ./docs -update-docs
 
 # Every published benchmark plot under docs/bench, drawn again from the JSON beside
 # it, measuring nothing: the cross-engine runs (results-*.json; their generated
