@@ -164,9 +164,9 @@ docs:
 # Every published benchmark plot under docs/bench, drawn again from the JSON beside
 # it, measuring nothing: the cross-engine runs (results-*.json; their generated
 # results-*.md too, which come out the same), replay at room scale (replay.json:
-# only replay.png) and repack locality (repack-*.json). bin/mtxdb-bench is the
-# cross-engine harness (cgo: its first build compiles SQLite and libmdbx, minutes
-# on 2 cores). docs/bench/dendrite.png is drawn by make bench-dendrite only.
+# only replay.png), repack locality (repack-*.json) and the Dendrite benchmark
+# (dendrite.json). bin/mtxdb-bench is the cross-engine harness (cgo: its first build
+# compiles SQLite and libmdbx, minutes on 2 cores).
 plots:
 	cd bench && $(GO) build -o ../bin/mtxdb-bench .
 	@set -e; for j in $(wildcard docs/bench/results-*.json docs/bench/*/results-*.json); do \
@@ -175,6 +175,7 @@ plots:
 	  echo "== $$j"; (cd bench && $(GO) run ./cmd/benchreplay -plot ../$$j -out ../$$(dirname $$j)); done
 	@echo "== $(wildcard docs/bench/repack-*.json)"
 	cd bench && $(GO) run ./cmd/plotrepack $(addprefix ../,$(wildcard docs/bench/repack-*.json)) >/dev/null
+	cd bench && $(GO) run ./cmd/plotdendrite ../docs/bench/dendrite.json
 
 # State resolution on a generated 100k-event, 10k-member room with forks: ours per
 # resolution beside the naive full-state path (EVENTS, MEMBERS to resize).
@@ -315,7 +316,8 @@ test-complement: dendrite
 # at the receiving server (and from the send) until its /messages shows the merge,
 # p50/p99 per build, both servers' state checked after each merge; stock and mtxdb on
 # each database of BENCH_DENDRITE_FORK_DBS. 0 users or 0 forks leave that part out and
-# keep its previous results. Writes docs/bench/dendrite.{json,md,png}.
+# keep its previous results. Writes docs/bench/dendrite.{json,md}, and dendrite.png
+# through the bench module's plotdendrite.
 BENCH_DENDRITE_USERS ?= 100
 BENCH_DENDRITE_FORKS ?= 20
 BENCH_DENDRITE_FORK_MEMBERS ?= 1000
@@ -327,4 +329,4 @@ bench-dendrite: dendrite
 	    MTXDB_BENCH_FORKS=$(BENCH_DENDRITE_FORKS) MTXDB_BENCH_FORK_MEMBERS=$(BENCH_DENDRITE_FORK_MEMBERS) \
 	    MTXDB_BENCH_FORK_DBS=$(BENCH_DENDRITE_FORK_DBS) \
 	    $(GO) test -count=1 -v -timeout 240m -run '^TestBenchDendrite$$' .) || rc=$$?; \
-	  scripts/pgserver.sh stop $(PG_DIR)-bench; exit $$rc
+	  scripts/pgserver.sh stop $(PG_DIR)-bench; [ $$rc -ne 0 ] || (cd bench && $(GO) run ./cmd/plotdendrite ../docs/bench/dendrite.json) || rc=$$?; exit $$rc
