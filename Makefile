@@ -4,7 +4,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-v12 test-dendrite-partition test-dendrite-suite test-sytest test-complement bench-dendrite bench-replay bench-repack all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
+.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-v12 test-dendrite-partition test-dendrite-suite test-sytest test-complement bench-dendrite bench-replay bench-repack plots docs all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -155,6 +155,28 @@ bench:
 	cd bench && MTXDB_BENCH_PGDIR="$$dir" MTXDB_BENCH_PGSERVER="$$(pwd)/../scripts/pgserver.sh" \
 	  ../bin/mtxdb-bench -sizes $(BENCH_SIZES) -out ../docs/bench -dir .work $(BENCH_FLAGS)
 
+# The generated documentation: docs/cli.md from the command tree and the package
+# diagram in docs/design.md from go list. go test fails when either is stale.
+docs:
+	$(GO) test -count=1 -run '^TestCLIDoc$$' ./cmd/mtxdb -update-docs
+	$(GO) test -count=1 -run '^TestPackageDiagram$$' ./docs -update-docs
+
+# Every published benchmark plot under docs/bench, drawn again from the JSON beside
+# it, measuring nothing: the cross-engine runs (results-*.json; their generated
+# results-*.md too, which come out the same), replay at room scale (replay.json:
+# only replay.png), repack locality (repack-*.json) and the Dendrite benchmark
+# (dendrite.json). bin/mtxdb-bench is the cross-engine harness (cgo: its first build
+# compiles SQLite and libmdbx, minutes on 2 cores).
+plots:
+	cd bench && $(GO) build -o ../bin/mtxdb-bench .
+	@set -e; for j in $(wildcard docs/bench/results-*.json docs/bench/*/results-*.json); do \
+	  echo "== $$j"; bin/mtxdb-bench -report $$j -out $$(dirname $$j) >/dev/null; done
+	@set -e; for j in $(wildcard docs/bench/replay.json docs/bench/*/replay.json); do \
+	  echo "== $$j"; (cd bench && $(GO) run ./cmd/benchreplay -plot ../$$j -out ../$$(dirname $$j)); done
+	@echo "== $(wildcard docs/bench/repack-*.json)"
+	cd bench && $(GO) run ./cmd/plotrepack $(addprefix ../,$(wildcard docs/bench/repack-*.json)) >/dev/null
+	cd bench && $(GO) run ./cmd/plotdendrite ../docs/bench/dendrite.json
+
 # State resolution on a generated 100k-event, 10k-member room with forks: ours per
 # resolution beside the naive full-state path (EVENTS, MEMBERS to resize).
 EVENTS  ?= 100000
@@ -294,7 +316,8 @@ test-complement: dendrite
 # at the receiving server (and from the send) until its /messages shows the merge,
 # p50/p99 per build, both servers' state checked after each merge; stock and mtxdb on
 # each database of BENCH_DENDRITE_FORK_DBS. 0 users or 0 forks leave that part out and
-# keep its previous results. Writes docs/bench/dendrite.{json,md,png}.
+# keep its previous results. Writes docs/bench/dendrite.{json,md}, and dendrite.png
+# through the bench module's plotdendrite.
 BENCH_DENDRITE_USERS ?= 100
 BENCH_DENDRITE_FORKS ?= 20
 BENCH_DENDRITE_FORK_MEMBERS ?= 1000
@@ -306,4 +329,4 @@ bench-dendrite: dendrite
 	    MTXDB_BENCH_FORKS=$(BENCH_DENDRITE_FORKS) MTXDB_BENCH_FORK_MEMBERS=$(BENCH_DENDRITE_FORK_MEMBERS) \
 	    MTXDB_BENCH_FORK_DBS=$(BENCH_DENDRITE_FORK_DBS) \
 	    $(GO) test -count=1 -v -timeout 240m -run '^TestBenchDendrite$$' .) || rc=$$?; \
-	  scripts/pgserver.sh stop $(PG_DIR)-bench; exit $$rc
+	  scripts/pgserver.sh stop $(PG_DIR)-bench; [ $$rc -ne 0 ] || (cd bench && $(GO) run ./cmd/plotdendrite ../docs/bench/dendrite.json) || rc=$$?; exit $$rc

@@ -201,6 +201,7 @@ func plots(out string, s SizeRun) error {
 		p := plot.New()
 		p.Title.Text = fmt.Sprintf("%s (%d MB payload)", title, s.PayloadMB)
 		p.Y.Label.Text = ylabel
+		barplot.Grid(p, false)
 		// Each group of bars takes 70% of its slot, so the outer bars stay inside
 		// the X range instead of being cut at the edge.
 		slot := (8*vg.Inch - vg.Points(60)) / vg.Length(max(1, len(names)))
@@ -212,7 +213,9 @@ func plots(out string, s SizeRun) error {
 				Offset: w * vg.Length(float64(i)-float64(len(ss)-1)/2)}
 			all = append(all, b.Values...)
 			p.Add(b)
-			entries = append(entries, barplot.Entry{Label: x.label, Thumb: b})
+			if slices.ContainsFunc(b.Values, func(v float64) bool { return v > 0 }) {
+				entries = append(entries, barplot.Entry{Label: x.label, Thumb: b}) // a run without this series has no entry
+			}
 		}
 		// Values spanning decades (a 25 ms engine beside 100 µs ones) get a log
 		// axis, on which the small bars and the disk's floor stay visible.
@@ -263,7 +266,10 @@ func plots(out string, s SizeRun) error {
 	}
 	rss := func(r Result) float64 { return float64(r.PeakRSSKiB) / 1024 }
 	disk := func(r Result) float64 { return float64(r.DiskAlloc) / 1e6 }
-	return bar("disk-rss", "Disk bytes and peak RSS (32 collections)", "MB", []ser{{"disk MB", disk, 32}, {"peak RSS MB", rss, 32}}, float64(s.PayloadMB)*1.048576, "payload")
+	if err := bar("disk", "Disk space after the bulk load", "MB allocated", []ser{{"1 collection", disk, 1}, {"32 collections", disk, 32}}, float64(s.PayloadMB)*1.048576, "payload"); err != nil {
+		return err
+	}
+	return bar("peak-rss", "Peak RSS of the engine's process", "MB", []ser{{"1 collection", rss, 1}, {"32 collections", rss, 32}}, 0, "")
 }
 
 // ratioTable writes each engine's figures divided by packstore-full's with the

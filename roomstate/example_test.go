@@ -44,6 +44,9 @@ func Example() {
 		log.Fatal(err) // an *roomstate.ImportError names the line and the event
 	}
 	fmt.Println("imported:", res.Imported, "rooms:", res.Rooms)
+	if len(res.Rooms) != 1 {
+		log.Fatalf("imported %d rooms, want 1 (an input without PDUs imports none)", len(res.Rooms))
+	}
 
 	// Replay computes and stores the state before and after every event, the
 	// forward extremities and the current state.
@@ -116,6 +119,9 @@ func ExampleRoom_Head() {
 	first, err := st.Import(strings.NewReader(strings.Join(lines[:100], "")), "first 100", roomstate.ImportOptions{})
 	if err != nil {
 		log.Fatal(err)
+	}
+	if len(first.Rooms) != 1 {
+		log.Fatalf("imported %d rooms, want 1", len(first.Rooms))
 	}
 	room, err := st.Room(first.Rooms[0])
 	if err != nil {

@@ -37,6 +37,25 @@ func main() {
 	// killing the process: the command finishes its work and its exit status
 	// stays its own.
 	signal.Ignore(syscall.SIGPIPE)
+	root := rootCmd()
+	defer pprof.StopCPUProfile() // a no-op when no profile was started
+	if err := root.Execute(); err != nil {
+		pprof.StopCPUProfile()
+		var ee exitError
+		if errors.As(err, &ee) {
+			os.Exit(int(ee)) // the command printed what was wrong
+		}
+		fmt.Fprintln(os.Stderr, "mtxdb:", err)
+		if isDataProblem(err) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// rootCmd builds the mtxdb command tree: the global flags (read-ahead, memory
+// limit, profiles) and every command. docs/cli.md is generated from it.
+func rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "mtxdb",
 		Short:         "Matrix room state in append-only packfiles: import, replay, repack, verify",
@@ -71,20 +90,8 @@ func main() {
 		}
 		return pprof.StartCPUProfile(f)
 	}
-	defer pprof.StopCPUProfile() // a no-op when no profile was started
 	root.AddCommand(importCmd(), replayCmd(), verifyCmd(), repackCmd(), statsCmd(), roomsCmd(), benchRepackCmd(), demoCmd(), stateCmd(), benchResolverCmd(), genCmd())
-	if err := root.Execute(); err != nil {
-		pprof.StopCPUProfile()
-		var ee exitError
-		if errors.As(err, &ee) {
-			os.Exit(int(ee)) // the command printed what was wrong
-		}
-		fmt.Fprintln(os.Stderr, "mtxdb:", err)
-		if isDataProblem(err) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
+	return root
 }
 
 // isDataProblem reports whether err says the stored data is damaged: a store

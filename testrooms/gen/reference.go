@@ -84,7 +84,7 @@ import (
 // at 100k events (whole maps, full auth chain walks: every resolution reads
 // every event of the states and of their auth chains), and a 100k room has
 // about 68k events with two or more distinct states before them: about 2.5
-// hours of CPU (docs/generating-rooms.md).
+// hours of CPU (docs/generator.md).
 const refAllMax = 10_000
 
 // refSampleMin is the least number of events the reference checks in a larger

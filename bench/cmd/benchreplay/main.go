@@ -13,10 +13,11 @@
 // The 1M-event room takes about half an hour of the run (generation 12 min and
 // 11 GB of memory, import 4 min, replay and verify some minutes each).
 //
-// -from FILE writes replay.md and replay.png again from a replay.json.
+// -from FILE writes replay.md and replay.png again from a replay.json; -plot FILE
+// draws only replay.png (`make plots`).
 //
-// It writes replay.json, replay.md and replay.png (events/s and peak RSS against
-// room size) in -out. -work holds the generated rooms and stores (removed unless
+// It writes replay.json, replay.md and replay.png (replay events/s and peak RSS
+// against room size, in two panels) in -out. -work holds the generated rooms and stores (removed unless
 // -keep). With -postgres URL (a server's URL; `make bench-replay` starts one
 // with scripts/pgserver.sh), the rooms listed in -postgres-rooms are also
 // imported, replayed and verified on a fresh database of that server (pgstore),
@@ -26,6 +27,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -49,6 +51,10 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/mtxdb/mtxdb/bench/internal/barplot"
 )
 
 // step is one measured command.
@@ -107,19 +113,26 @@ func main() {
 	work := flag.String("work", ".work-replay", "working directory (generated rooms and stores)")
 	keep := flag.Bool("keep", false, "keep the working directory")
 	from := flag.String("from", "", "measure nothing: write replay.md and replay.png again from this replay.json")
+	plotOnly := flag.String("plot", "", "measure nothing: draw replay.png again in -out from this replay.json, writing nothing else")
 	pgURL := flag.String("postgres", "", "URL of a PostgreSQL server (superuser) to replay on as well")
 	pgRooms := flag.String("postgres-rooms", "12:10000", "with -postgres: the rooms (VERSION:EVENTS) also run on PostgreSQL")
 	flag.Parse()
-	if *from != "" {
-		b, err := os.ReadFile(*from)
+	if *from != "" || *plotOnly != "" {
+		src := cmp.Or(*from, *plotOnly)
+		b, err := os.ReadFile(src)
 		if err != nil {
 			log.Fatal(err)
 		}
 		var rep report
 		if err := json.Unmarshal(b, &rep); err != nil {
-			log.Fatalf("%s: %v", *from, err)
+			log.Fatalf("%s: %v", src, err)
 		}
-		if err := write(rep, *out); err != nil {
+		if *from != "" {
+			err = write(rep, *out)
+		} else {
+			err = plotRooms(rep, filepath.Join(*out, "replay.png"))
+		}
+		if err != nil {
 			log.Fatal(err)
 		}
 		return
@@ -396,40 +409,177 @@ func write(rep report, out string) error {
 	return plotRooms(rep, filepath.Join(out, "replay.png"))
 }
 
-// plotRooms draws replay events/s and peak RSS (MB) against room size, v12 rooms.
+// The published figures drawn beside ours (replay.md's "Anchors"), and the
+// targets verdicts checks.
+const (
+	anchorParsePerS   = 20_000 // gomatrixserverlib: parse and hash-check, ~50 µs per event, one core
+	anchorSynapsePerS = 40     // Synapse joining Matrix HQ (28k state events)
+	anchorDendriteMB  = 8_000  // Dendrite loading Matrix HQ's state
+	targetPerS        = 3_000  // replay of the 100k-event room
+	targetPeakMB      = 2_000  // replay, verify and import of the 1M-event room
+)
+
+// series is one line of a panel: points joined in X order, or a horizontal
+// reference line across the panel when y is set.
+type series struct {
+	name   string
+	xy     plotter.XYs
+	y      float64
+	colour color.Color
+	dashes []vg.Length
+	shape  draw.GlyphDrawer
+}
+
+// plotRooms draws replay.png from a report: two panels against the room's size in
+// events, replay speed (events/s) on the left and peak RSS (MB) on the right, both
+// on log axes; the packfile rooms of each room version, PostgreSQL's where the run
+// has them, the generation of the same rooms, the targets and the published
+// anchors.
 func plotRooms(rep report, path string) error {
-	p := plot.New()
-	p.Title.Text = "mtxdb replay (v12, seed 1): events/s and peak RSS by room size"
-	p.X.Label.Text = "events in the room"
-	p.Y.Label.Text = "replay events/s ; peak RSS (MB)"
-	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{}
-	p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{}
-	var rate, rss plotter.XYs
+	var (
+		events                                 []float64
+		v12, other, pg, gen                    plotter.XYs
+		rssReplay, rssVerify, rssImport, rssPG plotter.XYs
+		rssGen                                 plotter.XYs
+	)
 	for _, r := range rep.Rooms {
+		x := float64(r.Events)
+		events = append(events, x)
 		if r.Version != "12" {
+			other = append(other, plotter.XY{X: x, Y: r.EventsPerS})
 			continue
 		}
-		rate = append(rate, plotter.XY{X: float64(r.Events), Y: r.EventsPerS})
-		rss = append(rss, plotter.XY{X: float64(r.Events), Y: r.Replay.PeakMB})
+		v12 = append(v12, plotter.XY{X: x, Y: r.EventsPerS})
+		if g := r.genBase(); g.Wall > 0 {
+			gen = append(gen, plotter.XY{X: x, Y: x / g.Wall})
+		}
+		rssReplay = append(rssReplay, plotter.XY{X: x, Y: r.Replay.PeakMB})
+		rssVerify = append(rssVerify, plotter.XY{X: x, Y: r.Verify.PeakMB})
+		rssImport = append(rssImport, plotter.XY{X: x, Y: r.Import.PeakMB})
+		rssGen = append(rssGen, plotter.XY{X: x, Y: r.Gen.PeakMB})
+		if r.Postgres != nil {
+			pg = append(pg, plotter.XY{X: x, Y: r.Postgres.EventsPerS})
+			rssPG = append(rssPG, plotter.XY{X: x, Y: r.Postgres.Replay.PeakMB})
+		}
 	}
-	for _, s := range []struct {
-		name string
-		xy   plotter.XYs
-		c    color.RGBA
-	}{{"replay events/s", rate, color.RGBA{B: 200, A: 255}}, {"replay peak RSS (MB)", rss, color.RGBA{R: 200, A: 255}}} {
-		if len(s.xy) == 0 {
+	if len(events) == 0 {
+		return fmt.Errorf("no rooms to plot")
+	}
+	blue, orange, green, grey := color.RGBA{B: 200, A: 255}, color.RGBA{R: 230, G: 120, A: 255}, color.RGBA{G: 150, A: 255}, color.Gray{Y: 110}
+	red, purple := color.RGBA{R: 200, A: 255}, color.RGBA{R: 130, B: 160, A: 255}
+	dashed, dotted := []vg.Length{vg.Points(5), vg.Points(3)}, []vg.Length{vg.Points(1.5), vg.Points(2.5)}
+	speed := []series{
+		{name: "replay, packfiles (v12)", xy: v12, colour: blue, shape: draw.RingGlyph{}},
+		{name: "replay, packfiles (v10)", xy: other, colour: green, shape: draw.PyramidGlyph{}},
+		{name: "replay, PostgreSQL (v12)", xy: pg, colour: orange, shape: draw.SquareGlyph{}},
+		{name: "mtxdb gen of the same room", xy: gen, colour: grey, dashes: dashed, shape: draw.CrossGlyph{}},
+		{name: "target: 3,000 events/s at 100k", y: targetPerS, colour: red, dashes: dashed},
+		{name: "published: gomatrixserverlib parse + hash check, one core", y: anchorParsePerS, colour: purple, dashes: dotted},
+		{name: "published: Synapse joining Matrix HQ", y: anchorSynapsePerS, colour: grey, dashes: dotted},
+	}
+	memory := []series{
+		{name: "replay, packfiles", xy: rssReplay, colour: blue, shape: draw.RingGlyph{}},
+		{name: "verify --expected, packfiles", xy: rssVerify, colour: green, shape: draw.TriangleGlyph{}},
+		{name: "import, packfiles", xy: rssImport, colour: purple, shape: draw.PyramidGlyph{}},
+		{name: "replay, PostgreSQL", xy: rssPG, colour: orange, shape: draw.SquareGlyph{}},
+		{name: "mtxdb gen of the same room", xy: rssGen, colour: grey, dashes: dashed, shape: draw.CrossGlyph{}},
+		{name: "target: 2 GB at 1M events", y: targetPeakMB, colour: red, dashes: dashed},
+		{name: "published: Dendrite loading Matrix HQ's state", y: anchorDendriteMB, colour: grey, dashes: dotted},
+	}
+	left, err := roomPanel("Speed", "events per second", events, speed)
+	if err != nil {
+		return err
+	}
+	right, err := roomPanel("Peak memory", "peak RSS (MB)", events, memory)
+	if err != nil {
+		return err
+	}
+	title := fmt.Sprintf("mtxdb replay of generated rooms (seed 1), %s, commit %s", rep.Machine, rep.Commit)
+	return savePanels(path, title, []panel{left, right})
+}
+
+// panel is a plot and the legend drawn under it (rows entries).
+type panel struct {
+	p      *plot.Plot
+	legend plot.Legend
+	rows   int
+}
+
+// roomPanel is one panel of replay.png: the series against the room's size, both
+// axes on whole decades, and the legend that savePanels draws under it.
+func roomPanel(title, ylabel string, events []float64, ss []series) (panel, error) {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "events in the room (log scale)"
+	p.Y.Label.Text = ylabel + " (log scale)"
+	barplot.Grid(p, true)
+	var ys []float64
+	for _, s := range ss {
+		ys = append(ys, s.y)
+		for _, pt := range s.xy {
+			ys = append(ys, pt.Y)
+		}
+	}
+	barplot.LogRange(&p.X, true, events...)
+	barplot.LogRange(&p.Y, false, ys...)
+	out := panel{p: p, legend: plot.NewLegend()}
+	for _, s := range ss {
+		xy := s.xy
+		if s.y > 0 {
+			xy = plotter.XYs{{X: p.X.Min, Y: s.y}, {X: p.X.Max, Y: s.y}}
+		}
+		if len(xy) == 0 {
 			continue
 		}
-		l, pts, err := plotter.NewLinePoints(s.xy)
+		l, pts, err := plotter.NewLinePoints(xy)
 		if err != nil {
-			return err
+			return out, err
 		}
-		l.Color, pts.Color = s.c, s.c
-		p.Add(l, pts)
-		p.Legend.Add(s.name, l)
+		out.rows++
+		l.Color, l.Dashes, l.Width = s.colour, s.dashes, vg.Points(1.2)
+		if s.shape == nil {
+			p.Add(l)
+			out.legend.Add(s.name, l)
+			continue
+		}
+		pts.Color, pts.Shape, pts.Radius = s.colour, s.shape, vg.Points(3.5)
+		if len(xy) == 1 {
+			p.Add(pts)
+		} else {
+			p.Add(l, pts)
+		}
+		out.legend.Add(s.name, l, pts)
 	}
-	p.Legend.Top = true
-	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+	return out, nil
+}
+
+// savePanels writes panels side by side under a title, each with its legend in a
+// strip of its own beneath it, as a PNG.
+func savePanels(path, title string, panels []panel) error {
+	const w, h = 12 * vg.Inch, 6.5 * vg.Inch
+	img := vgimg.New(w, h)
+	dc := draw.New(img)
+	ts := panels[0].p.Title.TextStyle
+	ts.Font.Size = vg.Points(13)
+	ts.XAlign, ts.YAlign = draw.XCenter, draw.YTop
+	dc.FillText(ts, vg.Point{X: w / 2, Y: h - vg.Millimeter*3}, title)
+	rows := 0
+	for _, pn := range panels {
+		rows = max(rows, pn.rows)
+	}
+	strip := vg.Length(rows)*panels[0].legend.TextStyle.Height(" ") + vg.Millimeter*4
+	tiles := draw.Tiles{Rows: 1, Cols: len(panels), PadX: vg.Millimeter * 10, PadTop: vg.Millimeter * 10,
+		PadBottom: strip, PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 5}
+	for i, pn := range panels {
+		c := tiles.At(dc, i, 0)
+		pn.p.Draw(c)
+		l := pn.legend
+		l.Top, l.Left = true, true
+		l.Draw(draw.Canvas{Canvas: dc, Rectangle: vg.Rectangle{
+			Min: vg.Point{X: c.Min.X + vg.Millimeter*8, Y: dc.Min.Y + vg.Millimeter*2},
+			Max: vg.Point{X: c.Max.X, Y: c.Min.Y - vg.Millimeter*2}}})
+	}
+	return barplot.WritePNG(img, path)
 }
 
 // verdicts states the replay targets (docs/benchmarks.md, "Replay at room scale") as met or NOT met for the rooms

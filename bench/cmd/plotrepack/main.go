@@ -198,25 +198,26 @@ func panel(m metric, walks, layouts []string, byKey map[[2]string]cell) (*plot.P
 	p := plot.New()
 	p.Y.Label.Text = m.label
 	p.X.Label.Text = "walk"
-	lo, hi := math.Inf(1), 0.0
+	barplot.Grid(p, false)
+	var vals []float64
 	for _, wk := range walks {
 		for _, l := range layouts {
-			if v := m.value(byKey[[2]string{wk, l}]); v > 0 {
-				lo, hi = min(lo, v), max(hi, v)
-			}
+			vals = append(vals, m.value(byKey[[2]string{wk, l}]))
 		}
 	}
+	lo, hi := barplot.PositiveRange(vals)
 	if hi == 0 {
 		return nil, fmt.Errorf("%s: every value is 0", m.label)
 	}
 	if hi/lo >= 20 {
 		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Tick.Marker = barplot.DecadeTicks{}
 		p.Y.Min = math.Pow(10, math.Floor(math.Log10(lo*0.9))) // a bar at lo stays visible
 		p.Y.Max = math.Pow(10, math.Ceil(math.Log10(hi*1.5)))
 		p.Y.Label.Text += ", log scale"
 	} else {
 		p.Y.Min, p.Y.Max = 0, hi*1.1
+		p.Y.Tick.Marker = barplot.PlainTicks{}
 	}
 	width := vg.Points(60 / float64(len(layouts)))
 	for i, l := range layouts {

@@ -1,7 +1,8 @@
-// Package barplot draws grouped bar charts with gonum/plot for the benchmark
-// reports: bars that start at the axis floor (so a log scale can place them), a Y
-// axis that turns logarithmic when the values span more than a factor of LogSpan,
-// and the legend in a strip of its own under the plot, where it covers no bar.
+// Package barplot draws the benchmark reports' charts with gonum/plot: grouped
+// bars that start at the axis floor (so a log scale can place them), a Y axis that
+// turns logarithmic when the values span more than a factor of LogSpan, the legend
+// in a strip of its own under the plot, where it covers no bar, grid lines at the
+// labelled ticks, and tick labels written as people write numbers (1,000; 10k).
 package barplot
 
 import (
@@ -57,24 +58,20 @@ func (b *Bars) Thumbnail(c *draw.Canvas) {
 // LogSpan. It reports whether it chose the log scale; with no positive value it
 // leaves the axis alone.
 func ScaleY(p *plot.Plot, vals ...float64) bool {
-	lo, hi := math.Inf(1), 0.0
-	for _, v := range vals {
-		if v > 0 {
-			lo, hi = min(lo, v), max(hi, v)
-		}
-	}
+	lo, hi := PositiveRange(vals)
 	if hi == 0 {
 		return false
 	}
 	if hi/lo > LogSpan {
 		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Tick.Marker = DecadeTicks{}
 		p.Y.Min = math.Pow(10, math.Floor(math.Log10(lo*0.9))) // a bar at lo stays visible
 		p.Y.Max = math.Pow(10, math.Ceil(math.Log10(hi*1.1)))
 		p.Y.Label.Text += " (log scale)"
 		return true
 	}
 	p.Y.Min, p.Y.Max = 0, hi*1.1
+	p.Y.Tick.Marker = PlainTicks{}
 	return false
 }
 
