@@ -15,6 +15,15 @@
 // versions 1, v2 for 2-11, v2.1 for 12. Events the states name and their auth
 // chains are read through a Source (Dendrite's event tables).
 //
+// ResolveSnapshots resolves states a server keeps as snapshots without loading
+// them: the caller gives the conflicted keys with each state's event (a diff of
+// the snapshots) and a lookup of unconflicted entries, all as the server's numeric
+// IDs (NIDs); the auth difference comes from the room's RoomGraph, built from the
+// server's event rows (event NID and ID, type and state key, auth event NIDs) and
+// grown before each resolution. It runs resolver.ResolveConflicts: room versions
+// 2-12 (ErrUseLists for the others), and fails with ErrStaleGraph rather than
+// answer from a graph that lacks an event the states name.
+//
 // # Authorisation
 //
 // Authorize and Allowed check an event against the state it is sent or received
@@ -43,6 +52,7 @@
 //
 // # Concurrency
 //
-// The functions keep nothing between calls and are safe for concurrent use when the
-// Source's functions are.
+// The functions keep nothing between calls (RoomGraph and Graphs are the state a
+// caller keeps for ResolveSnapshots) and are safe for concurrent use when the
+// Source's functions are; resolutions of one RoomGraph take turns.
 package roomrules

@@ -213,6 +213,21 @@ func (c *fedCluster) logCounts(from []int64) string {
 	return strings.Join(out, "; ")
 }
 
+// snapshotResolutions counts, over every node's whole log, the states the patched
+// build resolved from mtxdb snapshots and those it resolved from event lists after
+// the snapshot path failed (roomserver/state in the patch).
+func (c *fedCluster) snapshotResolutions() (fromSnapshots, fellBack int) {
+	for _, n := range c.nodes {
+		b, err := os.ReadFile(filepath.Join(n.dir, "server.log"))
+		if err != nil {
+			continue
+		}
+		fromSnapshots += strings.Count(string(b), "mtxdb: state resolved from snapshots")
+		fellBack += strings.Count(string(b), "mtxdb: state not resolved from snapshots")
+	}
+	return fromSnapshots, fellBack
+}
+
 // stateEventID is the event ID of (typ, key) in the current state a client's server reports.
 func stateEventID(ctx context.Context, cl *mautrix.Client, room id.RoomID, typ event.Type, key string) (string, error) {
 	st, err := cl.State(ctx, room)
@@ -768,6 +783,14 @@ func TestFederationPartition(t *testing.T) {
 				if build == "patched" && !r.ok() {
 					t.Errorf("patched %s: not converged to mtxdb's replay (outcome %q, error %q); details above; server logs in %s/{A,B,C}/server.log",
 						r.sc.name, r.outcome, r.err, dir)
+				}
+			}
+			if build == "patched" {
+				fromSnapshots, fellBack := c.snapshotResolutions()
+				t.Logf("patched: %d resolutions from mtxdb snapshots, %d fell back to event lists", fromSnapshots, fellBack)
+				if fromSnapshots == 0 || fellBack > 0 {
+					t.Errorf("patched: %d resolutions from mtxdb snapshots and %d fallbacks to event lists, want some and none; server logs in %s/{A,B,C}/server.log",
+						fromSnapshots, fellBack, dir)
 				}
 			}
 			rep.wall = append(rep.wall, fmt.Sprintf("%s %.0f s", build, time.Since(start).Seconds()))
