@@ -222,6 +222,8 @@ type AuthRuleError struct {
 	Detail  string
 }
 
+// Error gives the rule and the detail: "authorization rule 2.1 of room version 10
+// (auth_events.duplicate: <rule text>): <detail>".
 func (e *AuthRuleError) Error() string {
 	return fmt.Sprintf("authorization rule %s of room version %s (%s: %s): %s",
 		e.Rule.Num, e.Version, e.Rule.ID, e.Rule.Text, e.Detail)

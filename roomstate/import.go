@@ -33,6 +33,8 @@ type ImportError struct {
 	Err     error
 }
 
+// Error names the source, the line (or array element), the event ID when known, and
+// the refusal: "import rooms.jsonl line 12 (event $x): <Err>".
 func (e *ImportError) Error() string {
 	where := "line"
 	if e.Element {
@@ -45,6 +47,8 @@ func (e *ImportError) Error() string {
 	return fmt.Sprintf("import %s %s %d%s: %v", e.Source, where, e.Line, ev, e.Err)
 }
 
+// Unwrap returns Err, so that errors.Is finds the sentinel (ErrTooLarge,
+// ErrMissingPrevEvent, ...) an ImportError wraps.
 func (e *ImportError) Unwrap() error { return e.Err }
 
 // ImportOptions tune Import.
