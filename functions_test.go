@@ -3,11 +3,6 @@ package mtxdb
 import (
 	"fmt"
 	"go/ast"
-	"go/parser"
-	"go/token"
-	"io/fs"
-	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -17,52 +12,26 @@ import (
 const maxFunctionLines = 120
 
 // TestFunctionLength parses every non-test Go file of the repository, in every
-// module (directories starting with "." left out: .git, build trees, work
-// directories), and fails naming each function over maxFunctionLines lines:
-// declared functions and methods, and function literals assigned at package
-// level. Test files are exempt.
+// module (parseRepoGoFiles), and fails naming each function over
+// maxFunctionLines lines: declared functions and methods, and function literals
+// assigned at package level. Test files are exempt.
 func TestFunctionLength(t *testing.T) {
-	fset := token.NewFileSet()
-	files, long := 0, 0
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != "." && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		files++
-		for _, fn := range functions(f) {
+	fset, files := parseRepoGoFiles(t)
+	long := 0
+	for _, f := range files {
+		for _, fn := range functions(f.file) {
 			start, end := fset.Position(fn.node.Pos()), fset.Position(fn.node.End())
 			if n := end.Line - start.Line + 1; n > maxFunctionLines {
 				long++
-				t.Errorf("%s:%d: %s is %d lines, over %d: split it into named phases", path, start.Line, fn.name, n, maxFunctionLines)
+				t.Errorf("%s:%d: %s is %d lines, over %d: split it into named phases", f.path, start.Line, fn.name, n, maxFunctionLines)
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	// The walk must have found the repository's code: a test started elsewhere
-	// would pass by reading nothing.
-	if files < 100 {
-		t.Fatalf("read %d non-test Go files; the repository has over 100: is the working directory its root?", files)
-	}
-	t.Logf("%d files, %d functions over %d lines", files, long, maxFunctionLines)
+	t.Logf("%d files, %d functions over %d lines", len(files), long, maxFunctionLines)
 }
 
-// namedFunc is a function of a file and the name the failure gives it.
+// namedFunc is a declaration of a file (a function, or for TestExportedHaveDocs a
+// type, constant or variable) and the name a failure gives it.
 type namedFunc struct {
 	name string
 	node ast.Node

@@ -38,6 +38,9 @@ type Run struct {
 	Extra    map[string]float64 `json:"extra,omitempty"`
 }
 
+// SizeRun is the measurements at one payload size: the payload in MiB (-sizes),
+// the filesystem limits measured before and after the engines ran, the cells in
+// the order they ran, and one Result per cell.
 type SizeRun struct {
 	PayloadMB int      `json:"payload_mb"`
 	Limits    []Limits `json:"limits"` // before and after the engines
@@ -45,6 +48,10 @@ type SizeRun struct {
 	Results   []Result `json:"results"`
 }
 
+// Machine describes where a run took place: CPU model and count, MemTotal as
+// /proc/meminfo gives it ("16384000 kB"), kernel release, the data directory's
+// filesystem ("ext4 on /dev/sda1"), Go version, the repository's short commit,
+// and /proc/loadavg before and after the run.
 type Machine struct {
 	CPUModel   string `json:"cpu_model"`
 	NumCPU     int    `json:"nproc"`

@@ -14,9 +14,9 @@ import (
 // of generated rooms of every generated version (10, 11, 12) and of the real rooms,
 // the auth difference computed from the auth index (conflicted events' chains cut
 // at the unconflicted map's same-key lineages, forward search through auth
-// children) equals the brute-force one (spec, state resolution v2: the union of
-// the states' full auth chains, each the union of its events' auth chains, minus
-// their intersection).
+// children) equals the brute-force one (Matrix spec v1.19, room version 2, "State
+// resolution", "Auth difference": the union of the states' full auth chains, each
+// the union of its events' auth chains, minus their intersection).
 //
 // It runs with the default lineage-cut depth, again on a larger v10 room, and
 // with cuts searched from depth 1 (these rooms' lineages are short), where the

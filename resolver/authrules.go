@@ -6,16 +6,17 @@ import (
 	"strings"
 )
 
-// AuthRule is one numbered rule of a room version's authorization rules (spec, Room
-// Versions, "Authorization rules" of each version's page: v1 and v2 share one text,
+// AuthRule is one numbered rule of a room version's authorization rules (Matrix spec
+// v1.19, each room version's "Authorisation rules": v1 and v2 share one text,
 // v3-v5 another, v8 and v9 another; v6, v7, v10, v11 and v12 have their own).
 type AuthRule struct {
 	// ID is our stable name for the rule, the same in every version that has it
 	// ("auth_events.duplicate").
 	ID string
-	// Num is the rule's number on that version's spec page as the page renders it
-	// ("2.1"). The v12 page's source numbers the auth_events room check "5." after
-	// "3." and has two items "10."; rendered (and here) they are 3.4 and 10.11.
+	// Num is the rule's number on that version's v1.19 page as the page renders it
+	// (matrix-spec commit d0ba2aa, whose room pages are v1.19's) ("2.1"). The v12
+	// page's source numbers the auth_events room check "5." after "3." and has two
+	// items "10."; rendered (and here) they are 3.4 and 10.11.
 	Num string
 	// Text says what the rule does, in our words.
 	Text string
@@ -221,6 +222,8 @@ type AuthRuleError struct {
 	Detail  string
 }
 
+// Error gives the rule and the detail: "authorization rule 2.1 of room version 10
+// (auth_events.duplicate: <rule text>): <detail>".
 func (e *AuthRuleError) Error() string {
 	return fmt.Sprintf("authorization rule %s of room version %s (%s: %s): %s",
 		e.Rule.Num, e.Version, e.Rule.ID, e.Rule.Text, e.Detail)

@@ -24,14 +24,15 @@ type AuthDecision struct {
 	Allowed bool
 }
 
-// CheckAuthEvents applies the rules on an event's auth_events (spec, Room Versions,
-// "Authorization rules": rule 2 "Considering the event's auth_events" in versions
-// 1-11, rule 3 in version 12) to the events its auth_events name, in that order:
-// duplicates, entries the auth events selection (Server-Server API, "Auth events
-// selection") does not name, rejected entries, no m.room.create (1-11), entries of
-// another room. It also applies v12's rule 2 (the room_id names an accepted create
-// event) when create is given. rejected reports an entry's rejection. It returns nil
-// or an *AuthRuleError. gomatrixserverlib's Allowed applies none of these: its
+// CheckAuthEvents applies the rules on an event's auth_events (Matrix spec v1.19,
+// room versions 1-12, "Authorisation rules": rule 2 "Considering the event's
+// auth_events" in versions 1-11, rule 3 in version 12) to the events its
+// auth_events name, in that order: duplicates, entries the auth events selection
+// (Matrix spec v1.19, Server-Server API, "Auth events selection") does not name,
+// rejected entries, no m.room.create (1-11), entries of another room. It also
+// applies v12's rule 2 (the room_id names an accepted create event) when create is
+// given. rejected reports an entry's rejection. It returns nil or an
+// *AuthRuleError. gomatrixserverlib's Allowed applies none of these: its
 // NewAuthEvents keeps the last event per key. Versions other than 1-12: nil.
 func CheckAuthEvents(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU, rejected func(id string) bool, create gomatrixserverlib.PDU) error {
 	v := ruleVersion(string(p.Version()))
@@ -137,8 +138,8 @@ func checkRoomIDCreate(v int, p gomatrixserverlib.PDU, create gomatrixserverlib.
 }
 
 // selectionKeys is the set of (type, state_key) the auth events selection names for
-// p (spec, Server-Server API, "Auth events selection"; v12 leaves out m.room.create:
-// its room ID implies it).
+// p (Matrix spec v1.19, Server-Server API, "Auth events selection"; v12 leaves out
+// m.room.create: its room ID implies it).
 func selectionKeys(v int, p gomatrixserverlib.PDU) map[Key]bool {
 	keys := map[Key]bool{
 		{Type: spec.MRoomPowerLevels, StateKey: ""}:              true,
@@ -697,12 +698,13 @@ func parseLevels(v int, content []byte) *levels {
 	return l
 }
 
-// stringLevel is the integer-string form of room versions 1-9 (spec, v1 page,
-// "m.room.power_levels events accept values as strings").
+// stringLevel is the integer-string form of room versions 1-9 (Matrix spec v1.19,
+// room version 1, "m.room.power_levels events accept values as strings").
 var stringLevel = regexp.MustCompile(`^\s*[+-]?[0-9]+\s*$`)
 
 // parseLevel reads one power level: an integer; in versions 1-9 also an integer
-// string; in 1-5 also a float, truncated (spec, "accept values as floats").
+// string; in 1-5 also a float, truncated (Matrix spec v1.19, room version 1,
+// "m.room.power_levels events accept values as floats").
 func parseLevel(v int, raw json.RawMessage) (int64, bool) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
@@ -739,8 +741,8 @@ func levelString(l int64) string {
 }
 
 // level is a user's power level: infinite for v12 creators; without a power levels
-// event 100 for the creator and 0 for others (spec, m.room.power_levels); else
-// users[user] or users_default.
+// event 100 for the creator and 0 for others (Matrix spec v1.19, Client-Server API,
+// "m.room.power_levels"); else users[user] or users_default.
 func (a *authCtx) level(user string) int64 {
 	if a.v >= 12 && slices.Contains(a.creators(), user) {
 		return infinite
@@ -757,9 +759,9 @@ func (a *authCtx) level(user string) int64 {
 	return a.pl.raw["users_default"]
 }
 
-// named is a named level with its default (spec, m.room.power_levels: ban, kick and
-// redact 50, invite 0, state_default 50 (0 without a power levels event),
-// events_default and users_default 0).
+// named is a named level with its default (Matrix spec v1.19, Client-Server API,
+// "m.room.power_levels": ban, kick and redact 50, invite 0, state_default 50 (0
+// without a power levels event), events_default and users_default 0).
 func (a *authCtx) named(k string) int64 {
 	if a.pl != nil {
 		if l, ok := a.pl.raw[k]; ok {
@@ -777,8 +779,8 @@ func (a *authCtx) named(k string) int64 {
 	return 0
 }
 
-// required is the event type's required power level (Server-Server API,
-// "Definitions").
+// required is the event type's required power level (Matrix spec v1.19,
+// Server-Server API, "Authorisation rules", "Definitions").
 func (a *authCtx) required(p gomatrixserverlib.PDU) int64 {
 	if a.pl != nil {
 		if l, ok := a.pl.maps["events"][p.Type()]; ok {

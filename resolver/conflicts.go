@@ -79,13 +79,14 @@ type Resolution struct {
 	AuthDifference, FullConflicted int
 }
 
-// ResolveConflicts runs state resolution v2 or v2.1 (room versions 2-12; spec, "Room
-// Versions", and MSC4297 for v2.1) given only the conflicted part of the input states.
-// The auth difference is computed from the conflicted events' auth chains: a state's
-// full auth chain is the unconflicted map's plus that of its own conflicted events, so
-// a candidate missing from some state's conflicted chains belongs to the difference
-// unless an event of the unconflicted map descends from it (walked forward through
-// idx.AuthChildren). Room version 1 is refused: use ResolveMaps.
+// ResolveConflicts runs state resolution v2 or v2.1 (room versions 2-12; Matrix
+// spec v1.19, room versions 2 and 12, "State resolution"; MSC4297 for v2.1) given
+// only the conflicted part of the input states. The auth difference is computed
+// from the conflicted events' auth chains: a state's full auth chain is the
+// unconflicted map's plus that of its own conflicted events, so a candidate missing
+// from some state's conflicted chains belongs to the difference unless an event of
+// the unconflicted map descends from it (walked forward through idx.AuthChildren).
+// Room version 1 is refused: use ResolveMaps.
 func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolution, error) {
 	verImpl, err := gomatrixserverlib.GetRoomVersion(in.Version)
 	if err != nil {

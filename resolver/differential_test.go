@@ -357,7 +357,8 @@ func TestConflictedSubgraphWalks(t *testing.T) {
 	t.Logf("%d merges, %d with a subgraph beyond the conflicted events, %d with a power subset beyond its power events", merges, nonTrivial, nonTrivialX)
 }
 
-// isPower: the spec's power events (v2 "Power events"), and m.room.create.
+// isPower: the spec's power events (Matrix spec v1.19, room version 2, "State
+// resolution", "Power events"), and m.room.create.
 func isPower(t testing.TB, r *resolver.Resolver, id string) bool {
 	t.Helper()
 	p, err := r.Event(id)

@@ -18,8 +18,8 @@ import (
 //   - its sender and origin_server_ts (Resolver.senderOf, tsOf: 12 bytes per
 //     event, no pointers, and the distinct senders once), for the power events'
 //     split, the sender's power level and the two sort orders of the resolution
-//     (spec, "State Resolution v2": reverse topological power ordering, mainline
-//     ordering);
+//     (Matrix spec v1.19, room version 2, "State resolution": reverse topological
+//     power ordering, mainline ordering);
 //   - for an m.room.member event, its membership (Resolver.memb: one byte).
 //
 // Its ID, key and auth_events come from the auth index (graph). An eventHead gives
@@ -28,16 +28,16 @@ import (
 // let go, and resolution for 169,000 events of full conflicted sets.
 //
 // What the authorization rules read of a member event that is not the event being
-// authorised (spec, Room Versions, "Authorization rules": the sender's, the
-// target's and the join_authorised_via_users_server user's current membership) is
-// its key and its content's membership; gomatrixserverlib reads it through
-// Membership() or NewMemberContentFromEvent. A member event whose content holds
-// anything else the rules could read (third_party_invite,
-// join_authorised_via_users_server, mxid_mapping), or a membership outside the
-// five the spec names, has no membership kept: it is parsed again when asked for.
-// In the iterative auth checks an event is checked against the rules as its
-// eventHead when the rules read nothing more of it (checkableHead) and its JSON
-// does not name the create event (namesImpliedCreate).
+// authorised (Matrix spec v1.19, "Authorisation rules" of each room version: the
+// sender's, the target's and the join_authorised_via_users_server user's current
+// membership) is its key and its content's membership; gomatrixserverlib reads it
+// through Membership() or NewMemberContentFromEvent. A member event whose content
+// holds anything else the rules could read (third_party_invite,
+// join_authorised_via_users_server, mxid_mapping), or a membership outside the five
+// the spec names, has no membership kept: it is parsed again when asked for. In the
+// iterative auth checks an event is checked against the rules as its eventHead when
+// the rules read nothing more of it (checkableHead) and its JSON does not name the
+// create event (namesImpliedCreate).
 const (
 	membUnknown uint8 = iota
 	membJoin
@@ -118,9 +118,9 @@ func (r *Resolver) learn(p gomatrixserverlib.PDU) {
 // membership code, for a member event) can be checked against the authorization
 // rules in place of the parsed event: the rules read nothing of it but its type,
 // state key, sender, room, auth and prev events and, of a member event, the
-// membership (spec, Room Versions, "Authorization rules"; this package's
-// CheckRules and gomatrixserverlib's Allowed read the content of the create,
-// power levels and member events being checked, the state key's domain of
+// membership (Matrix spec v1.19, "Authorisation rules" of each room version; this
+// package's CheckRules and gomatrixserverlib's Allowed read the content of the
+// create, power levels and member events being checked, the state key's domain of
 // m.room.aliases and the redacted event of m.room.redaction).
 func checkableHead(eventType string, memb uint8) bool {
 	switch eventType {

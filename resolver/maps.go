@@ -14,11 +14,12 @@ import (
 // StateMap is a whole room state: (event_type, state_key) -> event ID.
 type StateMap map[Key]string
 
-// ResolveMaps resolves whole state maps by the algorithm of the room version (spec,
-// "Room Versions": v1 for room versions 1, v2 for 2-11, v2.1 for 12). Every event of
-// every map and of their auth chains must be available from src. It is the reference
-// path: it reads every event of every map, so it costs what the room costs, not what
-// the conflict costs. Storage-backed resolution (Resolver.Resolve) must agree with it.
+// ResolveMaps resolves whole state maps by the algorithm of the room version
+// (Matrix spec v1.19, each room version's "State resolution": v1 for room version
+// 1, v2 for 2-11, v2.1 for 12). Every event of every map and of their auth chains
+// must be available from src. It is the reference path: it reads every event of
+// every map, so it costs what the room costs, not what the conflict costs.
+// Storage-backed resolution (Resolver.Resolve) must agree with it.
 func ResolveMaps(version gomatrixserverlib.RoomVersion, maps []StateMap, src EventSource) (StateMap, error) {
 	verImpl, err := gomatrixserverlib.GetRoomVersion(version)
 	if err != nil {
@@ -125,7 +126,8 @@ func ResolveMaps(version gomatrixserverlib.RoomVersion, maps []StateMap, src Eve
 
 // conflictedSubgraph returns the events that lie on an auth_events path between two
 // conflicted events (descendants of one and ancestors of another), the conflicted
-// events included (MSC4297, room version 12).
+// events included (Matrix spec v1.19, room version 12, "State resolution",
+// "Definitions"; MSC4297).
 //
 // Every such event is both in the auth chain of a conflicted event and a
 // descendant of one, so either set bounds the search. Without an AuthOrderer the

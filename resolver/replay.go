@@ -17,12 +17,12 @@ import (
 // ErrRejected is wrapped by the reason an event fails authorization.
 var ErrRejected = errors.New("resolver: event rejected")
 
-// Authorize checks a PDU the way a server does on receipt (spec, Server-Server API
-// "Checks performed on receipt of a PDU", steps 4 and 5): against the events named in
-// its auth_events (none of which may be rejected), then against the state before it.
-// It returns nil when the event is allowed and an error wrapping ErrRejected that
-// says why when it is not. Panics inside gomatrixserverlib become rejections naming
-// the event.
+// Authorize checks a PDU the way a server does on receipt (Matrix spec v1.19,
+// Server-Server API, "Checks performed on receipt of a PDU", steps 4 and 5):
+// against the events named in its auth_events (none of which may be rejected), then
+// against the state before it. It returns nil when the event is allowed and an
+// error wrapping ErrRejected that says why when it is not. Panics inside
+// gomatrixserverlib become rejections naming the event.
 func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID) (err error) {
 	defer func() {
 		if rec := recover(); rec != nil {

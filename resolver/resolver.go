@@ -1,6 +1,7 @@
 // Package resolver computes room state from stored snapshots: the state before an
 // event is the resolution of the states after its prev_events, and each event is
-// authorised against it (spec, "Room Versions": state resolution v1, v2 and v2.1).
+// authorised against it (Matrix spec v1.19, each room version's "State resolution"
+// and "Authorisation rules": state resolution v1, v2 and v2.1).
 //
 // State resolution v2 and v2.1 (room versions 2-12) are implemented here, after the
 // spec; gomatrixserverlib supplies PDU parsing, power-level parsing and the
@@ -560,13 +561,13 @@ func (r *Resolver) AuthChildren(eventID string) ([]string, error) {
 	return g.children(i, r.upTo), nil
 }
 
-// MainlineClosest answers mainline ordering's question in O(log): the
-// position on the mainline of power levels event pl (oldest = 1) of the closest
-// mainline event of x (x itself if a power levels event on it, else the first
-// event reached through the power levels among auth events that is on it), 0 when
-// none is (spec, v2 "Mainline ordering"). The mainline is pl's same-key lineage,
-// so the closest mainline event of a power levels event is where their lineages
-// meet.
+// MainlineClosest answers mainline ordering's question in O(log): the position on
+// the mainline of power levels event pl (oldest = 1) of the closest mainline event
+// of x (x itself if a power levels event on it, else the first event reached
+// through the power levels among auth events that is on it), 0 when none is (Matrix
+// spec v1.19, room version 2, "State resolution", "Mainline ordering"). The
+// mainline is pl's same-key lineage, so the closest mainline event of a power
+// levels event is where their lineages meet.
 func (r *Resolver) MainlineClosest(pl, x string) (int64, error) {
 	g, i, err := r.index(pl)
 	if err != nil {

@@ -30,8 +30,8 @@ type EventSource interface {
 	Rejected(eventID string) bool
 }
 
-// v2Input is what the state resolution v2 / v2.1 algorithm (spec, room versions 2
-// and 12, "State resolution") needs besides the events themselves.
+// v2Input is what the state resolution v2 / v2.1 algorithm (Matrix spec v1.19, room
+// versions 2 and 12, "State resolution") needs besides the events themselves.
 type v2Input struct {
 	algo gomatrixserverlib.StateResAlgorithm
 	// full is the full conflicted set: conflicted state set, auth difference and,
@@ -345,10 +345,10 @@ func (st *stateRes) authEventsOf(id string) ([]string, error) {
 }
 
 // isPowerEvent: m.room.power_levels, m.room.join_rules, or an m.room.member whose
-// membership is leave or ban and whose sender is not its state_key (spec, v2
-// "Power events"). The create event is not one: where it is conflicted (a state
-// without it, as ResolveMaps may be given), it is ordered by the mainline ordering
-// with the other events.
+// membership is leave or ban and whose sender is not its state_key (Matrix spec
+// v1.19, room version 2, "State resolution", "Power events"). The create event is
+// not one: where it is conflicted (a state without it, as ResolveMaps may be
+// given), it is ordered by the mainline ordering with the other events.
 func isPowerEvent(p gomatrixserverlib.PDU) bool {
 	switch p.Type() {
 	case spec.MRoomPowerLevels, spec.MRoomJoinRules:
@@ -364,9 +364,10 @@ func isPowerEvent(p gomatrixserverlib.PDU) bool {
 }
 
 // senderPowerLevel is the power level of an event's sender as given by its auth
-// events (spec, "reverse topological power ordering"): the m.room.power_levels
-// among them, or the room creator's default of 100 when there is none; in room
-// versions with privileged creators (v12) the creators rank above everyone.
+// events (Matrix spec v1.19, room version 2, "State resolution", "Reverse
+// topological power ordering"): the m.room.power_levels among them, or the room
+// creator's default of 100 when there is none; in room versions with privileged
+// creators (v12) the creators rank above everyone.
 func (st *stateRes) senderPowerLevel(p gomatrixserverlib.PDU) (int64, error) {
 	sender := string(p.SenderID())
 	if st.privilegedCreators {
@@ -415,9 +416,10 @@ func (st *stateRes) senderPowerLevel(p gomatrixserverlib.PDU) (int64, error) {
 }
 
 // roomCreator is the room creator a create event names: content.creator in room
-// versions 1-10 (spec, v1-10 "Authorization rules": the creator of a room without
-// power levels has level 100), the sender from 11 and when content.creator is
-// missing. A v1-10 create event may name another user than its sender.
+// versions 1-10 (Matrix spec v1.19, room versions 1-10, "Authorisation rules": the
+// creator of a room without power levels has level 100), the sender from 11 and
+// when content.creator is missing. A v1-10 create event may name another user than
+// its sender.
 func roomCreator(create gomatrixserverlib.PDU) string {
 	if v := ruleVersion(string(create.Version())); v >= 1 && v <= 10 {
 		var c struct {
@@ -658,12 +660,12 @@ func byStateKey(events []gomatrixserverlib.PDU) (byKey map[Key]gomatrixserverlib
 }
 
 // Authorized reports whether the authorization rules (gomatrixserverlib.Allowed,
-// the room version's rules; spec, "Authorization rules") allow p against
-// authEvents, one event per state key, and keeps the outcome in c: the iterative
-// auth checks of later resolutions with c look it up instead of checking p against
-// the same events again (an event's check against its own auth events is the common
-// case). A panic in the rules counts as not allowed. Auth events that share a
-// state key, or include a non-state event, are checked without the cache.
+// the room version's rules; Matrix spec v1.19, "Authorisation rules") allow p
+// against authEvents, one event per state key, and keeps the outcome in c: the
+// iterative auth checks of later resolutions with c look it up instead of checking
+// p against the same events again (an event's check against its own auth events is
+// the common case). A panic in the rules counts as not allowed. Auth events that
+// share a state key, or include a non-state event, are checked without the cache.
 func (c *Cache) Authorized(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) bool {
 	byKey, ok := byStateKey(authEvents)
 	if !ok {
@@ -674,13 +676,14 @@ func (c *Cache) Authorized(p gomatrixserverlib.PDU, authEvents []gomatrixserverl
 
 // allowedOnce checks p against authEvents with gomatrixserverlib's authorization
 // rules and returns the reason it is not allowed. The outcome of a state event or
-// redaction is noted for the iterative auth checks (note). A plain event (no
-// state key, and not of a type whose rules gomatrixserverlib picks by type:
-// create, aliases, member, power levels, redaction) is checked once per (room,
-// type, sender, auth events): the rules read nothing else of it (spec, "Authorization rules", the
-// rules after the membership ones: the sender's membership, the event type's
-// required power level, the create event's m.federate), so one outcome serves
-// every plain event with the same four, as the room generator does.
+// redaction is noted for the iterative auth checks (note). A plain event (no state
+// key, and not of a type whose rules gomatrixserverlib picks by type: create,
+// aliases, member, power levels, redaction) is checked once per (room, type,
+// sender, auth events): the rules read nothing else of it (Matrix spec v1.19,
+// "Authorisation rules", the rules after the membership ones: the sender's
+// membership, the event type's required power level, the create event's
+// m.federate), so one outcome serves every plain event with the same four, as the
+// room generator does.
 func (c *Cache) allowedOnce(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error {
 	switch p.Type() {
 	case spec.MRoomCreate, spec.MRoomAliases, spec.MRoomMember, spec.MRoomPowerLevels, spec.MRoomRedaction:
@@ -771,7 +774,8 @@ type mainlineCloser interface {
 }
 
 // mainlinePositions returns the mainline of a power levels event as positions,
-// oldest = 1 (spec, v2 "Mainline ordering").
+// oldest = 1 (Matrix spec v1.19, room version 2, "State resolution", "Mainline
+// ordering").
 func (st *stateRes) mainlinePositions(plID string) (map[string]int64, error) {
 	if pos, ok := st.cache.mainline[plID]; ok {
 		return pos, nil
@@ -803,8 +807,9 @@ func (st *stateRes) mainlinePositions(plID string) (map[string]int64, error) {
 
 // mainlineOrder sorts events by the position of their closest mainline event in the
 // mainline of the power levels event of the partial state (older first), then by
-// origin_server_ts, then by event ID (spec, v2 "Mainline ordering"). Events with no
-// mainline event sort before all others.
+// origin_server_ts, then by event ID (Matrix spec v1.19, room version 2, "State
+// resolution", "Mainline ordering"). Events with no mainline event sort before all
+// others.
 func (st *stateRes) mainlineOrder(ids []string) ([]string, error) {
 	plID, ok, err := st.lookup(Key{Type: spec.MRoomPowerLevels, StateKey: ""})
 	if err != nil {
@@ -879,7 +884,8 @@ func (st *stateRes) mainlineWalk(plID string) (func(string) (int64, error), erro
 // iterativeAuthChecks applies events in order to the partial state: each event's
 // auth events are its non-rejected auth_events, overridden by the partial state's
 // entries for the keys the authorization rules read; an event that passes is put in
-// the partial state (spec, v2 "Iterative auth checks").
+// the partial state (Matrix spec v1.19, room version 2, "State resolution",
+// "Iterative auth checks").
 func (st *stateRes) iterativeAuthChecks(ids []string) error {
 	for _, id := range ids {
 		p, err := st.event(id)
@@ -982,12 +988,12 @@ func allowedList(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU, memo *ru
 }
 
 // AuthorizeList checks a PDU against the given auth events (at most one per state
-// key; the last counts): this package's rules (CheckRules: spec, Room Versions,
-// "Authorization rules", all but the rules on the event's own auth_events list,
-// which CheckAuthEvents applies), then gomatrixserverlib's Allowed. It keeps
-// nothing between calls. It returns nil when the event is allowed, else an error
-// (an *AuthRuleError where this package's rules decided); a panic in
-// gomatrixserverlib is returned as an error wrapping ErrRejected.
+// key; the last counts): this package's rules (CheckRules: Matrix spec v1.19,
+// "Authorisation rules" of each room version, all but the rules on the event's own
+// auth_events list, which CheckAuthEvents applies), then gomatrixserverlib's
+// Allowed. It keeps nothing between calls. It returns nil when the event is
+// allowed, else an error (an *AuthRuleError where this package's rules decided); a
+// panic in gomatrixserverlib is returned as an error wrapping ErrRejected.
 func AuthorizeList(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error {
 	return allowedList(p, authEvents, nil)
 }

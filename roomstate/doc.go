@@ -76,8 +76,8 @@
 // event's graph entry with its metadata record; RoomRecords lists the graph
 // records so that a repack keeps them.
 //
-// For a rejected event, after == before: it does not change the room state (spec,
-// "Server-Server API, Rejection").
+// For a rejected event, after == before: it does not change the room state (Matrix
+// spec v1.19, Server-Server API, "Rejection").
 //
 // # Keep rule (every-k repack)
 //

@@ -33,6 +33,8 @@ type ImportError struct {
 	Err     error
 }
 
+// Error names the source, the line (or array element), the event ID when known, and
+// the refusal: "import rooms.jsonl line 12 (event $x): <Err>".
 func (e *ImportError) Error() string {
 	where := "line"
 	if e.Element {
@@ -45,6 +47,8 @@ func (e *ImportError) Error() string {
 	return fmt.Sprintf("import %s %s %d%s: %v", e.Source, where, e.Line, ev, e.Err)
 }
 
+// Unwrap returns Err, so that errors.Is finds the sentinel (ErrTooLarge,
+// ErrMissingPrevEvent, ...) an ImportError wraps.
 func (e *ImportError) Unwrap() error { return e.Err }
 
 // ImportOptions tune Import.
@@ -65,9 +69,10 @@ type ImportOptions struct {
 	// KeepGoing: a PDU that is not a valid event, or cannot be stored where it
 	// stands (unknown prev/auth events without AnyOrder, no m.room.create, another
 	// room's auth event, a conflicting copy), is refused, recorded in
-	// ImportResult.Refused with its line and reason, and the import goes on with the
-	// next, as a homeserver drops an invalid PDU (spec, Server-Server API, "Checks
-	// performed on receipt of a PDU", step 1). Without it Import stops at the first.
+	// ImportResult.Refused with its line and reason, and the import goes on with
+	// the next, as a homeserver drops an invalid PDU (Matrix spec v1.19,
+	// Server-Server API, "Checks performed on receipt of a PDU", step 1). Without
+	// it Import stops at the first.
 	KeepGoing bool
 	// Keys, if set, are the servers' signing keys: every new PDU must carry valid
 	// signatures from the servers that must sign it (KeyRing.checkSignatures), or
@@ -84,8 +89,8 @@ type ImportResult struct {
 	// reference hash, so the same event: typically one copy is redacted).
 	Variants int
 	// Redacted counts, of Imported, the PDUs whose content hash did not match: they
-	// are stored and used in redacted form (spec, Server-Server API, "Checks
-	// performed on receipt of a PDU", step 3).
+	// are stored and used in redacted form (Matrix spec v1.19, Server-Server API,
+	// "Checks performed on receipt of a PDU", step 3).
 	Redacted int
 	Rooms    []string // rooms touched, sorted
 	// Refused lists the PDUs not stored (KeepGoing), in input order, each with its

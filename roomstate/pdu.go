@@ -58,7 +58,7 @@ func readHeader(raw []byte) (pduHeader, error) {
 }
 
 // createRoomVersion reads content.room_version of an m.room.create; absent means "1"
-// (spec, m.room.create).
+// (Matrix spec v1.19, Client-Server API, "m.room.create").
 func createRoomVersion(h pduHeader) (gomatrixserverlib.RoomVersion, error) {
 	var c struct {
 		RoomVersion *string `json:"room_version"`
@@ -79,11 +79,11 @@ func createRoomVersion(h pduHeader) (gomatrixserverlib.RoomVersion, error) {
 	return rv, nil
 }
 
-// ParsePDU parses PDU JSON for a room version with gomatrixserverlib: the content hash
-// is checked and a PDU whose hash fails is redacted (spec, "Checks performed on
-// receipt of a PDU"); signatures are not checked. For v3+ formats a top-level event_id
-// is stripped and must equal the reference hash. Panics inside gomatrixserverlib
-// become ErrMalformedPDU errors.
+// ParsePDU parses PDU JSON for a room version with gomatrixserverlib: the content
+// hash is checked and a PDU whose hash fails is redacted (Matrix spec v1.19,
+// Server-Server API, "Checks performed on receipt of a PDU"); signatures are not
+// checked. For v3+ formats a top-level event_id is stripped and must equal the
+// reference hash. Panics inside gomatrixserverlib become ErrMalformedPDU errors.
 func ParsePDU(version gomatrixserverlib.RoomVersion, raw []byte) (pdu gomatrixserverlib.PDU, err error) {
 	verImpl, err := gomatrixserverlib.GetRoomVersion(version)
 	if err != nil {

@@ -15,19 +15,19 @@ import (
 )
 
 // ErrBadSignature is returned for a PDU without a valid signature from a server
-// that must sign it (spec, Server-Server API, "Checks performed on receipt of a
-// PDU", step 2: such an event is dropped; "Validating hashes and signatures on
-// received events").
+// that must sign it (Matrix spec v1.19, Server-Server API, "Checks performed on
+// receipt of a PDU", step 2: such an event is dropped; "Validating hashes and
+// signatures on received events").
 var ErrBadSignature = errors.New("roomstate: signature check failed")
 
 // KeyRing holds servers' ed25519 public keys: server name -> key ID -> key.
 type KeyRing map[string]map[gomatrixserverlib.KeyID]ed25519.PublicKey
 
-// LoadKeyRing reads a key file: a JSON object of server name to an object of key
-// ID ("ed25519:...") to the public key in unpadded (or padded) base64, e.g.
+// LoadKeyRing reads a key file: a JSON object of server name to an object of key ID
+// ("ed25519:...") to the public key in unpadded (or padded) base64, e.g.
 // {"server1.test": {"ed25519:gen": "lx5..."}} (the shape of the verify_keys of the
-// spec's server key responses, without the "key" wrapper). `mtxdb gen --keys FILE`
-// writes one for its rooms.
+// Matrix spec v1.19 Server-Server API's "Retrieving server keys" responses, without
+// the "key" wrapper). `mtxdb gen --keys FILE` writes one for its rooms.
 func LoadKeyRing(path string) (KeyRing, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -93,17 +93,17 @@ func jsonString(s string) string {
 	return string(b)
 }
 
-// checkSignatures verifies the signatures a PDU needs (spec, Server-Server API,
-// "Validating hashes and signatures on received events"): over its redacted form,
-// from the sender's server; in room versions 1 and 2 also from the server of the
-// event_id; for a restricted join (room versions 8 and up, content
-// join_authorised_via_users_server) also from that user's server (authorization
-// rules, "If the event is not validly signed by the homeserver of the user ID
-// denoted by the key, reject": rule 4.2.1 in versions 8-11, 5.2.1 in 12). A third
-// party invite may be sent by another server than the sender's: for it one valid
-// signature from a known key suffices. Every signature from a known key of a
-// required server must verify, and each required server needs one; signatures
-// from unknown keys are skipped.
+// checkSignatures verifies the signatures a PDU needs (Matrix spec v1.19,
+// Server-Server API, "Validating hashes and signatures on received events"): over
+// its redacted form, from the sender's server; in room versions 1 and 2 also from
+// the server of the event_id; for a restricted join (room versions 8 and up,
+// content join_authorised_via_users_server) also from that user's server (Matrix
+// spec v1.19, "Authorisation rules": "If the event is not validly signed by the
+// homeserver of the user ID denoted by the key, reject": rule 4.2.1 in versions
+// 8-11, 5.2.1 in 12). A third party invite may be sent by another server than the
+// sender's: for it one valid signature from a known key suffices. Every signature
+// from a known key of a required server must verify, and each required server needs
+// one; signatures from unknown keys are skipped.
 func (k KeyRing) checkSignatures(verImpl gomatrixserverlib.IRoomVersion, pdu gomatrixserverlib.PDU, raw []byte) error {
 	red, err := verImpl.RedactEventJSON(raw)
 	if err != nil {

@@ -688,8 +688,9 @@ func (r *Room) CurrentState() hamtstore.NodeID { return r.Head().CurrentState }
 
 // MembershipAt returns a user's membership ("join", "leave", "invite", "ban",
 // "knock") in the state before an event, and the m.room.member event that set it;
-// "leave" and "" when the state has no member event for the user (spec: absent
-// membership is leave). It reads about depth nodes, one metadata record and one PDU.
+// "leave" and "" when the state has no member event for the user (the authorization
+// rules treat such a user as neither joined, invited, banned nor knocking). It
+// reads about depth nodes, one metadata record and one PDU.
 func (r *Room) MembershipAt(rd *hamtstore.Reader, eventID, userID string) (membership, memberEventID string, err error) {
 	root, err := r.StateBefore(eventID)
 	if err != nil {

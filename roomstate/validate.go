@@ -11,30 +11,32 @@ import (
 	"github.com/matrix-org/gomatrixserverlib"
 )
 
-// Errors of the checks a PDU must pass to be a valid event at all (spec,
-// Server-Server API, "Checks performed on receipt of a PDU", step 1: an invalid event
-// is dropped). Import refuses such a PDU with its line and goes on.
+// Errors of the checks a PDU must pass to be a valid event at all (Matrix spec
+// v1.19, Server-Server API, "Checks performed on receipt of a PDU", step 1: an
+// invalid event is dropped). Import refuses such a PDU with its line and goes on.
 var (
-	// ErrTooLarge is returned for a PDU over 65,536 bytes as canonical JSON (spec,
-	// Client-Server API, "Size limits").
+	// ErrTooLarge is returned for a PDU over 65,536 bytes as canonical JSON (Matrix
+	// spec v1.19, Client-Server API, "Size limits").
 	ErrTooLarge = errors.New("roomstate: PDU over the 65,536-byte size limit")
 	// ErrFieldTooLong is returned for a sender, room_id, state_key, type or event_id
-	// over 255 bytes (spec, Client-Server API, "Size limits"; Appendices, "Identifier
-	// grammar": user, room and event IDs).
+	// over 255 bytes (Matrix spec v1.19, Client-Server API, "Size limits"; Appendices,
+	// "Identifier Grammar": user, room and event IDs).
 	ErrFieldTooLong = errors.New("roomstate: PDU field over its size limit")
 	// ErrOtherRoom is returned for a PDU whose auth_events name an event of another
-	// room (spec, room versions 1-11 authorization rule 2.5, version 12 rule 3.4).
+	// room (Matrix spec v1.19, "Authorisation rules": rule 2.5 in room versions 1-11,
+	// 3.4 in 12).
 	ErrOtherRoom = errors.New("roomstate: auth event of another room")
 )
 
-// MaxPDUBytes is the size limit of a PDU, in bytes of canonical JSON (spec,
-// Client-Server API, "Size limits": "The complete event MUST NOT be larger than 65536
-// bytes, when formatted with the federation event format, including any signatures,
-// and encoded as Canonical JSON").
+// MaxPDUBytes is the size limit of a PDU, in bytes of canonical JSON (Matrix spec
+// v1.19, Client-Server API, "Size limits": "The complete event MUST NOT be larger
+// than 65536 bytes, when formatted with the federation event format, including any
+// signatures, and encoded as Canonical JSON").
 const MaxPDUBytes = 65536
 
 // MaxFieldBytes is the limit of sender, room_id, state_key, type and event_id
-// (spec, "Size limits"; the user, room and event ID grammars give 255 bytes too).
+// (Matrix spec v1.19, Client-Server API, "Size limits"; the user, room and event ID
+// grammars give 255 bytes too).
 const MaxFieldBytes = 255
 
 // checkSize refuses a PDU over MaxPDUBytes. It runs first, on the raw bytes, before
@@ -69,7 +71,8 @@ func checkSize(raw []byte) error {
 }
 
 // checkFieldLimits refuses a PDU with a sender, room_id, state_key, type or event_id
-// over MaxFieldBytes (spec, Client-Server API, "Size limits"), from its header.
+// over MaxFieldBytes (Matrix spec v1.19, Client-Server API, "Size limits"), from its
+// header.
 func checkFieldLimits(h pduHeader) error {
 	sk := ""
 	if h.StateKey != nil {
@@ -121,7 +124,7 @@ func (imp *importer) roomOf(id, not string) string {
 // otherRoomError is the refusal of a PDU citing auth event id of room other: the
 // authorization rule "if any event in auth_events has a room_id which does not match
 // that of the event being authorised, reject" (rule 2.5 in room versions 1-11, 3.4
-// in version 12, as the spec pages number them).
+// in version 12, as the Matrix spec v1.19 pages number them).
 func otherRoomError(version gomatrixserverlib.RoomVersion, id, other string) error {
 	rule := "2.5"
 	if version == gomatrixserverlib.RoomVersionV12 {
@@ -154,8 +157,9 @@ func (imp *importer) refusedEventID(h pduHeader, raw []byte) string {
 
 // referenceEventID is the event ID of a room version 3+ PDU: "$" and the unpadded
 // base64 (URL-safe from version 4) of the SHA-256 of its redacted form without
-// signatures and unsigned, as canonical JSON (spec, Server-Server API, "Calculating
-// the reference hash for an event"; room versions 3 and 4, "Event IDs").
+// signatures and unsigned, as canonical JSON (Matrix spec v1.19, Server-Server API,
+// "Calculating the reference hash for an event"; room versions 3 and 4, "Event
+// IDs").
 func referenceEventID(verImpl gomatrixserverlib.IRoomVersion, raw []byte) (id string) {
 	defer func() {
 		if recover() != nil {

@@ -321,6 +321,8 @@ type Mismatch struct {
 	Recorded string
 }
 
+// String gives the mismatch on one line, "(none)" for a side without an entry:
+// "mismatch room=R event=E key=type|state_key ours=ID recorded=ID".
 func (m Mismatch) String() string {
 	or := func(s string) string {
 		if s == "" {

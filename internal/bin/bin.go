@@ -20,9 +20,16 @@ var ErrTrailing = errors.New("bin: trailing bytes")
 // Not safe for concurrent use.
 type Encoder struct{ B []byte }
 
-func (e *Encoder) U8(v uint8)   { e.B = append(e.B, v) }
+// U8 appends v as one byte.
+func (e *Encoder) U8(v uint8) { e.B = append(e.B, v) }
+
+// U16 appends v as 2 bytes, little-endian.
 func (e *Encoder) U16(v uint16) { e.B = binary.LittleEndian.AppendUint16(e.B, v) }
+
+// U32 appends v as 4 bytes, little-endian.
 func (e *Encoder) U32(v uint32) { e.B = binary.LittleEndian.AppendUint32(e.B, v) }
+
+// U64 appends v as 8 bytes, little-endian.
 func (e *Encoder) U64(v uint64) { e.B = binary.LittleEndian.AppendUint64(e.B, v) }
 
 // Fixed appends b as is, with no length prefix (for 16-byte IDs).
@@ -67,6 +74,7 @@ func (d *Decoder) take(n int, what string) []byte {
 	return s
 }
 
+// U8 reads one byte; what names the field in the error if the input is short.
 func (d *Decoder) U8(what string) uint8 {
 	if s := d.take(1, what); s != nil {
 		return s[0]
@@ -74,6 +82,8 @@ func (d *Decoder) U8(what string) uint8 {
 	return 0
 }
 
+// U16 reads 2 bytes, little-endian; what names the field in the error if the input
+// is short.
 func (d *Decoder) U16(what string) uint16 {
 	if s := d.take(2, what); s != nil {
 		return binary.LittleEndian.Uint16(s)
@@ -81,6 +91,8 @@ func (d *Decoder) U16(what string) uint16 {
 	return 0
 }
 
+// U32 reads 4 bytes, little-endian; what names the field in the error if the input
+// is short.
 func (d *Decoder) U32(what string) uint32 {
 	if s := d.take(4, what); s != nil {
 		return binary.LittleEndian.Uint32(s)
@@ -88,6 +100,8 @@ func (d *Decoder) U32(what string) uint32 {
 	return 0
 }
 
+// U64 reads 8 bytes, little-endian; what names the field in the error if the input
+// is short.
 func (d *Decoder) U64(what string) uint64 {
 	if s := d.take(8, what); s != nil {
 		return binary.LittleEndian.Uint64(s)

@@ -27,6 +27,7 @@ import (
 	"github.com/mtxdb/mtxdb/packstore"
 )
 
+// ID is packstore.ID, the 16-byte collection or record ID every engine takes.
 type ID = packstore.ID
 
 // Engine is what the suite drives: the StorageEngine plus the repack and

@@ -6,23 +6,23 @@
 // slice). It shares no code with package resolver: it reads events through
 // gomatrixserverlib's PDU type and takes the authorization rules as a function.
 //
-// It follows the Matrix Specification v1.16:
+// It follows the Matrix Specification v1.19:
 //
 //   - Room Versions, room version 2, "State resolution"
-//     (https://spec.matrix.org/v1.16/rooms/v2/#state-resolution): the definitions
+//     (https://spec.matrix.org/v1.19/rooms/v2/#state-resolution): the definitions
 //     (power events, unconflicted state map and conflicted state set, auth chain,
 //     auth difference, full conflicted set, reverse topological power ordering,
 //     mainline ordering, iterative auth checks) and the five steps of the
 //     algorithm. Each is a function below, named as the spec names it, with the
 //     spec's words beside the code.
 //   - Room Versions, room version 12, "State resolution"
-//     (https://spec.matrix.org/v1.16/rooms/v12/#state-resolution), state
+//     (https://spec.matrix.org/v1.19/rooms/v12/#state-resolution), state
 //     resolution v2.1: the conflicted state subgraph joins the full conflicted
 //     set, and the first iterative auth checks start from the empty state map.
 //     Room version 12's creators have an infinitely high power level
-//     (https://spec.matrix.org/v1.16/rooms/v12/#authorization-rules).
+//     (https://spec.matrix.org/v1.19/rooms/v12/#authorisation-rules).
 //   - Server-Server API, "Auth events selection"
-//     (https://spec.matrix.org/v1.16/server-server-api/#auth-events-selection):
+//     (https://spec.matrix.org/v1.19/server-server-api/#auth-events-selection):
 //     the keys whose state the authorization rules read, for the iterative auth
 //     checks and AuthEventsFrom.
 //
@@ -54,16 +54,16 @@ type Key struct{ Type, StateKey string }
 type StateMap map[Key]string
 
 // Source gives events by ID: every event of every state map and of their auth
-// chains. Rejected reports whether an event was rejected on receipt (spec,
-// Server-Server API, "Checks performed on receipt of a PDU").
+// chains. Rejected reports whether an event was rejected on receipt (Matrix
+// spec v1.19, Server-Server API, "Checks performed on receipt of a PDU").
 type Source interface {
 	Event(eventID string) (gomatrixserverlib.PDU, error)
 	Rejected(eventID string) bool
 }
 
-// AuthFunc applies the room version's authorization rules (spec, Room Versions,
-// "Authorization rules") to event against authEvents, at most one per state key:
-// nil when the event passes them.
+// AuthFunc applies the room version's authorization rules (Matrix spec v1.19, each
+// room version's "Authorisation rules") to event against authEvents, at most one
+// per state key: nil when the event passes them.
 type AuthFunc func(event gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error
 
 var (
@@ -77,8 +77,8 @@ var (
 	ErrInput = errors.New("specres: input cannot be resolved")
 )
 
-// algorithm is the state resolution algorithm of a room version (spec, Room
-// Versions, "Complete list of room versions"): 2 for v2, 21 for v2.1;
+// algorithm is the state resolution algorithm of a room version (Matrix spec v1.19,
+// Room Versions, "Complete list of room versions"): 2 for v2, 21 for v2.1;
 // ErrUnsupported for version 1 (v1) and unknown versions.
 func algorithm(version gomatrixserverlib.RoomVersion) (int, error) {
 	switch version {
@@ -183,11 +183,11 @@ func (r *resolution) authEvents(i int32) ([]int32, error) {
 	return out, nil
 }
 
-// Resolve returns the resolution of the state maps (spec, room version 2, "State
-// resolution", "Algorithm"; v2.1 for room version 12). Every event the maps name,
-// and every event of their auth chains, must be available from src. auth decides
-// the iterative auth checks: an event it returns an error for is left out. It
-// returns ErrUnsupported for room version 1 and unknown versions, and ErrInput
+// Resolve returns the resolution of the state maps (Matrix spec v1.19, room version
+// 2, "State resolution", "Algorithm"; v2.1 for room version 12). Every event the
+// maps name, and every event of their auth chains, must be available from src. auth
+// decides the iterative auth checks: an event it returns an error for is left out.
+// It returns ErrUnsupported for room version 1 and unknown versions, and ErrInput
 // (naming the event) when the input cannot be resolved.
 func Resolve(version gomatrixserverlib.RoomVersion, states []StateMap, src Source, auth AuthFunc) (StateMap, error) {
 	algo, err := algorithm(version)
@@ -298,10 +298,10 @@ func Resolve(version gomatrixserverlib.RoomVersion, states []StateMap, src Sourc
 	return partial, nil
 }
 
-// split divides the states (spec, "Unconflicted state map and conflicted state
-// set"): "If a given key K is present in every Si with the same value V in each
-// state map, then the pair (K, V) belongs to the unconflicted state map.
-// Otherwise, V belongs to the conflicted state set."
+// split divides the states (Matrix spec v1.19, room version 2, "State resolution",
+// "Unconflicted state map and conflicted state set"): "If a given key K is present
+// in every Si with the same value V in each state map, then the pair (K, V) belongs
+// to the unconflicted state map. Otherwise, V belongs to the conflicted state set."
 func split(states []StateMap) (StateMap, map[string]bool) {
 	unconflicted := StateMap{}
 	conflicted := map[string]bool{}
@@ -617,11 +617,11 @@ func (r *resolution) reverseTopologicalPowerOrdering(set map[string]bool) ([]str
 
 // senderPowerLevel is the power level of p's sender "when looking at their
 // respective auth_events": users[sender], else users_default, of the
-// m.room.power_levels event among p's auth_events. Without one, the spec's
-// default for a room without power levels (Client-Server API, m.room.power_levels:
-// "the room creator" has 100, everyone else 0; the creator is content.creator
-// of the m.room.create event in room versions 1-10, its sender from 11). In room
-// version 12 the room's creators (the create event's sender and
+// m.room.power_levels event among p's auth_events. Without one, the spec's default
+// for a room without power levels (Matrix spec v1.19, Client-Server API,
+// "m.room.power_levels": "the room creator" has 100, everyone else 0; the creator
+// is content.creator of the m.room.create event in room versions 1-10, its sender
+// from 11). In room version 12 the room's creators (the create event's sender and
 // additional_creators) have an infinitely high power level.
 func (r *resolution) senderPowerLevel(p gomatrixserverlib.PDU) (float64, error) {
 	sender := string(p.SenderID())
@@ -676,10 +676,10 @@ func creators(create gomatrixserverlib.PDU) []string {
 	return append([]string{string(create.SenderID())}, c.Additional...)
 }
 
-// readUserLevels reads users and users_default of a power levels event (absent:
-// 0). Integers; in room versions 1-9 also integer strings (Room Versions v1-9:
-// "power level values ... can be strings"), in 1-5 also floats; a value that is
-// none of these counts as absent.
+// readUserLevels reads users and users_default of a power levels event (absent: 0).
+// Integers; in room versions 1-9 also integer strings (Matrix spec v1.19, room
+// versions 1-9, "m.room.power_levels events accept values as strings"), in 1-5 also
+// floats; a value that is none of these counts as absent.
 func readUserLevels(v int, pl gomatrixserverlib.PDU) *userLevels {
 	var c struct {
 		Users        map[string]json.RawMessage `json:"users"`
@@ -830,10 +830,10 @@ func (r *resolution) powerLevelsAuthEvent(id string) (string, error) {
 // iterativeAuthChecks: "The iterative auth checks algorithm takes as input an
 // initial room state and a sorted list of state events, and constructs a new room
 // state by iterating through the event list and applying the state event to the
-// room state if the state event is allowed by the authorization rules. If the
-// state event is not allowed by the authorization rules, then the event is
+// room state if the state event is allowed by the authorisation rules. If the
+// state event is not allowed by the authorisation rules, then the event is
 // ignored. If a (event_type, state_key) key that is required for checking the
-// authorization rules is not present in the state, then the appropriate state
+// authorisation rules is not present in the state, then the appropriate state
 // event from the event's auth_events is used if the auth event is not rejected."
 //
 // The keys required are those of the auth events selection; in room version 12
@@ -879,17 +879,17 @@ func (r *resolution) iterativeAuthChecks(state StateMap, list []string) (StateMa
 	return state, nil
 }
 
-// selectionKeys is the auth events selection (Server-Server API, "Auth events
-// selection"): "the m.room.create event" (not in room version 12, whose room ID
-// names it), "the current m.room.power_levels event, if any", "the sender's
-// current m.room.member event, if any", and for m.room.member events "the target's
-// current m.room.member event, if any"; "if membership is join, invite or knock,
-// the current m.room.join_rules event, if any"; "if membership is invite and
+// selectionKeys is the auth events selection (Matrix spec v1.19, Server-Server API,
+// "Auth events selection"): "the m.room.create event" (not in room version 12,
+// whose room ID names it), "the current m.room.power_levels event, if any", "the
+// sender's current m.room.member event, if any", and for m.room.member events "the
+// target's current m.room.member event, if any"; "if membership is join, invite or
+// knock, the current m.room.join_rules event, if any"; "if membership is invite and
 // content contains a third_party_invite property, the current
 // m.room.third_party_invite event with state_key matching
-// content.third_party_invite.signed.token, if any"; "if content.join_authorised_via_users_server
-// is present, and the room version supports restricted rooms, then the
-// m.room.member event with state_key matching
+// content.third_party_invite.signed.token, if any"; "if
+// content.join_authorised_via_users_server is present, and the room version
+// supports restricted rooms, then the m.room.member event with state_key matching
 // content.join_authorised_via_users_server" (restricted rooms: versions 8 on).
 func selectionKeys(v int, p gomatrixserverlib.PDU) []Key {
 	if p.Type() == "m.room.create" && p.StateKeyEquals("") {
@@ -964,9 +964,9 @@ func (r *resolution) findCreate(states []StateMap) (gomatrixserverlib.PDU, error
 
 // AuthEventsFrom returns the events of state that the auth events selection names
 // for p (selectionKeys), and in room version 12 the room's create event (from the
-// state): what p is checked against as "the state before the event" (spec,
-// Server-Server API, "Checks performed on receipt of a PDU", check 5). It returns
-// ErrUnsupported for unknown versions and ErrInput when src lacks an event.
+// state): what p is checked against as "the state before the event" (Matrix spec
+// v1.19, Server-Server API, "Checks performed on receipt of a PDU", check 5). It
+// returns ErrUnsupported for unknown versions and ErrInput when src lacks an event.
 func AuthEventsFrom(version gomatrixserverlib.RoomVersion, p gomatrixserverlib.PDU, state StateMap, src Source) ([]gomatrixserverlib.PDU, error) {
 	if versionNumber(version) == 0 {
 		return nil, fmt.Errorf("%w: %q", ErrUnsupported, version)

@@ -25,7 +25,8 @@ type draft struct {
 	content  any
 	redacts  string
 	// cosign, for invites of a user on another server, is the invitee's server,
-	// which also signs the event (spec: the invited server signs invites).
+	// which also signs the event (Matrix spec v1.19, Server-Server API, "Inviting to
+	// a room": the invited server signs invites).
 	cosign *server
 }
 
@@ -208,13 +209,14 @@ func (r *room) authorise(e *event, before pmap) (err error) {
 	return r.allowed(e.pdu, state)
 }
 
-// allowed checks pdu against authPDUs. The outcomes of state events and
-// redactions go through the resolver's Cache, where state resolution's iterative
-// auth checks find them (most check an event against its own auth events). For a
-// plain event (neither a state event nor a redaction) the authorization rules (spec,
-// room versions 10-12, the rules after the membership ones) read only its type,
-// its sender and the auth events (the sender's membership, the power levels, the
-// create event), so one outcome serves every plain event with the same three.
+// allowed checks pdu against authPDUs. The outcomes of state events and redactions
+// go through the resolver's Cache, where state resolution's iterative auth checks
+// find them (most check an event against its own auth events). For a plain event
+// (neither a state event nor a redaction) the authorization rules (Matrix spec
+// v1.19, room versions 10-12, "Authorisation rules", the rules after the membership
+// ones) read only its type, its sender and the auth events (the sender's
+// membership, the power levels, the create event), so one outcome serves every
+// plain event with the same three.
 func (r *room) allowed(pdu gomatrixserverlib.PDU, authPDUs []gomatrixserverlib.PDU) error {
 	if pdu.StateKey() != nil || pdu.Type() == spec.MRoomRedaction {
 		if !r.resCache.Authorized(pdu, authPDUs) {

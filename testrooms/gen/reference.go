@@ -31,8 +31,9 @@ import (
 //   - the state before E: specres.Resolve of the distinct generator states after
 //     E's prev_events (one distinct state: that state; none, the create event: the
 //     empty state);
-//   - E's rejection, as the checks on receipt of a PDU decide it (Server-Server
-//     API, "Checks performed on receipt of a PDU", checks 4 and 5):
+//   - E's rejection, as the checks on receipt of a PDU decide it (Matrix spec
+//     v1.19, Server-Server API, "Checks performed on receipt of a PDU", checks 4
+//     and 5):
 //     resolver.CheckAuthEvents (the rules on the auth_events list itself) and
 //     resolver.AuthorizeList against the events E's auth_events name, then
 //     resolver.AuthorizeList against specres.AuthEventsFrom of the state before;
@@ -74,7 +75,7 @@ import (
 // state's entries of every key that is not m.room.member plus the member entries
 // of E's sender, target and authorising user (content
 // join_authorised_via_users_server), a superset of every key the auth events
-// selection names (Server-Server API, "Auth events selection").
+// selection names (Matrix spec v1.19, Server-Server API, "Auth events selection").
 //
 // Options.NoReference skips all this: the files then record the generator's
 // own states. Options.ReferenceAll checks every event of a room of any size.

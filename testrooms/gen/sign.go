@@ -108,9 +108,10 @@ func (r *room) buildEvent(proto *gomatrixserverlib.ProtoEvent, ts int64, origin 
 	return pdu, &signing{unsigned: full, idAt: len(head), id: eventID, at: signAt, redacted: redacted, origin: origin, key: key}, nil
 }
 
-// redactionKeepsOrigin reports whether the room version's redaction algorithm
-// keeps the top-level "origin" key (room versions up to 10; spec, "Redactions"),
-// as gomatrixserverlib's RedactEventJSON does it (asked once per room).
+// redactionKeepsOrigin reports whether the room version's redaction algorithm keeps
+// the top-level "origin" key (room versions up to 10; Matrix spec v1.19, room
+// version 11, "Redactions"), as gomatrixserverlib's RedactEventJSON does it (asked
+// once per room).
 func (r *room) redactionKeepsOrigin() bool {
 	if r.keepsOrigin == 0 {
 		r.keepsOrigin = -1

@@ -282,7 +282,7 @@ func (r *room) accept(s *server, idx int32) {
 	}
 	if s.idx == 0 && e.server != 0 && r.softFails(e) {
 		// Soft-failed at the origin: stored with its state, but the origin does not
-		// build on it (spec, "Soft failure").
+		// build on it (Matrix spec v1.19, Server-Server API, "Soft failure").
 		r.stats.softFailed++
 		return
 	}

@@ -8,7 +8,8 @@ import (
 )
 
 // Auth faults: drafts whose auth_events break a rule on the auth events list
-// (spec, Room Versions, authorization rule 2 of versions 1-11, 3 of version 12).
+// (Matrix spec v1.19, "Authorisation rules": rule 2 of room versions 1-11, 3 of
+// version 12).
 const (
 	faultOtherKey  = "bad: an auth event of a key the selection does not name"
 	faultDuplicate = "bad: two auth events of one key"

@@ -147,7 +147,8 @@ func (w view) stateLevel(typ string, state bool) int64 {
 }
 
 // named is one of the levels ban, kick, invite (defaults as the spec gives them
-// without a power levels event).
+// without a power levels event: Matrix spec v1.19, Server-Server API, "Authorisation
+// rules", "Definitions").
 func (w view) named(name string) int64 {
 	pl := w.pl()
 	switch {
@@ -180,9 +181,9 @@ func joinRules(v int) []string {
 
 func restrictedRule(r string) bool { return r == spec.Restricted || r == spec.KnockRestricted }
 
-// selection returns the keys the auth events selection (spec, Server-Server API,
-// "Auth events selection") names for an event, in the order it cites them; v12
-// leaves out the create event (the room ID names it).
+// selection returns the keys the auth events selection (Matrix spec v1.19,
+// Server-Server API, "Auth events selection") names for an event, in the order it
+// cites them; v12 leaves out the create event (the room ID names it).
 func selection(v int, sender, typ string, sk *string, membership, via string) []key {
 	var keys []key
 	if v <= 11 {

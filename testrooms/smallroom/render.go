@@ -125,12 +125,12 @@ func canonical(m map[string]any) ([]byte, error) {
 func b64(sum [32]byte) string { return base64.RawStdEncoding.EncodeToString(sum[:]) }
 
 // Hashed renders the room as its room version's real PDUs: depth, content hash
-// (spec, Server-Server API, "Calculating the content hash for an event"), event
-// IDs that are reference hashes from room version 3 and "$<name>:<origin>" before,
-// prev/auth references with their reference hashes in versions 1-2, and in version
-// 12 the room ID named after the create event; from version 3 the event's name in
-// a top-level "smallroom_name". No signatures, no unsigned. Each line is
-// canonical JSON that roomstate.Store.Import accepts.
+// (Matrix spec v1.19, Server-Server API, "Calculating the content hash for an
+// event"), event IDs that are reference hashes from room version 3 and
+// "$<name>:<origin>" before, prev/auth references with their reference hashes in
+// versions 1-2, and in version 12 the room ID named after the create event; from
+// version 3 the event's name in a top-level "smallroom_name". No signatures, no
+// unsigned. Each line is canonical JSON that roomstate.Store.Import accepts.
 func (r *Room) Hashed() (*Rendering, error) {
 	rd, err := r.newRendering()
 	if err != nil {

@@ -34,6 +34,8 @@ import (
 // "incomplete" for a test that started and never ended (a panic, a timeout).
 type Result string
 
+// The results: go test's pass, fail and skip actions, a test that never ended,
+// and a test the run does not have.
 const (
 	Pass       Result = "pass"
 	Fail       Result = "fail"
@@ -117,6 +119,8 @@ type Counts struct {
 	Tests, Subtests map[Result]int
 }
 
+// Counts counts the run's tests by result, a key with a "/" after its test name
+// as a subtest.
 func (r *Run) Counts() Counts {
 	c := Counts{Tests: map[Result]int{}, Subtests: map[Result]int{}}
 	for k, res := range r.Tests {
@@ -129,6 +133,8 @@ func (r *Run) Counts() Counts {
 	return c
 }
 
+// String gives the counts on one line: "tests: 11 pass, 0 fail, 0 skip; subtests:
+// 33 pass, 0 fail, 1 skip", with ", N incomplete" where there are any.
 func (c Counts) String() string {
 	f := func(m map[Result]int) string {
 		s := fmt.Sprintf("%d pass, %d fail, %d skip", m[Pass], m[Fail], m[Skip])
