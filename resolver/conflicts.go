@@ -114,7 +114,7 @@ func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolut
 		full[id] = true
 	}
 	if algo == gomatrixserverlib.StateResV2_1 {
-		sub, err := conflictedSubgraph(&stateRes{src: src, pdus: map[string]gomatrixserverlib.PDU{}}, conflicted)
+		sub, err := conflictedSubgraph(newStateRes(src), conflicted)
 		if err != nil {
 			return Resolution{}, fmt.Errorf("conflicted subgraph: %w", err)
 		}

@@ -126,14 +126,14 @@ func TestStorageMatchesMaps(t *testing.T) {
 			if d := diffMaps(stateMap(t, room, id, false), want); d != "" {
 				t.Errorf("%s: state before %s: storage path differs from whole maps: %s", filepath.Base(dir), id, d)
 			}
-			// The same through a source that numbers events (AuthOrderer): step 1's
+			// The same through a source that numbers events (a GraphSource with its own AuthOrder): step 1's
 			// auth-chain walk then stops below the full conflicted set.
 			ordered, err := resolver.ResolveMaps(room.Version(), maps, orderedSource{r, order})
 			if err != nil {
-				t.Fatalf("%s %s: with AuthOrderer: %v", filepath.Base(dir), id, err)
+				t.Fatalf("%s %s: with its own AuthOrder: %v", filepath.Base(dir), id, err)
 			}
 			if d := diffMaps(ordered, want); d != "" {
-				t.Errorf("%s: state before %s: AuthOrderer source differs: %s", filepath.Base(dir), id, d)
+				t.Errorf("%s: state before %s: own-AuthOrder source differs: %s", filepath.Base(dir), id, d)
 			}
 			merges++
 		}
@@ -145,14 +145,14 @@ func TestStorageMatchesMaps(t *testing.T) {
 }
 
 // plainSource is the Resolver as a bare EventSource: the reference path reads
-// auth events from the PDUs and walks whole auth chains (no AuthOrderer).
+// auth events from the PDUs and walks whole auth chains (no GraphSource).
 type plainSource struct{ r *resolver.Resolver }
 
 func (p plainSource) Event(id string) (gomatrixserverlib.PDU, error) { return p.r.Event(id) }
 func (p plainSource) Rejected(id string) bool                        { return p.r.Rejected(id) }
 
 // orderedSource is a Resolver whose AuthOrder is replaced by a number computed
-// here (resolver.AuthOrderer).
+// here (resolver.GraphSource).
 type orderedSource struct {
 	*resolver.Resolver
 	order map[string]int64

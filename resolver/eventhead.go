@@ -207,22 +207,18 @@ func (r *Resolver) authEvent(eventID string) (gomatrixserverlib.PDU, error) {
 	return r.pdu(eventID)
 }
 
-// AuthEvent implements lightSource (authEvent).
-func (r *Resolver) AuthEvent(eventID string) (gomatrixserverlib.PDU, error) {
-	return r.authEvent(eventID)
-}
-
-// EventHead implements headSource: the cached PDU, else the eventHead of a state
-// event whose head is learnt; false when neither (the caller parses the PDU).
-func (r *Resolver) EventHead(eventID string) (gomatrixserverlib.PDU, bool) {
+// headOf gives resolution's ordering a state event without parsing it: the cached
+// PDU, else the eventHead of a state event whose head is learnt; false when
+// neither (the caller parses the PDU).
+func (r *Resolver) headOf(eventID string) (gomatrixserverlib.PDU, bool) {
 	return r.light(eventID, func(int32) bool { return true })
 }
 
-// CheckEvent implements lightSource: the event to check against the
-// authorization rules in resolution's iterative auth checks. The cached PDU, else
+// checkEvent returns the event to check against the authorization rules in
+// resolution's iterative auth checks. The cached PDU, else
 // its eventHead when checkableHead says the rules read no more of it
 // (TestEventHeadChecked), else the PDU read and parsed.
-func (r *Resolver) CheckEvent(eventID string) (gomatrixserverlib.PDU, error) {
+func (r *Resolver) checkEvent(eventID string) (gomatrixserverlib.PDU, error) {
 	p, ok := r.light(eventID, func(i int32) bool {
 		k := r.g.keyOf(i)
 		return k >= 0 && !r.namesCreate[i] && checkableHead(r.g.keys[k].Type, r.memb[i])

@@ -66,7 +66,7 @@ func ResolveMaps(version gomatrixserverlib.RoomVersion, maps []StateMap, src Eve
 
 	// Auth difference: the union of the full auth chains of the maps minus their
 	// intersection, where a map's full auth chain is the union of its events' chains.
-	st := &stateRes{src: src, pdus: map[string]gomatrixserverlib.PDU{}}
+	st := newStateRes(src)
 	chains := make([]map[string]bool, len(maps))
 	for i, m := range maps {
 		chains[i] = map[string]bool{}
@@ -130,11 +130,10 @@ func ResolveMaps(version gomatrixserverlib.RoomVersion, maps []StateMap, src Eve
 // "Definitions"; MSC4297).
 //
 // Every such event is both in the auth chain of a conflicted event and a
-// descendant of one, so either set bounds the search. Without an AuthOrderer the
+// descendant of one, so either set bounds the search. Without a GraphSource the
 // whole auth chain of the conflicted events is walked. With one, the ancestors
-// walk stops below the lowest conflicted event; if the source also lists auth
-// children (authChildLister), a descendants walk bounded by the highest conflicted
-// event runs in lockstep with it, and the subgraph is taken from whichever closes
+// walk stops below the lowest conflicted event, and a descendants walk through
+// AuthChildren bounded by the highest conflicted event runs in lockstep with it, and the subgraph is taken from whichever closes
 // first. A conflict between a member's first join and a recent membership has a
 // vast ancestor set (every power-levels event since, and their senders'
 // memberships) and usually a small descendant set.
@@ -166,23 +165,22 @@ func conflictedSubgraph(st *stateRes, conflicted map[string]bool) (map[string]bo
 }
 
 // lockstep walks the auth graph from upFrom towards ancestors, leaving out events
-// numbered below floor, and, when the source is an AuthOrderer and an
-// authChildLister and floor is set, from downFrom towards descendants, leaving out
+// numbered below floor, and, when the source is a GraphSource and floor is set, from downFrom towards descendants, leaving out
 // events numbered top or higher, one event of each in turn, and returns the walk
-// that closes first (up: whether it is the ancestors walk). Without an AuthOrderer
+// that closes first (up: whether it is the ancestors walk). Without a GraphSource
 // the ancestors walk covers whole auth chains.
 func (st *stateRes) lockstep(upFrom []string, floor int64, downFrom []string, top int64) (w *reachWalk, up bool, err error) {
-	o, ordered := st.src.(AuthOrderer)
+	o := st.graph
 	anc := &reachWalk{next: st.authEventsOf, seen: map[string]bool{}, stack: slices.Clone(upFrom)}
-	if ordered && floor != noFloor {
+	if o != nil && floor != noFloor {
 		anc.keep = func(id string) (bool, error) {
 			n, err := o.AuthOrder(id)
 			return n >= floor, err
 		}
 	}
 	var desc *reachWalk
-	if c, ok := st.src.(authChildLister); ok && anc.keep != nil && walkDirection != walkUp {
-		desc = &reachWalk{next: c.AuthChildren, seen: map[string]bool{}, stack: slices.Clone(downFrom),
+	if o != nil && anc.keep != nil && walkDirection != walkUp {
+		desc = &reachWalk{next: o.AuthChildren, seen: map[string]bool{}, stack: slices.Clone(downFrom),
 			keep: func(id string) (bool, error) {
 				n, err := o.AuthOrder(id)
 				return n < top, err
@@ -216,14 +214,6 @@ const (
 	walkUp
 	walkDown
 )
-
-// authChildLister is implemented by event sources that can list the events
-// citing an event in their auth_events (AuthIndex.AuthChildren: at least every
-// accepted state event that does; an event on a path between two conflicted
-// events is one).
-type authChildLister interface {
-	AuthChildren(eventID string) ([]string, error)
-}
 
 // reachWalk is one walk of lockstep: from its start events along next (auth
 // events: ancestors; auth children: descendants), over the events keep admits.
@@ -352,7 +342,7 @@ func resolveV1Maps(maps []StateMap, src EventSource) (StateMap, error) {
 	out := StateMap{}
 	// Events are read parsed (full), never as a source's light form:
 	// gomatrixserverlib's v1 reads their depth and content.
-	st := &stateRes{src: src, pdus: map[string]gomatrixserverlib.PDU{}}
+	st := newStateRes(src)
 	var conflicted, unconflictedAuth []gomatrixserverlib.PDU
 	chain := map[string]bool{}
 	for k, vs := range byKey {

@@ -527,7 +527,7 @@ func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) ([]
 	return changes, nil
 }
 
-// AuthOrder implements AuthOrderer with the event's auth depth: 0 for an event
+// AuthOrder implements GraphSource with the event's auth depth: 0 for an event
 // without auth events, otherwise one more than the deepest of its auth events
 // (computed from the auth index and kept for the resolver's lifetime). It fails
 // for an event not in the room or whose auth chain has a cycle.
@@ -539,7 +539,7 @@ func (r *Resolver) AuthOrder(eventID string) (int64, error) {
 	return g.authDepth(i)
 }
 
-// AuthEvents implements AuthIndex from the auth index.
+// AuthEvents implements GraphSource from the auth index.
 func (r *Resolver) AuthEvents(eventID string) ([]string, error) {
 	g, i, err := r.index(eventID)
 	if err != nil {
@@ -548,7 +548,7 @@ func (r *Resolver) AuthEvents(eventID string) ([]string, error) {
 	return g.authIDs(i), nil
 }
 
-// AuthChildren implements AuthIndex: the state events that cite eventID in their
+// AuthChildren implements GraphSource: the state events that cite eventID in their
 // auth_events, from the auth index. Non-state events are left out: nothing may
 // cite them as auth events, so they lead to no event of a state. During a replay,
 // events not replayed yet are left out too (they are in no state being resolved).
@@ -561,14 +561,14 @@ func (r *Resolver) AuthChildren(eventID string) ([]string, error) {
 	return g.children(i, r.upTo), nil
 }
 
-// MainlineClosest answers mainline ordering's question in O(log): the position on
+// mainlineClosest answers mainline ordering's question in O(log): the position on
 // the mainline of power levels event pl (oldest = 1) of the closest mainline event
 // of x (x itself if a power levels event on it, else the first event reached
 // through the power levels among auth events that is on it), 0 when none is (Matrix
 // spec v1.19, room version 2, "State resolution", "Mainline ordering"). The
 // mainline is pl's same-key lineage, so the closest mainline event of a power
 // levels event is where their lineages meet.
-func (r *Resolver) MainlineClosest(pl, x string) (int64, error) {
+func (r *Resolver) mainlineClosest(pl, x string) (int64, error) {
 	g, i, err := r.index(pl)
 	if err != nil {
 		return 0, err
@@ -582,7 +582,7 @@ func (r *Resolver) MainlineClosest(pl, x string) (int64, error) {
 		return 0, nil
 	}
 	if k := g.keyOf(j); k < 0 || g.keys[k] != plKey {
-		id, err := r.PowerLevelsAuthEvent(x)
+		id, err := r.powerLevelsAuthEvent(x)
 		if err != nil || id == "" {
 			return 0, err
 		}
@@ -597,10 +597,10 @@ func (r *Resolver) MainlineClosest(pl, x string) (int64, error) {
 	return int64(g.link(m).sdepth) + 1, nil
 }
 
-// PowerLevelsAuthEvent returns the m.room.power_levels ("" state key) among an
+// powerLevelsAuthEvent returns the m.room.power_levels ("" state key) among an
 // event's auth_events, "" for none, from the auth index (the first in auth_events
 // order, as gomatrixserverlib's reading of the PDU gives it).
-func (r *Resolver) PowerLevelsAuthEvent(eventID string) (string, error) {
+func (r *Resolver) powerLevelsAuthEvent(eventID string) (string, error) {
 	g, i, err := r.index(eventID)
 	if err != nil {
 		return "", err
@@ -614,18 +614,6 @@ func (r *Resolver) PowerLevelsAuthEvent(eventID string) (string, error) {
 		}
 	}
 	return "", nil
-}
-
-// StateKeyOf implements AuthIndex from the auth index.
-func (r *Resolver) StateKeyOf(eventID string) (Key, bool, error) {
-	g, i, err := r.index(eventID)
-	if err != nil {
-		return Key{}, false, err
-	}
-	if k := g.keyOf(i); k >= 0 {
-		return g.keys[k], true, nil
-	}
-	return Key{}, false, nil
 }
 
 // resView is the AuthIndex of one resolution's auth difference. It answers as the

@@ -9,20 +9,13 @@ import (
 	"github.com/matrix-org/gomatrixserverlib/spec"
 )
 
-// headOnlySource answers every event as its light form (headSource) and fails to
-// load any PDU, as a store whose read fails would.
-type headOnlySource struct {
-	heads map[string]gomatrixserverlib.PDU
-}
+// failingSource fails to load any PDU, as a store whose read fails would.
+type failingSource struct{}
 
 var errStoreRead = errors.New("store read failed")
 
-func (s headOnlySource) Event(string) (gomatrixserverlib.PDU, error) { return nil, errStoreRead }
-func (s headOnlySource) Rejected(string) bool                        { return false }
-func (s headOnlySource) EventHead(id string) (gomatrixserverlib.PDU, bool) {
-	p, ok := s.heads[id]
-	return p, ok
-}
+func (failingSource) Event(string) (gomatrixserverlib.PDU, error) { return nil, errStoreRead }
+func (failingSource) Rejected(string) bool                        { return false }
 
 // TestSenderPowerLevelLoadError: when the power levels auth event of an event
 // being ordered is known only by its head and its PDU cannot be loaded, the
@@ -37,12 +30,15 @@ func TestSenderPowerLevelLoadError(t *testing.T) {
 	head := func(id, typ, sender string, auth ...string) *eventHead {
 		return &eventHead{id: id, typ: typ, sender: sender, authIDs: auth, room: *room, version: gomatrixserverlib.RoomVersionV10}
 	}
-	src := headOnlySource{heads: map[string]gomatrixserverlib.PDU{
+	// Every event is known by its light form only (as the Resolver's headOf gives
+	// them), and no PDU loads.
+	st := newStateRes(failingSource{})
+	st.plCache, st.cache = map[string]*gomatrixserverlib.PowerLevelContent{}, NewCache()
+	st.heads = map[string]gomatrixserverlib.PDU{
 		"$create": head("$create", spec.MRoomCreate, "@a:example.org"),
 		"$pl":     head("$pl", spec.MRoomPowerLevels, "@a:example.org", "$create"),
 		"$topic":  head("$topic", "m.room.topic", "@b:example.org", "$create", "$pl"),
-	}}
-	st := &stateRes{src: src, pdus: map[string]gomatrixserverlib.PDU{}, plCache: map[string]*gomatrixserverlib.PowerLevelContent{}, cache: NewCache()}
+	}
 	p, err := st.event("$topic")
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,38 @@ type EventSource interface {
 	Rejected(eventID string) bool
 }
 
+// GraphSource is an EventSource that also answers a room's auth-graph questions
+// from an index, the one optional interface state resolution looks for: with it,
+// auth chains are walked and events numbered without parsing PDUs, and two walks
+// stop early (step 1's walk of the power events' auth chains goes below no event
+// numbered under the full conflicted set's lowest, v2.1's conflicted subgraph
+// below none under the lowest conflicted event, and the subgraph walks
+// descendants through AuthChildren when that closes sooner). Without it,
+// auth_events come from the PDUs and both walks cover whole auth chains. Resolver
+// implements it over the room's auth index.
+type GraphSource interface {
+	EventSource
+	// AuthOrder numbers the room's events so that every event's number is
+	// greater than those of its auth events (an arrival order in which auth
+	// events come first, or the auth depth); an error for an event not in the room.
+	AuthOrder(eventID string) (int64, error)
+	// AuthEvents returns an event's auth_events as its PDU lists them.
+	AuthEvents(eventID string) ([]string, error)
+	// AuthChildren returns the events citing eventID in their auth_events: at
+	// least every accepted state event that does (an event on a path between two
+	// conflicted events is one).
+	AuthChildren(eventID string) ([]string, error)
+}
+
+// newStateRes returns the state of one resolution over src, with its
+// GraphSource and Resolver forms when it has them.
+func newStateRes(src EventSource) *stateRes {
+	st := &stateRes{src: src, pdus: map[string]gomatrixserverlib.PDU{}}
+	st.graph, _ = src.(GraphSource)
+	st.r, _ = src.(*Resolver)
+	return st
+}
+
 // v2Input is what the state resolution v2 / v2.1 algorithm (Matrix spec v1.19, room
 // versions 2 and 12, "State resolution") needs besides the events themselves.
 type v2Input struct {
@@ -54,8 +86,9 @@ var errNoEvent = errors.New("resolver: event needed by state resolution not avai
 // iterative auth checks accepted, by key. The caller applies step 5 (the unconflicted
 // state map wins on its keys).
 func resolveV2(in v2Input, src EventSource) (map[Key]string, error) {
-	st := &stateRes{src: src, in: in, overlay: map[Key]string{}, pdus: make(map[string]gomatrixserverlib.PDU, len(in.full)),
-		heads: make(map[string]gomatrixserverlib.PDU, len(in.full)), plCache: map[string]*gomatrixserverlib.PowerLevelContent{}, cache: in.cache}
+	st := newStateRes(src)
+	st.in, st.overlay, st.pdus = in, map[Key]string{}, make(map[string]gomatrixserverlib.PDU, len(in.full))
+	st.heads, st.plCache, st.cache = make(map[string]gomatrixserverlib.PDU, len(in.full)), map[string]*gomatrixserverlib.PowerLevelContent{}, in.cache
 	if st.cache == nil {
 		st.cache = NewCache()
 	}
@@ -117,7 +150,7 @@ func resolveV2(in v2Input, src EventSource) (map[Key]string, error) {
 
 // powerSubset returns step 1's set: the power events of the full conflicted set
 // (ids; full holds the same as a set) and the events of their auth chains that
-// are in the full conflicted set. With an AuthOrderer source no event below the
+// are in the full conflicted set. With a GraphSource no event below the
 // full set's lowest is walked, and (lockstep) a walk down from the full set's
 // other events, bounded by the highest power event, may close first: the events
 // it finds to be ancestors of a power event are those of the auth chains.
@@ -171,11 +204,18 @@ func (st *stateRes) powerSubset(ids []string, full map[string]bool) ([]string, e
 }
 
 type stateRes struct {
-	src     EventSource
+	src EventSource
+	// graph is src when it is a GraphSource, else nil: auth events, auth children
+	// and event numbers then come from the PDUs and whole auth chains.
+	graph GraphSource
+	// r is src when it is the Resolver, else nil: ordering reads state events in
+	// their light form (eventHead), the rules read auth events and checked events
+	// so, and mainline positions come from its auth index.
+	r       *Resolver
 	in      v2Input
 	overlay map[Key]string                   // partial state on top of the starting map
 	pdus    map[string]gomatrixserverlib.PDU // parsed PDUs (full)
-	heads   map[string]gomatrixserverlib.PDU // events in a light form for ordering (headSource), never checked by the rules
+	heads   map[string]gomatrixserverlib.PDU // events in a light form for ordering (Resolver.headOf), never checked by the rules
 	plCache map[string]*gomatrixserverlib.PowerLevelContent
 
 	creators           []string
@@ -185,7 +225,7 @@ type stateRes struct {
 
 // event returns an event for what resolution's ordering reads of it (type, state
 // key, sender, origin_server_ts, auth_events, a member's membership): the parsed
-// PDU when there is one, else the source's light form (headSource), else the PDU
+// PDU when there is one, else the Resolver's light form (headOf), else the PDU
 // parsed. Its content is read only through full.
 func (st *stateRes) event(id string) (gomatrixserverlib.PDU, error) {
 	if p, ok := st.pdus[id]; ok {
@@ -194,8 +234,8 @@ func (st *stateRes) event(id string) (gomatrixserverlib.PDU, error) {
 	if p, ok := st.heads[id]; ok {
 		return p, nil
 	}
-	if hs, ok := st.src.(headSource); ok {
-		if p, ok := hs.EventHead(id); ok {
+	if st.r != nil {
+		if p, ok := st.r.headOf(id); ok {
 			if st.heads == nil {
 				st.heads = map[string]gomatrixserverlib.PDU{}
 			}
@@ -221,28 +261,20 @@ func (st *stateRes) full(id string) (gomatrixserverlib.PDU, error) {
 }
 
 // checked returns an event to check against the authorization rules: the parsed
-// PDU, else the source's form for checking (lightSource.CheckEvent), else the
-// PDU parsed.
+// PDU, else the Resolver's form for checking (checkEvent), else the PDU parsed.
 func (st *stateRes) checked(id string) (gomatrixserverlib.PDU, error) {
-	return st.lightOr(id, lightSource.CheckEvent)
+	return st.lightOr(id, (*Resolver).checkEvent)
 }
 
-// lightSource is an EventSource that gives an event in a light form where the
-// authorization rules read no more of it (Resolver: eventHead): AuthEvent as an
-// auth event of another, CheckEvent as the event checked.
-type lightSource interface {
-	AuthEvent(eventID string) (gomatrixserverlib.PDU, error)
-	CheckEvent(eventID string) (gomatrixserverlib.PDU, error)
-}
-
-// lightOr returns the parsed PDU of an event, else what get gives from a
-// lightSource, else the PDU parsed.
-func (st *stateRes) lightOr(id string, get func(lightSource, string) (gomatrixserverlib.PDU, error)) (gomatrixserverlib.PDU, error) {
+// lightOr returns the parsed PDU of an event, else what get gives from the
+// Resolver (a light form where the authorization rules read no more of the
+// event: eventHead), else the PDU parsed.
+func (st *stateRes) lightOr(id string, get func(*Resolver, string) (gomatrixserverlib.PDU, error)) (gomatrixserverlib.PDU, error) {
 	if p, ok := st.pdus[id]; ok {
 		return p, nil
 	}
-	if ls, ok := st.src.(lightSource); ok {
-		p, err := get(ls, id)
+	if st.r != nil {
+		p, err := get(st.r, id)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", errNoEvent, id, err)
 		}
@@ -251,19 +283,12 @@ func (st *stateRes) lightOr(id string, get func(lightSource, string) (gomatrixse
 	return st.full(id)
 }
 
-// headSource is an EventSource that can give a state event in a light form for
-// resolution's ordering without parsing its PDU (Resolver: eventHead); false when
-// it cannot.
-type headSource interface {
-	EventHead(eventID string) (gomatrixserverlib.PDU, bool)
-}
-
 // authEvent returns an event to use only as an auth event of the event being
-// checked: the parsed PDU, else the source's light form (lightSource.AuthEvent;
-// not kept, so that event() never answers it for an event that is checked
-// itself), else the PDU parsed.
+// checked: the parsed PDU, else the Resolver's light form (authEvent; not kept,
+// so that event() never answers it for an event that is checked itself), else
+// the PDU parsed.
 func (st *stateRes) authEvent(id string) (gomatrixserverlib.PDU, error) {
-	return st.lightOr(id, lightSource.AuthEvent)
+	return st.lightOr(id, (*Resolver).authEvent)
 }
 
 // lookup reads the partial state: the overlay, then (v2 only) the unconflicted map.
@@ -290,28 +315,17 @@ func (st *stateRes) authChain(ids ...string) ([]string, error) {
 	return sortedIDs(w.seen), nil
 }
 
-// AuthOrderer is implemented by event sources that number a room's events so
-// that every event's number is greater than those of its auth events (for
-// example an arrival order in which auth events always come first). Two walks
-// then stop early: step 1 of the resolution (the power events and the part of
-// their auth chains in the full conflicted set) walks no event numbered below
-// the full conflicted set's lowest, and v2.1's conflicted subgraph none below the
-// lowest conflicted event (such an event can be neither in the set nor a
-// descendant of a conflicted event). Without it both walks cover whole auth
-// chains: every earlier power levels event, and their senders' membership
-// histories.
-type AuthOrderer interface {
-	AuthOrder(eventID string) (int64, error)
-}
-
-// noFloor is the order floor when the source has no AuthOrderer.
+// noFloor is the order floor when the source is no GraphSource. With one, an
+// event numbered below the floor can be neither in the full conflicted set nor a
+// descendant of a conflicted event; without, walks cover whole auth chains
+// (every earlier power levels event, and their senders' membership histories).
 const noFloor = math.MinInt64
 
 // orderRange returns the lowest and highest AuthOrder among ids, or noFloor for
-// both when the source is no AuthOrderer or ids is empty.
+// both when the source is no GraphSource or ids is empty.
 func (st *stateRes) orderRange(ids []string) (low, high int64, err error) {
-	o, ok := st.src.(AuthOrderer)
-	if !ok || len(ids) == 0 {
+	o := st.graph
+	if o == nil || len(ids) == 0 {
 		return noFloor, noFloor, nil
 	}
 	low, high = math.MaxInt64, math.MinInt64
@@ -325,17 +339,11 @@ func (st *stateRes) orderRange(ids []string) (low, high int64, err error) {
 	return low, high, nil
 }
 
-// authEventLister is implemented by event sources that can give an event's
-// auth_events without parsing its PDU (Resolver, from metadata records).
-type authEventLister interface {
-	AuthEvents(eventID string) ([]string, error)
-}
-
 // authEventsOf returns an event's auth_events, without parsing the PDU when the
-// event source can.
+// event source is a GraphSource.
 func (st *stateRes) authEventsOf(id string) ([]string, error) {
-	if l, ok := st.src.(authEventLister); ok {
-		return l.AuthEvents(id)
+	if st.graph != nil {
+		return st.graph.AuthEvents(id)
 	}
 	p, err := st.event(id)
 	if err != nil {
@@ -736,8 +744,8 @@ func (st *stateRes) plAuthEventID(id string) (string, error) {
 	if pl, ok := st.cache.plParent[id]; ok {
 		return pl, nil
 	}
-	if li, ok := st.src.(plAuthLister); ok {
-		return li.PowerLevelsAuthEvent(id)
+	if st.r != nil {
+		return st.r.powerLevelsAuthEvent(id)
 	}
 	p, err := st.event(id)
 	if err != nil {
@@ -759,18 +767,6 @@ func (st *stateRes) plAuthEventID(id string) (string, error) {
 	}
 	st.cache.plParent[id] = pl
 	return pl, nil
-}
-
-// plAuthLister is implemented by event sources that name an event's
-// m.room.power_levels auth event from an index, without parsing PDUs (Resolver).
-type plAuthLister interface {
-	PowerLevelsAuthEvent(eventID string) (string, error)
-}
-
-// mainlineCloser is implemented by event sources that find an event's closest
-// mainline event from an index (Resolver: where two power-levels lineages meet).
-type mainlineCloser interface {
-	MainlineClosest(pl, x string) (pos int64, err error)
 }
 
 // mainlinePositions returns the mainline of a power levels event as positions,
@@ -820,8 +816,8 @@ func (st *stateRes) mainlineOrder(ids []string) ([]string, error) {
 	// every position is 0: walking each event's power-levels chain to its root
 	// to find that out cost the room's whole power-levels history per event.
 	closest := func(string) (int64, error) { return 0, nil }
-	if mc, indexed := st.src.(mainlineCloser); ok && indexed {
-		closest = func(id string) (int64, error) { return mc.MainlineClosest(plID, id) }
+	if ok && st.r != nil {
+		closest = func(id string) (int64, error) { return st.r.mainlineClosest(plID, id) }
 	} else if ok {
 		if closest, err = st.mainlineWalk(plID); err != nil {
 			return nil, err

@@ -313,7 +313,7 @@ func (r *room) Event(id string) (gomatrixserverlib.PDU, error) {
 	return r.events[i].pdu, nil
 }
 
-// AuthOrder implements resolver.AuthOrderer with the event's index: an event's
+// AuthOrder implements resolver.GraphSource with the event's index: an event's
 // auth events are taken from the state before it (create), so they were created
 // earlier and have lower indices.
 func (r *room) AuthOrder(id string) (int64, error) {
@@ -330,7 +330,7 @@ func (r *room) Rejected(id string) bool {
 	return ok && r.events[i].rejected
 }
 
-// AuthEvents implements resolver.AuthIndex.
+// AuthEvents implements resolver.GraphSource.
 func (r *room) AuthEvents(id string) ([]string, error) {
 	i, ok := r.byID[id]
 	if !ok {
@@ -339,7 +339,7 @@ func (r *room) AuthEvents(id string) ([]string, error) {
 	return r.events[i].authIDs, nil
 }
 
-// AuthChildren implements resolver.AuthIndex, for the one question the resolver
+// AuthChildren implements resolver.GraphSource, for the one question the resolver
 // asks of it (does an event of the unconflicted state map descend from id through
 // auth_events?), with the same answer as the full list: it gives only the accepted
 // state events that cite id. The others are dead ends: a non-state event is never an
@@ -351,19 +351,6 @@ func (r *room) AuthChildren(id string) ([]string, error) {
 		return nil, fmt.Errorf("gen: no event %s", id)
 	}
 	return r.events[i].kids, nil
-}
-
-// StateKeyOf implements resolver.AuthIndex.
-func (r *room) StateKeyOf(id string) (resolver.Key, bool, error) {
-	i, ok := r.byID[id]
-	if !ok {
-		return resolver.Key{}, false, fmt.Errorf("gen: no event %s", id)
-	}
-	e := r.events[i]
-	if e.key == "" {
-		return resolver.Key{}, false, nil
-	}
-	return splitKey(e.key), true, nil
 }
 
 // resolveGMSL resolves by gomatrixserverlib's ResolveStateConflictsV2 (v10, v11).
