@@ -169,7 +169,7 @@ type Change struct {
 }
 
 // ResolveSnapshots resolves states given by their snapshots' diff (state
-// resolution v2 for room versions 2-11, v2.1 for 12: spec v1.16, Room Versions,
+// resolution v2 for room versions 2-11, v2.1 for 12: Matrix spec v1.19, Room Versions,
 // "State resolution"; resolver.ResolveConflicts): only the conflicted events,
 // their auth chains and the unconflicted entries the algorithm asks for are read
 // (events through src, the auth difference from the room's graph, refreshed first
