@@ -29,7 +29,7 @@ type NIDKey struct{ Type, StateKey int64 }
 // EventRow is one event of a room as a server's event table holds it: no PDU,
 // only what the auth graph needs.
 type EventRow struct {
-	NID     int64 // the server's event NID; rows of a room arrive in ascending NID order
+	NID     int64 // the server's event NID
 	EventID string
 	Type    string
 	// StateKey is the state key of a state event, nil for other events.
@@ -53,12 +53,22 @@ type RoomGraph struct {
 	keyOf   map[NIDKey]resolver.Key
 	nidKey  map[resolver.Key]NIDKey
 	indexed *resolver.AuthGraph // nil once rows were added since the last index
+	// pending are the auth edges to event NIDs the graph does not hold, by that
+	// NID: named "nid:N" until the row arrives.
+	pending map[int64][]authEdge
+	// wanted are event NIDs a state named that the graph did not hold (an
+	// unconflicted entry); asked, those a refresh has read rows from below Last
+	// for (once each: a NID still missing after that is not the room's).
+	wanted, asked map[int64]bool
 }
+
+// authEdge is the pos-th auth event of metas[meta].
+type authEdge struct{ meta, pos int }
 
 // NewRoomGraph returns an empty graph.
 func NewRoomGraph() *RoomGraph {
 	return &RoomGraph{idOf: map[int64]string{}, nidOf: map[string]int64{}, keyOf: map[NIDKey]resolver.Key{},
-		nidKey: map[resolver.Key]NIDKey{}}
+		nidKey: map[resolver.Key]NIDKey{}, pending: map[int64][]authEdge{}, wanted: map[int64]bool{}, asked: map[int64]bool{}}
 }
 
 // Last returns the highest event NID added (0 for none): the next refresh asks
@@ -69,9 +79,11 @@ func (g *RoomGraph) Last() int64 {
 	return g.last
 }
 
-// Add appends rows in ascending NID order; rows at or below Last are skipped.
-// An auth NID of an event the graph does not hold stays a missing edge (named
-// "nid:N" in errors).
+// Add adds rows, in any order; rows of event NIDs the graph holds are skipped.
+// A row may come after rows that cite it in their auth events: a server's rows
+// need not become visible in NID order (two transactions writing one room, the
+// lower NID committed last). An auth NID of an event the graph does not hold is
+// a missing edge (named "nid:N" in errors) until the event's row is added.
 func (g *RoomGraph) Add(rows []EventRow) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -80,7 +92,7 @@ func (g *RoomGraph) Add(rows []EventRow) {
 
 func (g *RoomGraph) add(rows []EventRow) {
 	for _, r := range rows {
-		if r.NID <= g.last {
+		if _, held := g.idOf[r.NID]; held {
 			continue
 		}
 		m := roomstate.EventMeta{Seq: uint32(len(g.metas)), EventID: r.EventID, Type: r.Type, IsState: r.StateKey != nil}
@@ -89,18 +101,64 @@ func (g *RoomGraph) add(rows []EventRow) {
 			k := resolver.Key{Type: r.Type, StateKey: *r.StateKey}
 			g.keyOf[r.Key], g.nidKey[k] = k, r.Key
 		}
-		for _, a := range r.AuthNIDs {
+		for j, a := range r.AuthNIDs {
 			id, ok := g.idOf[a]
 			if !ok {
 				id = fmt.Sprintf("nid:%d", a)
+				g.pending[a] = append(g.pending[a], authEdge{meta: len(g.metas), pos: j})
 			}
 			m.AuthEvents = append(m.AuthEvents, id)
 		}
 		g.metas = append(g.metas, m)
 		g.idOf[r.NID], g.nidOf[r.EventID] = r.EventID, r.NID
-		g.last = r.NID
+		for _, e := range g.pending[r.NID] {
+			g.metas[e.meta].AuthEvents[e.pos] = r.EventID
+		}
+		delete(g.pending, r.NID)
+		delete(g.wanted, r.NID)
+		g.last = max(g.last, r.NID)
 		g.indexed = nil
 	}
+}
+
+// refresh adds the rows above Last, then, once per NID, the rows from the lowest
+// NID the graph lacks that an auth edge, a conflicted key (st) or an earlier
+// resolution's unconflicted entry named: a row that became visible after rows
+// above it were read. The caller holds g.mu.
+func (g *RoomGraph) refresh(rows func(after int64) ([]EventRow, error), st SnapshotStates) error {
+	more, err := rows(g.last)
+	if err != nil {
+		return err
+	}
+	g.add(more)
+	var lowest int64
+	want := func(nid int64) {
+		if _, held := g.idOf[nid]; nid > 0 && !held && !g.asked[nid] {
+			g.asked[nid] = true
+			if lowest == 0 || nid < lowest {
+				lowest = nid
+			}
+		}
+	}
+	for nid := range g.pending {
+		want(nid)
+	}
+	for nid := range g.wanted {
+		want(nid)
+	}
+	for _, c := range st.Conflicts {
+		for _, nid := range c.Events {
+			want(nid)
+		}
+	}
+	if lowest == 0 {
+		return nil
+	}
+	if more, err = rows(lowest - 1); err != nil {
+		return err
+	}
+	g.add(more)
+	return nil
 }
 
 // index returns the auth index over the rows added so far; the caller holds g.mu.
@@ -173,7 +231,9 @@ type Change struct {
 // "State resolution"; resolver.ResolveConflicts): only the conflicted events,
 // their auth chains and the unconflicted entries the algorithm asks for are read
 // (events through src, the auth difference from the room's graph, refreshed first
-// by rows, which returns the server's rows of the room above an event NID). It
+// by rows, which returns the server's rows of the room above an event NID, oldest
+// first: called with Last, and once more from below a NID the graph lacks that
+// an auth edge or a state names, for a row that became visible late). It
 // returns the changes to make to the unconflicted map: each conflicted key's
 // outcome, and keys no state had that auth-difference events bring in. Errors:
 // ErrUseLists (room version 1 and versions outside 1-12), ErrStaleGraph (wrapped),
@@ -194,11 +254,9 @@ func ResolveSnapshots(version gomatrixserverlib.RoomVersion, st SnapshotStates, 
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if rows != nil {
-		more, err := rows(g.last)
-		if err != nil {
+		if err := g.refresh(rows, st); err != nil {
 			return nil, fmt.Errorf("roomrules: event rows: %w", err)
 		}
-		g.add(more)
 	}
 	idx, err := g.index()
 	if err != nil {
@@ -259,6 +317,7 @@ func (g *RoomGraph) conflictInput(version gomatrixserverlib.RoomVersion, st Snap
 		}
 		id, ok := g.idOf[nid]
 		if !ok {
+			g.wanted[nid] = true
 			return "", false, fmt.Errorf("%w: event NID %d (key %v)", ErrStaleGraph, nid, k)
 		}
 		return id, true, nil
