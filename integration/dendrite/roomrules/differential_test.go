@@ -655,3 +655,53 @@ func TestResolveSnapshotsStaleEntryHeals(t *testing.T) {
 		t.Fatal("no resolution asked for the late entry: the test exercises nothing")
 	}
 }
+
+// TestResolveSnapshotsRereadBounded: an auth NID the room's rows never bring (a
+// rejected event citing another room's event) makes a refresh read the rows
+// from below it again once at most, and not at all when the graph holds more
+// than maxRereadRows rows above it; resolutions stay equal to ResolveMaps.
+func TestResolveSnapshotsRereadBounded(t *testing.T) {
+	pr := newProbeRoom(t, 5, "10")
+	nids := map[string]int64{}
+	for i, p := range pr.pdus {
+		nids[p.EventID()] = int64(100 + i)
+	}
+	rows, nidKey := rowsNumbered(pr.pdus, nids)
+	const foreign = 5
+	rows = append(rows, EventRow{NID: rows[len(rows)-1].NID + 1, EventID: "$cites-another-room", Type: "m.room.message", AuthNIDs: []int64{foreign}})
+	defer func(n int) { maxRereadRows = n }(maxRereadRows)
+	for _, limit := range []int{len(rows), len(rows) - 1} {
+		maxRereadRows = limit
+		g := NewRoomGraph()
+		var asked []int64
+		table := func(after int64) ([]EventRow, error) {
+			asked = append(asked, after)
+			k, _ := slices.BinarySearchFunc(rows, after+1, func(r EventRow, n int64) int { return cmp.Compare(r.NID, n) })
+			return rows[k:], nil
+		}
+		rng := rand.New(rand.NewSource(int64(limit)))
+		for round := 0; round < 3; round++ {
+			_, maps := pr.randomStates(rng, 2)
+			want, err := resolver.ResolveMaps(pr.version, maps, pr.all)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := snapshotStatesOf(maps, nids, nidKey)
+			changes, err := ResolveSnapshots(pr.version, st, g, table, loaderOf(pr.all))
+			if err != nil {
+				t.Fatalf("limit %d, round %d: %v", limit, round, err)
+			}
+			if got, w := applyChanges(maps[0], st, changes, nids, nidKey), sortedStateIDs(want); !slices.Equal(got, w) {
+				t.Fatalf("limit %d, round %d:\n got %v\nwant %v", limit, round, got, w)
+			}
+		}
+		last := rows[len(rows)-1].NID
+		wantAsked := []int64{0, last, last}
+		if limit >= len(rows) {
+			wantAsked = []int64{0, foreign - 1, last, last}
+		}
+		if !slices.Equal(asked, wantAsked) {
+			t.Errorf("limit %d (%d rows above NID %d): rows asked after %v, want %v", limit, len(rows), foreign, asked, wantAsked)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package roomrules
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -60,6 +61,7 @@ type RoomGraph struct {
 	// unconflicted entry); asked, those a refresh has read rows from below Last
 	// for (once each: a NID still missing after that is not the room's).
 	wanted, asked map[int64]bool
+	nids          []int64 // the NIDs held, ascending
 }
 
 // authEdge is the pos-th auth event of metas[meta].
@@ -111,6 +113,11 @@ func (g *RoomGraph) add(rows []EventRow) {
 		}
 		g.metas = append(g.metas, m)
 		g.idOf[r.NID], g.nidOf[r.EventID] = r.EventID, r.NID
+		if i, _ := slices.BinarySearch(g.nids, r.NID); i == len(g.nids) {
+			g.nids = append(g.nids, r.NID)
+		} else {
+			g.nids = slices.Insert(g.nids, i, r.NID)
+		}
 		for _, e := range g.pending[r.NID] {
 			g.metas[e.meta].AuthEvents[e.pos] = r.EventID
 		}
@@ -121,10 +128,18 @@ func (g *RoomGraph) add(rows []EventRow) {
 	}
 }
 
+// maxRereadRows bounds the rows a refresh reads again from below Last: a row
+// that became visible late is among the room's latest, while an auth NID
+// further down is another room's event (a rejected event may cite one), and
+// reading the room again for it, once per such event, would let a remote server
+// make every resolution read the whole room. A variable for tests.
+var maxRereadRows = 4096
+
 // refresh adds the rows above Last, then, once per NID, the rows from the lowest
 // NID the graph lacks that an auth edge, a conflicted key (st) or an earlier
 // resolution's unconflicted entry named: a row that became visible after rows
-// above it were read. The caller holds g.mu.
+// above it were read. It does not read again when the graph holds more than
+// maxRereadRows rows above that NID. The caller holds g.mu.
 func (g *RoomGraph) refresh(rows func(after int64) ([]EventRow, error), st SnapshotStates) error {
 	more, err := rows(g.last)
 	if err != nil {
@@ -152,6 +167,9 @@ func (g *RoomGraph) refresh(rows func(after int64) ([]EventRow, error), st Snaps
 		}
 	}
 	if lowest == 0 {
+		return nil
+	}
+	if i, _ := slices.BinarySearch(g.nids, lowest); len(g.nids)-i > maxRereadRows {
 		return nil
 	}
 	if more, err = rows(lowest - 1); err != nil {
