@@ -37,8 +37,15 @@ type EventRow struct {
 	StateKey *string
 	// Key is the state key's NIDs (state events only).
 	Key NIDKey
-	// AuthNIDs are the event's auth_events as NIDs, in the PDU's order.
+	// AuthNIDs are the event's auth_events as NIDs, in the PDU's order, as the
+	// server numbered them when it stored the event: auth events it did not hold
+	// then may be left out (Dendrite leaves them out of auth_event_nids).
 	AuthNIDs []int64
+	// AuthIDs, if not nil, are the event's auth_events as its JSON lists them:
+	// every edge, also to events the server did not hold when it stored the event.
+	// The graph takes these, then the events of AuthNIDs they lack (in room
+	// version 12, the create event the room ID names).
+	AuthIDs []string
 }
 
 // RoomGraph is a room's auth graph for ResolveSnapshots, grown from the server's
@@ -103,11 +110,15 @@ func (g *RoomGraph) add(rows []EventRow) {
 			k := resolver.Key{Type: r.Type, StateKey: *r.StateKey}
 			g.keyOf[r.Key], g.nidKey[k] = k, r.Key
 		}
-		for j, a := range r.AuthNIDs {
+		m.AuthEvents = slices.Clone(r.AuthIDs)
+		for _, a := range r.AuthNIDs {
 			id, ok := g.idOf[a]
-			if !ok {
+			switch {
+			case ok && slices.Contains(r.AuthIDs, id):
+				continue
+			case !ok:
 				id = fmt.Sprintf("nid:%d", a)
-				g.pending[a] = append(g.pending[a], authEdge{meta: len(g.metas), pos: j})
+				g.pending[a] = append(g.pending[a], authEdge{meta: len(g.metas), pos: len(m.AuthEvents)})
 			}
 			m.AuthEvents = append(m.AuthEvents, id)
 		}

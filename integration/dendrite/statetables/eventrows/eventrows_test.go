@@ -24,6 +24,7 @@ type dialect struct {
 	open   func(t *testing.T) *sql.DB
 	create []func(*sql.DB) error
 	events func(*sql.DB) (tables.Events, error)
+	json   func(*sql.DB) (tables.EventJSON, error)
 	types  func(*sql.DB) (tables.EventTypes, error)
 	keys   func(*sql.DB) (tables.EventStateKeys, error)
 }
@@ -35,16 +36,16 @@ var dialects = []dialect{
 			t.Fatal(err)
 		}
 		return db
-	}, create: []func(*sql.DB) error{sqlite3.CreateEventsTable, sqlite3.CreateEventTypesTable, sqlite3.CreateEventStateKeysTable},
-		events: sqlite3.PrepareEventsTable, types: sqlite3.PrepareEventTypesTable, keys: sqlite3.PrepareEventStateKeysTable},
+	}, create: []func(*sql.DB) error{sqlite3.CreateEventsTable, sqlite3.CreateEventTypesTable, sqlite3.CreateEventStateKeysTable, sqlite3.CreateEventJSONTable},
+		events: sqlite3.PrepareEventsTable, json: sqlite3.PrepareEventJSONTable, types: sqlite3.PrepareEventTypesTable, keys: sqlite3.PrepareEventStateKeysTable},
 	{name: "postgres", open: func(t *testing.T) *sql.DB {
 		db, err := sql.Open("postgres", pgtest.NewDatabase(t))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return db
-	}, create: []func(*sql.DB) error{postgres.CreateEventsTable, postgres.CreateEventTypesTable, postgres.CreateEventStateKeysTable},
-		events: postgres.PrepareEventsTable, types: postgres.PrepareEventTypesTable, keys: postgres.PrepareEventStateKeysTable},
+	}, create: []func(*sql.DB) error{postgres.CreateEventsTable, postgres.CreateEventTypesTable, postgres.CreateEventStateKeysTable, postgres.CreateEventJSONTable},
+		events: postgres.PrepareEventsTable, json: postgres.PrepareEventJSONTable, types: postgres.PrepareEventTypesTable, keys: postgres.PrepareEventStateKeysTable},
 }
 
 // TestReadDendriteRows: events inserted by Dendrite's own table code in two rooms
@@ -66,6 +67,10 @@ func TestReadDendriteRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			typeTable, err := d.types(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			jsonTable, err := d.json(db)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,6 +100,13 @@ func TestReadDendriteRows(t *testing.T) {
 				{1, types.MRoomPowerLevelsNID, types.EmptyStateKeyNID, "$pl", []int{0, 1}},
 				{1, custom, 0, "$message", []int{0, 1, 3}},
 			}
+			// The JSON of two events: the message names an auth event the
+			// server does not hold ($unheld, not in its auth NIDs); the join is
+			// in the [event ID, hashes] form of room versions 1 and 2.
+			eventJSON := map[string]string{
+				"$message": `{"type":"org.example.custom","auth_events":["$create","$join","$pl","$unheld"]}`,
+				"$join":    `{"type":"m.room.member","auth_events":[["$create",{"sha256":"x"}]]}`,
+			}
 			nids := make([]types.EventNID, len(evs))
 			for i, e := range evs {
 				var auth []types.EventNID
@@ -103,6 +115,11 @@ func TestReadDendriteRows(t *testing.T) {
 				}
 				if nids[i], _, err = events.InsertEvent(ctx, nil, e.room, e.typ, e.key, e.id, auth, int64(i), false); err != nil {
 					t.Fatal(err)
+				}
+				if js, ok := eventJSON[e.id]; ok {
+					if err := jsonTable.InsertEventJSON(ctx, nil, nids[i], []byte(js)); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 			rows, err := Read(ctx, db, d.sqlite, 1, 0)
@@ -124,8 +141,14 @@ func TestReadDendriteRows(t *testing.T) {
 				!slices.Equal(r.AuthNIDs, []types.EventNID{nids[0], nids[1], nids[3]}) {
 				t.Errorf("message row: %+v", r)
 			}
-			if r := rows[0]; len(r.AuthNIDs) != 0 || r.StateKeyNID != types.EmptyStateKeyNID {
-				t.Errorf("create row: %+v", r)
+			if r := rows[0]; len(r.AuthNIDs) != 0 || r.StateKeyNID != types.EmptyStateKeyNID || r.AuthIDs != nil {
+				t.Errorf("create row (no JSON stored): %+v", r)
+			}
+			if got := rows[3].AuthIDs; !slices.Equal(got, []string{"$create", "$join", "$pl", "$unheld"}) {
+				t.Errorf("message's auth events from its JSON: %v", got)
+			}
+			if got := rows[1].AuthIDs; !slices.Equal(got, []string{"$create"}) {
+				t.Errorf("join's auth events from [ID, hashes] pairs: %v", got)
 			}
 			later, err := Read(ctx, db, d.sqlite, 1, nids[1])
 			if err != nil {
