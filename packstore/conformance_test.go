@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/internal/storage/enginetest"
 	"github.com/mtxdb/mtxdb/packstore"
-	"github.com/mtxdb/mtxdb/packstore/enginetest"
 )
 
 // The interface conformance suite (package enginetest, which pgstore runs too)

@@ -1,12 +1,16 @@
 package packstore
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/mtxdb/mtxdb/internal/storage"
+)
 
 // Errors returned by reads.
 var (
 	// ErrNotFound is returned by Get when the collection holds no record with
-	// the requested ID.
-	ErrNotFound = errors.New("packstore: record not found")
+	// the requested ID (storage.ErrNotFound: every engine returns it).
+	ErrNotFound = storage.ErrNotFound
 )
 
 // Errors returned by writes.
@@ -21,8 +25,9 @@ var (
 	// (Options.MaxShardBytes minus the shard header and the frame overhead).
 	ErrTooLarge = errors.New("packstore: record too large for a shard")
 	// ErrReadOnly is returned by Put, PutMany, DeleteCollection and Repack
-	// on a store opened with Options.ReadOnly.
-	ErrReadOnly = errors.New("packstore: store opened read-only")
+	// on a store opened with Options.ReadOnly (storage.ErrReadOnly, which
+	// pgstore returns too).
+	ErrReadOnly = storage.ErrReadOnly
 	// ErrRepackApplied is wrapped (together with the cause) by the error
 	// Repack returns when the repack has taken effect, its copies and reset
 	// markers durable and its new index live, but a later step failed:
@@ -32,20 +37,21 @@ var (
 	// Repack, Sync or Close retries it. A Repack error that does not match
 	// ErrRepackApplied left the in-memory index as it was.
 	ErrRepackApplied = errors.New("packstore: repack applied, but a later step failed")
-	// ErrConflict is returned (wrapped) by ConditionalPutter.PutManyIf when the
-	// condition record no longer holds what the caller read: another writer
-	// changed it first. Nothing of the batch is written; re-read and retry.
-	ErrConflict = errors.New("packstore: record changed by another writer")
+	// ErrConflict is storage.ErrConflict, returned (wrapped) by
+	// ConditionalPutter.PutManyIf when another writer changed the condition
+	// record first.
+	ErrConflict = storage.ErrConflict
 )
 
 // Errors returned by any operation.
 var (
-	// ErrClosed is returned by every operation after Close.
-	ErrClosed = errors.New("packstore: storage closed")
+	// ErrClosed is returned by every operation after Close
+	// (storage.ErrClosed).
+	ErrClosed = storage.ErrClosed
 	// ErrCorrupt marks corruption found on disk. Errors carrying it are
 	// wrapped as "packstore: corrupt data: shard N (file) offset O: what"
-	// and are recognised by IsCorruption.
-	ErrCorrupt = errors.New("packstore: corrupt data")
+	// and are recognised by IsCorruption (storage.ErrCorrupt).
+	ErrCorrupt = storage.ErrCorrupt
 )
 
 // IsCorruption reports whether err (or any error it wraps) marks on-disk

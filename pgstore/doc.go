@@ -1,6 +1,7 @@
-// Package pgstore is packstore's StorageEngine over PostgreSQL (through
-// github.com/jackc/pgx/v5), for deployments that already run PostgreSQL and put
-// several server processes on one database.
+// Package pgstore is a storage engine (storage.Engine, which packstore names
+// StorageEngine) over PostgreSQL (through github.com/jackc/pgx/v5), for
+// deployments that already run PostgreSQL and put several server processes on
+// one database.
 //
 // # Why a module of its own
 //
@@ -10,9 +11,10 @@
 // it into a Dendrite v0.13.8 build: the core module requires a
 // gomatrixserverlib that Dendrite v0.13.8 does not compile against, and
 // minimal version selection would impose it on any build that requires the
-// core. This module requires only packstore (for the StorageEngine interface
-// and its errors) and pgx, which is pure Go (no cgo) and small (pgx, puddle,
-// pgpassfile, pgservicefile, x/text, x/sync). The core module requires it
+// core. This module requires only internal (for package storage: the Engine
+// interface, the IDs and the errors every engine shares, with no dependency
+// outside the standard library) and pgx, which is pure Go (no cgo) and small
+// (pgx, puddle, pgpassfile, pgservicefile, x/text, x/sync). The core module requires it
 // (replace ./pgstore) so the CLI opens postgres:// stores wherever it opens a
 // directory. The benchmark engines stay in bench/ because they need cgo; this
 // one does not.
@@ -39,10 +41,10 @@
 //     PutMany is one transaction of multi-row INSERT ... SELECT FROM unnest(...)
 //     statements of at most batchRows rows or batchBytes payload bytes each;
 //     the last occurrence of an ID in a batch wins.
-//   - PutManyIf (packstore.ConditionalPutter) is PutMany under a compare-and-set
+//   - PutManyIf (storage.ConditionalPutter) is PutMany under a compare-and-set
 //     of one record: UPDATE ... WHERE data = old (or INSERT ... ON CONFLICT DO
 //     NOTHING for an absent one) must change exactly one row, else the
-//     transaction rolls back with packstore.ErrConflict. Under READ COMMITTED a
+//     transaction rolls back with storage.ErrConflict. Under READ COMMITTED a
 //     concurrent writer of the same row waits for the first to commit and then
 //     finds the old bytes gone; under SERIALIZABLE (CockroachDB's default) the
 //     loser gets a serialization failure, reported as ErrConflict as well.

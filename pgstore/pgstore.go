@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/internal/storage"
 )
 
 // SchemaVersion is the newest schema this package writes and reads. Versions:
@@ -50,14 +50,14 @@ type Options struct {
 	// returns ErrNoSchema when the tables are missing.
 	NoCreate bool
 	// ReadOnly implies NoCreate and opens every session with
-	// default_transaction_read_only, so a write fails (packstore.ErrReadOnly)
+	// default_transaction_read_only, so a write fails (storage.ErrReadOnly)
 	// instead of changing anything: verify, stats and state use it.
 	ReadOnly bool
 	// MaxConns bounds the connection pool (0: pgxpool's default, max(4, CPUs)).
 	MaxConns int32
 }
 
-// Store is a packstore.StorageEngine over one PostgreSQL database. Safe for
+// Store is a storage.Engine over one PostgreSQL database. Safe for
 // concurrent use by multiple goroutines; several processes may share one
 // database (package doc).
 type Store struct {
@@ -68,8 +68,8 @@ type Store struct {
 }
 
 var (
-	_ packstore.StorageEngine     = (*Store)(nil)
-	_ packstore.ConditionalPutter = (*Store)(nil)
+	_ storage.Engine            = (*Store)(nil)
+	_ storage.ConditionalPutter = (*Store)(nil)
 )
 
 // IsURL reports whether s names a PostgreSQL store (postgres:// or
@@ -201,13 +201,13 @@ func isCode(err error, codes ...string) bool {
 
 func (s *Store) live() error {
 	if s.closed.Load() {
-		return packstore.ErrClosed
+		return storage.ErrClosed
 	}
 	return nil
 }
 
-// Get returns the record's payload or packstore.ErrNotFound.
-func (s *Store) Get(coll, id packstore.ID) ([]byte, error) {
+// Get returns the record's payload or storage.ErrNotFound.
+func (s *Store) Get(coll, id storage.ID) ([]byte, error) {
 	if err := s.live(); err != nil {
 		return nil, err
 	}
@@ -215,7 +215,7 @@ func (s *Store) Get(coll, id packstore.ID) ([]byte, error) {
 	err := s.pool.QueryRow(context.Background(),
 		`SELECT data FROM mtxdb_records WHERE coll = $1 AND id = $2`, coll[:], id[:]).Scan(&data)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, packstore.ErrNotFound
+		return nil, storage.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: get %s/%s: %w", coll, id, err)
@@ -228,7 +228,7 @@ func (s *Store) Get(coll, id packstore.ID) ([]byte, error) {
 
 // GetMany returns one entry per ID in request order, nil where absent, in one
 // round trip.
-func (s *Store) GetMany(coll packstore.ID, ids []packstore.ID) ([][]byte, error) {
+func (s *Store) GetMany(coll storage.ID, ids []storage.ID) ([][]byte, error) {
 	if err := s.live(); err != nil {
 		return nil, err
 	}
@@ -245,7 +245,7 @@ func (s *Store) GetMany(coll packstore.ID, ids []packstore.ID) ([][]byte, error)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: get %d records of %s: %w", len(ids), coll, err)
 	}
-	found := make(map[packstore.ID][]byte, len(ids))
+	found := make(map[storage.ID][]byte, len(ids))
 	for rows.Next() {
 		var id, data []byte
 		if err := rows.Scan(&id, &data); err != nil {
@@ -255,12 +255,12 @@ func (s *Store) GetMany(coll packstore.ID, ids []packstore.ID) ([][]byte, error)
 		if data == nil {
 			data = []byte{}
 		}
-		found[packstore.ID(id)] = data
+		found[storage.ID(id)] = data
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pgstore: get %d records of %s: %w", len(ids), coll, err)
 	}
-	seen := make(map[packstore.ID]bool, len(found))
+	seen := make(map[storage.ID]bool, len(found))
 	for i, id := range ids {
 		if d, ok := found[id]; ok {
 			if seen[id] { // an ID asked twice gets its own copy
@@ -274,20 +274,20 @@ func (s *Store) GetMany(coll packstore.ID, ids []packstore.ID) ([][]byte, error)
 }
 
 // Put writes one record (superseding an existing one).
-func (s *Store) Put(coll, id packstore.ID, data []byte) error {
-	return s.PutMany(coll, []packstore.Record{{ID: id, Data: data}})
+func (s *Store) Put(coll, id storage.ID, data []byte) error {
+	return s.PutMany(coll, []storage.Record{{ID: id, Data: data}})
 }
 
 // PutMany writes the records in one transaction (the last occurrence of an ID
 // wins).
-func (s *Store) PutMany(coll packstore.ID, recs []packstore.Record) error {
+func (s *Store) PutMany(coll storage.ID, recs []storage.Record) error {
 	return s.putMany(coll, recs, nil, nil)
 }
 
 // PutManyIf writes recs as PutMany does if record cond still holds old (nil:
 // absent); otherwise nothing is written and the error wraps
-// packstore.ErrConflict. recs must hold cond's new value.
-func (s *Store) PutManyIf(coll packstore.ID, recs []packstore.Record, cond packstore.ID, old []byte) error {
+// storage.ErrConflict. recs must hold cond's new value.
+func (s *Store) PutManyIf(coll storage.ID, recs []storage.Record, cond storage.ID, old []byte) error {
 	return s.putMany(coll, recs, &cond, old)
 }
 
@@ -297,12 +297,12 @@ SELECT $1, u.id, u.data FROM unnest($2::BYTEA[], $3::BYTEA[]) AS u(id, data)
 ON CONFLICT (coll, id) DO UPDATE SET data = excluded.data
 WHERE mtxdb_records.data IS DISTINCT FROM excluded.data`
 
-func (s *Store) putMany(coll packstore.ID, recs []packstore.Record, cond *packstore.ID, old []byte) error {
+func (s *Store) putMany(coll storage.ID, recs []storage.Record, cond *storage.ID, old []byte) error {
 	if err := s.live(); err != nil {
 		return err
 	}
 	// Last occurrence wins: one statement may not touch a row twice.
-	last := make(map[packstore.ID]int, len(recs))
+	last := make(map[storage.ID]int, len(recs))
 	for i, r := range recs {
 		last[r.ID] = i
 	}
@@ -336,10 +336,10 @@ func (s *Store) putMany(coll packstore.ID, recs []packstore.Record, cond *packst
 			return writeErr(coll, len(recs), err)
 		}
 		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("%w: collection %s record %s", packstore.ErrConflict, coll, *cond)
+			return fmt.Errorf("%w: collection %s record %s", storage.ErrConflict, coll, *cond)
 		}
 	}
-	skip := packstore.ID{}
+	skip := storage.ID{}
 	if cond != nil {
 		skip = *cond
 	}
@@ -355,7 +355,7 @@ func (s *Store) putMany(coll packstore.ID, recs []packstore.Record, cond *packst
 // upsert writes recs (those whose index is last[ID], and not skip when
 // skipping) to coll in tx, in statements of at most batchRows rows and
 // batchBytes payload bytes.
-func upsert(ctx context.Context, tx pgx.Tx, coll packstore.ID, recs []packstore.Record, last map[packstore.ID]int, skipping bool, skip packstore.ID) error {
+func upsert(ctx context.Context, tx pgx.Tx, coll storage.ID, recs []storage.Record, last map[storage.ID]int, skipping bool, skip storage.ID) error {
 	ids := make([][]byte, 0, min(len(last), batchRows))
 	datas := make([][]byte, 0, cap(ids))
 	bytes := 0
@@ -388,8 +388,8 @@ func upsert(ctx context.Context, tx pgx.Tx, coll packstore.ID, recs []packstore.
 
 // CollectionBatch is one collection's part of PutCollections.
 type CollectionBatch struct {
-	Collection packstore.ID
-	Records    []packstore.Record
+	Collection storage.ID
+	Records    []storage.Record
 }
 
 // PutCollections writes several collections' records as one transaction: one
@@ -406,28 +406,28 @@ func (s *Store) PutCollections(batches []CollectionBatch) error {
 	}
 	defer tx.Rollback(ctx)
 	for _, b := range batches {
-		last := make(map[packstore.ID]int, len(b.Records))
+		last := make(map[storage.ID]int, len(b.Records))
 		for i, r := range b.Records {
 			last[r.ID] = i
 		}
-		if err := upsert(ctx, tx, b.Collection, b.Records, last, false, packstore.ID{}); err != nil {
+		if err := upsert(ctx, tx, b.Collection, b.Records, last, false, storage.ID{}); err != nil {
 			return writeErr(b.Collection, len(b.Records), err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return writeErr(packstore.ID{}, 0, err)
+		return writeErr(storage.ID{}, 0, err)
 	}
 	return nil
 }
 
 // writeErr wraps a write failure; a serialization failure (SERIALIZABLE
-// isolation) or deadlock is a lost race, reported as packstore.ErrConflict.
-func writeErr(coll packstore.ID, n int, err error) error {
+// isolation) or deadlock is a lost race, reported as storage.ErrConflict.
+func writeErr(coll storage.ID, n int, err error) error {
 	if isCode(err, "40001", "40P01") {
-		return fmt.Errorf("%w: collection %s: %v", packstore.ErrConflict, coll, err)
+		return fmt.Errorf("%w: collection %s: %v", storage.ErrConflict, coll, err)
 	}
 	if isCode(err, "25006") { // read_only_sql_transaction
-		return fmt.Errorf("%w: pgstore: write to %s", packstore.ErrReadOnly, coll)
+		return fmt.Errorf("%w: pgstore: write to %s", storage.ErrReadOnly, coll)
 	}
 	return fmt.Errorf("pgstore: write %d records to %s: %w", n, coll, err)
 }
@@ -441,7 +441,7 @@ func nonNil(b []byte) []byte {
 }
 
 // DeleteCollection deletes every record of the collection.
-func (s *Store) DeleteCollection(coll packstore.ID) error {
+func (s *Store) DeleteCollection(coll storage.ID) error {
 	if err := s.live(); err != nil {
 		return err
 	}
@@ -466,7 +466,7 @@ func (s *Store) Sync() error {
 }
 
 // RefreshCollection is a no-op: the process caches nothing of a collection.
-func (s *Store) RefreshCollection(coll packstore.ID) error { return s.live() }
+func (s *Store) RefreshCollection(coll storage.ID) error { return s.live() }
 
 const collectionsSQL = `
 WITH RECURSIVE c(coll) AS (
@@ -479,7 +479,7 @@ SELECT coll FROM c WHERE coll IS NOT NULL`
 
 // ListCollections returns the IDs of collections holding at least one record,
 // sorted bytewise: one primary-key probe per collection.
-func (s *Store) ListCollections() ([]packstore.ID, error) {
+func (s *Store) ListCollections() ([]storage.ID, error) {
 	if err := s.live(); err != nil {
 		return nil, err
 	}
@@ -490,19 +490,19 @@ func (s *Store) ListCollections() ([]packstore.ID, error) {
 	return collectIDs(rows, "list collections")
 }
 
-func collectIDs(rows pgx.Rows, what string) ([]packstore.ID, error) {
-	var out []packstore.ID
+func collectIDs(rows pgx.Rows, what string) ([]storage.ID, error) {
+	var out []storage.ID
 	for rows.Next() {
 		var b []byte
 		if err := rows.Scan(&b); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("pgstore: %s: %w", what, err)
 		}
-		if len(b) != len(packstore.ID{}) {
+		if len(b) != len(storage.ID{}) {
 			rows.Close()
-			return nil, fmt.Errorf("%w: pgstore: %s: a %d-byte ID", packstore.ErrCorrupt, what, len(b))
+			return nil, fmt.Errorf("%w: pgstore: %s: a %d-byte ID", storage.ErrCorrupt, what, len(b))
 		}
-		out = append(out, packstore.ID(b))
+		out = append(out, storage.ID(b))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pgstore: %s: %w", what, err)
@@ -512,7 +512,7 @@ func collectIDs(rows pgx.Rows, what string) ([]packstore.ID, error) {
 
 // Collections is ListCollections for the StorageEngine interface, which has no
 // error: on failure it returns nil and the next Sync returns the error.
-func (s *Store) Collections() []packstore.ID {
+func (s *Store) Collections() []storage.ID {
 	ids, err := s.ListCollections()
 	if err != nil {
 		s.errMu.Lock()
@@ -526,7 +526,7 @@ func (s *Store) Collections() []packstore.ID {
 }
 
 // CollectionRecords returns the record IDs of a collection, sorted bytewise.
-func (s *Store) CollectionRecords(coll packstore.ID) ([]packstore.ID, error) {
+func (s *Store) CollectionRecords(coll storage.ID) ([]storage.ID, error) {
 	if err := s.live(); err != nil {
 		return nil, err
 	}
@@ -541,20 +541,20 @@ func (s *Store) CollectionRecords(coll packstore.ID) ([]packstore.ID, error) {
 // Repack keeps, for each collection of the plan, the records it lists and
 // deletes the others, in one transaction (package doc: what repack means on a
 // database). A plan listing a collection or a record twice is refused; one
-// listing a record that does not exist fails with packstore.ErrNotFound; in
+// listing a record that does not exist fails with storage.ErrNotFound; in
 // both cases nothing changes.
-func (s *Store) Repack(plan packstore.RepackPlan) (packstore.RepackStats, error) {
-	var st packstore.RepackStats
+func (s *Store) Repack(plan storage.RepackPlan) (storage.RepackStats, error) {
+	var st storage.RepackStats
 	if err := s.live(); err != nil {
 		return st, err
 	}
-	seen := make(map[packstore.ID]bool, len(plan.Collections))
+	seen := make(map[storage.ID]bool, len(plan.Collections))
 	for _, cp := range plan.Collections {
 		if seen[cp.Collection] {
 			return st, fmt.Errorf("pgstore: repack plan lists collection %s twice", cp.Collection)
 		}
 		seen[cp.Collection] = true
-		ids := make(map[packstore.ID]bool, len(cp.Records))
+		ids := make(map[storage.ID]bool, len(cp.Records))
 		for _, id := range cp.Records {
 			if ids[id] {
 				return st, fmt.Errorf("pgstore: repack plan lists record %s of collection %s twice", id, cp.Collection)
@@ -581,7 +581,7 @@ func (s *Store) Repack(plan packstore.RepackPlan) (packstore.RepackStats, error)
 		}
 		if n != len(keys) {
 			return st, fmt.Errorf("%w: repack plan for collection %s lists %d records that do not exist",
-				packstore.ErrNotFound, cp.Collection, len(keys)-n)
+				storage.ErrNotFound, cp.Collection, len(keys)-n)
 		}
 		tag, err := tx.Exec(ctx, `DELETE FROM mtxdb_records WHERE coll = $1 AND NOT (id = ANY($2))`, cp.Collection[:], keys)
 		if err != nil {
@@ -592,7 +592,7 @@ func (s *Store) Repack(plan packstore.RepackPlan) (packstore.RepackStats, error)
 		st.RecordsDropped += int(tag.RowsAffected())
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return packstore.RepackStats{}, writeErr(packstore.ID{}, 0, err)
+		return storage.RepackStats{}, writeErr(storage.ID{}, 0, err)
 	}
 	return st, nil
 }
@@ -626,10 +626,10 @@ func (s *Store) Stats() (Stats, error) {
 	return st, nil
 }
 
-// Close closes the pool; later calls return packstore.ErrClosed.
+// Close closes the pool; later calls return storage.ErrClosed.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
-		return packstore.ErrClosed
+		return storage.ErrClosed
 	}
 	s.pool.Close()
 	return nil

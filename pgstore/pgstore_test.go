@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/mtxdb/mtxdb/packstore"
-	"github.com/mtxdb/mtxdb/packstore/enginetest"
+	"github.com/mtxdb/mtxdb/internal/storage"
+	"github.com/mtxdb/mtxdb/internal/storage/enginetest"
 	"github.com/mtxdb/mtxdb/pgstore"
 	"github.com/mtxdb/mtxdb/pgstore/pgtest"
 )
@@ -20,8 +20,8 @@ func open(t *testing.T, url string, noCreate bool) *pgstore.Store {
 	return s
 }
 
-// TestConformance runs packstore's engine conformance suite on PostgreSQL, a
-// fresh database per subtest.
+// TestConformance runs the engine conformance suite (enginetest) on
+// PostgreSQL, a fresh database per subtest.
 func TestConformance(t *testing.T) {
 	urls := map[enginetest.Engine]string{}
 	enginetest.Run(t, func(t *testing.T) enginetest.Engine {
@@ -52,7 +52,7 @@ func TestSchema(t *testing.T) {
 	}
 	a := open(t, u, false)
 	b := open(t, u, false)
-	c1, id := packstore.ID{1}, packstore.ID{2}
+	c1, id := storage.ID{1}, storage.ID{2}
 	if err := a.Put(c1, id, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -68,13 +68,13 @@ func TestSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro2.Close()
-	if err := ro2.Put(c1, id, []byte("y")); !errors.Is(err, packstore.ErrReadOnly) {
+	if err := ro2.Put(c1, id, []byte("y")); !errors.Is(err, storage.ErrReadOnly) {
 		t.Fatalf("Put on a ReadOnly store: %v, want ErrReadOnly", err)
 	}
-	if err := ro2.DeleteCollection(c1); !errors.Is(err, packstore.ErrReadOnly) {
+	if err := ro2.DeleteCollection(c1); !errors.Is(err, storage.ErrReadOnly) {
 		t.Fatalf("DeleteCollection on a ReadOnly store: %v, want ErrReadOnly", err)
 	}
-	if _, err := ro2.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1}}}); !errors.Is(err, packstore.ErrReadOnly) {
+	if _, err := ro2.Repack(storage.RepackPlan{Collections: []storage.CollectionPlan{{Collection: c1}}}); !errors.Is(err, storage.ErrReadOnly) {
 		t.Fatalf("Repack on a ReadOnly store: %v, want ErrReadOnly", err)
 	}
 	if got, err := ro2.Get(c1, id); err != nil || string(got) != "x" {
@@ -107,16 +107,16 @@ func TestBadURL(t *testing.T) {
 // of an ID winning within each.
 func TestPutCollections(t *testing.T) {
 	s := open(t, pgtest.NewDatabase(t), false)
-	a, b, id, id2 := packstore.ID{1}, packstore.ID{2}, packstore.ID{3}, packstore.ID{4}
+	a, b, id, id2 := storage.ID{1}, storage.ID{2}, storage.ID{3}, storage.ID{4}
 	err := s.PutCollections([]pgstore.CollectionBatch{
-		{Collection: a, Records: []packstore.Record{{ID: id, Data: []byte("a1")}, {ID: id2, Data: nil}, {ID: id, Data: []byte("a2")}}},
-		{Collection: b, Records: []packstore.Record{{ID: id, Data: []byte("b1")}}},
+		{Collection: a, Records: []storage.Record{{ID: id, Data: []byte("a1")}, {ID: id2, Data: nil}, {ID: id, Data: []byte("a2")}}},
+		{Collection: b, Records: []storage.Record{{ID: id, Data: []byte("b1")}}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		coll, id packstore.ID
+		coll, id storage.ID
 		want     string
 	}{{a, id, "a2"}, {a, id2, ""}, {b, id, "b1"}} {
 		if got, err := s.Get(c.coll, c.id); err != nil || string(got) != c.want {

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/internal/storage"
 )
 
 // SQLConn is the part of database/sql that SQLView runs its statements on:
@@ -83,22 +83,22 @@ func PrepareSQL(ctx context.Context, c SQLConn, noCreate bool) error {
 	return nil
 }
 
-// Get returns the record's payload or packstore.ErrNotFound.
-func (v SQLView) Get(coll, id packstore.ID) ([]byte, error) {
-	out, err := v.GetMany(coll, []packstore.ID{id})
+// Get returns the record's payload or storage.ErrNotFound.
+func (v SQLView) Get(coll, id storage.ID) ([]byte, error) {
+	out, err := v.GetMany(coll, []storage.ID{id})
 	if err != nil {
 		return nil, err
 	}
 	if out[0] == nil {
-		return nil, packstore.ErrNotFound
+		return nil, storage.ErrNotFound
 	}
 	return out[0], nil
 }
 
 // GetMany returns one entry per ID in request order, nil where absent.
-func (v SQLView) GetMany(coll packstore.ID, ids []packstore.ID) ([][]byte, error) {
+func (v SQLView) GetMany(coll storage.ID, ids []storage.ID) ([][]byte, error) {
 	out := make([][]byte, len(ids))
-	found := make(map[packstore.ID][]byte, len(ids))
+	found := make(map[storage.ID][]byte, len(ids))
 	for start := 0; start < len(ids); start += viewBatch {
 		part := ids[start:min(start+viewBatch, len(ids))]
 		var q strings.Builder
@@ -117,7 +117,7 @@ func (v SQLView) GetMany(coll packstore.ID, ids []packstore.ID) ([][]byte, error
 			return nil, fmt.Errorf("pgstore: get %d records of %s: %w", len(ids), coll, err)
 		}
 	}
-	seen := make(map[packstore.ID]bool, len(found))
+	seen := make(map[storage.ID]bool, len(found))
 	for i, id := range ids {
 		if d, ok := found[id]; ok {
 			if seen[id] { // an ID asked twice gets its own copy
@@ -130,7 +130,7 @@ func (v SQLView) GetMany(coll packstore.ID, ids []packstore.ID) ([][]byte, error
 	return out, nil
 }
 
-func (v SQLView) scan(q string, args []any, found map[packstore.ID][]byte) error {
+func (v SQLView) scan(q string, args []any, found map[storage.ID][]byte) error {
 	rows, err := v.c.QueryContext(v.ctx, q, args...)
 	if err != nil {
 		return err
@@ -141,39 +141,39 @@ func (v SQLView) scan(q string, args []any, found map[packstore.ID][]byte) error
 		if err := rows.Scan(&id, &data); err != nil {
 			return err
 		}
-		if len(id) != len(packstore.ID{}) {
-			return fmt.Errorf("%w: a %d-byte ID", packstore.ErrCorrupt, len(id))
+		if len(id) != len(storage.ID{}) {
+			return fmt.Errorf("%w: a %d-byte ID", storage.ErrCorrupt, len(id))
 		}
 		if data == nil {
 			data = []byte{}
 		}
-		found[packstore.ID(id)] = data
+		found[storage.ID(id)] = data
 	}
 	return rows.Err()
 }
 
 // Put writes one record (superseding an existing one).
-func (v SQLView) Put(coll, id packstore.ID, data []byte) error {
-	return v.PutMany(coll, []packstore.Record{{ID: id, Data: data}})
+func (v SQLView) Put(coll, id storage.ID, data []byte) error {
+	return v.PutMany(coll, []storage.Record{{ID: id, Data: data}})
 }
 
 // PutMany writes the records (the last occurrence of an ID wins): in the view's
 // transaction when it is a *sql.Tx, else in one transaction of its own.
-func (v SQLView) PutMany(coll packstore.ID, recs []packstore.Record) error {
+func (v SQLView) PutMany(coll storage.ID, recs []storage.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	last := make(map[packstore.ID]int, len(recs))
+	last := make(map[storage.ID]int, len(recs))
 	for i, r := range recs {
 		last[r.ID] = i
 	}
-	rows := make([]packstore.Record, 0, len(last))
+	rows := make([]storage.Record, 0, len(last))
 	for i, r := range recs {
 		if last[r.ID] == i {
 			rows = append(rows, r)
 		}
 	}
-	slices.SortFunc(rows, func(a, b packstore.Record) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	slices.SortFunc(rows, func(a, b storage.Record) int { return bytes.Compare(a.ID[:], b.ID[:]) })
 	err := v.inTx(func(c SQLConn) error { return v.upsert(c, coll, rows) })
 	if err != nil {
 		return writeErr(coll, len(recs), err)
@@ -183,9 +183,9 @@ func (v SQLView) PutMany(coll packstore.ID, recs []packstore.Record) error {
 
 // PutIf writes one record if it still holds old (nil: absent), as
 // Store.PutManyIf does for one record; otherwise nothing is written and the
-// error wraps packstore.ErrConflict. In the view's transaction when it is a
+// error wraps storage.ErrConflict. In the view's transaction when it is a
 // *sql.Tx, else committed on its own.
-func (v SQLView) PutIf(coll, id packstore.ID, data, old []byte) error {
+func (v SQLView) PutIf(coll, id storage.ID, data, old []byte) error {
 	var res sql.Result
 	var err error
 	if old == nil {
@@ -201,14 +201,14 @@ func (v SQLView) PutIf(coll, id packstore.ID, data, old []byte) error {
 	if n, err := res.RowsAffected(); err != nil {
 		return writeErr(coll, 1, err)
 	} else if n != 1 {
-		return fmt.Errorf("%w: collection %s record %s", packstore.ErrConflict, coll, id)
+		return fmt.Errorf("%w: collection %s record %s", storage.ErrConflict, coll, id)
 	}
 	return nil
 }
 
 // upsert writes rows (distinct IDs) in statements of at most viewBatch rows
 // and batchBytes payload bytes.
-func (v SQLView) upsert(c SQLConn, coll packstore.ID, rows []packstore.Record) error {
+func (v SQLView) upsert(c SQLConn, coll storage.ID, rows []storage.Record) error {
 	for start := 0; start < len(rows); {
 		end, size := start, 0
 		for end < len(rows) && end-start < viewBatch && (end == start || size+len(rows[end].Data) <= batchBytes) {
@@ -237,7 +237,7 @@ func (v SQLView) upsert(c SQLConn, coll packstore.ID, rows []packstore.Record) e
 
 // DeleteCollection deletes every record of the collection (in the view's
 // transaction when it is a *sql.Tx).
-func (v SQLView) DeleteCollection(coll packstore.ID) error {
+func (v SQLView) DeleteCollection(coll storage.ID) error {
 	if _, err := v.c.ExecContext(v.ctx, `DELETE FROM mtxdb_records WHERE coll = $1`, coll[:]); err != nil {
 		return writeErr(coll, 0, err)
 	}
@@ -246,7 +246,7 @@ func (v SQLView) DeleteCollection(coll packstore.ID) error {
 
 // DeleteCollectionExcept deletes every record of the collection but those
 // named in keep (in the view's transaction when it is a *sql.Tx).
-func (v SQLView) DeleteCollectionExcept(coll packstore.ID, keep ...packstore.ID) error {
+func (v SQLView) DeleteCollectionExcept(coll storage.ID, keep ...storage.ID) error {
 	if len(keep) == 0 {
 		return v.DeleteCollection(coll)
 	}
@@ -270,7 +270,7 @@ func (v SQLView) DeleteCollectionExcept(coll packstore.ID, keep ...packstore.ID)
 
 // Empty reports whether mtxdb_records holds no record at all.
 func (v SQLView) Empty() (bool, error) {
-	found := map[packstore.ID][]byte{}
+	found := map[storage.ID][]byte{}
 	if err := v.scan(`SELECT id, data FROM mtxdb_records LIMIT 1`, nil, found); err != nil {
 		return false, fmt.Errorf("pgstore: mtxdb_records: %w", err)
 	}

@@ -12,7 +12,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for SQLView's tests
 
-	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/internal/storage"
 	"github.com/mtxdb/mtxdb/pgstore"
 	"github.com/mtxdb/mtxdb/pgstore/pgtest"
 )
@@ -46,11 +46,11 @@ func TestSQLViewModel(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
-	colls := []packstore.ID{{1}, {2}, {3}}
-	id := func() packstore.ID { return packstore.ID{9, byte(rng.IntN(2500) >> 8), byte(rng.IntN(256))} }
-	model := map[packstore.ID]map[packstore.ID][]byte{}
+	colls := []storage.ID{{1}, {2}, {3}}
+	id := func() storage.ID { return storage.ID{9, byte(rng.IntN(2500) >> 8), byte(rng.IntN(256))} }
+	model := map[storage.ID]map[storage.ID][]byte{}
 	for _, c := range colls {
-		model[c] = map[packstore.ID][]byte{}
+		model[c] = map[storage.ID][]byte{}
 	}
 	if empty, err := pgstore.OverSQL(ctx, db).Empty(); err != nil || !empty {
 		t.Fatalf("Empty() of a fresh store = %v, %v", empty, err)
@@ -61,9 +61,9 @@ func TestSQLViewModel(t *testing.T) {
 			t.Fatal(err)
 		}
 		v := pgstore.OverSQL(ctx, tx)
-		pending := map[packstore.ID]map[packstore.ID][]byte{}
+		pending := map[storage.ID]map[storage.ID][]byte{}
 		for _, c := range colls {
-			pending[c] = map[packstore.ID][]byte{}
+			pending[c] = map[storage.ID][]byte{}
 			for k, d := range model[c] {
 				pending[c][k] = d
 			}
@@ -74,16 +74,16 @@ func TestSQLViewModel(t *testing.T) {
 				if err := v.DeleteCollection(c); err != nil {
 					t.Fatal(err)
 				}
-				pending[c] = map[packstore.ID][]byte{}
+				pending[c] = map[storage.ID][]byte{}
 				continue
 			}
 			n := 1 + rng.IntN(50)
 			if rng.IntN(6) == 0 {
 				n = 1000 + rng.IntN(1500) // more than one statement
 			}
-			recs := make([]packstore.Record, n)
+			recs := make([]storage.Record, n)
 			for i := range recs {
-				recs[i] = packstore.Record{ID: id(), Data: fmt.Appendf(nil, "r%d-%d", round, rng.IntN(1<<20))}
+				recs[i] = storage.Record{ID: id(), Data: fmt.Appendf(nil, "r%d-%d", round, rng.IntN(1<<20))}
 				if rng.IntN(10) == 0 {
 					recs[i].Data = nil
 				}
@@ -109,28 +109,28 @@ func TestSQLViewModel(t *testing.T) {
 	}
 	// A view over the *sql.DB writes in a transaction of its own.
 	v := pgstore.OverSQL(ctx, db)
-	if err := v.Put(colls[0], packstore.ID{7}, []byte("own")); err != nil {
+	if err := v.Put(colls[0], storage.ID{7}, []byte("own")); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Get(colls[0], packstore.ID{7}); err != nil || string(got) != "own" {
+	if got, err := s.Get(colls[0], storage.ID{7}); err != nil || string(got) != "own" {
 		t.Fatalf("after a view Put outside transactions: %q, %v", got, err)
 	}
-	if _, err := v.Get(colls[0], packstore.ID{8}); !errors.Is(err, packstore.ErrNotFound) {
+	if _, err := v.Get(colls[0], storage.ID{8}); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("Get of an absent record: %v, want ErrNotFound", err)
 	}
 }
 
 type reader interface {
-	GetMany(packstore.ID, []packstore.ID) ([][]byte, error)
+	GetMany(storage.ID, []storage.ID) ([][]byte, error)
 }
 
 // check reads every model record (and two absent IDs, one asked twice) with
 // one GetMany per collection and compares; CollectionRecords of the pgx Store
 // must list exactly the model's IDs.
-func check(t *testing.T, what string, r reader, model map[packstore.ID]map[packstore.ID][]byte) {
+func check(t *testing.T, what string, r reader, model map[storage.ID]map[storage.ID][]byte) {
 	t.Helper()
 	for c, recs := range model {
-		ids := []packstore.ID{{8, 1}, {8, 1}}
+		ids := []storage.ID{{8, 1}, {8, 1}}
 		for k := range recs {
 			ids = append(ids, k, k)
 		}
@@ -179,7 +179,7 @@ func TestSQLViewPutIfAndExcept(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := pgstore.OverSQL(ctx, db)
-	c, other, a, b := packstore.ID{1}, packstore.ID{2}, packstore.ID{3}, packstore.ID{4}
+	c, other, a, b := storage.ID{1}, storage.ID{2}, storage.ID{3}, storage.ID{4}
 	steps := []struct {
 		data, old string
 		absent    bool
@@ -197,26 +197,26 @@ func TestSQLViewPutIfAndExcept(t *testing.T) {
 			old = nil
 		}
 		err := v.PutIf(c, a, []byte(st.data), old)
-		if st.conflict != errors.Is(err, packstore.ErrConflict) || !st.conflict && err != nil {
+		if st.conflict != errors.Is(err, storage.ErrConflict) || !st.conflict && err != nil {
 			t.Fatalf("step %d: PutIf = %v, conflict expected %v", i, err, st.conflict)
 		}
 		if got, err := v.Get(c, a); err != nil || string(got) != st.want {
 			t.Fatalf("step %d: record %q, %v; want %q", i, got, err, st.want)
 		}
 	}
-	for _, coll := range []packstore.ID{c, other} {
-		if err := v.PutMany(coll, []packstore.Record{{ID: b, Data: []byte("b")}, {ID: packstore.ID{5}, Data: []byte("5")}}); err != nil {
+	for _, coll := range []storage.ID{c, other} {
+		if err := v.PutMany(coll, []storage.Record{{ID: b, Data: []byte("b")}, {ID: storage.ID{5}, Data: []byte("5")}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := v.DeleteCollectionExcept(c, a, packstore.ID{5}); err != nil {
+	if err := v.DeleteCollectionExcept(c, a, storage.ID{5}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := v.GetMany(c, []packstore.ID{a, b, {5}})
+	got, err := v.GetMany(c, []storage.ID{a, b, {5}})
 	if err != nil || string(got[0]) != "4" || got[1] != nil || string(got[2]) != "5" {
 		t.Fatalf("after DeleteCollectionExcept: %q, %v", got, err)
 	}
-	if got, err := v.GetMany(other, []packstore.ID{b, {5}}); err != nil || got[0] == nil || got[1] == nil {
+	if got, err := v.GetMany(other, []storage.ID{b, {5}}); err != nil || got[0] == nil || got[1] == nil {
 		t.Fatalf("DeleteCollectionExcept touched another collection: %q, %v", got, err)
 	}
 }

@@ -1,13 +1,12 @@
-// Package enginetest is the conformance suite of packstore.StorageEngine: the
-// parts of packstore's tests that are about the interface (no files, no
-// crashes), run against every engine (packstore's PackfileStorage and
+// Package enginetest is the conformance suite of storage.Engine: the
+// cases about the interface (no files, no crashes), run against every engine (packstore's PackfileStorage and
 // MemStorage in packstore's tests, pgstore over a real PostgreSQL in pgstore's).
 //
 // Run drives fixed cases (owned copies, empty payloads, supersede, GetMany order
 // and absences, DeleteCollection, Repack validation and dropping, Close) and a
 // model-based random test against a plain map (seed printed on failure; set it
 // with -enginetest.seed, the length with -enginetest.steps). Engines that
-// implement packstore.ConditionalPutter also get its compare-and-set cases,
+// implement storage.ConditionalPutter also get its compare-and-set cases,
 // including writers racing on one record.
 package enginetest
 
@@ -24,17 +23,17 @@ import (
 	"testing"
 
 	"github.com/mtxdb/mtxdb/internal/testseed"
-	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/internal/storage"
 )
 
-// ID is packstore.ID, the 16-byte collection or record ID every engine takes.
-type ID = packstore.ID
+// ID is storage.ID (packstore.ID), the 16-byte collection or record ID every engine takes.
+type ID = storage.ID
 
 // Engine is what the suite drives: the StorageEngine plus the repack and
 // listing operations every implementation offers.
 type Engine interface {
-	packstore.StorageEngine
-	Repack(packstore.RepackPlan) (packstore.RepackStats, error)
+	storage.Engine
+	Repack(storage.RepackPlan) (storage.RepackStats, error)
 	CollectionRecords(ID) ([]ID, error)
 }
 
@@ -77,11 +76,11 @@ func blob(r *rand.Rand, n int, text bool) []byte {
 }
 
 // expect checks one record: want nil means absent (ErrNotFound).
-func expect(t testing.TB, e packstore.StorageEngine, coll, id ID, want []byte) {
+func expect(t testing.TB, e storage.Engine, coll, id ID, want []byte) {
 	t.Helper()
 	got, err := e.Get(coll, id)
 	switch {
-	case want == nil && !errors.Is(err, packstore.ErrNotFound):
+	case want == nil && !errors.Is(err, storage.ErrNotFound):
 		t.Fatalf("Get(%s, %s) = %d bytes, %v; want ErrNotFound", coll, id, len(got), err)
 	case want != nil && err != nil:
 		t.Fatalf("Get(%s, %s): %v", coll, id, err)
@@ -111,8 +110,8 @@ func Run(t *testing.T, open Open, reopen Reopen) {
 	t.Run("Model", func(t *testing.T) { runModel(t, open, reopen) })
 	t.Run("ConditionalPut", func(t *testing.T) {
 		e := open(t)
-		if _, ok := e.(packstore.ConditionalPutter); !ok {
-			t.Skip("engine has one writer per store: no packstore.ConditionalPutter")
+		if _, ok := e.(storage.ConditionalPutter); !ok {
+			t.Skip("engine has one writer per store: no storage.ConditionalPutter")
 		}
 		runConditional(t, e)
 	})
@@ -144,7 +143,7 @@ func casePutGet(t *testing.T, e Engine, r *rand.Rand) {
 	expect(t, e, c1, ident(2, 9), []byte("abc"))
 	// Re-writing a record with the same bytes (a content-addressed
 	// record stored twice) is harmless.
-	if err := e.PutMany(c1, []packstore.Record{{ID: ident(2, 1), Data: big}, {ID: ident(2, 0), Data: small}}); err != nil {
+	if err := e.PutMany(c1, []storage.Record{{ID: ident(2, 1), Data: big}, {ID: ident(2, 0), Data: small}}); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, e, c1, ident(2, 1), big)
@@ -168,9 +167,9 @@ func caseNotFound(t *testing.T, e Engine) {
 // records, a separate copy for an ID asked twice, all nil for an unknown
 // collection, nothing for nothing.
 func caseGetMany(t *testing.T, e Engine, r *rand.Rand) {
-	var recs []packstore.Record
+	var recs []storage.Record
 	for i := range 200 {
-		recs = append(recs, packstore.Record{ID: ident(3, i), Data: blob(r, r.IntN(300), i%2 == 0)})
+		recs = append(recs, storage.Record{ID: ident(3, i), Data: blob(r, r.IntN(300), i%2 == 0)})
 	}
 	if err := e.PutMany(c1, recs); err != nil {
 		t.Fatal(err)
@@ -208,7 +207,7 @@ func caseSupersede(t *testing.T, e Engine) {
 	e.Put(c1, id, []byte("v1"))
 	e.Put(c1, id, []byte("v2"))
 	expect(t, e, c1, id, []byte("v2"))
-	e.PutMany(c1, []packstore.Record{{ID: id, Data: []byte("v3")}, {ID: ident(4, 1), Data: []byte("a")}, {ID: id, Data: []byte("v4")}})
+	e.PutMany(c1, []storage.Record{{ID: id, Data: []byte("v3")}, {ID: ident(4, 1), Data: []byte("a")}, {ID: id, Data: []byte("v4")}})
 	expect(t, e, c1, id, []byte("v4"))
 	ids, _ := e.CollectionRecords(c1)
 	if len(ids) != 2 {
@@ -256,7 +255,7 @@ func caseRepack(t *testing.T, e Engine) {
 	}
 	e.Put(c1, ident(6, 3), []byte("v2"))
 	keep := []ID{ident(6, 10), ident(6, 3), ident(6, 7)}
-	st, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1, Records: keep}}})
+	st, err := e.Repack(storage.RepackPlan{Collections: []storage.CollectionPlan{{Collection: c1, Records: keep}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,24 +270,24 @@ func caseRepack(t *testing.T, e Engine) {
 		t.Fatalf("after repack %d records, want 3", len(ids))
 	}
 	// A listed record that does not exist fails before anything changes.
-	_, err = e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{
+	_, err = e.Repack(storage.RepackPlan{Collections: []storage.CollectionPlan{
 		{Collection: c2, Records: []ID{ident(6, 1)}},
 		{Collection: c1, Records: []ID{ident(6, 3), ident(6, 11)}},
 	}})
-	if !errors.Is(err, packstore.ErrNotFound) {
+	if !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("repack with missing record: %v, want ErrNotFound", err)
 	}
 	if ids, _ := e.CollectionRecords(c2); len(ids) != 50 {
 		t.Fatalf("failed repack changed c2: %d records", len(ids))
 	}
-	if _, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1, Records: []ID{ident(6, 3), ident(6, 3)}}}}); err == nil {
+	if _, err := e.Repack(storage.RepackPlan{Collections: []storage.CollectionPlan{{Collection: c1, Records: []ID{ident(6, 3), ident(6, 3)}}}}); err == nil {
 		t.Fatal("repack listing a record twice succeeded")
 	}
-	if _, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1}, {Collection: c1}}}); err == nil {
+	if _, err := e.Repack(storage.RepackPlan{Collections: []storage.CollectionPlan{{Collection: c1}, {Collection: c1}}}); err == nil {
 		t.Fatal("repack listing a collection twice succeeded")
 	}
 	// An empty list empties the collection.
-	if _, err := e.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{{Collection: c1}}}); err != nil {
+	if _, err := e.Repack(storage.RepackPlan{Collections: []storage.CollectionPlan{{Collection: c1}}}); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, e, c1, ident(6, 3), nil)
@@ -303,13 +302,13 @@ func caseClosed(t *testing.T, e Engine) {
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Get(c1, ident(7, 0)); !errors.Is(err, packstore.ErrClosed) {
+	if _, err := e.Get(c1, ident(7, 0)); !errors.Is(err, storage.ErrClosed) {
 		t.Fatalf("Get after Close: %v", err)
 	}
-	if err := e.Put(c1, ident(7, 1), nil); !errors.Is(err, packstore.ErrClosed) {
+	if err := e.Put(c1, ident(7, 1), nil); !errors.Is(err, storage.ErrClosed) {
 		t.Fatalf("Put after Close: %v", err)
 	}
-	if err := e.Sync(); !errors.Is(err, packstore.ErrClosed) {
+	if err := e.Sync(); !errors.Is(err, storage.ErrClosed) {
 		t.Fatalf("Sync after Close: %v", err)
 	}
 }
@@ -317,36 +316,36 @@ func caseClosed(t *testing.T, e Engine) {
 // runConditional checks PutManyIf: a stale condition writes nothing, and
 // writers racing to increment one counter record never lose an increment.
 func runConditional(t *testing.T, e Engine) {
-	cp := e.(packstore.ConditionalPutter)
+	cp := e.(storage.ConditionalPutter)
 	c, head, other := ident(8, 0), ident(8, 1), ident(8, 2)
-	put := func(old, data []byte, extra ...packstore.Record) error {
-		return cp.PutManyIf(c, append(extra, packstore.Record{ID: head, Data: data}), head, old)
+	put := func(old, data []byte, extra ...storage.Record) error {
+		return cp.PutManyIf(c, append(extra, storage.Record{ID: head, Data: data}), head, old)
 	}
-	if err := put(nil, []byte("h1"), packstore.Record{ID: other, Data: []byte("o1")}); err != nil {
+	if err := put(nil, []byte("h1"), storage.Record{ID: other, Data: []byte("o1")}); err != nil {
 		t.Fatalf("create with absent condition: %v", err)
 	}
 	expect(t, e, c, head, []byte("h1"))
 	expect(t, e, c, other, []byte("o1"))
 	for _, old := range [][]byte{nil, []byte("h0"), []byte("")} {
-		if err := put(old, []byte("bad"), packstore.Record{ID: other, Data: []byte("bad")}); !errors.Is(err, packstore.ErrConflict) {
+		if err := put(old, []byte("bad"), storage.Record{ID: other, Data: []byte("bad")}); !errors.Is(err, storage.ErrConflict) {
 			t.Fatalf("PutManyIf with stale condition %q: %v, want ErrConflict", old, err)
 		}
 	}
 	expect(t, e, c, head, []byte("h1"))
 	expect(t, e, c, other, []byte("o1")) // nothing of a refused batch is written
-	if err := put([]byte("h1"), []byte("h2"), packstore.Record{ID: other, Data: []byte("o2")}); err != nil {
+	if err := put([]byte("h1"), []byte("h2"), storage.Record{ID: other, Data: []byte("o2")}); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, e, c, head, []byte("h2"))
 	expect(t, e, c, other, []byte("o2"))
-	if err := cp.PutManyIf(c, []packstore.Record{{ID: other, Data: []byte("x")}}, head, []byte("h2")); err == nil || errors.Is(err, packstore.ErrConflict) {
+	if err := cp.PutManyIf(c, []storage.Record{{ID: other, Data: []byte("x")}}, head, []byte("h2")); err == nil || errors.Is(err, storage.ErrConflict) {
 		t.Fatalf("PutManyIf without the condition record in the batch: %v, want a usage error", err)
 	}
 
 	// Racing increments: each writer reads the counter and writes n+1 under
 	// the condition; every success must be one increment.
 	ctr := ident(8, 3)
-	if err := cp.PutManyIf(c, []packstore.Record{{ID: ctr, Data: binary.LittleEndian.AppendUint64(nil, 0)}}, ctr, nil); err != nil {
+	if err := cp.PutManyIf(c, []storage.Record{{ID: ctr, Data: binary.LittleEndian.AppendUint64(nil, 0)}}, ctr, nil); err != nil {
 		t.Fatal(err)
 	}
 	const writers, each = 4, 25
@@ -365,9 +364,9 @@ func runConditional(t *testing.T, e Engine) {
 					return
 				}
 				next := binary.LittleEndian.AppendUint64(nil, binary.LittleEndian.Uint64(old)+1)
-				err = cp.PutManyIf(c, []packstore.Record{{ID: ctr, Data: next}}, ctr, old)
+				err = cp.PutManyIf(c, []storage.Record{{ID: ctr, Data: next}}, ctr, old)
 				switch {
-				case errors.Is(err, packstore.ErrConflict):
+				case errors.Is(err, storage.ErrConflict):
 					mu.Lock()
 					conflicts++
 					mu.Unlock()
@@ -528,10 +527,10 @@ func (mr *modelRun) put() {
 // putMany writes a batch of 1-25 records to one collection (an ID may repeat).
 func (mr *modelRun) putMany() {
 	c, _ := mr.rec()
-	batch := make([]packstore.Record, 1+mr.r.IntN(25))
+	batch := make([]storage.Record, 1+mr.r.IntN(25))
 	for i := range batch {
 		_, id := mr.rec()
-		batch[i] = packstore.Record{ID: id, Data: blob(mr.r, mr.r.IntN(400), mr.r.IntN(2) == 0)}
+		batch[i] = storage.Record{ID: id, Data: blob(mr.r, mr.r.IntN(400), mr.r.IntN(2) == 0)}
 	}
 	if err := mr.e.PutMany(c, batch); err != nil {
 		mr.fatalf("PutMany: %v", err)
@@ -546,7 +545,7 @@ func (mr *modelRun) get() {
 	c, id := mr.rec()
 	want, ok := mr.m[c][id]
 	got, err := mr.e.Get(c, id)
-	if ok && (err != nil || !bytes.Equal(got, want)) || !ok && !errors.Is(err, packstore.ErrNotFound) {
+	if ok && (err != nil || !bytes.Equal(got, want)) || !ok && !errors.Is(err, storage.ErrNotFound) {
 		mr.fatalf("Get = %d bytes, %v; model has it: %v", len(got), err, ok)
 	}
 }
@@ -583,7 +582,7 @@ func (mr *modelRun) deleteCollection() {
 // order, and checks the records dropped.
 func (mr *modelRun) repack() {
 	r, m := mr.r, mr.m
-	var plan packstore.RepackPlan
+	var plan storage.RepackPlan
 	dropped := 0
 	for _, c := range mr.colls[:1+r.IntN(2)] {
 		if r.IntN(2) == 0 {
@@ -597,7 +596,7 @@ func (mr *modelRun) repack() {
 		}
 		slices.SortFunc(keep, ID.Compare)
 		r.Shuffle(len(keep), func(i, j int) { keep[i], keep[j] = keep[j], keep[i] })
-		plan.Collections = append(plan.Collections, packstore.CollectionPlan{Collection: c, Records: keep})
+		plan.Collections = append(plan.Collections, storage.CollectionPlan{Collection: c, Records: keep})
 		dropped += len(m[c]) - len(keep)
 	}
 	st, err := mr.e.Repack(plan)
