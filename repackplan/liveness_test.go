@@ -271,7 +271,7 @@ func TestEveryKRepackAnswers(t *testing.T) {
 			require.Zero(t, rr.Computed)
 			require.Equal(t, notKept, rr.NotKept)
 			for _, w := range repackplan.WalkKinds {
-				_, err := repackplan.Walk(room, w, 100)
+				_, err := repackplan.Walk(room, w, 100, resolver.ResolveForwardExtremities)
 				require.NoError(t, err, w)
 			}
 		})

@@ -96,7 +96,7 @@ func TestWalks(t *testing.T) {
 	ids, err := room.EventIDs()
 	require.NoError(t, err)
 	for _, k := range repackplan.WalkKinds {
-		ws, err := repackplan.Walk(room, k, 50)
+		ws, err := repackplan.Walk(room, k, 50, resolver.ResolveForwardExtremities)
 		require.NoError(t, err, k)
 		switch k {
 		case repackplan.WalkCurrentState:
@@ -112,10 +112,13 @@ func TestWalks(t *testing.T) {
 		case repackplan.WalkResolve:
 			require.Greater(t, len(room.Head().ForwardExtremities), 1)
 			require.Positive(t, ws.PDUs)
+			require.Positive(t, ws.Nodes)
 		}
 	}
-	_, err = repackplan.Walk(room, "nope", 0)
+	_, err = repackplan.Walk(room, "nope", 0, nil)
 	require.Error(t, err)
+	_, err = repackplan.Walk(room, repackplan.WalkResolve, 0, nil)
+	require.ErrorContains(t, err, "needs a ResolveFunc")
 }
 
 // TestPlanWithOutliers: a room imported in backfill order without its oldest events

@@ -6,7 +6,6 @@ import (
 
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/packstore"
-	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
@@ -31,7 +30,8 @@ const (
 	// federation backfill).
 	WalkBackfill WalkKind = "backfill"
 	// WalkResolve resolves the states after the forward extremities with a fresh
-	// resolver (what a server does when its extremities diverge).
+	// resolver (what a server does when its extremities diverge), through Walk's
+	// ResolveFunc.
 	WalkResolve WalkKind = "resolve-extremities"
 )
 
@@ -46,8 +46,16 @@ type WalkStats struct {
 	Nodes  int // HAMT nodes read from the store
 }
 
-// Walk runs one walk over a room; limit bounds the backfill walk (0: 1000 events).
-func Walk(room *roomstate.Room, kind WalkKind, limit int) (WalkStats, error) {
+// ResolveFunc resolves the states after a room's forward extremities and
+// returns the PDUs it loaded from the store and the HAMT nodes it read:
+// resolver.ResolveForwardExtremities. WalkResolve runs it, so that this package
+// needs no state resolution of its own.
+type ResolveFunc func(room *roomstate.Room) (events, nodes int, err error)
+
+// Walk runs one walk over a room; limit bounds the backfill walk (0: 1000
+// events) and resolve runs WalkResolve (the other walks ignore it; nil fails
+// WalkResolve).
+func Walk(room *roomstate.Room, kind WalkKind, limit int, resolve ResolveFunc) (WalkStats, error) {
 	var ws WalkStats
 	h := room.Head()
 	if !h.Replayed {
@@ -143,26 +151,12 @@ func Walk(room *roomstate.Room, kind WalkKind, limit int) (WalkStats, error) {
 		}
 		return ws, nil
 	case WalkResolve:
-		r, err := resolver.New(room)
-		if err != nil {
-			return ws, err
+		if resolve == nil {
+			return ws, fmt.Errorf("repackplan: walk %s needs a ResolveFunc", kind)
 		}
-		// The resolved state is measured, not kept: its nodes go to memory, so the
-		// walk runs on a store opened read-only (stats --reads).
-		r.WriteNodesTo(hamtstore.NewOverlay(room.Nodes()))
-		var roots []hamtstore.NodeID
-		for _, f := range h.ForwardExtremities {
-			root, err := room.StateAfter(f)
-			if err != nil {
-				return ws, err
-			}
-			roots = append(roots, root)
-		}
-		if _, err := r.Resolve(roots); err != nil {
-			return ws, err
-		}
-		ws.Events, ws.PDUs, ws.Nodes = r.EventsLoaded, r.EventsLoaded, r.Reader().NodesRead()
-		return ws, nil
+		events, nodes, err := resolve(room)
+		ws.Events, ws.PDUs, ws.Nodes = events, events, nodes
+		return ws, err
 	}
 	return ws, fmt.Errorf("repackplan: unknown walk %q (have %v)", kind, WalkKinds)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/mtxdb/mtxdb/internal/pagecache"
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/repackplan"
+	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
@@ -84,7 +85,7 @@ func measureWalk(dir, roomID string, walk repackplan.WalkKind, limit int, cold b
 	}
 	eng.ResetReadStats()
 	start := time.Now()
-	ws, err := repackplan.Walk(room, walk, limit)
+	ws, err := repackplan.Walk(room, walk, limit, resolver.ResolveForwardExtremities)
 	wb.Wall = time.Since(start)
 	if err != nil {
 		return wb, fmt.Errorf("walk %s of %s: %w", walk, roomID, err)

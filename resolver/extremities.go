@@ -1,0 +1,32 @@
+package resolver
+
+import (
+	"github.com/mtxdb/mtxdb/hamtstore"
+	"github.com/mtxdb/mtxdb/roomstate"
+)
+
+// ResolveForwardExtremities resolves the states after the room's forward
+// extremities with a fresh Resolver, as a server does when its extremities
+// diverge, and returns what that read: events is the PDUs loaded from the
+// store (Stats.EventsLoaded), nodes the HAMT nodes read. The resolved state is
+// measured, not kept: its nodes go to memory, so the room's store may be open
+// read-only. It is repackplan's WalkResolve (mtxdb stats --reads).
+func ResolveForwardExtremities(room *roomstate.Room) (events, nodes int, err error) {
+	r, err := New(room)
+	if err != nil {
+		return 0, 0, err
+	}
+	r.WriteNodesTo(hamtstore.NewOverlay(room.Nodes()))
+	var roots []hamtstore.NodeID
+	for _, f := range room.Head().ForwardExtremities {
+		root, err := room.StateAfter(f)
+		if err != nil {
+			return 0, 0, err
+		}
+		roots = append(roots, root)
+	}
+	if _, err := r.Resolve(roots); err != nil {
+		return 0, 0, err
+	}
+	return r.EventsLoaded, r.Reader().NodesRead(), nil
+}
