@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/repackplan"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
@@ -21,17 +22,17 @@ import (
 // to equal what the origin server recorded. Then it repacks all rooms through one
 // output stream, reopens the store and checks everything again from disk.
 func TestRealRoomsReplay(t *testing.T) {
-	dirs, err := testrooms.RealRoomDirs(filepath.Join(testrooms.Dir(), "real"))
+	dirs, err := recorded.RoomDirs(filepath.Join(testrooms.Dir(), "real"))
 	require.NoError(t, err)
 	require.Len(t, dirs, 190, "bundled real rooms")
 
 	storeDir := t.TempDir()
 	eng, st := roomstatetest.Open(t, storeDir)
 
-	exps := map[string][]*testrooms.Expected{}
+	exps := map[string][]*recorded.Expected{}
 	events := 0
 	for _, d := range dirs {
-		exp, err := testrooms.LoadExpected(d)
+		exp, err := recorded.Load(d)
 		require.NoError(t, err, d)
 		exps[exp.RoomID] = append(exps[exp.RoomID], exp)
 		f, err := os.Open(filepath.Join(d, "events.jsonl"))
@@ -57,7 +58,7 @@ func TestRealRoomsReplay(t *testing.T) {
 			_, err := r.Check()
 			require.NoError(t, err, "%s: check %s", stage, r.ID())
 			for _, exp := range exps[r.ID()] {
-				res, err := testrooms.Compare(r, exp, func(m testrooms.Mismatch) {
+				res, err := recorded.Compare(r, exp, func(m recorded.Mismatch) {
 					t.Errorf("%s: %s (%s)", stage, m, filepath.Base(exp.Dir))
 				})
 				require.NoError(t, err, exp.Dir)

@@ -17,10 +17,10 @@ import (
 	"github.com/matrix-org/gomatrixserverlib/spec"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/roomstate/roomstatetest"
-	"github.com/mtxdb/mtxdb/testrooms"
 	"github.com/mtxdb/mtxdb/testrooms/gen"
 )
 
@@ -52,9 +52,9 @@ func TestRecipeRooms(t *testing.T) {
 			r := rooms[0]
 			_, err = resolver.Replay(r, resolver.ReplayOptions{})
 			require.NoError(t, err)
-			exp, err := testrooms.LoadExpected(dir)
+			exp, err := recorded.Load(dir)
 			require.NoError(t, err)
-			cmp, err := testrooms.Compare(r, exp, func(m testrooms.Mismatch) { t.Error(m) })
+			cmp, err := recorded.Compare(r, exp, func(m recorded.Mismatch) { t.Error(m) })
 			require.NoError(t, err)
 			require.Zero(t, cmp.Mismatches)
 
@@ -423,9 +423,9 @@ func TestSignaturesWithKeys(t *testing.T) {
 			require.NoError(t, err)
 			_, err = resolver.Replay(rooms[0], resolver.ReplayOptions{})
 			require.NoError(t, err)
-			exp, err := testrooms.LoadExpected(dir)
+			exp, err := recorded.Load(dir)
 			require.NoError(t, err)
-			cmp, err := testrooms.Compare(rooms[0], exp, func(m testrooms.Mismatch) { t.Error(m) })
+			cmp, err := recorded.Compare(rooms[0], exp, func(m recorded.Mismatch) { t.Error(m) })
 			require.NoError(t, err)
 			require.Zero(t, cmp.Mismatches)
 

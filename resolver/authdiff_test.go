@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/testrooms"
 	"github.com/mtxdb/mtxdb/testrooms/gen"
@@ -44,7 +45,7 @@ func authDifferenceModel(t *testing.T, events int, versions []string, realRooms 
 	var dirs []string
 	if realRooms {
 		var err error
-		if dirs, err = testrooms.RealRoomDirs(filepath.Join(testrooms.Dir(), "real")); err != nil {
+		if dirs, err = recorded.RoomDirs(filepath.Join(testrooms.Dir(), "real")); err != nil {
 			t.Fatal(err)
 		}
 	}

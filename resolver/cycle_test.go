@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
-	"github.com/mtxdb/mtxdb/testrooms"
 )
 
 // cyclicEvents returns v1 events of room003's room whose prev_events and
@@ -100,7 +100,7 @@ func TestReplayLeavesOutCycles(t *testing.T) {
 			for _, id := range rr.CyclicIDs {
 				require.Contains(t, in, `"event_id":"`+id+`"`)
 			}
-			cr, err := testrooms.Compare(room, exp, func(m testrooms.Mismatch) { t.Error(m) })
+			cr, err := recorded.Compare(room, exp, func(m recorded.Mismatch) { t.Error(m) })
 			require.NoError(t, err)
 			require.Equal(t, len(exp.After), cr.Events)
 

@@ -9,6 +9,7 @@ import (
 	"github.com/matrix-org/gomatrixserverlib"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/testrooms"
@@ -95,7 +96,7 @@ func cut(k string) (string, string, bool) {
 // auth difference by forward search) equals ResolveMaps over the whole state maps
 // after its prev_events (every event read, auth chains of every state event).
 func TestStorageMatchesMaps(t *testing.T) {
-	dirs, err := testrooms.RealRoomDirs(filepath.Join(testrooms.Dir(), "real"))
+	dirs, err := recorded.RoomDirs(filepath.Join(testrooms.Dir(), "real"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func authOrder(t testing.TB, r *resolver.Resolver, ids []string) map[string]int6
 // TestAuthOrderIsTopological: the Resolver's AuthOrder (auth depth) numbers every
 // event above each of its auth events, in every real room.
 func TestAuthOrderIsTopological(t *testing.T) {
-	dirs, err := testrooms.RealRoomDirs(filepath.Join(testrooms.Dir(), "real"))
+	dirs, err := recorded.RoomDirs(filepath.Join(testrooms.Dir(), "real"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/matrix-org/gomatrixserverlib/spec"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/roomstate/roomstatetest"
@@ -375,7 +376,7 @@ func TestEventHeadMembershipKeyCase(t *testing.T) {
 // and content) and of a generated v12 room (the create event's content gives the
 // creators).
 func TestResolveMapsHeadSource(t *testing.T) {
-	dirs, err := testrooms.RealRoomDirs(filepath.Join(testrooms.Dir(), "real"))
+	dirs, err := recorded.RoomDirs(filepath.Join(testrooms.Dir(), "real"))
 	require.NoError(t, err)
 	opts := gen.DefaultOptions()
 	opts.Seed, opts.Events, opts.Servers, opts.RoomVersion = 3, 400, 4, "12"

@@ -9,18 +9,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
 // realRoomLines returns the events.jsonl lines of a real room and its recording.
-func realRoomLines(t *testing.T, name string) ([]string, *testrooms.Expected) {
+func realRoomLines(t *testing.T, name string) ([]string, *recorded.Expected) {
 	t.Helper()
 	dir := filepath.Join(testrooms.Dir(), "real", name)
 	b, err := os.ReadFile(filepath.Join(dir, "events.jsonl"))
 	require.NoError(t, err)
-	exp, err := testrooms.LoadExpected(dir)
+	exp, err := recorded.Load(dir)
 	require.NoError(t, err)
 	return strings.Split(strings.TrimSpace(string(b)), "\n"), exp
 }
@@ -51,7 +52,7 @@ func TestRoomHandleFollowsImport(t *testing.T) {
 	rr, err = resolver.Replay(room, resolver.ReplayOptions{})
 	require.NoError(t, err)
 	require.Equal(t, len(lines)-half, rr.Computed, "Replay on the handle taken before the import")
-	cr, err := testrooms.Compare(room, exp, func(m testrooms.Mismatch) { t.Error(m) })
+	cr, err := recorded.Compare(room, exp, func(m recorded.Mismatch) { t.Error(m) })
 	require.NoError(t, err)
 	require.Equal(t, len(exp.After), cr.Events)
 }
@@ -79,7 +80,7 @@ func TestReplayStop(t *testing.T) {
 	rr, err = resolver.Replay(room, resolver.ReplayOptions{})
 	require.NoError(t, err)
 	require.Equal(t, len(lines)-stopAt, rr.Computed)
-	cr, err := testrooms.Compare(room, exp, func(m testrooms.Mismatch) { t.Error(m) })
+	cr, err := recorded.Compare(room, exp, func(m recorded.Mismatch) { t.Error(m) })
 	require.NoError(t, err)
 	require.Equal(t, len(exp.After), cr.Events)
 
@@ -89,6 +90,6 @@ func TestReplayStop(t *testing.T) {
 	rr, err = resolver.Replay(room, resolver.ReplayOptions{Force: true})
 	require.NoError(t, err)
 	require.Equal(t, len(lines), rr.Computed)
-	_, err = testrooms.Compare(room, exp, func(m testrooms.Mismatch) { t.Error(m) })
+	_, err = recorded.Compare(room, exp, func(m recorded.Mismatch) { t.Error(m) })
 	require.NoError(t, err)
 }

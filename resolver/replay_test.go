@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/roomstate/roomstatetest"
@@ -68,9 +69,9 @@ func TestReplayIncremental(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, len(lines), res.Computed)
 	require.Equal(t, incremental.CurrentState, room.Head().CurrentState)
-	exp, err := testrooms.LoadExpected(dir)
+	exp, err := recorded.Load(dir)
 	require.NoError(t, err)
-	cr, err := testrooms.Compare(room, exp, func(m testrooms.Mismatch) { t.Error(m) })
+	cr, err := recorded.Compare(room, exp, func(m recorded.Mismatch) { t.Error(m) })
 	require.NoError(t, err)
 	require.Equal(t, len(exp.After), cr.Events)
 }
@@ -87,7 +88,7 @@ func TestReplayBackfillOrder(t *testing.T) {
 	for i, l := range lines {
 		rev[len(lines)-1-i] = l
 	}
-	exp, err := testrooms.LoadExpected(dir)
+	exp, err := recorded.Load(dir)
 	require.NoError(t, err)
 
 	st := roomstate.New(packstore.NewMemStorage())
@@ -101,7 +102,7 @@ func TestReplayBackfillOrder(t *testing.T) {
 	rr, err := resolver.Replay(room, resolver.ReplayOptions{})
 	require.NoError(t, err)
 	require.Zero(t, rr.Outliers)
-	cr, err := testrooms.Compare(room, exp, func(m testrooms.Mismatch) { t.Error(m) })
+	cr, err := recorded.Compare(room, exp, func(m recorded.Mismatch) { t.Error(m) })
 	require.NoError(t, err)
 	require.Equal(t, len(exp.After), cr.Events)
 	_, err = room.Check()

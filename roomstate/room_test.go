@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
@@ -32,7 +33,7 @@ func TestRoomQueries(t *testing.T) {
 	eng := &countingEngine{StorageEngine: packstore.NewMemStorage()}
 	room, err := testrooms.ImportReplayed(eng, dir)
 	require.NoError(t, err)
-	exp, err := testrooms.LoadExpected(dir)
+	exp, err := recorded.Load(dir)
 	require.NoError(t, err)
 
 	// Membership before event i = membership after event i-1 in the recorded state.

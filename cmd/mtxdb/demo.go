@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mtxdb/mtxdb/pgstore"
+	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/repackplan"
 	"github.com/mtxdb/mtxdb/roomstate"
-	"github.com/mtxdb/mtxdb/testrooms"
 )
 
 // demoCmd is mtxdb demo: the main job (import, replay, verify, repack, verify
@@ -92,7 +92,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 
 // demoRooms reads the recorded state of the rooms under dir, keyed by room ID, and
 // checks that each has events to import.
-func demoRooms(dir string, warn io.Writer) (map[string][]*testrooms.Expected, error) {
+func demoRooms(dir string, warn io.Writer) (map[string][]*recorded.Expected, error) {
 	exps, err := loadExpectedDirs([]string{dir}, warn)
 	if err != nil {
 		return nil, fmt.Errorf("demo: rooms: %w", err)
@@ -101,7 +101,7 @@ func demoRooms(dir string, warn io.Writer) (map[string][]*testrooms.Expected, er
 		return nil, fmt.Errorf("demo: no room directories (events.jsonl, expected_state.jsonl, meta.json) under %s", dir)
 	}
 	for _, exp := range sortedExpected(exps) {
-		if _, ok, err := testrooms.EventsFile(exp.Dir); err != nil {
+		if _, ok, err := recorded.EventsFile(exp.Dir); err != nil {
 			return nil, fmt.Errorf("demo: rooms: %w", err)
 		} else if !ok {
 			return nil, fmt.Errorf("demo: rooms: %s has the state its server recorded (expected_state.jsonl) but no events.jsonl to import", exp.Dir)
@@ -179,7 +179,7 @@ func (d *demo) close() {
 // run is the demo's phases: import every room, replay, verify against the
 // recorded state, repack every room through one output stream, reopen and
 // verify again from disk. Each prints its line.
-func (d *demo) run(exps map[string][]*testrooms.Expected) (demoSummary, error) {
+func (d *demo) run(exps map[string][]*recorded.Expected) (demoSummary, error) {
 	var s demoSummary
 	rooms, err := d.importRooms(exps, &s)
 	if err != nil {
@@ -219,7 +219,7 @@ func (d *demo) run(exps map[string][]*testrooms.Expected) (demoSummary, error) {
 
 // importRooms imports every recorded room's events.jsonl, in directory order, and
 // returns the store's rooms.
-func (d *demo) importRooms(exps map[string][]*testrooms.Expected, s *demoSummary) ([]*roomstate.Room, error) {
+func (d *demo) importRooms(exps map[string][]*recorded.Expected, s *demoSummary) ([]*roomstate.Room, error) {
 	imported := 0
 	for _, exp := range sortedExpected(exps) {
 		s.dirs++
@@ -258,7 +258,7 @@ func (d *demo) repack(rooms []*roomstate.Room, s *demoSummary) (roomProblems, er
 }
 
 // reverify closes the store, reopens it and verifies every room again from disk.
-func (d *demo) reverify(exps map[string][]*testrooms.Expected, s *demoSummary) (verifyTotals, error) {
+func (d *demo) reverify(exps map[string][]*recorded.Expected, s *demoSummary) (verifyTotals, error) {
 	if err := d.eng.Close(); err != nil {
 		return verifyTotals{}, err
 	}

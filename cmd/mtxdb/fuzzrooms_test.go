@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/roomstate"
-	"github.com/mtxdb/mtxdb/testrooms"
 )
 
 // fuzzBaseRooms are the real rooms of FuzzImportReplayRooms's store: small, of
@@ -140,7 +140,7 @@ var fuzzReference = sync.OnceValues(func() (fuzzRef, error) {
 // fuzzRef is fuzzReference's result.
 type fuzzRef struct {
 	prints map[string]roomPrint
-	exps   map[string][]*testrooms.Expected
+	exps   map[string][]*recorded.Expected
 }
 
 // fuzzSeeds returns PDU lines of the base rooms made into hostile input: a v1
@@ -239,7 +239,7 @@ func FuzzImportReplayRooms(f *testing.F) {
 				t.Fatalf("replay problem in room %s, which the input did not touch: %s", p.room, p.what)
 			}
 		}
-		uexps := map[string][]*testrooms.Expected{}
+		uexps := map[string][]*recorded.Expected{}
 		for _, r := range untouched {
 			uexps[r.ID()] = exps[r.ID()]
 		}

@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/mtxdb/mtxdb/testrooms"
+	"github.com/mtxdb/mtxdb/recorded"
 )
 
 // importPaths resolves import's arguments to the files to read, in order: "-"
@@ -32,7 +32,7 @@ func importPaths(args []string, skip skipFunc) ([]string, error) {
 			paths = append(paths, a)
 			continue
 		}
-		p, ok, err := testrooms.EventsFile(a)
+		p, ok, err := recorded.EventsFile(a)
 		if err != nil {
 			return nil, err
 		}
@@ -40,7 +40,7 @@ func importPaths(args []string, skip skipFunc) ([]string, error) {
 			paths = append(paths, p)
 			continue
 		}
-		dirs, err := testrooms.RealRoomDirs(a)
+		dirs, err := recorded.RoomDirs(a)
 		if err != nil {
 			return nil, err
 		}
@@ -50,7 +50,7 @@ func importPaths(args []string, skip skipFunc) ([]string, error) {
 		for _, d := range dirs {
 			paths = append(paths, filepath.Join(d, "events.jsonl"))
 		}
-		others, err := testrooms.OtherSubdirs(a, dirs)
+		others, err := recorded.OtherSubdirs(a, dirs)
 		if err != nil {
 			return nil, err
 		}

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/roomstate"
-	"github.com/mtxdb/mtxdb/testrooms"
 )
 
 // verifyCmd is mtxdb verify: every record and snapshot checked, and with
@@ -68,7 +68,7 @@ and I/O errors, including a store lost during the run; 0 otherwise.`,
 						fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: warning: %s records room %s, not --room %s: not compared\n", exp.Dir, exp.RoomID, room)
 					}
 				}
-				exps = map[string][]*testrooms.Expected{room: exps[room]}
+				exps = map[string][]*recorded.Expected{room: exps[room]}
 				if len(exps[room]) == 0 {
 					delete(exps, room)
 				}
@@ -124,16 +124,16 @@ and I/O errors, including a store lost during the run; 0 otherwise.`,
 // real rooms' room004 and room004_union): all of them are kept, in directory order.
 // A subdirectory that is neither a room directory nor a recorded room is skipped
 // with a warning to warn.
-func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*testrooms.Expected, error) {
-	out := map[string][]*testrooms.Expected{}
+func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*recorded.Expected, error) {
+	out := map[string][]*recorded.Expected{}
 	seen := map[string]bool{} // room directories read, by absolute path, symlinks resolved
 	for _, p := range paths {
 		dirs := []string{p}
 		if _, err := os.Stat(filepath.Join(p, "expected_state.jsonl")); err != nil {
-			if dirs, err = testrooms.RecordedRoomDirs(p); err != nil {
+			if dirs, err = recorded.RecordingDirs(p); err != nil {
 				return nil, err
 			}
-			others, err := testrooms.OtherSubdirs(p, dirs)
+			others, err := recorded.OtherSubdirs(p, dirs)
 			if err != nil {
 				return nil, err
 			}
@@ -142,7 +142,7 @@ func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*testrooms.E
 			}
 		}
 		if len(dirs) == 0 {
-			if _, ok, _ := testrooms.EventsFile(p); ok {
+			if _, ok, _ := recorded.EventsFile(p); ok {
 				// A room without its recording is a data problem: exit 2.
 				return nil, corruptError{fmt.Errorf("%s is a room directory without expected_state.jsonl: no state its server recorded to compare with", p)}
 			}
@@ -164,8 +164,8 @@ func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*testrooms.E
 			if _, err := os.Stat(filepath.Join(d, "expected_state.jsonl")); errors.Is(err, fs.ErrNotExist) {
 				return nil, corruptError{fmt.Errorf("%s holds events.jsonl but no expected_state.jsonl: no state its server recorded to compare with", d)}
 			}
-			exp, err := testrooms.OpenExpected(d)
-			if errors.Is(err, testrooms.ErrRecording) {
+			exp, err := recorded.Open(d)
+			if errors.Is(err, recorded.ErrMalformed) {
 				return nil, corruptError{err} // the recording is wrong: exit 2
 			} else if err != nil {
 				return nil, err
@@ -180,8 +180,8 @@ func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*testrooms.E
 }
 
 // sortedExpected returns the recorded rooms ordered by directory.
-func sortedExpected(exps map[string][]*testrooms.Expected) []*testrooms.Expected {
-	var out []*testrooms.Expected
+func sortedExpected(exps map[string][]*recorded.Expected) []*recorded.Expected {
+	var out []*recorded.Expected
 	for _, es := range exps {
 		out = append(out, es...)
 	}
@@ -202,7 +202,7 @@ type verifyTotals struct {
 }
 
 // verifyRooms is verifyRoomsTo with text output.
-func verifyRooms(rooms []*roomstate.Room, exps map[string][]*testrooms.Expected, out io.Writer) (verifyTotals, error) {
+func verifyRooms(rooms []*roomstate.Room, exps map[string][]*recorded.Expected, out io.Writer) (verifyTotals, error) {
 	return verifyRoomsTo(rooms, exps, out, false)
 }
 
@@ -212,7 +212,7 @@ func verifyRooms(rooms []*roomstate.Room, exps map[string][]*testrooms.Expected,
 // replayed, is a problem too. An error that says the store itself was lost (closed,
 // an I/O or connection error: lostStore) ends the run with that error, not a
 // problem: exit status 1, not 2.
-func verifyRoomsTo(rooms []*roomstate.Room, exps map[string][]*testrooms.Expected, out io.Writer, asJSON bool) (verifyTotals, error) {
+func verifyRoomsTo(rooms []*roomstate.Room, exps map[string][]*recorded.Expected, out io.Writer, asJSON bool) (verifyTotals, error) {
 	var v verifyTotals
 	var total int64
 	for _, r := range rooms {
@@ -265,7 +265,7 @@ func verifyRoomsTo(rooms []*roomstate.Room, exps map[string][]*testrooms.Expecte
 				printProblem(out, asJSON, r.ID(), fmt.Sprintf("against %s: room not replayed (%d of %d events have no state record; mtxdb replay)", exp.Dir, cr.Unreplayed, cr.Events))
 				continue
 			}
-			res, err := testrooms.CompareProgress(r, exp, func(m testrooms.Mismatch) {
+			res, err := recorded.CompareProgress(r, exp, func(m recorded.Mismatch) {
 				bar.clear()
 				if asJSON {
 					printLine(out, true, "mismatch", kv{"room", m.Room}, kv{"event", m.Event}, kv{"key", m.Key}, kv{"ours", m.Ours}, kv{"recorded", m.Recorded})

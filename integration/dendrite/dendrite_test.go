@@ -17,6 +17,7 @@ import (
 
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/testrooms"
@@ -286,12 +287,12 @@ func diff(ours, theirs map[string]string) string {
 
 // TestRealRooms drives Dendrite's StateResolution over every real room.
 func TestRealRooms(t *testing.T) {
-	dirs, err := testrooms.RealRoomDirs(filepath.Join(testrooms.Dir(), "real"))
+	dirs, err := recorded.RoomDirs(filepath.Join(testrooms.Dir(), "real"))
 	require.NoError(t, err)
 	require.Len(t, dirs, 190, "bundled real rooms")
 	var all tally
 	for _, d := range dirs {
-		exp, err := testrooms.LoadExpected(d)
+		exp, err := recorded.Load(d)
 		require.NoError(t, err)
 		recorded := map[string]map[string]string{}
 		for _, es := range exp.After {
@@ -320,7 +321,7 @@ func TestGeneratedRooms(t *testing.T) {
 				dir := t.TempDir()
 				meta, err := gen.Generate(opts, dir, nil)
 				require.NoError(t, err)
-				exp, err := testrooms.LoadExpected(dir)
+				exp, err := recorded.Load(dir)
 				require.NoError(t, err)
 				recorded := map[string]map[string]string{}
 				for _, es := range exp.After {

@@ -13,6 +13,7 @@ import (
 	"github.com/matrix-org/gomatrixserverlib"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/resolver/specres"
 	"github.com/mtxdb/mtxdb/testrooms"
@@ -379,7 +380,7 @@ func clone(s specres.StateMap) specres.StateMap {
 // through the reference and compares the state after every event with the state
 // its server recorded.
 func TestRealRooms(t *testing.T) {
-	dirs, err := testrooms.RecordedRoomDirs(filepath.Join(testrooms.Dir(), "real"))
+	dirs, err := recorded.RecordingDirs(filepath.Join(testrooms.Dir(), "real"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +390,7 @@ func TestRealRooms(t *testing.T) {
 		if version == "1" {
 			continue
 		}
-		exp, err := testrooms.LoadExpected(dir)
+		exp, err := recorded.Load(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

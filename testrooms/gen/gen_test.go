@@ -18,9 +18,9 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
-	"github.com/mtxdb/mtxdb/testrooms"
 )
 
 var (
@@ -154,7 +154,7 @@ func replayAndCompare(t *testing.T, dir, file string, opts roomstate.ImportOptio
 // replayRecorded imports file of a generated room into a memory store, replays
 // it with resolver.Replay and compares it with the room's recording; first holds
 // the first five mismatches.
-func replayRecorded(t *testing.T, dir, file string, opts roomstate.ImportOptions) (exp *testrooms.Expected, res testrooms.CompareResult, first []testrooms.Mismatch) {
+func replayRecorded(t *testing.T, dir, file string, opts roomstate.ImportOptions) (exp *recorded.Expected, res recorded.CompareResult, first []recorded.Mismatch) {
 	t.Helper()
 	st := roomstate.New(packstore.NewMemStorage())
 	f, err := os.Open(filepath.Join(dir, file))
@@ -162,13 +162,13 @@ func replayRecorded(t *testing.T, dir, file string, opts roomstate.ImportOptions
 	_, err = st.Import(f, dir, opts)
 	f.Close()
 	require.NoError(t, err)
-	exp, err = testrooms.LoadExpected(dir)
+	exp, err = recorded.Load(dir)
 	require.NoError(t, err)
 	room, err := st.Room(exp.RoomID)
 	require.NoError(t, err)
 	_, err = resolver.Replay(room, resolver.ReplayOptions{})
 	require.NoError(t, err)
-	res, err = testrooms.Compare(room, exp, func(m testrooms.Mismatch) {
+	res, err = recorded.Compare(room, exp, func(m recorded.Mismatch) {
 		if len(first) < 5 {
 			first = append(first, m)
 		}

@@ -1,4 +1,4 @@
-package testrooms
+package recorded
 
 import (
 	"os"
@@ -7,15 +7,16 @@ import (
 	"testing"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/testrooms"
 )
 
-// TestOpenExpectedStreamsLikeLoad: Compare against a streamed recording
-// (OpenExpected) finds what it finds against a loaded one, on a real room and
+// TestOpenStreamsLikeLoad: Compare against a streamed recording
+// (Open) finds what it finds against a loaded one, on a real room and
 // on a copy whose recorded state was edited in one line; a line that does not
 // decode fails the comparison naming the file and line.
-func TestOpenExpectedStreamsLikeLoad(t *testing.T) {
-	src := filepath.Join(Dir(), "real", "room003")
-	room, err := ImportReplayed(packstore.NewMemStorage(), src)
+func TestOpenStreamsLikeLoad(t *testing.T) {
+	src := filepath.Join(testrooms.Dir(), "real", "room003")
+	room, err := testrooms.ImportReplayed(packstore.NewMemStorage(), src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,16 +28,16 @@ func TestOpenExpectedStreamsLikeLoad(t *testing.T) {
 		lines[i] = strings.Replace(lines[i], `"$`, `"$edited`, 1)
 	})
 	for _, dir := range []string{src, edited} {
-		loaded, err := LoadExpected(dir)
+		loaded, err := Load(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		opened, err := OpenExpected(dir)
+		opened, err := Open(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if opened.After != nil || opened.States != loaded.States || loaded.States != len(loaded.After) {
-			t.Fatalf("%s: OpenExpected holds %d states (count %d), LoadExpected %d (count %d)", dir, len(opened.After), opened.States, len(loaded.After), loaded.States)
+			t.Fatalf("%s: Open holds %d states (count %d), Load %d (count %d)", dir, len(opened.After), opened.States, len(loaded.After), loaded.States)
 		}
 		var mA, mB []string
 		a, err := Compare(room, loaded, func(m Mismatch) { mA = append(mA, m.String()) })
@@ -55,7 +56,7 @@ func TestOpenExpectedStreamsLikeLoad(t *testing.T) {
 		}
 	}
 	// Damage a line after opening: the streamed comparison reports it.
-	opened, err := OpenExpected(edited)
+	opened, err := Open(edited)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,13 +74,13 @@ func TestOpenExpectedStreamsLikeLoad(t *testing.T) {
 // copy of the line before it (same number of lines, one event's state lost) is a
 // mismatch naming the event and both states, loaded or streamed.
 func TestCompareEventRecordedTwice(t *testing.T) {
-	src := filepath.Join(Dir(), "real", "room003")
-	room, err := ImportReplayed(packstore.NewMemStorage(), src)
+	src := filepath.Join(testrooms.Dir(), "real", "room003")
+	room, err := testrooms.ImportReplayed(packstore.NewMemStorage(), src)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := copyWithExpectedEdit(t, src, func(lines []string) { lines[21] = lines[20] })
-	for _, open := range []func(string) (*Expected, error){LoadExpected, OpenExpected} {
+	for _, open := range []func(string) (*Expected, error){Load, Open} {
 		exp, err := open(dir)
 		if err != nil {
 			t.Fatal(err)

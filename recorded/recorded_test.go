@@ -1,4 +1,4 @@
-package testrooms
+package recorded
 
 import (
 	"errors"
@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-// TestLoadExpectedNothingRecorded: a room directory that records no state at all
+// TestLoadNothingRecorded: a room directory that records no state at all
 // is an error, not a comparison of nothing.
-func TestLoadExpectedNothingRecorded(t *testing.T) {
+func TestLoadNothingRecorded(t *testing.T) {
 	dir := t.TempDir()
 	for name, body := range map[string]string{
 		"expected_state.jsonl": "\n",
@@ -20,21 +20,21 @@ func TestLoadExpectedNothingRecorded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := LoadExpected(dir); err == nil || !strings.Contains(err.Error(), "nothing to compare") {
-		t.Fatalf("LoadExpected: %v", err)
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "nothing to compare") {
+		t.Fatalf("Load: %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "current_state.json"), []byte(`{"m.room.create\u0000":"$c"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadExpected(dir); err != nil {
+	if _, err := Load(dir); err != nil {
 		t.Fatalf("with a current state: %v", err)
 	}
 }
 
-// TestRealRoomDirsSymlinks: a symlink to a room directory is listed, one to a
+// TestRoomDirsSymlinks: a symlink to a room directory is listed, one to a
 // file is ignored, and a dangling one fails naming itself (skipping it silently
 // would leave a room out of import and verify unseen).
-func TestRealRoomDirsSymlinks(t *testing.T) {
+func TestRoomDirsSymlinks(t *testing.T) {
 	dir := t.TempDir()
 	rooms := filepath.Join(dir, "rooms")
 	target := filepath.Join(dir, "elsewhere")
@@ -54,36 +54,36 @@ func TestRealRoomDirsSymlinks(t *testing.T) {
 	}
 	must(os.Symlink(target, filepath.Join(rooms, "b")))
 	must(os.Symlink(filepath.Join(target, "events.jsonl"), filepath.Join(rooms, "file")))
-	got, err := RealRoomDirs(rooms)
+	got, err := RoomDirs(rooms)
 	if err != nil || len(got) != 2 || got[0] != filepath.Join(rooms, "a") || got[1] != filepath.Join(rooms, "b") {
-		t.Fatalf("RealRoomDirs = %q, %v; want [a b]", got, err)
+		t.Fatalf("RoomDirs = %q, %v; want [a b]", got, err)
 	}
 	if err := os.MkdirAll(filepath.Join(rooms, "notaroom"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := RealRoomDirs(rooms); err != nil || len(got) != 2 {
-		t.Fatalf("RealRoomDirs with a directory without events.jsonl = %q, %v; want it ignored", got, err)
+	if got, err := RoomDirs(rooms); err != nil || len(got) != 2 {
+		t.Fatalf("RoomDirs with a directory without events.jsonl = %q, %v; want it ignored", got, err)
 	}
 	badEvents := filepath.Join(rooms, "d", "events.jsonl")
 	must(os.MkdirAll(filepath.Dir(badEvents), 0o755))
 	must(os.Symlink(filepath.Join(dir, "gone.jsonl"), badEvents))
-	if got, err := RealRoomDirs(rooms); err == nil || !strings.Contains(err.Error(), badEvents) {
-		t.Fatalf("RealRoomDirs with a dangling events.jsonl = %q, %v; want an error naming %s", got, err, badEvents)
+	if got, err := RoomDirs(rooms); err == nil || !strings.Contains(err.Error(), badEvents) {
+		t.Fatalf("RoomDirs with a dangling events.jsonl = %q, %v; want an error naming %s", got, err, badEvents)
 	}
 	must(os.Remove(badEvents))
 	dangling := filepath.Join(rooms, "c")
 	must(os.Symlink(filepath.Join(dir, "gone"), dangling))
-	if got, err := RealRoomDirs(rooms); err == nil || !strings.Contains(err.Error(), dangling) {
-		t.Fatalf("RealRoomDirs with a dangling symlink = %q, %v; want an error naming %s", got, err, dangling)
+	if got, err := RoomDirs(rooms); err == nil || !strings.Contains(err.Error(), dangling) {
+		t.Fatalf("RoomDirs with a dangling symlink = %q, %v; want an error naming %s", got, err, dangling)
 	}
 }
 
-// TestLoadExpectedRefusesMalformed: a line that is JSON but not a recorded state
+// TestLoadRefusesMalformed: a line that is JSON but not a recorded state
 // (null, no state, no event_id, a key without the NUL between type and state key, an
 // empty event ID), a line that does not decode, a negative or wrong
-// line count in meta.json and an undecodable meta.json are ErrRecording errors
+// line count in meta.json and an undecodable meta.json are ErrMalformed errors
 // naming the file, not states to compare.
-func TestLoadExpectedRefusesMalformed(t *testing.T) {
+func TestLoadRefusesMalformed(t *testing.T) {
 	good := `{"event_id":"$a","state":{"m.room.create\u0000":"$a"}}`
 	for _, tc := range []struct {
 		lines, meta, want string
@@ -106,14 +106,14 @@ func TestLoadExpectedRefusesMalformed(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for _, open := range []func(string) (*Expected, error){LoadExpected, OpenExpected} {
+		for _, open := range []func(string) (*Expected, error){Load, Open} {
 			exp, err := open(dir)
 			if err == nil && exp != nil {
-				// OpenExpected streams the lines: the error comes from the scan.
+				// Open streams the lines: the error comes from the scan.
 				err = exp.eachState(func(ExpectedState) error { return nil })
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrRecording) {
-				t.Errorf("%q / %s: got %v, want an ErrRecording containing %q", tc.lines, tc.meta, err, tc.want)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrMalformed) {
+				t.Errorf("%q / %s: got %v, want an ErrMalformed containing %q", tc.lines, tc.meta, err, tc.want)
 			}
 		}
 	}
