@@ -22,6 +22,7 @@ import (
 // to equal what the origin server recorded. Then it repacks all rooms through one
 // output stream, reopens the store and checks everything again from disk.
 func TestRealRoomsReplay(t *testing.T) {
+	ctx := t.Context()
 	dirs, err := recorded.RoomDirs(filepath.Join(testrooms.Dir(), "real"))
 	require.NoError(t, err)
 	require.Len(t, dirs, 190, "bundled real rooms")
@@ -37,17 +38,17 @@ func TestRealRoomsReplay(t *testing.T) {
 		exps[exp.RoomID] = append(exps[exp.RoomID], exp)
 		f, err := os.Open(filepath.Join(d, "events.jsonl"))
 		require.NoError(t, err)
-		res, err := st.Import(f, d, roomstate.ImportOptions{})
+		res, err := st.Import(ctx, f, d, roomstate.ImportOptions{})
 		f.Close()
 		require.NoError(t, err, d)
 		events += res.Read
 	}
 	require.Equal(t, 3639, events, "PDUs in the bundled rooms")
 
-	rooms, err := st.Rooms()
+	rooms, err := st.Rooms(ctx)
 	require.NoError(t, err)
 	for _, r := range rooms {
-		_, err := resolver.Replay(r, resolver.ReplayOptions{})
+		_, err := resolver.Replay(ctx, r, resolver.ReplayOptions{})
 		require.NoError(t, err, r.ID())
 	}
 
@@ -55,10 +56,10 @@ func TestRealRoomsReplay(t *testing.T) {
 		t.Helper()
 		compared := 0
 		for _, r := range rooms {
-			_, err := r.Check()
+			_, err := r.Check(ctx)
 			require.NoError(t, err, "%s: check %s", stage, r.ID())
 			for _, exp := range exps[r.ID()] {
-				res, err := recorded.Compare(r, exp, func(m recorded.Mismatch) {
+				res, err := recorded.Compare(ctx, r, exp, func(m recorded.Mismatch) {
 					t.Errorf("%s: %s (%s)", stage, m, filepath.Base(exp.Dir))
 				})
 				require.NoError(t, err, exp.Dir)
@@ -80,7 +81,7 @@ func TestRealRoomsReplay(t *testing.T) {
 	require.NoError(t, eng.Close())
 
 	_, st = roomstatetest.Open(t, storeDir)
-	rooms, err = st.Rooms()
+	rooms, err = st.Rooms(ctx)
 	require.NoError(t, err)
 	compareAll("after repack and reopen", rooms)
 }

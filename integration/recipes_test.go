@@ -27,8 +27,9 @@ import (
 // importKeepGoing imports in (a file's content) into st as a homeserver would:
 // invalid PDUs refused and reported, the rest stored.
 func importKeepGoing(t *testing.T, st *roomstate.Store, in, source string) roomstate.ImportResult {
+	ctx := t.Context()
 	t.Helper()
-	res, err := st.Import(strings.NewReader(in), source, roomstate.ImportOptions{KeepGoing: true})
+	res, err := st.Import(ctx, strings.NewReader(in), source, roomstate.ImportOptions{KeepGoing: true})
 	require.NoError(t, err, source)
 	return res
 }
@@ -39,6 +40,7 @@ func importKeepGoing(t *testing.T, st *roomstate.Store, in, source string) rooms
 // in its reason, or refused at import with its line and event ID. Importing again
 // stores nothing new and refuses the same PDUs.
 func TestRecipeRooms(t *testing.T) {
+	ctx := t.Context()
 	for _, name := range []string{"dup-auth-events", "oversized-mid-history"} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join("testdata", "recipes", name)
@@ -46,15 +48,15 @@ func TestRecipeRooms(t *testing.T) {
 			require.NoError(t, err)
 			_, st := roomstatetest.Open(t, t.TempDir())
 			res := importKeepGoing(t, st, string(raw), name)
-			rooms, err := st.Rooms()
+			rooms, err := st.Rooms(ctx)
 			require.NoError(t, err)
 			require.Len(t, rooms, 1)
 			r := rooms[0]
-			_, err = resolver.Replay(r, resolver.ReplayOptions{})
+			_, err = resolver.Replay(ctx, r, resolver.ReplayOptions{})
 			require.NoError(t, err)
 			exp, err := recorded.Load(dir)
 			require.NoError(t, err)
-			cmp, err := recorded.Compare(r, exp, func(m recorded.Mismatch) { t.Error(m) })
+			cmp, err := recorded.Compare(ctx, r, exp, func(m recorded.Mismatch) { t.Error(m) })
 			require.NoError(t, err)
 			require.Zero(t, cmp.Mismatches)
 
@@ -215,6 +217,7 @@ func (c *chain) createCite() []string {
 // the create event cited (v12), and an auth event of another room, which import
 // refuses end to end with the rule's number.
 func TestAuthEventsFaultKinds(t *testing.T) {
+	ctx := t.Context()
 	for _, version := range []string{"10", "12"} {
 		t.Run("v"+version, func(t *testing.T) {
 			other := newChain(t, version, "!other:a.test")
@@ -268,9 +271,9 @@ func TestAuthEventsFaultKinds(t *testing.T) {
 			}
 			require.Contains(t, ie.Error(), "authorization rule "+rule+" of room version "+version)
 
-			r, err := st.Room(c.roomID)
+			r, err := st.Room(ctx, c.roomID)
 			require.NoError(t, err)
-			rep, err := resolver.Replay(r, resolver.ReplayOptions{})
+			rep, err := resolver.Replay(ctx, r, resolver.ReplayOptions{})
 			require.NoError(t, err)
 			for _, w := range wants {
 				es, ok, err := r.EventState(w.id)
@@ -306,6 +309,7 @@ func TestAuthEventsFaultKinds(t *testing.T) {
 // prev event, integers out of range (depth, content), an unknown room. The same history as a JSON array cut short keeps
 // every element before the cut.
 func TestInvalidPDUKinds(t *testing.T) {
+	ctx := t.Context()
 	c := newChain(t, "10", "!invalid:a.test")
 	type refusal struct {
 		line int
@@ -368,9 +372,9 @@ func TestInvalidPDUKinds(t *testing.T) {
 	require.True(t, strings.HasPrefix(res.Refused[0].EventID, "$") && len(res.Refused[0].EventID) == 44, res.Refused[0].EventID)
 	require.Equal(t, len(c.lines)-len(refusals), res.Imported)
 
-	r, err := st.Room(c.roomID)
+	r, err := st.Room(ctx, c.roomID)
 	require.NoError(t, err)
-	rep, err := resolver.Replay(r, resolver.ReplayOptions{})
+	rep, err := resolver.Replay(ctx, r, resolver.ReplayOptions{})
 	require.NoError(t, err)
 	require.Zero(t, rep.Rejected)
 	for _, id := range []string{padded.EventID(), after.EventID()} {
@@ -405,6 +409,7 @@ func TestInvalidPDUKinds(t *testing.T) {
 // restricted join (v10) needs the authorising user's server's signature too
 // (authorization rule 4.2.1).
 func TestSignaturesWithKeys(t *testing.T) {
+	ctx := t.Context()
 	for _, version := range []string{"10", "12"} {
 		t.Run("gen v"+version, func(t *testing.T) {
 			opts := gen.DefaultOptions()
@@ -416,16 +421,16 @@ func TestSignaturesWithKeys(t *testing.T) {
 			require.NoError(t, err)
 			keys := gen.KeyRing(opts)
 			_, st := roomstatetest.Open(t, t.TempDir())
-			res, err := st.Import(strings.NewReader(string(raw)), "gen", roomstate.ImportOptions{KeepGoing: true, Keys: keys})
+			res, err := st.Import(ctx, strings.NewReader(string(raw)), "gen", roomstate.ImportOptions{KeepGoing: true, Keys: keys})
 			require.NoError(t, err)
 			require.Empty(t, res.Refused)
-			rooms, err := st.Rooms()
+			rooms, err := st.Rooms(ctx)
 			require.NoError(t, err)
-			_, err = resolver.Replay(rooms[0], resolver.ReplayOptions{})
+			_, err = resolver.Replay(ctx, rooms[0], resolver.ReplayOptions{})
 			require.NoError(t, err)
 			exp, err := recorded.Load(dir)
 			require.NoError(t, err)
-			cmp, err := recorded.Compare(rooms[0], exp, func(m recorded.Mismatch) { t.Error(m) })
+			cmp, err := recorded.Compare(ctx, rooms[0], exp, func(m recorded.Mismatch) { t.Error(m) })
 			require.NoError(t, err)
 			require.Zero(t, cmp.Mismatches)
 
@@ -439,7 +444,7 @@ func TestSignaturesWithKeys(t *testing.T) {
 			}
 			lines[len(lines)-1] = last[:i] + flip + last[i+1:]
 			_, st2 := roomstatetest.Open(t, t.TempDir())
-			res, err = st2.Import(strings.NewReader(strings.Join(lines, "\n")), "gen", roomstate.ImportOptions{KeepGoing: true, Keys: keys})
+			res, err = st2.Import(ctx, strings.NewReader(strings.Join(lines, "\n")), "gen", roomstate.ImportOptions{KeepGoing: true, Keys: keys})
 			require.NoError(t, err)
 			require.Len(t, res.Refused, 1)
 			require.ErrorIs(t, res.Refused[0], roomstate.ErrBadSignature)
@@ -448,7 +453,7 @@ func TestSignaturesWithKeys(t *testing.T) {
 			other := opts
 			other.KeySeed = 99
 			_, st3 := roomstatetest.Open(t, t.TempDir())
-			res, err = st3.Import(strings.NewReader(string(raw)), "gen", roomstate.ImportOptions{KeepGoing: true, Keys: gen.KeyRing(other)})
+			res, err = st3.Import(ctx, strings.NewReader(string(raw)), "gen", roomstate.ImportOptions{KeepGoing: true, Keys: gen.KeyRing(other)})
 			require.NoError(t, err)
 			require.Zero(t, res.Imported)
 			require.ErrorIs(t, res.Refused[0], roomstate.ErrBadSignature)
@@ -469,15 +474,15 @@ func TestSignaturesWithKeys(t *testing.T) {
 			keys[s] = map[gomatrixserverlib.KeyID]ed25519.PublicKey{"ed25519:1": pub}
 		}
 		_, st := roomstatetest.Open(t, t.TempDir())
-		res, err := st.Import(strings.NewReader(strings.Join(c.lines, "\n")), "restricted", roomstate.ImportOptions{KeepGoing: true, Keys: keys})
+		res, err := st.Import(ctx, strings.NewReader(strings.Join(c.lines, "\n")), "restricted", roomstate.ImportOptions{KeepGoing: true, Keys: keys})
 		require.NoError(t, err)
 		require.Len(t, res.Refused, 1, "%v", res.Refused)
 		require.Equal(t, unsigned.EventID(), res.Refused[0].EventID)
 		require.ErrorIs(t, res.Refused[0], roomstate.ErrBadSignature)
 		require.Contains(t, res.Refused[0].Error(), "authorization rule 4.2.1 of room version 10")
-		r, err := st.Room(c.roomID)
+		r, err := st.Room(ctx, c.roomID)
 		require.NoError(t, err)
-		_, err = resolver.Replay(r, resolver.ReplayOptions{})
+		_, err = resolver.Replay(ctx, r, resolver.ReplayOptions{})
 		require.NoError(t, err)
 		es, ok, err := r.EventState(signed.EventID())
 		require.NoError(t, err)

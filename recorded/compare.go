@@ -1,6 +1,7 @@
 package recorded
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -50,14 +51,14 @@ type CompareResult struct {
 // Compare checks a replayed room against what its origin server recorded: the state
 // after every recorded event (exp.After, or streamed from the file for Open; except those whose state an every-k repack
 // dropped: counted in NotKept), and the current state when recorded. Each
-// difference is passed to report.
-func Compare(room *roomstate.Room, exp *Expected, report func(Mismatch)) (CompareResult, error) {
-	return CompareProgress(room, exp, report, nil)
+// difference is passed to report. ctx is checked before each snapshot read.
+func Compare(ctx context.Context, room *roomstate.Room, exp *Expected, report func(Mismatch)) (CompareResult, error) {
+	return CompareProgress(ctx, room, exp, report, nil)
 }
 
 // CompareProgress is Compare calling progress, if set, after each recorded state
 // compared (in file order) with the count so far: for progress bars.
-func CompareProgress(room *roomstate.Room, exp *Expected, report func(Mismatch), progress func(states int)) (CompareResult, error) {
+func CompareProgress(ctx context.Context, room *roomstate.Room, exp *Expected, report func(Mismatch), progress func(states int)) (CompareResult, error) {
 	var res CompareResult
 	rd := room.NewReader()
 	memo := roomstate.EntryMemo{}
@@ -138,7 +139,7 @@ func CompareProgress(room *roomstate.Room, exp *Expected, report func(Mismatch),
 		if err != nil {
 			return err
 		}
-		ours, err := room.StateMemo(rd, root, memo)
+		ours, err := room.StateMemo(ctx, rd, root, memo)
 		if err != nil {
 			return err
 		}
@@ -164,7 +165,7 @@ func CompareProgress(room *roomstate.Room, exp *Expected, report func(Mismatch),
 		}
 	}
 	if len(exp.Current) > 0 {
-		ours, err := room.StateMemo(rd, room.Head().CurrentState, memo)
+		ours, err := room.StateMemo(ctx, rd, room.Head().CurrentState, memo)
 		if err != nil {
 			return res, err
 		}

@@ -15,6 +15,7 @@ import (
 // on a copy whose recorded state was edited in one line; a line that does not
 // decode fails the comparison naming the file and line.
 func TestOpenStreamsLikeLoad(t *testing.T) {
+	ctx := t.Context()
 	src := filepath.Join(testrooms.Dir(), "real", "room003")
 	room, err := testrooms.ImportReplayed(packstore.NewMemStorage(), src)
 	if err != nil {
@@ -40,11 +41,11 @@ func TestOpenStreamsLikeLoad(t *testing.T) {
 			t.Fatalf("%s: Open holds %d states (count %d), Load %d (count %d)", dir, len(opened.After), opened.States, len(loaded.After), loaded.States)
 		}
 		var mA, mB []string
-		a, err := Compare(room, loaded, func(m Mismatch) { mA = append(mA, m.String()) })
+		a, err := Compare(ctx, room, loaded, func(m Mismatch) { mA = append(mA, m.String()) })
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := Compare(room, opened, func(m Mismatch) { mB = append(mB, m.String()) })
+		b, err := Compare(ctx, room, opened, func(m Mismatch) { mB = append(mB, m.String()) })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +66,7 @@ func TestOpenStreamsLikeLoad(t *testing.T) {
 	if err := os.WriteFile(p, append([]byte("{not json\n"), b...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Compare(room, opened, func(Mismatch) {}); err == nil || !strings.Contains(err.Error(), "expected_state.jsonl line 1") {
+	if _, err := Compare(ctx, room, opened, func(Mismatch) {}); err == nil || !strings.Contains(err.Error(), "expected_state.jsonl line 1") {
 		t.Fatalf("Compare over a damaged file: %v", err)
 	}
 }
@@ -74,6 +75,7 @@ func TestOpenStreamsLikeLoad(t *testing.T) {
 // copy of the line before it (same number of lines, one event's state lost) is a
 // mismatch naming the event and both states, loaded or streamed.
 func TestCompareEventRecordedTwice(t *testing.T) {
+	ctx := t.Context()
 	src := filepath.Join(testrooms.Dir(), "real", "room003")
 	room, err := testrooms.ImportReplayed(packstore.NewMemStorage(), src)
 	if err != nil {
@@ -86,7 +88,7 @@ func TestCompareEventRecordedTwice(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got []string
-		res, err := Compare(room, exp, func(m Mismatch) { got = append(got, m.String()) })
+		res, err := Compare(ctx, room, exp, func(m Mismatch) { got = append(got, m.String()) })
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,7 @@ import (
 // answers renders everything a room answers (events, edges, PDUs, states before and
 // after every event, head) as text, so two stores can be compared whole.
 func answers(t *testing.T, room *roomstate.Room) string {
+	ctx := t.Context()
 	t.Helper()
 	var b strings.Builder
 	h := room.Head()
@@ -35,7 +36,7 @@ func answers(t *testing.T, room *roomstate.Room) string {
 		st, ok, err := room.EventState(id)
 		require.NoError(t, err)
 		require.True(t, ok)
-		after, err := room.StateEntries(rd, st.After)
+		after, err := room.StateEntries(ctx, rd, st.After)
 		require.NoError(t, err)
 		keys := make([]string, 0, len(after))
 		for k, v := range after {
@@ -50,6 +51,7 @@ func answers(t *testing.T, room *roomstate.Room) string {
 // TestRepackAnswersUnchanged: generated rooms (forks, rejections; versions 10 and 12)
 // answer every query the same after a repack with each plan kind and a reopen.
 func TestRepackAnswersUnchanged(t *testing.T) {
+	ctx := t.Context()
 	for _, rv := range []string{"10", "12"} {
 		opts := gen.DefaultOptions()
 		opts.Seed, opts.Events, opts.Servers, opts.RoomVersion = 7, 300, 4, rv
@@ -71,10 +73,10 @@ func TestRepackAnswersUnchanged(t *testing.T) {
 				require.NoError(t, eng.Close())
 
 				_, st := roomstatetest.Open(t, storeDir)
-				room, err = st.Room(room.ID())
+				room, err = st.Room(ctx, room.ID())
 				require.NoError(t, err)
 				require.Equal(t, before, answers(t, room))
-				_, err = room.Check()
+				_, err = room.Check(ctx)
 				require.NoError(t, err)
 			})
 		}

@@ -42,13 +42,14 @@ func genLines(t *testing.T, seed uint64, events int) []string {
 
 // importLines imports PDU lines into the store and replays the room.
 func importLines(t *testing.T, st *roomstate.Store, lines []string) (*roomstate.Room, resolver.ReplayResult) {
+	ctx := t.Context()
 	t.Helper()
-	res, err := st.Import(strings.NewReader(strings.Join(lines, "\n")), "generated", roomstate.ImportOptions{})
+	res, err := st.Import(ctx, strings.NewReader(strings.Join(lines, "\n")), "generated", roomstate.ImportOptions{})
 	require.NoError(t, err)
 	require.Len(t, res.Rooms, 1)
-	room, err := st.Room(res.Rooms[0])
+	room, err := st.Room(ctx, res.Rooms[0])
 	require.NoError(t, err)
-	rr, err := resolver.Replay(room, resolver.ReplayOptions{})
+	rr, err := resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	require.NoError(t, err)
 	return room, rr
 }
@@ -83,6 +84,7 @@ func keptByRule(m roomstate.EventMeta, st roomstate.EventState, fwd []string, k 
 // either its state record with the entries of both snapshots (read through
 // StateBefore and StateAfter) or which named errors those queries returned.
 func eventAnswer(t *testing.T, room *roomstate.Room, rd *hamtstore.Reader, id string) string {
+	ctx := t.Context()
 	t.Helper()
 	m, err := room.Meta(id)
 	require.NoError(t, err)
@@ -102,7 +104,7 @@ func eventAnswer(t *testing.T, room *roomstate.Room, rd *hamtstore.Reader, id st
 	require.Equal(t, st.Before, before)
 	require.Equal(t, st.After, after)
 	entries := func(root hamtstore.NodeID) string {
-		es, err := room.StateEntries(rd, root)
+		es, err := room.StateEntries(ctx, rd, root)
 		require.NoError(t, err)
 		keys := make([]string, 0, len(es))
 		for k, v := range es {
@@ -224,6 +226,7 @@ func TestEveryKPlanIsLiveSet(t *testing.T) {
 // and StateAfter, Check passes counting them, an incremental replay writes nothing,
 // and the live bytes are fewer than after an all-snapshots repack of the same room.
 func TestEveryKRepackAnswers(t *testing.T) {
+	ctx := t.Context()
 	lines := genLines(t, 11, 300)
 	live := map[repackplan.Liveness]int64{}
 	for _, lv := range repackplan.Livenesses {
@@ -241,12 +244,12 @@ func TestEveryKRepackAnswers(t *testing.T) {
 				require.NoError(t, err)
 				keep[id] = lv == repackplan.AllSnapshots || keptByRule(m, st, fwd, everyK)
 			}
-			current, err := room.StateEntries(room.NewReader(), room.CurrentState())
+			current, err := room.StateEntries(ctx, room.NewReader(), room.CurrentState())
 			require.NoError(t, err)
 
 			eng, stats := repackReopen(t, eng, dir, room, repackplan.Options{Kind: repackplan.Mixed, Liveness: lv, Every: everyK})
 			live[lv] = eng.Stats().LiveBytes
-			room, err = roomstate.New(eng).Room(room.ID())
+			room, err = roomstate.New(eng).Room(ctx, room.ID())
 			require.NoError(t, err)
 			after := allAnswers(t, room)
 			notKept := 0
@@ -260,18 +263,18 @@ func TestEveryKRepackAnswers(t *testing.T) {
 				require.Equal(t, strings.SplitN(want, " ", 2)[0], strings.SplitN(after[id], " ", 2)[0])
 			}
 			require.Equal(t, stats.StatesDropped, notKept)
-			cur, err := room.StateEntries(room.NewReader(), room.CurrentState())
+			cur, err := room.StateEntries(ctx, room.NewReader(), room.CurrentState())
 			require.NoError(t, err)
 			require.Equal(t, current, cur)
-			cr, err := room.Check()
+			cr, err := room.Check(ctx)
 			require.NoError(t, err)
 			require.Equal(t, notKept, cr.NotKept)
-			rr, err := resolver.Replay(room, resolver.ReplayOptions{})
+			rr, err := resolver.Replay(ctx, room, resolver.ReplayOptions{})
 			require.NoError(t, err)
 			require.Zero(t, rr.Computed)
 			require.Equal(t, notKept, rr.NotKept)
 			for _, w := range repackplan.WalkKinds {
-				_, err := repackplan.Walk(room, w, 100, resolver.ResolveForwardExtremities)
+				_, err := repackplan.Walk(ctx, room, w, 100, resolver.ResolveForwardExtremities)
 				require.NoError(t, err, w)
 			}
 		})
@@ -285,6 +288,7 @@ func TestEveryKRepackAnswers(t *testing.T) {
 // replays to the same states as a room replayed whole; a forced replay writes every
 // state record again and clears the keep rule.
 func TestEveryKAppendAndForceReplay(t *testing.T) {
+	ctx := t.Context()
 	lines := genLines(t, 7, 300)
 	whole, _ := importLines(t, roomstate.New(packstore.NewMemStorage()), lines)
 	want := allAnswers(t, whole)
@@ -307,15 +311,15 @@ func TestEveryKAppendAndForceReplay(t *testing.T) {
 	}
 	require.Equal(t, whole.Head().ForwardExtremities, room.Head().ForwardExtremities)
 	require.Equal(t, whole.CurrentState(), room.CurrentState())
-	cr, err := room.Check()
+	cr, err := room.Check(ctx)
 	require.NoError(t, err)
 	require.Equal(t, stats.StatesDropped, cr.NotKept)
 
-	_, err = resolver.Replay(room, resolver.ReplayOptions{Force: true})
+	_, err = resolver.Replay(ctx, room, resolver.ReplayOptions{Force: true})
 	require.NoError(t, err)
 	require.Zero(t, room.Head().StateEvery)
 	require.Equal(t, want, allAnswers(t, room))
-	cr, err = room.Check()
+	cr, err = room.Check(ctx)
 	require.NoError(t, err)
 	require.Zero(t, cr.NotKept)
 }

@@ -29,6 +29,7 @@ func importReplay(t *testing.T, eng packstore.StorageEngine, room string) *rooms
 // places the newest event first, and leaves out a node no snapshot reaches; after the
 // repack the room checks clean, the stray node is gone and nothing else is.
 func TestPlanCoversLiveRecordsOnce(t *testing.T) {
+	ctx := t.Context()
 	for _, tc := range []struct {
 		room string
 		kind repackplan.Kind
@@ -83,7 +84,7 @@ func TestPlanCoversLiveRecordsOnce(t *testing.T) {
 			after, err := eng.CollectionRecords(room.Collection())
 			require.NoError(t, err)
 			require.Len(t, after, len(plan.Records))
-			_, err = room.Check()
+			_, err = room.Check(ctx)
 			require.NoError(t, err)
 		})
 	}
@@ -92,15 +93,16 @@ func TestPlanCoversLiveRecordsOnce(t *testing.T) {
 // TestWalks runs every walk on a replayed real room with seven branches and checks
 // what each must have visited.
 func TestWalks(t *testing.T) {
+	ctx := t.Context()
 	room := importReplay(t, packstore.NewMemStorage(), "room004_union")
 	ids, err := room.EventIDs()
 	require.NoError(t, err)
 	for _, k := range repackplan.WalkKinds {
-		ws, err := repackplan.Walk(room, k, 50, resolver.ResolveForwardExtremities)
+		ws, err := repackplan.Walk(ctx, room, k, 50, resolver.ResolveForwardExtremities)
 		require.NoError(t, err, k)
 		switch k {
 		case repackplan.WalkCurrentState:
-			entries, err := room.StateEntries(room.NewReader(), room.CurrentState())
+			entries, err := room.StateEntries(ctx, room.NewReader(), room.CurrentState())
 			require.NoError(t, err)
 			require.Equal(t, len(entries), ws.PDUs)
 			require.Positive(t, ws.Nodes)
@@ -115,25 +117,26 @@ func TestWalks(t *testing.T) {
 			require.Positive(t, ws.Nodes)
 		}
 	}
-	_, err = repackplan.Walk(room, "nope", 0, nil)
+	_, err = repackplan.Walk(ctx, room, "nope", 0, nil)
 	require.Error(t, err)
-	_, err = repackplan.Walk(room, repackplan.WalkResolve, 0, nil)
+	_, err = repackplan.Walk(ctx, room, repackplan.WalkResolve, 0, nil)
 	require.ErrorContains(t, err, "needs a ResolveFunc")
 }
 
 // TestPlanWithOutliers: a room imported in backfill order without its oldest events
 // replays with outliers; a plan still covers every record and the repack keeps them.
 func TestPlanWithOutliers(t *testing.T) {
+	ctx := t.Context()
 	b, err := os.ReadFile(filepath.Join(testrooms.Dir(), "real", "room002", "events.jsonl"))
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	eng, st := roomstatetest.Open(t, t.TempDir())
-	res, err := st.Import(strings.NewReader(strings.Join(lines[40:], "\n")), "partial",
+	res, err := st.Import(ctx, strings.NewReader(strings.Join(lines[40:], "\n")), "partial",
 		roomstate.ImportOptions{AnyOrder: true, RoomVersion: "10"})
 	require.NoError(t, err)
-	room, err := st.Room(res.Rooms[0])
+	room, err := st.Room(ctx, res.Rooms[0])
 	require.NoError(t, err)
-	rr, err := resolver.Replay(room, resolver.ReplayOptions{})
+	rr, err := resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	require.NoError(t, err)
 	require.Positive(t, rr.Outliers)
 	plan, _, err := repackplan.Plan(room, repackplan.Options{Kind: repackplan.ReverseTopological})
@@ -143,6 +146,6 @@ func TestPlanWithOutliers(t *testing.T) {
 	require.Len(t, plan.Records, len(all))
 	_, err = eng.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{plan}})
 	require.NoError(t, err)
-	_, err = room.Check()
+	_, err = room.Check(ctx)
 	require.NoError(t, err)
 }

@@ -2,6 +2,7 @@ package repackplan
 
 import (
 	"container/heap"
+	"context"
 	"fmt"
 
 	"github.com/mtxdb/mtxdb/hamtstore"
@@ -50,12 +51,12 @@ type WalkStats struct {
 // returns the PDUs it loaded from the store and the HAMT nodes it read:
 // resolver.ResolveForwardExtremities. WalkResolve runs it, so that this package
 // needs no state resolution of its own.
-type ResolveFunc func(room *roomstate.Room) (events, nodes int, err error)
+type ResolveFunc func(ctx context.Context, room *roomstate.Room) (events, nodes int, err error)
 
 // Walk runs one walk over a room; limit bounds the backfill walk (0: 1000
 // events) and resolve runs WalkResolve (the other walks ignore it; nil fails
-// WalkResolve).
-func Walk(room *roomstate.Room, kind WalkKind, limit int, resolve ResolveFunc) (WalkStats, error) {
+// WalkResolve). ctx goes to resolve.
+func Walk(ctx context.Context, room *roomstate.Room, kind WalkKind, limit int, resolve ResolveFunc) (WalkStats, error) {
 	var ws WalkStats
 	h := room.Head()
 	if !h.Replayed {
@@ -154,7 +155,7 @@ func Walk(room *roomstate.Room, kind WalkKind, limit int, resolve ResolveFunc) (
 		if resolve == nil {
 			return ws, fmt.Errorf("repackplan: walk %s needs a ResolveFunc", kind)
 		}
-		events, nodes, err := resolve(room)
+		events, nodes, err := resolve(ctx, room)
 		ws.Events, ws.PDUs, ws.Nodes = events, events, nodes
 		return ws, err
 	}

@@ -81,17 +81,18 @@ func cyclicEvents(t *testing.T, base []string) map[string][]string {
 // the room replays to the state its server recorded, and an event after the tip
 // that does not descend from the cycle is replayed.
 func TestReplayLeavesOutCycles(t *testing.T) {
+	ctx := t.Context()
 	base, exp := realRoomLines(t, "room003")
 	for name, evs := range cyclicEvents(t, base) {
 		t.Run(name, func(t *testing.T) {
 			st := roomstate.New(packstore.NewMemStorage())
 			in := strings.Join(append(append([]string(nil), base...), evs...), "\n")
-			res, err := st.Import(strings.NewReader(in), "cycle", roomstate.ImportOptions{AnyOrder: true})
+			res, err := st.Import(ctx, strings.NewReader(in), "cycle", roomstate.ImportOptions{AnyOrder: true})
 			require.NoError(t, err)
 			require.Len(t, res.Refused, 0)
-			room, err := st.Room(res.Rooms[0])
+			room, err := st.Room(ctx, res.Rooms[0])
 			require.NoError(t, err)
-			rr, err := resolver.Replay(room, resolver.ReplayOptions{})
+			rr, err := resolver.Replay(ctx, room, resolver.ReplayOptions{})
 			require.NoError(t, err, "a cycle stopped the replay")
 			require.Equal(t, len(evs), rr.Cyclic)
 			require.Equal(t, len(evs), rr.Outliers)
@@ -100,17 +101,17 @@ func TestReplayLeavesOutCycles(t *testing.T) {
 			for _, id := range rr.CyclicIDs {
 				require.Contains(t, in, `"event_id":"`+id+`"`)
 			}
-			cr, err := recorded.Compare(room, exp, func(m recorded.Mismatch) { t.Error(m) })
+			cr, err := recorded.Compare(ctx, room, exp, func(m recorded.Mismatch) { t.Error(m) })
 			require.NoError(t, err)
 			require.Equal(t, len(exp.After), cr.Events)
 
 			// The room's check takes them for outliers, not for lost state records.
-			ck, err := room.Check()
+			ck, err := room.Check(ctx)
 			require.NoError(t, err)
 			require.Equal(t, len(evs), ck.Dangling)
 
 			// A second replay leaves them out again and computes nothing.
-			rr, err = resolver.Replay(room, resolver.ReplayOptions{})
+			rr, err = resolver.Replay(ctx, room, resolver.ReplayOptions{})
 			require.NoError(t, err)
 			require.Equal(t, len(evs), rr.Cyclic)
 			require.Equal(t, 0, rr.Computed)

@@ -43,6 +43,7 @@ func replayedResolver(t testing.TB, dir string) (*roomstate.Room, *resolver.Reso
 
 // stateMap reads a stored snapshot as a StateMap.
 func stateMap(t testing.TB, room *roomstate.Room, eventID string, after bool) resolver.StateMap {
+	ctx := t.Context()
 	t.Helper()
 	st, ok, err := room.EventState(eventID)
 	if err != nil || !ok {
@@ -52,7 +53,7 @@ func stateMap(t testing.TB, room *roomstate.Room, eventID string, after bool) re
 	if after {
 		root = st.After
 	}
-	entries, err := room.StateEntries(room.NewReader(), root)
+	entries, err := room.StateEntries(ctx, room.NewReader(), root)
 	if err != nil {
 		t.Fatal(err)
 	}

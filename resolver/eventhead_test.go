@@ -281,18 +281,19 @@ type replayed struct {
 }
 
 func replayRecords(t *testing.T, dir string) replayed {
+	ctx := t.Context()
 	t.Helper()
 	_, st := roomstatetest.Open(t, t.TempDir())
 	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
 	require.NoError(t, err)
 	defer f.Close()
-	res, err := st.Import(f, dir, roomstate.ImportOptions{KeepGoing: true}) // a recipe room holds a PDU import refuses
+	res, err := st.Import(ctx, f, dir, roomstate.ImportOptions{KeepGoing: true}) // a recipe room holds a PDU import refuses
 	require.NoError(t, err)
 	out := replayed{states: map[string]roomstate.EventState{}}
 	for _, id := range res.Rooms {
-		room, err := st.Room(id)
+		room, err := st.Room(ctx, id)
 		require.NoError(t, err)
-		_, err = resolver.Replay(room, resolver.ReplayOptions{})
+		_, err = resolver.Replay(ctx, room, resolver.ReplayOptions{})
 		require.NoError(t, err)
 		out.head = room.Head()
 		ids, err := room.EventIDs()
@@ -413,22 +414,23 @@ func TestResolveMapsHeadSource(t *testing.T) {
 // and those of the events their authorisation and resolution need, not the whole
 // room (12 new events of room003 parse far fewer than its 212 PDUs).
 func TestIncrementalReplayParses(t *testing.T) {
+	ctx := t.Context()
 	raw, err := os.ReadFile(filepath.Join(testrooms.Dir(), "real", "room003", "events.jsonl"))
 	require.NoError(t, err)
 	lines := strings.SplitAfter(strings.TrimSpace(string(raw)), "\n")
 	require.Greater(t, len(lines), 200)
 	_, st := roomstatetest.Open(t, t.TempDir())
-	res, err := st.Import(strings.NewReader(strings.Join(lines[:200], "")), "first", roomstate.ImportOptions{})
+	res, err := st.Import(ctx, strings.NewReader(strings.Join(lines[:200], "")), "first", roomstate.ImportOptions{})
 	require.NoError(t, err)
-	room, err := st.Room(res.Rooms[0])
+	room, err := st.Room(ctx, res.Rooms[0])
 	require.NoError(t, err)
-	_, err = resolver.Replay(room, resolver.ReplayOptions{})
+	_, err = resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	require.NoError(t, err)
-	_, err = st.Import(strings.NewReader(strings.Join(lines, "")), "all", roomstate.ImportOptions{})
+	_, err = st.Import(ctx, strings.NewReader(strings.Join(lines, "")), "all", roomstate.ImportOptions{})
 	require.NoError(t, err)
-	room, err = st.Room(res.Rooms[0])
+	room, err = st.Room(ctx, res.Rooms[0])
 	require.NoError(t, err)
-	rep, err := resolver.Replay(room, resolver.ReplayOptions{})
+	rep, err := resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	require.NoError(t, err)
 	require.Equal(t, len(lines)-200, rep.Computed)
 	// The new events, and at most their auth events and those of the states they

@@ -1,6 +1,8 @@
 package resolver
 
 import (
+	"context"
+
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
@@ -11,7 +13,7 @@ import (
 // store (Stats.EventsLoaded), nodes the HAMT nodes read. The resolved state is
 // measured, not kept: its nodes go to memory, so the room's store may be open
 // read-only. It is repackplan's WalkResolve (mtxdb stats --reads).
-func ResolveForwardExtremities(room *roomstate.Room) (events, nodes int, err error) {
+func ResolveForwardExtremities(ctx context.Context, room *roomstate.Room) (events, nodes int, err error) {
 	r, err := New(room)
 	if err != nil {
 		return 0, 0, err
@@ -25,7 +27,7 @@ func ResolveForwardExtremities(room *roomstate.Room) (events, nodes int, err err
 		}
 		roots = append(roots, root)
 	}
-	if _, err := r.Resolve(roots); err != nil {
+	if _, err := r.Resolve(ctx, roots); err != nil {
 		return 0, 0, err
 	}
 	return r.EventsLoaded, r.Reader().NodesRead(), nil

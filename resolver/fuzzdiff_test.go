@@ -2,6 +2,7 @@ package resolver_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -351,18 +352,19 @@ func replayOutcome(rd *smallroom.Rendering, impl mapResolver, auth authFunc) *pa
 // replays it (resolver.Replay) and reads every event's state after and rejection,
 // and the room's current state.
 func storageOutcome(rd *smallroom.Rendering) *pathOutcome {
+	ctx := context.Background()
 	o := &pathOutcome{}
 	st := roomstate.New(packstore.NewMemStorage())
-	res, err := st.Import(bytes.NewReader(rd.JSONL()), "smallroom", roomstate.ImportOptions{})
+	res, err := st.Import(ctx, bytes.NewReader(rd.JSONL()), "smallroom", roomstate.ImportOptions{})
 	if err == nil && res.Imported != len(rd.PDUs) {
 		err = fmt.Errorf("import stored %d of %d events", res.Imported, len(rd.PDUs))
 	}
 	var room *roomstate.Room
 	if err == nil {
-		room, err = st.Room(rd.RoomID)
+		room, err = st.Room(ctx, rd.RoomID)
 	}
 	if err == nil {
-		_, err = resolver.Replay(room, resolver.ReplayOptions{})
+		_, err = resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	}
 	if err != nil {
 		o.err = err
@@ -370,7 +372,7 @@ func storageOutcome(rd *smallroom.Rendering) *pathOutcome {
 	}
 	rdr := room.NewReader()
 	state := func(root hamtstore.NodeID) stateIdx {
-		m, serr := room.State(rdr, root)
+		m, serr := room.State(ctx, rdr, root)
 		if serr != nil && o.err == nil {
 			o.err = serr
 		}

@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"container/heap"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -179,7 +180,10 @@ type ReplayResult struct {
 // the nearest ancestors whose states are stored (their resolution, as the first
 // replay computed it) and does not write it. With opts.Force the whole room is
 // replayed again and every record is written (see ReplayOptions.Force).
-func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
+//
+// ctx is checked before each event, as opts.Stop is: when it is done, Replay
+// stops as for Stop and returns an error matching both ErrStopped and ctx.Err().
+func Replay(ctx context.Context, room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 1000
 	}
@@ -195,7 +199,7 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 		return ReplayResult{}, err
 	}
 	n := len(g.ids)
-	rp := &replay{r: r, g: g, opts: opts, after: make([]hamtstore.NodeID, n), hasAfter: make([]bool, n),
+	rp := &replay{ctx: ctx, r: r, g: g, opts: opts, after: make([]hamtstore.NodeID, n), hasAfter: make([]bool, n),
 		computed: make([]bool, n), referenced: make([]bool, n), dropped: make([]bool, n)}
 	return rp.run()
 }
@@ -204,6 +208,7 @@ func Replay(room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
 // once known, and what the walk learnt. Slices of the room's size hold a few bytes
 // per event; states are roots, never maps.
 type replay struct {
+	ctx        context.Context // Replay's
 	r          *Resolver
 	g          *graph
 	opts       ReplayOptions
@@ -240,8 +245,8 @@ func (rp *replay) run() (ReplayResult, error) {
 		rp.late = make([]bool, len(rp.g.ids))
 	}
 	for p := range order {
-		if rp.opts.Stop != nil && rp.opts.Stop() {
-			err := rp.stop(p, len(order))
+		if cerr := rp.ctx.Err(); cerr != nil || rp.opts.Stop != nil && rp.opts.Stop() {
+			err := rp.stop(p, len(order), cerr)
 			return rp.res, err
 		}
 		if err := rp.step(order, p); err != nil {
@@ -277,10 +282,11 @@ func (rp *replay) order() ([]int32, error) {
 	return order, nil
 }
 
-// stop ends a replay that opts.Stop asked to stop before the event at position
-// p of total: it writes and syncs the state records computed so far and returns
-// ErrStopped naming where.
-func (rp *replay) stop(p, total int) error {
+// stop ends a replay that opts.Stop (or, with cause set, the context) asked to
+// stop before the event at position p of total: it writes and syncs the state
+// records computed so far and returns ErrStopped naming where, wrapping cause
+// too.
+func (rp *replay) stop(p, total int, cause error) error {
 	room := rp.r.room
 	if err := rp.flush(); err != nil {
 		return err
@@ -289,6 +295,9 @@ func (rp *replay) stop(p, total int) error {
 		return err
 	}
 	rp.countStats()
+	if cause != nil {
+		return fmt.Errorf("%w: room %s after %d of %d events: %w", ErrStopped, room.ID(), p, total, cause)
+	}
 	return fmt.Errorf("%w: room %s after %d of %d events", ErrStopped, room.ID(), p, total)
 }
 
@@ -380,7 +389,7 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 		}
 		prevRoots = append(prevRoots, root)
 	}
-	before, err := r.Resolve(prevRoots)
+	before, err := r.Resolve(rp.ctx, prevRoots)
 	if err != nil {
 		return fmt.Errorf("event %s: %w", id, err)
 	}
@@ -457,7 +466,7 @@ func (rp *replay) finish(order []int32) error {
 		}
 		fwdRoots = append(fwdRoots, root)
 	}
-	cur, err := r.Resolve(fwdRoots)
+	cur, err := r.Resolve(rp.ctx, fwdRoots)
 	if err != nil {
 		return fmt.Errorf("current state: %w", err)
 	}
@@ -639,7 +648,7 @@ func (rp *replay) afterOf(i int32) (hamtstore.NodeID, error) {
 		if pending {
 			continue
 		}
-		root, err := rp.r.Resolve(roots)
+		root, err := rp.r.Resolve(rp.ctx, roots)
 		if err != nil {
 			return hamtstore.NodeID{}, fmt.Errorf("event %s (state not kept): %w", rp.g.ids[x], err)
 		}

@@ -22,6 +22,7 @@ import (
 // events, with the same final state as one replay of the whole room; Force
 // recomputes all and changes no snapshot.
 func TestReplayIncremental(t *testing.T) {
+	ctx := t.Context()
 	dir := filepath.Join(testrooms.Dir(), "real", "room004_union")
 	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
 	require.NoError(t, err)
@@ -36,27 +37,27 @@ func TestReplayIncremental(t *testing.T) {
 
 	eng, st := roomstatetest.Open(t, t.TempDir())
 	imp := func(ls []string) *roomstate.Room {
-		res, err := st.Import(strings.NewReader(strings.Join(ls, "\n")), "part", roomstate.ImportOptions{})
+		res, err := st.Import(ctx, strings.NewReader(strings.Join(ls, "\n")), "part", roomstate.ImportOptions{})
 		require.NoError(t, err)
-		room, err := st.Room(res.Rooms[0])
+		room, err := st.Room(ctx, res.Rooms[0])
 		require.NoError(t, err)
 		return room
 	}
 	room := imp(lines[:100])
-	res, err := resolver.Replay(room, resolver.ReplayOptions{})
+	res, err := resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 100, res.Computed)
 
 	require.NoError(t, eng.Sync())
 	bytes := eng.Stats().DiskBytes
-	res, err = resolver.Replay(room, resolver.ReplayOptions{})
+	res, err = resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 0, res.Computed)
 	require.NoError(t, eng.Sync())
 	require.Equal(t, bytes, eng.Stats().DiskBytes, "a second replay wrote something")
 
 	room = imp(lines)
-	res, err = resolver.Replay(room, resolver.ReplayOptions{})
+	res, err = resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	require.NoError(t, err)
 	require.Equal(t, len(lines)-100, res.Computed)
 	incremental := room.Head()
@@ -65,13 +66,13 @@ func TestReplayIncremental(t *testing.T) {
 	require.Equal(t, whole.Head().CurrentState, incremental.CurrentState)
 	require.Equal(t, whole.Head().ForwardExtremities, incremental.ForwardExtremities)
 
-	res, err = resolver.Replay(room, resolver.ReplayOptions{Force: true})
+	res, err = resolver.Replay(ctx, room, resolver.ReplayOptions{Force: true})
 	require.NoError(t, err)
 	require.Equal(t, len(lines), res.Computed)
 	require.Equal(t, incremental.CurrentState, room.Head().CurrentState)
 	exp, err := recorded.Load(dir)
 	require.NoError(t, err)
-	cr, err := recorded.Compare(room, exp, func(m recorded.Mismatch) { t.Error(m) })
+	cr, err := recorded.Compare(ctx, room, exp, func(m recorded.Mismatch) { t.Error(m) })
 	require.NoError(t, err)
 	require.Equal(t, len(exp.After), cr.Events)
 }
@@ -80,6 +81,7 @@ func TestReplayIncremental(t *testing.T) {
 // stores it; AnyOrder, room version given), replays in topological order and matches
 // the recorded state; with its oldest events never imported, the rest are outliers.
 func TestReplayBackfillOrder(t *testing.T) {
+	ctx := t.Context()
 	dir := filepath.Join(testrooms.Dir(), "real", "room004_union")
 	b, err := os.ReadFile(filepath.Join(dir, "events.jsonl"))
 	require.NoError(t, err)
@@ -92,33 +94,33 @@ func TestReplayBackfillOrder(t *testing.T) {
 	require.NoError(t, err)
 
 	st := roomstate.New(packstore.NewMemStorage())
-	_, err = st.Import(strings.NewReader(strings.Join(rev, "\n")), "reversed", roomstate.ImportOptions{})
+	_, err = st.Import(ctx, strings.NewReader(strings.Join(rev, "\n")), "reversed", roomstate.ImportOptions{})
 	require.ErrorIs(t, err, roomstate.ErrNoCreateEvent, "without AnyOrder a backfill is refused")
-	res, err := st.Import(strings.NewReader(strings.Join(rev, "\n")), "reversed",
+	res, err := st.Import(ctx, strings.NewReader(strings.Join(rev, "\n")), "reversed",
 		roomstate.ImportOptions{AnyOrder: true, RoomVersion: "5"})
 	require.NoError(t, err)
-	room, err := st.Room(res.Rooms[0])
+	room, err := st.Room(ctx, res.Rooms[0])
 	require.NoError(t, err)
-	rr, err := resolver.Replay(room, resolver.ReplayOptions{})
+	rr, err := resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	require.NoError(t, err)
 	require.Zero(t, rr.Outliers)
-	cr, err := recorded.Compare(room, exp, func(m recorded.Mismatch) { t.Error(m) })
+	cr, err := recorded.Compare(ctx, room, exp, func(m recorded.Mismatch) { t.Error(m) })
 	require.NoError(t, err)
 	require.Equal(t, len(exp.After), cr.Events)
-	_, err = room.Check()
+	_, err = room.Check(ctx)
 	require.NoError(t, err)
 
 	// Without the first 3 events nothing can be replayed: everything descends from them.
 	st = roomstate.New(packstore.NewMemStorage())
-	res, err = st.Import(strings.NewReader(strings.Join(rev[:len(rev)-3], "\n")), "partial",
+	res, err = st.Import(ctx, strings.NewReader(strings.Join(rev[:len(rev)-3], "\n")), "partial",
 		roomstate.ImportOptions{AnyOrder: true, RoomVersion: "5"})
 	require.NoError(t, err)
-	room, err = st.Room(res.Rooms[0])
+	room, err = st.Room(ctx, res.Rooms[0])
 	require.NoError(t, err)
-	rr, err = resolver.Replay(room, resolver.ReplayOptions{})
+	rr, err = resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	require.NoError(t, err)
 	require.Equal(t, len(rev)-3, rr.Outliers)
-	ck, err := room.Check()
+	ck, err := room.Check(ctx)
 	require.NoError(t, err)
 	require.Equal(t, len(rev)-3, ck.Dangling)
 }

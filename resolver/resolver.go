@@ -19,11 +19,17 @@
 // unconflicted event descends from it. That last test walks auth_events edges
 // forward from the candidate through the room's auth index (built once per Resolver
 // from the metadata records) until it meets an event of the unconflicted map.
+//
+// Replay, Resolver.Resolve and ResolveForwardExtremities read and write the
+// store and take a context.Context first: Replay checks it before each event,
+// Resolve before each resolution it computes (roomstate's package doc, "Contexts",
+// says which roomstate calls take one).
 package resolver
 
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -356,8 +362,9 @@ type conflict struct {
 
 // Resolve returns the snapshot that resolves the given snapshots for this room's
 // version; equal inputs short-circuit without reading anything. The result is
-// written to the room's node store.
-func (r *Resolver) Resolve(roots []hamtstore.NodeID) (hamtstore.NodeID, error) {
+// written to the room's node store. ctx is checked before a resolution is
+// computed (not within one).
+func (r *Resolver) Resolve(ctx context.Context, roots []hamtstore.NodeID) (hamtstore.NodeID, error) {
 	uniq := uniqueRoots(roots)
 	switch len(uniq) {
 	case 0:
@@ -368,6 +375,9 @@ func (r *Resolver) Resolve(roots []hamtstore.NodeID) (hamtstore.NodeID, error) {
 	memoKey := rootSetKey(uniq)
 	if root, ok := r.memo[memoKey]; ok {
 		return root, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return hamtstore.NodeID{}, err
 	}
 	start := time.Now()
 	root, err := r.resolve(uniq)

@@ -39,6 +39,7 @@ func (r *repeatReader) Read(p []byte) (int, error) {
 // element, while import allocates a small fraction of their size; the PDUs around
 // them are imported.
 func TestImportBoundedReading(t *testing.T) {
+	ctx := t.Context()
 	lines := roomLines(t, "room002")
 	const big = 64 << 20
 	huge := func() io.Reader { return &repeatReader{b: 'a', n: big} }
@@ -65,7 +66,7 @@ func TestImportBoundedReading(t *testing.T) {
 			var before, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
-			res, err := st.Import(c.in(), "big", roomstate.ImportOptions{KeepGoing: true})
+			res, err := st.Import(ctx, c.in(), "big", roomstate.ImportOptions{KeepGoing: true})
 			runtime.ReadMemStats(&after)
 			require.NoError(t, err)
 			require.Equal(t, c.imported, res.Imported)
@@ -80,7 +81,7 @@ func TestImportBoundedReading(t *testing.T) {
 	// canonical size), not dropped unread.
 	st := roomstate.New(packstore.NewMemStorage())
 	pad := `{"type":"` + string(bytes.Repeat([]byte{'a'}, roomstate.MaxLineBytes-20)) + `"}`
-	res, err := st.Import(strings.NewReader(pad), "pad", roomstate.ImportOptions{KeepGoing: true})
+	res, err := st.Import(ctx, strings.NewReader(pad), "pad", roomstate.ImportOptions{KeepGoing: true})
 	require.NoError(t, err)
 	require.Len(t, res.Refused, 1)
 	require.NotContains(t, res.Refused[0].Error(), "not read whole")
@@ -90,12 +91,13 @@ func TestImportBoundedReading(t *testing.T) {
 // response) is refused naming the key to take the PDUs from, whether or not it is
 // over the PDU size limit; a PDU without type is still "no type".
 func TestImportWrappedArray(t *testing.T) {
+	ctx := t.Context()
 	lines := roomLines(t, "room002")
 	st := roomstate.New(packstore.NewMemStorage())
 	in := `{"chunk":[` + strings.Join(lines[:3], ",") + "]}\n" +
 		`{"next_batch":"x","chunk":[` + strings.Join(lines[:100], ",") + "]}\n" +
 		`{"room_id":"!a:b","content":{}}` + "\n"
-	res, err := st.Import(strings.NewReader(in), "wrapped", roomstate.ImportOptions{KeepGoing: true})
+	res, err := st.Import(ctx, strings.NewReader(in), "wrapped", roomstate.ImportOptions{KeepGoing: true})
 	require.NoError(t, err)
 	require.Len(t, res.Refused, 3)
 	for _, r := range res.Refused[:2] {
@@ -112,7 +114,7 @@ func TestImportWrappedArray(t *testing.T) {
 	}
 	for _, key := range []string{"chunk", "pdus"} {
 		in := " {\"" + key + "\": [" + strings.Join(all, ",") + "]}\n"
-		res, err := st.Import(strings.NewReader(in), "wrapped-long", roomstate.ImportOptions{KeepGoing: true})
+		res, err := st.Import(ctx, strings.NewReader(in), "wrapped-long", roomstate.ImportOptions{KeepGoing: true})
 		require.NoError(t, err)
 		require.Len(t, res.Refused, 1)
 		require.ErrorIs(t, res.Refused[0], roomstate.ErrTooLarge)
@@ -121,7 +123,7 @@ func TestImportWrappedArray(t *testing.T) {
 	}
 	// An over-long PDU-like object names no wrapper.
 	in = `{"type":"m.room.message","content":{"body":"` + strings.Repeat("a", roomstate.MaxLineBytes) + `"}}` + "\n"
-	res, err = st.Import(strings.NewReader(in), "long-pdu", roomstate.ImportOptions{KeepGoing: true})
+	res, err = st.Import(ctx, strings.NewReader(in), "long-pdu", roomstate.ImportOptions{KeepGoing: true})
 	require.NoError(t, err)
 	require.Len(t, res.Refused, 1)
 	require.NotContains(t, res.Refused[0].Error(), "it opens a JSON object")

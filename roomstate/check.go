@@ -1,6 +1,7 @@
 package roomstate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -32,12 +33,13 @@ type CheckResult struct {
 // ErrCorruptRecord. In a room not replayed to its end (never replayed, replay
 // interrupted, or events imported since), the state records that exist are
 // checked and the events without one are counted in Unreplayed. For `mtxdb
-// verify` and tests; it reads the whole room.
-func (r *Room) Check() (CheckResult, error) { return r.CheckProgress(nil) }
+// verify` and tests; it reads the whole room. ctx is checked before each
+// event.
+func (r *Room) Check(ctx context.Context) (CheckResult, error) { return r.CheckProgress(ctx, nil) }
 
 // CheckProgress is Check calling progress, if set, after each event checked (about
 // every millisecond in a large room) with the count so far: for progress bars.
-func (r *Room) CheckProgress(progress func(events int)) (CheckResult, error) {
+func (r *Room) CheckProgress(ctx context.Context, progress func(events int)) (CheckResult, error) {
 	var res CheckResult
 	ids, err := r.EventIDs()
 	if err != nil {
@@ -76,6 +78,9 @@ func (r *Room) CheckProgress(progress func(events int)) (CheckResult, error) {
 		return nil
 	}
 	for i, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
 		if progress != nil && i > 0 {
 			progress(i)
 		}

@@ -1,6 +1,7 @@
 package roomstate_test
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"os"
@@ -18,6 +19,7 @@ import (
 // open a store, import the room's PDUs, replay it through state resolution and read
 // its current state, one entry of it, and the state before one event.
 func Example() {
+	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "mtxdb-example-")
 	if err != nil {
 		log.Fatal(err)
@@ -39,7 +41,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer in.Close()
-	res, err := st.Import(in, "room003/events.jsonl", roomstate.ImportOptions{})
+	res, err := st.Import(ctx, in, "room003/events.jsonl", roomstate.ImportOptions{})
 	if err != nil {
 		log.Fatal(err) // an *roomstate.ImportError names the line and the event
 	}
@@ -50,11 +52,11 @@ func Example() {
 
 	// Replay computes and stores the state before and after every event, the
 	// forward extremities and the current state.
-	room, err := st.Room(res.Rooms[0])
+	room, err := st.Room(ctx, res.Rooms[0])
 	if err != nil {
 		log.Fatal(err)
 	}
-	rr, err := resolver.Replay(room, resolver.ReplayOptions{})
+	rr, err := resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func Example() {
 	// The whole current state, keyed by (type, state_key): a resolver.StateMap.
 	rd := room.NewReader()
 	var current resolver.StateMap
-	current, err = room.State(rd, room.CurrentState())
+	current, err = room.State(ctx, rd, room.CurrentState())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -93,7 +95,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	s, err := room.State(rd, before)
+	s, err := room.State(ctx, rd, before)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -110,36 +112,37 @@ func Example() {
 // A Room follows its room: a handle taken before a second Import through the same
 // Store sees the events it added, and Replay on it computes just those.
 func ExampleRoom_Head() {
+	ctx := context.Background()
 	st := roomstate.New(packstore.NewMemStorage()) // or over packstore.Open
 	b, err := os.ReadFile(filepath.Join(testrooms.Dir(), "real", "room003", "events.jsonl"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	lines := strings.SplitAfter(string(b), "\n")
-	first, err := st.Import(strings.NewReader(strings.Join(lines[:100], "")), "first 100", roomstate.ImportOptions{})
+	first, err := st.Import(ctx, strings.NewReader(strings.Join(lines[:100], "")), "first 100", roomstate.ImportOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	if len(first.Rooms) != 1 {
 		log.Fatalf("imported %d rooms, want 1", len(first.Rooms))
 	}
-	room, err := st.Room(first.Rooms[0])
+	room, err := st.Room(ctx, first.Rooms[0])
 	if err != nil {
 		log.Fatal(err)
 	}
-	rr, err := resolver.Replay(room, resolver.ReplayOptions{})
+	rr, err := resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("events:", room.Head().Events, "computed:", rr.Computed)
 
-	all, err := st.Import(strings.NewReader(string(b)), "all", roomstate.ImportOptions{})
+	all, err := st.Import(ctx, strings.NewReader(string(b)), "all", roomstate.ImportOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("imported:", all.Imported, "skipped:", all.Skipped)
 	fmt.Println("events:", room.Head().Events, "replayed:", room.Head().Replayed)
-	rr, err = resolver.Replay(room, resolver.ReplayOptions{})
+	rr, err = resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}

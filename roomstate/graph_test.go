@@ -22,6 +22,7 @@ import (
 // the one built from the metadata records, event for event. It also requires
 // the records to be listed by RoomRecords (or a repack would drop them).
 func TestGraphRecords(t *testing.T) {
+	ctx := t.Context()
 	dirs, err := filepath.Glob(filepath.Join(testrooms.Dir(), "real", "room*"))
 	require.NoError(t, err)
 	require.NotEmpty(t, dirs)
@@ -38,10 +39,10 @@ func TestGraphRecords(t *testing.T) {
 				opts.AnyOrder = true
 				opts.RoomVersion = roomVersion(t, dir)
 			}
-			_, err = st.Import(bytes.NewReader([]byte(strings.Join(lines, "\n"))), dir, opts)
+			_, err = st.Import(ctx, bytes.NewReader([]byte(strings.Join(lines, "\n"))), dir, opts)
 			require.NoError(t, err, dir)
 		}
-		rooms, err := st.Rooms()
+		rooms, err := st.Rooms(ctx)
 		require.NoError(t, err)
 		for _, room := range rooms {
 			g, err := room.Graph()

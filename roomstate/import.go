@@ -3,6 +3,7 @@ package roomstate
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -133,12 +134,13 @@ type pendingRoom struct {
 // other-room and signature checks). With opts.KeepGoing it is recorded in
 // ImportResult.Refused and the import goes on with the next PDU; without, Import
 // stops there: everything before that line is stored and synced, nothing after it
-// is. Store and I/O errors always stop it.
-func (s *Store) Import(in io.Reader, source string, opts ImportOptions) (ImportResult, error) {
+// is. Store and I/O errors always stop it, and so does ctx, checked before each
+// group of PDUs parsed together (parseAhead): what was stored before is synced.
+func (s *Store) Import(ctx context.Context, in io.Reader, source string, opts ImportOptions) (ImportResult, error) {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 1000
 	}
-	imp := &importer{s: s, source: source, rooms: map[string]*pendingRoom{}, opts: opts}
+	imp := &importer{ctx: ctx, s: s, source: source, rooms: map[string]*pendingRoom{}, opts: opts}
 	err := imp.run(in)
 	if ferr := imp.flush(); ferr != nil && err == nil {
 		err = ferr
@@ -151,6 +153,7 @@ func (s *Store) Import(in io.Reader, source string, opts ImportOptions) (ImportR
 }
 
 type importer struct {
+	ctx     context.Context // Import's; checked in drain
 	s       *Store
 	source  string
 	opts    ImportOptions
@@ -202,6 +205,9 @@ func (imp *importer) queue(raw []byte, line int, element bool) error {
 // exactly as one PDU at a time would: a PDU's errors are reported when its turn
 // comes, after everything before it was stored.
 func (imp *importer) drain() error {
+	if err := imp.ctx.Err(); err != nil {
+		return err
+	}
 	q := imp.queued
 	imp.queued, imp.queuedBytes = imp.queued[:0:0], 0
 	imp.prepare(q)
@@ -837,7 +843,7 @@ func (imp *importer) room(roomID string) (*pendingRoom, error) {
 	if pr, ok := imp.rooms[roomID]; ok {
 		return pr, nil
 	}
-	r, err := imp.s.Room(roomID)
+	r, err := imp.s.Room(imp.ctx, roomID)
 	if errors.Is(err, ErrUnknownRoom) {
 		return nil, nil
 	}

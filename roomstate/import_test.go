@@ -38,6 +38,7 @@ func roomLines(t *testing.T, room string) []string {
 // requires a named error with the line and event, the five good events before it kept
 // after a reopen, and a clean re-import of the corrected file.
 func TestImportBadInput(t *testing.T) {
+	ctx := t.Context()
 	good := roomLines(t, "room002")[:12]
 	var roomID string
 	for _, tc := range []struct {
@@ -71,7 +72,7 @@ func TestImportBadInput(t *testing.T) {
 			dir := t.TempDir()
 			eng, st := roomstatetest.Open(t, dir)
 			in := strings.Join(tc.lines(), "\n") + "\n"
-			res, err := st.Import(strings.NewReader(in), "bad.jsonl", roomstate.ImportOptions{BatchSize: 2})
+			res, err := st.Import(ctx, strings.NewReader(in), "bad.jsonl", roomstate.ImportOptions{BatchSize: 2})
 			require.Error(t, err)
 			require.True(t, errors.Is(err, tc.want), "got %v, want %v", err, tc.want)
 			var ie *roomstate.ImportError
@@ -88,18 +89,18 @@ func TestImportBadInput(t *testing.T) {
 			// The store reopens with the five events before the bad line.
 			eng, st = roomstatetest.Open(t, dir)
 			defer eng.Close()
-			rooms, err := st.Rooms()
+			rooms, err := st.Rooms(ctx)
 			require.NoError(t, err)
 			require.Len(t, rooms, 1)
 			roomID = rooms[0].ID()
 			ids, err := rooms[0].EventIDs()
 			require.NoError(t, err)
 			require.Len(t, ids, 5)
-			_, err = rooms[0].Check()
+			_, err = rooms[0].Check(ctx)
 			require.NoError(t, err)
 
 			// Re-importing the good file skips what is there and adds the rest.
-			res, err = st.Import(strings.NewReader(strings.Join(good, "\n")), "good.jsonl", roomstate.ImportOptions{})
+			res, err = st.Import(ctx, strings.NewReader(strings.Join(good, "\n")), "good.jsonl", roomstate.ImportOptions{})
 			require.NoError(t, err)
 			require.Equal(t, 5, res.Skipped)
 			require.Equal(t, len(good)-5, res.Imported)
@@ -111,16 +112,17 @@ func TestImportBadInput(t *testing.T) {
 // TestImportUnknownRoomVersion: a create event naming a room version nobody knows is
 // refused with the line and event, and nothing is stored.
 func TestImportUnknownRoomVersion(t *testing.T) {
+	ctx := t.Context()
 	lines := roomLines(t, "room002")[:3]
 	lines[0] = strings.Replace(lines[0], `"room_version":"10"`, `"room_version":"99"`, 1)
 	require.Contains(t, lines[0], `"99"`)
 	eng, st := roomstatetest.Open(t, t.TempDir())
 	defer eng.Close()
-	_, err := st.Import(strings.NewReader(strings.Join(lines, "\n")), "v99.jsonl", roomstate.ImportOptions{})
+	_, err := st.Import(ctx, strings.NewReader(strings.Join(lines, "\n")), "v99.jsonl", roomstate.ImportOptions{})
 	require.ErrorIs(t, err, roomstate.ErrUnknownRoomVersion)
 	require.Contains(t, err.Error(), "v99.jsonl line 1 (event $")
 	require.Contains(t, err.Error(), `"99"`)
-	rooms, err := st.Rooms()
+	rooms, err := st.Rooms(ctx)
 	require.NoError(t, err)
 	require.Empty(t, rooms)
 }
@@ -129,12 +131,13 @@ func TestImportUnknownRoomVersion(t *testing.T) {
 // an exponent, -0, beyond 2^53-1) is refused with a reason that says so
 // (gomatrixserverlib's own is "value is outside of safe range" for all of them).
 func TestImportNonIntegerNumber(t *testing.T) {
+	ctx := t.Context()
 	for _, n := range []string{"1.5", "1e3", "-0", "9007199254740992"} {
 		lines := roomLines(t, "room002")[:2] // v10: the create event and the creator's join
 		require.Contains(t, lines[1], `"membership":"join"`)
 		lines[1] = strings.Replace(lines[1], `"membership":"join"`, `"membership":"join","n":`+n, 1)
 		eng, st := roomstatetest.Open(t, t.TempDir())
-		_, err := st.Import(strings.NewReader(strings.Join(lines, "\n")), "n.jsonl", roomstate.ImportOptions{})
+		_, err := st.Import(ctx, strings.NewReader(strings.Join(lines, "\n")), "n.jsonl", roomstate.ImportOptions{})
 		eng.Close()
 		require.ErrorIs(t, err, roomstate.ErrMalformedPDU, n)
 		require.Contains(t, err.Error(), "n.jsonl line 2", n)
@@ -145,16 +148,17 @@ func TestImportNonIntegerNumber(t *testing.T) {
 // TestImportJSONArray: the same PDUs as one JSON array import alike, and an error
 // names the array element.
 func TestImportJSONArray(t *testing.T) {
+	ctx := t.Context()
 	lines := roomLines(t, "room002")[:8]
 	eng, st := roomstatetest.Open(t, t.TempDir())
 	defer eng.Close()
 	arr := "[" + strings.Join(lines, ",\n") + "]"
-	res, err := st.Import(strings.NewReader(arr), "arr.json", roomstate.ImportOptions{})
+	res, err := st.Import(ctx, strings.NewReader(arr), "arr.json", roomstate.ImportOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 8, res.Imported)
 
 	bad := "[" + strings.Join(append(append([]string(nil), lines...), `{"type":1}`), ",") + "]"
-	_, err = st.Import(bytes.NewReader([]byte(bad)), "arr.json", roomstate.ImportOptions{})
+	_, err = st.Import(ctx, bytes.NewReader([]byte(bad)), "arr.json", roomstate.ImportOptions{})
 	require.ErrorIs(t, err, roomstate.ErrMalformedPDU)
 	require.Contains(t, err.Error(), "arr.json element 9")
 
@@ -166,14 +170,14 @@ func TestImportJSONArray(t *testing.T) {
 		"second array":   "[" + strings.Join(lines[:3], ",") + "] [" + lines[3] + "]",
 	} {
 		e, st := roomstatetest.Open(t, t.TempDir())
-		_, err := st.Import(strings.NewReader(in), "arr.json", roomstate.ImportOptions{})
+		_, err := st.Import(ctx, strings.NewReader(in), "arr.json", roomstate.ImportOptions{})
 		e.Close()
 		require.ErrorIs(t, err, roomstate.ErrMalformedPDU, name)
 	}
 	// Keeping going, an element that cannot be decoded is read and refused, so
 	// the counts add up (every refused element is counted as read).
 	e3, st3 := roomstatetest.Open(t, t.TempDir())
-	res, err = st3.Import(strings.NewReader("["+strings.Join(lines[:2], ",")+`,{"type":"x","bad":[1,2`), "cut.json", roomstate.ImportOptions{KeepGoing: true})
+	res, err = st3.Import(ctx, strings.NewReader("["+strings.Join(lines[:2], ",")+`,{"type":"x","bad":[1,2`), "cut.json", roomstate.ImportOptions{KeepGoing: true})
 	e3.Close()
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Read)
@@ -183,21 +187,22 @@ func TestImportJSONArray(t *testing.T) {
 
 	e2, st2 := roomstatetest.Open(t, t.TempDir())
 	defer e2.Close()
-	_, err = st2.Import(strings.NewReader("["+strings.Join(lines[:3], ",")+"]\n \n"), "arr.json", roomstate.ImportOptions{})
+	_, err = st2.Import(ctx, strings.NewReader("["+strings.Join(lines[:3], ",")+"]\n \n"), "arr.json", roomstate.ImportOptions{})
 	require.NoError(t, err, "white space after the array")
 }
 
 // TestImportV1Identity: a v1 PDU must name itself; reusing a stored v1 event ID with
 // a different content hash is refused; a byte-identical duplicate is skipped.
 func TestImportV1Identity(t *testing.T) {
+	ctx := t.Context()
 	lines := roomLines(t, "room003")[:6]
 	eng, st := roomstatetest.Open(t, t.TempDir())
 	defer eng.Close()
-	_, err := st.Import(strings.NewReader(strings.Join(lines[:5], "\n")), "v1", roomstate.ImportOptions{})
+	_, err := st.Import(ctx, strings.NewReader(strings.Join(lines[:5], "\n")), "v1", roomstate.ImportOptions{})
 	require.NoError(t, err)
 
 	noID := strings.Replace(lines[5], `"event_id":`, `"x_event_id":`, 1)
-	_, err = st.Import(strings.NewReader(noID), "noid", roomstate.ImportOptions{})
+	_, err = st.Import(ctx, strings.NewReader(noID), "noid", roomstate.ImportOptions{})
 	require.ErrorIs(t, err, roomstate.ErrMalformedPDU)
 	require.Contains(t, err.Error(), "event_id")
 
@@ -205,10 +210,10 @@ func TestImportV1Identity(t *testing.T) {
 	require.Positive(t, i)
 	j := i + len(`"hashes":{"sha256":"`)
 	other := lines[4][:j] + "A" + lines[4][j+1:]
-	_, err = st.Import(strings.NewReader(other), "dup", roomstate.ImportOptions{})
+	_, err = st.Import(ctx, strings.NewReader(other), "dup", roomstate.ImportOptions{})
 	require.ErrorIs(t, err, roomstate.ErrConflictingEvent)
 
-	res, err := st.Import(strings.NewReader(lines[4]), "same", roomstate.ImportOptions{})
+	res, err := st.Import(ctx, strings.NewReader(lines[4]), "same", roomstate.ImportOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Skipped)
 }
@@ -217,6 +222,7 @@ func TestImportV1Identity(t *testing.T) {
 // real PDUs): it may refuse it, but only with an error, never a panic, and every
 // event it reports imported must be readable afterwards.
 func FuzzImport(f *testing.F) {
+	ctx := f.Context()
 	lines := roomLines(&testing.T{}, "room002")[:4]
 	f.Add([]byte(strings.Join(lines, "\n")))
 	f.Add([]byte("[" + strings.Join(lines, ",") + "]"))
@@ -227,7 +233,7 @@ func FuzzImport(f *testing.F) {
 		// imported, skipped or refused (plus at most one refusal of a JSON
 		// array's broken end, which is not a PDU).
 		kg := roomstate.New(packstore.NewMemStorage())
-		kres, err := kg.Import(bytes.NewReader(data), "fuzz", roomstate.ImportOptions{KeepGoing: true})
+		kres, err := kg.Import(ctx, bytes.NewReader(data), "fuzz", roomstate.ImportOptions{KeepGoing: true})
 		if err != nil {
 			t.Fatalf("KeepGoing import: %v", err)
 		}
@@ -240,12 +246,12 @@ func FuzzImport(f *testing.F) {
 			}
 		}
 		st := roomstate.New(packstore.NewMemStorage())
-		res, err := st.Import(bytes.NewReader(data), "fuzz", roomstate.ImportOptions{AnyOrder: true, RoomVersion: "10"})
+		res, err := st.Import(ctx, bytes.NewReader(data), "fuzz", roomstate.ImportOptions{AnyOrder: true, RoomVersion: "10"})
 		if err != nil && res.Imported == 0 {
 			return
 		}
 		for _, id := range res.Rooms {
-			room, err := st.Room(id)
+			room, err := st.Room(ctx, id)
 			if err != nil {
 				t.Fatalf("room %s reported imported: %v", id, err)
 			}
@@ -267,6 +273,7 @@ func FuzzImport(f *testing.F) {
 // the redacted form, stays the same) is stored in redacted form, as the spec says,
 // and counted: ImportResult.Redacted is 1, and the stored event is the redacted one.
 func TestImportCountsRedacted(t *testing.T) {
+	ctx := t.Context()
 	lines := roomLines(t, "room002")
 	var last map[string]any
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &last))
@@ -277,11 +284,11 @@ func TestImportCountsRedacted(t *testing.T) {
 
 	eng, st := roomstatetest.Open(t, t.TempDir())
 	defer eng.Close()
-	res, err := st.Import(strings.NewReader(strings.Join(lines, "\n")), "room002-edited", roomstate.ImportOptions{})
+	res, err := st.Import(ctx, strings.NewReader(strings.Join(lines, "\n")), "room002-edited", roomstate.ImportOptions{})
 	require.NoError(t, err)
 	require.Equal(t, len(lines), res.Imported)
 	require.Equal(t, 1, res.Redacted)
-	room, err := st.Room(res.Rooms[0])
+	room, err := st.Room(ctx, res.Rooms[0])
 	require.NoError(t, err)
 	meta, err := room.Meta(last["event_id"].(string))
 	require.NoError(t, err)
@@ -293,7 +300,7 @@ func TestImportCountsRedacted(t *testing.T) {
 	// The untouched room: nothing redacted.
 	eng2, st2 := roomstatetest.Open(t, t.TempDir())
 	defer eng2.Close()
-	res, err = st2.Import(strings.NewReader(strings.Join(roomLines(t, "room002"), "\n")), "room002", roomstate.ImportOptions{})
+	res, err = st2.Import(ctx, strings.NewReader(strings.Join(roomLines(t, "room002"), "\n")), "room002", roomstate.ImportOptions{})
 	require.NoError(t, err)
 	require.Zero(t, res.Redacted)
 }

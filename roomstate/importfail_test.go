@@ -1,6 +1,7 @@
 package roomstate_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -43,6 +44,7 @@ func (f *failingPuts) Sync() error {
 // returns the error and ImportResult.Imported counts only the batches stored
 // and synced before it, not the failed batch.
 func TestImportFailedBatchNotCounted(t *testing.T) {
+	ctx := t.Context()
 	b, err := os.ReadFile(filepath.Join(testrooms.Dir(), "real", "room003", "events.jsonl"))
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
@@ -50,17 +52,17 @@ func TestImportFailedBatchNotCounted(t *testing.T) {
 	for _, failSync := range []bool{false, true} {
 		eng := &failingPuts{MemStorage: packstore.NewMemStorage(), failAt: 3, failSync: failSync}
 		st := roomstate.New(eng)
-		res, err := st.Import(strings.NewReader(string(b)), "room003", roomstate.ImportOptions{BatchSize: 10})
+		res, err := st.Import(ctx, strings.NewReader(string(b)), "room003", roomstate.ImportOptions{BatchSize: 10})
 		require.ErrorIs(t, err, errInjected, "failSync %v", failSync)
 		require.Equal(t, 20, res.Imported, "failSync %v: two batches of 10 stored before the failure", failSync)
 		require.Equal(t, 30, res.Read, "failSync %v", failSync)
 		if !failSync {
-			room, err := st.Room(res.Rooms[0])
+			room, err := st.Room(ctx, res.Rooms[0])
 			require.NoError(t, err)
 			require.Equal(t, uint32(20), room.Head().Events)
 			// A re-run on a working engine imports the rest.
 			eng.failAt = 1 << 30
-			res, err = st.Import(strings.NewReader(string(b)), "room003", roomstate.ImportOptions{BatchSize: 10})
+			res, err = st.Import(ctx, strings.NewReader(string(b)), "room003", roomstate.ImportOptions{BatchSize: 10})
 			require.NoError(t, err)
 			require.Equal(t, len(lines)-20, res.Imported)
 			require.Equal(t, 20, res.Skipped)
@@ -88,6 +90,7 @@ func (f *failingReader) Read(p []byte) (int, error) {
 // itself (errors.Is), not as a malformed PDU made of the partial line, and the
 // PDUs before it are stored; in JSON lines and in a JSON array.
 func TestImportReadErrorMidLine(t *testing.T) {
+	ctx := t.Context()
 	b, err := os.ReadFile(filepath.Join(testrooms.Dir(), "real", "room003", "events.jsonl"))
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
@@ -100,9 +103,31 @@ func TestImportReadErrorMidLine(t *testing.T) {
 			cut = len("[") + len(strings.Join(lines[:10], ",\n")) + 2 + len(lines[10])/2
 		}
 		st := roomstate.New(packstore.NewMemStorage())
-		res, err := st.Import(&failingReader{data: []byte(in), n: cut, err: errRead}, "cut", roomstate.ImportOptions{})
+		res, err := st.Import(ctx, &failingReader{data: []byte(in), n: cut, err: errRead}, "cut", roomstate.ImportOptions{})
 		require.ErrorIs(t, err, errRead, "array %v", array)
 		require.NotErrorIs(t, err, roomstate.ErrMalformedPDU, "array %v", array)
 		require.Equal(t, 10, res.Imported, "array %v", array)
 	}
+}
+
+// TestImportCanceled: Import under a canceled context stores nothing and
+// returns context.Canceled; the same input imports under a live one.
+func TestImportCanceled(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(testrooms.Dir(), "real", "room003", "events.jsonl"))
+	require.NoError(t, err)
+	st := roomstate.New(packstore.NewMemStorage())
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	res, err := st.Import(ctx, strings.NewReader(string(b)), "room003", roomstate.ImportOptions{})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Zero(t, res.Imported)
+	rooms, err := st.Rooms(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, rooms)
+	_, err = st.Rooms(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+
+	res, err = st.Import(t.Context(), strings.NewReader(string(b)), "room003", roomstate.ImportOptions{})
+	require.NoError(t, err)
+	require.Positive(t, res.Imported)
 }

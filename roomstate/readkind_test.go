@@ -14,6 +14,7 @@ import (
 // TestReadKinds checks that each room query is counted under its kind, on both
 // engines that count reads, and that an engine without KindGetter still works.
 func TestReadKinds(t *testing.T) {
+	ctx := t.Context()
 	dir := filepath.Join(testrooms.Dir(), "real", "room004")
 	ps, err := packstore.Open(packstore.Options{Dir: t.TempDir()}) // no cache: every read is physical
 	require.NoError(t, err)
@@ -23,7 +24,7 @@ func TestReadKinds(t *testing.T) {
 		require.NoError(t, err)
 		kg := eng.(packstore.KindGetter)
 		kg.ResetReadStats()
-		room, err = roomstate.New(eng).Room(room.ID())
+		room, err = roomstate.New(eng).Room(ctx, room.ID())
 		require.NoError(t, err)
 		ids, err := room.EventIDs()
 		require.NoError(t, err)
@@ -43,7 +44,7 @@ func TestReadKinds(t *testing.T) {
 
 		kg.ResetReadStats()
 		rd := room.NewReader()
-		_, err = room.StateEntries(rd, room.CurrentState())
+		_, err = room.StateEntries(ctx, rd, room.CurrentState())
 		require.NoError(t, err)
 		rs = kg.ReadStats()
 		require.EqualValues(t, rd.NodesRead(), rs[roomstate.ReadNode].Reads+rs[roomstate.ReadNode].CacheHits)

@@ -1,6 +1,7 @@
 package roomstate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -65,8 +66,12 @@ func (s *Store) newRoom(coll packstore.ID, h Head, raw []byte) *Room {
 // Engine returns the underlying storage engine.
 func (s *Store) Engine() packstore.StorageEngine { return s.eng }
 
-// Rooms returns every room that has a head record, sorted by room ID.
-func (s *Store) Rooms() ([]*Room, error) {
+// Rooms returns every room that has a head record, sorted by room ID. ctx is
+// checked before the listing and before each room's head is read.
+func (s *Store) Rooms(ctx context.Context) ([]*Room, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	var rooms []*Room
 	colls := s.eng.Collections()
 	if l, ok := s.eng.(interface {
@@ -80,6 +85,9 @@ func (s *Store) Rooms() ([]*Room, error) {
 		}
 	}
 	for _, coll := range colls {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		b, err := getKind(s.eng, coll, headRecordID, ReadOther)
 		if errors.Is(err, packstore.ErrNotFound) {
 			continue // not a room collection
@@ -98,7 +106,10 @@ func (s *Store) Rooms() ([]*Room, error) {
 }
 
 // Room opens a room by its room ID; ErrUnknownRoom if it was never imported.
-func (s *Store) Room(roomID string) (*Room, error) {
+func (s *Store) Room(ctx context.Context, roomID string) (*Room, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	coll := CollectionID(roomID)
 	b, err := getKind(s.eng, coll, headRecordID, ReadOther)
 	if errors.Is(err, packstore.ErrNotFound) {
@@ -550,9 +561,9 @@ func (r *Room) Lookup(rd *hamtstore.Reader, root hamtstore.NodeID, eventType, st
 // snapshot and one metadata record per entry (about 16 + 8 x depth bytes of
 // node reads per entry), checking that each entry names a state event of its
 // key (ErrCorruptRecord otherwise). To read one entry, Lookup is cheaper; to
-// read many snapshots of one room, StateMemo.
-func (r *Room) State(rd *hamtstore.Reader, root hamtstore.NodeID) (map[StatePair]string, error) {
-	return r.StateMemo(rd, root, EntryMemo{})
+// read many snapshots of one room, StateMemo. ctx is checked before the walk.
+func (r *Room) State(ctx context.Context, rd *hamtstore.Reader, root hamtstore.NodeID) (map[StatePair]string, error) {
+	return r.StateMemo(ctx, rd, root, EntryMemo{})
 }
 
 // EntryMemo remembers, for StateMemo, the checked snapshot entries of one room by
@@ -569,7 +580,10 @@ type memoEntry struct {
 // names is looked up and checked once per memo (make one EntryMemo and pass it to
 // every call), so the cost is a metadata read per distinct entry instead of per
 // entry. Errors as State.
-func (r *Room) StateMemo(rd *hamtstore.Reader, root hamtstore.NodeID, memo EntryMemo) (map[StatePair]string, error) {
+func (r *Room) StateMemo(ctx context.Context, rd *hamtstore.Reader, root hamtstore.NodeID, memo EntryMemo) (map[StatePair]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	out := make(map[StatePair]string)
 	err := rd.Iterate(root, func(k []byte, v hamtstore.Value) error {
 		if m, ok := memo[v]; ok && m.raw == string(k) {
@@ -591,15 +605,15 @@ func (r *Room) StateMemo(rd *hamtstore.Reader, root hamtstore.NodeID, memo Entry
 // StateEntries returns a whole snapshot as "type\x00state_key" -> event ID.
 //
 // Deprecated: use State, whose keys are StatePair (resolver.Key).
-func (r *Room) StateEntries(rd *hamtstore.Reader, root hamtstore.NodeID) (map[string]string, error) {
-	return r.StateEntriesMemo(rd, root, EntryMemo{})
+func (r *Room) StateEntries(ctx context.Context, rd *hamtstore.Reader, root hamtstore.NodeID) (map[string]string, error) {
+	return r.StateEntriesMemo(ctx, rd, root, EntryMemo{})
 }
 
 // StateEntriesMemo is StateMemo keyed by "type\x00state_key".
 //
 // Deprecated: use StateMemo, whose keys are StatePair (resolver.Key).
-func (r *Room) StateEntriesMemo(rd *hamtstore.Reader, root hamtstore.NodeID, memo EntryMemo) (map[string]string, error) {
-	m, err := r.StateMemo(rd, root, memo)
+func (r *Room) StateEntriesMemo(ctx context.Context, rd *hamtstore.Reader, root hamtstore.NodeID, memo EntryMemo) (map[string]string, error) {
+	m, err := r.StateMemo(ctx, rd, root, memo)
 	if err != nil {
 		return nil, err
 	}

@@ -104,7 +104,7 @@ func (imp *importer) roomOf(id, not string) string {
 		}
 	}
 	if imp.stored == nil {
-		rooms, err := imp.s.Rooms()
+		rooms, err := imp.s.Rooms(imp.ctx)
 		if err != nil {
 			return ""
 		}

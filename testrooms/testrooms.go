@@ -8,6 +8,7 @@
 package testrooms
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,19 +37,20 @@ func ImportReplayed(eng packstore.StorageEngine, dir string) (*roomstate.Room, e
 		return nil, err
 	}
 	defer f.Close()
+	ctx := context.Background()
 	st := roomstate.New(eng)
-	res, err := st.Import(f, dir, roomstate.ImportOptions{})
+	res, err := st.Import(ctx, f, dir, roomstate.ImportOptions{})
 	if err != nil {
 		return nil, err
 	}
 	if len(res.Rooms) != 1 {
 		return nil, fmt.Errorf("testrooms: %s holds %d rooms, want 1", dir, len(res.Rooms))
 	}
-	room, err := st.Room(res.Rooms[0])
+	room, err := st.Room(ctx, res.Rooms[0])
 	if err != nil {
 		return nil, err
 	}
-	if _, err := resolver.Replay(room, resolver.ReplayOptions{}); err != nil {
+	if _, err := resolver.Replay(ctx, room, resolver.ReplayOptions{}); err != nil {
 		return nil, err
 	}
 	return room, nil

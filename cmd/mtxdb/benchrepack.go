@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -95,6 +96,7 @@ again, resident pages checked with mincore) and warm runs, alternating the layou
 It writes DIR/repack.json and DIR/repack.md.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
 			if len(gens) == 0 && real == "" {
 				return fmt.Errorf("give --gen or --real")
 			}
@@ -112,7 +114,7 @@ It writes DIR/repack.json and DIR/repack.md.`,
 			} else if err := os.MkdirAll(work, 0o755); err != nil {
 				return err
 			}
-			res, err := benchRepack(cmd.OutOrStdout(), gens, real, realRooms, work, kinds, runs, limit)
+			res, err := benchRepack(ctx, cmd.OutOrStdout(), gens, real, realRooms, work, kinds, runs, limit)
 			if err != nil {
 				return err
 			}
@@ -248,7 +250,7 @@ func loadAvg() string {
 // copy of it per plan kind (benchRepackLayouts) and measures the walks of every
 // generated room and the largest real room on each layout (benchRepackCells).
 // work holds the input stream and the stores.
-func benchRepack(out io.Writer, gens []string, real string, realRooms int, work string, kinds []repackplan.Kind, runs, limit int) (*repackBench, error) {
+func benchRepack(ctx context.Context, out io.Writer, gens []string, real string, realRooms int, work string, kinds []repackplan.Kind, runs, limit int) (*repackBench, error) {
 	res := &repackBench{Runs: runs, LoadAvg: [2]string{loadAvg()}, ReadAhead: readAhead.String()}
 	if u, err := exec.Command("uname", "-srm").Output(); err == nil {
 		res.Machine = fmt.Sprintf("%s, %d CPUs (GOMAXPROCS %d)", strings.TrimSpace(string(u)), runtime.NumCPU(), runtime.GOMAXPROCS(0))
@@ -261,17 +263,17 @@ func benchRepack(out io.Writer, gens []string, real string, realRooms int, work 
 	res.Store = store
 	fmt.Fprintf(out, "bench-repack: %s\n", res.Store)
 	base := filepath.Join(work, "before")
-	if res.Measured, err = benchRepackStore(out, base, input, version, gens); err != nil {
+	if res.Measured, err = benchRepackStore(ctx, out, base, input, version, gens); err != nil {
 		return nil, err
 	}
-	layouts, dirs, err := benchRepackLayouts(out, res, base, work, kinds)
+	layouts, dirs, err := benchRepackLayouts(ctx, out, res, base, work, kinds)
 	if err != nil {
 		return nil, err
 	}
 	// The walks: counters once, then cold and warm runs alternating the layouts.
 	for _, m := range res.Measured {
 		for _, w := range repackplan.WalkKinds {
-			cells, err := benchRepackCells(m, w, layouts, dirs, runs, limit)
+			cells, err := benchRepackCells(ctx, m, w, layouts, dirs, runs, limit)
 			if err != nil {
 				return nil, err
 			}
@@ -346,20 +348,20 @@ func benchRepackInput(input string, gens []string, real string, realRooms int) (
 // whose m.room.create comes late), replays every room, and returns the rooms to
 // measure: every generated room of gens (by the room ID in its meta.json) and the
 // largest real room.
-func benchRepackStore(out io.Writer, base, input, version string, gens []string) ([]measuredRoom, error) {
+func benchRepackStore(ctx context.Context, out io.Writer, base, input, version string, gens []string) ([]measuredRoom, error) {
 	eng, st, err := openStore(base, true)
 	if err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
-	if _, err := importFile(st, input, roomstate.ImportOptions{BatchSize: 1000, AnyOrder: true, RoomVersion: version}, out); err != nil {
+	if _, err := importFile(ctx, st, input, roomstate.ImportOptions{BatchSize: 1000, AnyOrder: true, RoomVersion: version}, out); err != nil {
 		eng.Close()
 		return nil, err
 	}
-	rooms, err := st.Rooms()
+	rooms, err := st.Rooms(ctx)
 	if err == nil {
 		var problems roomProblems
-		if _, problems, err = replayRooms(rooms, false, out, nil); err == nil && len(problems) > 0 {
+		if _, problems, err = replayRooms(ctx, rooms, false, out, nil); err == nil && len(problems) > 0 {
 			err = fmt.Errorf("bench-repack: room %s: %s", problems[0].room, problems[0].what)
 		}
 	}
@@ -405,7 +407,7 @@ func benchRepackStore(out io.Writer, base, input, version string, gens []string)
 // repacks each copy (every room, one output stream), appending what each repack
 // did to res.Repacks. It returns the layouts ("before", then the kinds) and the
 // store directory of each.
-func benchRepackLayouts(out io.Writer, res *repackBench, base, work string, kinds []repackplan.Kind) ([]string, map[string]string, error) {
+func benchRepackLayouts(ctx context.Context, out io.Writer, res *repackBench, base, work string, kinds []repackplan.Kind) ([]string, map[string]string, error) {
 	layouts := []string{"before"}
 	dirs := map[string]string{"before": base}
 	for _, k := range kinds {
@@ -417,7 +419,7 @@ func benchRepackLayouts(out io.Writer, res *repackBench, base, work string, kind
 		if err != nil {
 			return nil, nil, err
 		}
-		rooms, err := st.Rooms()
+		rooms, err := st.Rooms(ctx)
 		if err != nil {
 			eng.Close()
 			return nil, nil, err
@@ -445,10 +447,10 @@ func benchRepackLayouts(out io.Writer, res *repackBench, base, work string, kind
 // dirs[layout]): the counters of one warm run, then runs cold and warm runs each,
 // the layouts in turn (reversed every other run), with the medians set. The cells
 // are in the order of layouts.
-func benchRepackCells(m measuredRoom, w repackplan.WalkKind, layouts []string, dirs map[string]string, runs, limit int) ([]*repackBenchCell, error) {
+func benchRepackCells(ctx context.Context, m measuredRoom, w repackplan.WalkKind, layouts []string, dirs map[string]string, runs, limit int) ([]*repackBenchCell, error) {
 	cells := map[string]*repackBenchCell{}
 	for _, l := range layouts {
-		wb, err := measureWalk(dirs[l], m.RoomID, w, limit, false)
+		wb, err := measureWalk(ctx, dirs[l], m.RoomID, w, limit, false)
 		if err != nil {
 			return nil, err
 		}
@@ -461,7 +463,7 @@ func benchRepackCells(m measuredRoom, w repackplan.WalkKind, layouts []string, d
 		}
 		for _, l := range order {
 			c := cells[l]
-			wb, err := measureWalk(dirs[l], m.RoomID, w, limit, true)
+			wb, err := measureWalk(ctx, dirs[l], m.RoomID, w, limit, true)
 			if err != nil {
 				return nil, err
 			}
@@ -473,7 +475,7 @@ func benchRepackCells(m measuredRoom, w repackplan.WalkKind, layouts []string, d
 				// differently between hits and reads from run to run.
 				c.CountersVary = true
 			}
-			wb, err = measureWalk(dirs[l], m.RoomID, w, limit, false)
+			wb, err = measureWalk(ctx, dirs[l], m.RoomID, w, limit, false)
 			if err != nil {
 				return nil, err
 			}

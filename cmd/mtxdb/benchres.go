@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -32,7 +33,8 @@ func benchResolverCmd() *cobra.Command {
 		Short: "Benchmark state resolution on a generated room, ours against the naive full-state path",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return benchResolver(cmd.OutOrStdout(), opts, dir, samples)
+			ctx := cmd.Context()
+			return benchResolver(ctx, cmd.OutOrStdout(), opts, dir, samples)
 		},
 	}
 	f := c.Flags()
@@ -46,7 +48,7 @@ func benchResolverCmd() *cobra.Command {
 	return c
 }
 
-func benchResolver(out io.Writer, opts gen.Options, dir string, samples int) error {
+func benchResolver(ctx context.Context, out io.Writer, opts gen.Options, dir string, samples int) error {
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "mtxdb-bench-resolver-")
 		if err != nil {
@@ -69,19 +71,19 @@ func benchResolver(out io.Writer, opts gen.Options, dir string, samples int) err
 	}
 	defer eng.Close()
 	t0 = time.Now()
-	res, err := importFile(st, filepath.Join(roomDir, "events.jsonl"), roomstate.ImportOptions{}, io.Discard)
+	res, err := importFile(ctx, st, filepath.Join(roomDir, "events.jsonl"), roomstate.ImportOptions{}, io.Discard)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "imported %d events in %.1fs\n", res.Imported, time.Since(t0).Seconds())
-	room, err := st.Room(res.Rooms[0])
+	room, err := st.Room(ctx, res.Rooms[0])
 	if err != nil {
 		return err
 	}
 
 	var ours []resolver.ResolutionStats
 	t0 = time.Now()
-	rep, err := resolver.Replay(room, resolver.ReplayOptions{OnResolve: func(s resolver.ResolutionStats) { ours = append(ours, s) }})
+	rep, err := resolver.Replay(ctx, room, resolver.ReplayOptions{OnResolve: func(s resolver.ResolutionStats) { ours = append(ours, s) }})
 	if err != nil {
 		return err
 	}
@@ -97,7 +99,7 @@ func benchResolver(out io.Writer, opts gen.Options, dir string, samples int) err
 	step := max(1, len(merges)/max(samples, 1))
 	var naive []naiveStats
 	for i := 0; i < len(merges) && len(naive) < samples; i += step {
-		ns, err := naiveResolve(room, merges[i])
+		ns, err := naiveResolve(ctx, room, merges[i])
 		if err != nil {
 			return fmt.Errorf("naive path at %s: %w", merges[i], err)
 		}
@@ -178,7 +180,7 @@ func mergeEvents(room *roomstate.Room) ([]string, error) {
 
 // naiveResolve loads the whole state after each prev_event of an event, every state
 // event and the auth chains of all of them, and hands them to gomatrixserverlib.
-func naiveResolve(room *roomstate.Room, eventID string) (ns naiveStats, err error) {
+func naiveResolve(ctx context.Context, room *roomstate.Room, eventID string) (ns naiveStats, err error) {
 	start := time.Now()
 	m, err := room.Meta(eventID)
 	if err != nil {
@@ -202,7 +204,7 @@ func naiveResolve(room *roomstate.Room, eventID string) (ns naiveStats, err erro
 		if err != nil {
 			return ns, err
 		}
-		entries, err := room.State(rd, root)
+		entries, err := room.State(ctx, rd, root)
 		if err != nil {
 			return ns, err
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +34,7 @@ repacks all rooms through one output stream, reopens the store, checks and compa
 again, and prints one summary line of key=value pairs. Exit status 2 on mismatches.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
+			ctx := cmd.Context()
 			start := time.Now()
 			// The rooms first: a run that cannot read them leaves no temporary
 			// directory behind, --keep or not.
@@ -55,7 +57,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 				os.RemoveAll(scratch)
 				return "stopped; its temporary store was removed"
 			})()
-			d, err := openDemo(cmd.OutOrStdout(), store)
+			d, err := openDemo(ctx, cmd.OutOrStdout(), store)
 			if err != nil {
 				return err
 			}
@@ -71,7 +73,7 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 					err = fmt.Errorf("%w (the store is left in %s)", err, pgstore.Redacted(store))
 				}
 			}()
-			s, err := d.run(exps)
+			s, err := d.run(ctx, exps)
 			if err != nil {
 				return err
 			}
@@ -153,12 +155,12 @@ type demoSummary struct {
 // openDemo opens or creates the store, which must hold no room: the summary
 // counts this run's rooms, and a store holding others would be replayed and
 // repacked with them.
-func openDemo(out io.Writer, store string) (*demo, error) {
+func openDemo(ctx context.Context, out io.Writer, store string) (*demo, error) {
 	eng, st, err := openStore(store, true)
 	if err != nil {
 		return nil, err
 	}
-	if held, err := st.Rooms(); err != nil {
+	if held, err := st.Rooms(ctx); err != nil {
 		eng.Close()
 		return nil, err
 	} else if len(held) > 0 {
@@ -179,13 +181,13 @@ func (d *demo) close() {
 // run is the demo's phases: import every room, replay, verify against the
 // recorded state, repack every room through one output stream, reopen and
 // verify again from disk. Each prints its line.
-func (d *demo) run(exps map[string][]*recorded.Expected) (demoSummary, error) {
+func (d *demo) run(ctx context.Context, exps map[string][]*recorded.Expected) (demoSummary, error) {
 	var s demoSummary
-	rooms, err := d.importRooms(exps, &s)
+	rooms, err := d.importRooms(ctx, exps, &s)
 	if err != nil {
 		return s, err
 	}
-	rep, problems, err := replayRooms(rooms, false, d.out, nil)
+	rep, problems, err := replayRooms(ctx, rooms, false, d.out, nil)
 	if err != nil {
 		return s, err
 	}
@@ -193,7 +195,7 @@ func (d *demo) run(exps map[string][]*recorded.Expected) (demoSummary, error) {
 	fmt.Fprintf(d.out, "demo: replayed events=%d rejected=%d resolutions=%d conflicted_keys=%d\n",
 		rep.Events, rep.Rejected, rep.Resolutions, rep.ConflictedKeys)
 	s.events, s.rejected = rep.Events, rep.Rejected
-	v1, err := verifyRooms(rooms, exps, d.out)
+	v1, err := verifyRooms(ctx, rooms, exps, d.out)
 	if err != nil {
 		return s, err
 	}
@@ -203,7 +205,7 @@ func (d *demo) run(exps map[string][]*recorded.Expected) (demoSummary, error) {
 		return s, err
 	}
 	problems = append(problems, more...)
-	v2, err := d.reverify(exps, &s)
+	v2, err := d.reverify(ctx, exps, &s)
 	if err != nil {
 		return s, err
 	}
@@ -219,17 +221,17 @@ func (d *demo) run(exps map[string][]*recorded.Expected) (demoSummary, error) {
 
 // importRooms imports every recorded room's events.jsonl, in directory order, and
 // returns the store's rooms.
-func (d *demo) importRooms(exps map[string][]*recorded.Expected, s *demoSummary) ([]*roomstate.Room, error) {
+func (d *demo) importRooms(ctx context.Context, exps map[string][]*recorded.Expected, s *demoSummary) ([]*roomstate.Room, error) {
 	imported := 0
 	for _, exp := range sortedExpected(exps) {
 		s.dirs++
-		res, err := importFile(d.st, filepath.Join(exp.Dir, "events.jsonl"), roomstate.ImportOptions{}, d.out)
+		res, err := importFile(ctx, d.st, filepath.Join(exp.Dir, "events.jsonl"), roomstate.ImportOptions{}, d.out)
 		if err != nil {
 			return nil, err
 		}
 		imported += res.Imported
 	}
-	rooms, err := d.st.Rooms()
+	rooms, err := d.st.Rooms(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +260,7 @@ func (d *demo) repack(rooms []*roomstate.Room, s *demoSummary) (roomProblems, er
 }
 
 // reverify closes the store, reopens it and verifies every room again from disk.
-func (d *demo) reverify(exps map[string][]*recorded.Expected, s *demoSummary) (verifyTotals, error) {
+func (d *demo) reverify(ctx context.Context, exps map[string][]*recorded.Expected, s *demoSummary) (verifyTotals, error) {
 	if err := d.eng.Close(); err != nil {
 		return verifyTotals{}, err
 	}
@@ -273,12 +275,12 @@ func (d *demo) reverify(exps map[string][]*recorded.Expected, s *demoSummary) (v
 		return verifyTotals{}, err
 	}
 	s.bytesAfter = after.DiskBytes
-	rooms, err := st.Rooms()
+	rooms, err := st.Rooms(ctx)
 	if err != nil {
 		return verifyTotals{}, err
 	}
 	s.rooms = len(rooms)
-	v, err := verifyRooms(rooms, exps, d.out)
+	v, err := verifyRooms(ctx, rooms, exps, d.out)
 	if err != nil {
 		return verifyTotals{}, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -69,11 +70,12 @@ func (p roomPrint) diff(want roomPrint) string {
 // an error is a store error (a memory store has none) or an import that
 // stopped.
 func fuzzRoomsStore(data []byte, first bool, opts roomstate.ImportOptions) ([]*roomstate.Room, map[string]bool, roomProblems, error) {
+	ctx := context.Background()
 	st := roomstate.New(packstore.NewMemStorage())
 	touched := map[string]bool{}
 	fuzzed := func() error {
 		opts.KeepGoing = true
-		res, err := st.Import(bytes.NewReader(data), "fuzz.jsonl", opts)
+		res, err := st.Import(ctx, bytes.NewReader(data), "fuzz.jsonl", opts)
 		for _, id := range res.Rooms {
 			touched[id] = true
 		}
@@ -88,7 +90,7 @@ func fuzzRoomsStore(data []byte, first bool, opts roomstate.ImportOptions) ([]*r
 		}
 	}
 	for _, name := range fuzzBaseRooms {
-		if _, err := importFile(st, filepath.Join(room(name), "events.jsonl"), roomstate.ImportOptions{KeepGoing: true}, io.Discard); err != nil {
+		if _, err := importFile(ctx, st, filepath.Join(room(name), "events.jsonl"), roomstate.ImportOptions{KeepGoing: true}, io.Discard); err != nil {
 			return nil, nil, nil, fmt.Errorf("import %s: %w", name, err)
 		}
 	}
@@ -97,11 +99,11 @@ func fuzzRoomsStore(data []byte, first bool, opts roomstate.ImportOptions) ([]*r
 			return nil, nil, nil, err
 		}
 	}
-	rooms, err := st.Rooms()
+	rooms, err := st.Rooms(ctx)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	_, problems, err := replayRooms(rooms, false, io.Discard, nil)
+	_, problems, err := replayRooms(ctx, rooms, false, io.Discard, nil)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("replay: %w", err)
 	}
@@ -195,6 +197,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 // against its recorded states. flags: bit 0 imports the input first, bit 1
 // with AnyOrder, bits 2-3 choose its RoomVersion ("", "1", "6", "10").
 func FuzzImportReplayRooms(f *testing.F) {
+	ctx := f.Context()
 	for i, seed := range fuzzSeeds(f) {
 		f.Add(seed, uint8(i%8))
 	}
@@ -244,7 +247,7 @@ func FuzzImportReplayRooms(f *testing.F) {
 			uexps[r.ID()] = exps[r.ID()]
 		}
 		var out bytes.Buffer
-		v, err := verifyRoomsTo(untouched, uexps, &out, false)
+		v, err := verifyRoomsTo(ctx, untouched, uexps, &out, false)
 		if err != nil || v.problems != 0 || v.mismatches != 0 || v.comparedRooms != len(untouched) {
 			t.Fatalf("verify of the %d rooms the input did not touch: %+v, %v\n%s", len(untouched), v, err, out.String())
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -60,6 +61,7 @@ the command says where it stopped and exits 130 (143); run the same import again
 to continue. A second signal stops at once.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) (rerr error) {
+			ctx := cmd.Context()
 			opts, err := f.validate(cmd)
 			if err != nil {
 				return err
@@ -77,13 +79,13 @@ to continue. A second signal stops at once.`,
 			defer func() { rerr = r.exitStatus(rerr) }()
 			stop := catchInterrupts("import", nil)
 			defer stop()
-			if err := r.importAll(paths, keys); err != nil {
+			if err := r.importAll(ctx, paths, keys); err != nil {
 				return err
 			}
 			if err := r.report(len(paths)); err != nil || !f.repack {
 				return err
 			}
-			return r.replayAndRepack(opts, stop)
+			return r.replayAndRepack(ctx, opts, stop)
 		},
 	}
 	c.Flags().StringVar(&f.store, "store", "", storeHelp+" (created if missing)")
@@ -213,10 +215,10 @@ func (r *importRun) exitStatus(err error) error {
 
 // importAll imports each input in turn, printing its refusals and its line. An
 // interruption ends it with the interrupt's exit status, saying what was stored.
-func (r *importRun) importAll(paths []string, keys roomstate.KeyRing) error {
+func (r *importRun) importAll(ctx context.Context, paths []string, keys roomstate.KeyRing) error {
 	opts := roomstate.ImportOptions{BatchSize: r.batch, AnyOrder: r.anyOrder, RoomVersion: r.roomVersion, KeepGoing: true, Keys: keys}
 	for n, path := range paths {
-		res, err := importFile(r.st, path, opts, r.out)
+		res, err := importFile(ctx, r.st, path, opts, r.out)
 		r.printRefusals(path, res.Refused)
 		r.refused += len(res.Refused)
 		for _, e := range res.Refused {
@@ -336,16 +338,16 @@ func (r *importRun) report(files int) error {
 // replayed, as mtxdb replay and mtxdb repack would: an exported room goes in
 // whole, and is laid out in walk order. stopImport ends the import's interrupt
 // handling once the replay is done.
-func (r *importRun) replayAndRepack(opts repackplan.Options, stopImport func()) error {
+func (r *importRun) replayAndRepack(ctx context.Context, opts repackplan.Options, stopImport func()) error {
 	var rooms []*roomstate.Room
 	for _, id := range sortedSet(r.touched) {
-		room, err := r.st.Room(id)
+		room, err := r.st.Room(ctx, id)
 		if err != nil {
 			return err
 		}
 		rooms = append(rooms, room)
 	}
-	tot, problems, err := replayRooms(rooms, false, r.out, nil)
+	tot, problems, err := replayRooms(ctx, rooms, false, r.out, nil)
 	if errors.Is(err, resolver.ErrStopped) {
 		fmt.Fprintf(r.errOut, "mtxdb: import --repack: interrupted while replaying: the imported events are stored and synced, and the states computed so far; run mtxdb replay --store %s to finish the replay, then %s\n", pgstore.Redacted(r.store), repackCommand(r.store, rooms, opts))
 		return interruptExit()
@@ -371,7 +373,7 @@ func (r *importRun) replayAndRepack(opts repackplan.Options, stopImport func()) 
 // rest are counted in one line (random bytes would print one line per line).
 const maxRefusalLines = 100
 
-func importFile(st *roomstate.Store, path string, opts roomstate.ImportOptions, out io.Writer) (roomstate.ImportResult, error) {
+func importFile(ctx context.Context, st *roomstate.Store, path string, opts roomstate.ImportOptions, out io.Writer) (roomstate.ImportResult, error) {
 	f := os.Stdin
 	if path != "-" {
 		var err error
@@ -393,7 +395,7 @@ func importFile(st *roomstate.Store, path string, opts roomstate.ImportOptions, 
 	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
 		r = &pipeReader{f: f, res: make(chan pipeRead, 1)}
 	}
-	return st.Import(countingReader{r, bar}, path, opts)
+	return st.Import(ctx, countingReader{r, bar}, path, opts)
 }
 
 // pipeReader reads a pipe, FIFO or terminal on a goroutine, so that SIGINT or

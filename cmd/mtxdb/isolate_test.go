@@ -46,17 +46,18 @@ func selfPrevLines(t *testing.T) (lines []string, roomID string) {
 // without the cycle's events (a problem naming them), and a sound room is replayed;
 // planning skips the room replay skipped and plans the other two.
 func TestReplayRoomsIsolatesBadRooms(t *testing.T) {
+	ctx := t.Context()
 	eng := packstore.NewMemStorage()
 	st := roomstate.New(eng)
 	cyc, cycID := selfPrevLines(t)
 	for name, in := range map[string]string{"cycle": strings.Join(cyc, "\n")} {
-		if _, err := st.Import(strings.NewReader(in), name, roomstate.ImportOptions{AnyOrder: true}); err != nil {
+		if _, err := st.Import(ctx, strings.NewReader(in), name, roomstate.ImportOptions{AnyOrder: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var damagedID string
 	for _, name := range []string{"room002", "room004_union"} {
-		res, err := importFile(st, filepath.Join(room(name), "events.jsonl"), roomstate.ImportOptions{}, io.Discard)
+		res, err := importFile(ctx, st, filepath.Join(room(name), "events.jsonl"), roomstate.ImportOptions{}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +65,7 @@ func TestReplayRoomsIsolatesBadRooms(t *testing.T) {
 			damagedID = res.Rooms[0]
 		}
 	}
-	damaged, err := st.Room(damagedID)
+	damaged, err := st.Room(ctx, damagedID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,14 +76,14 @@ func TestReplayRoomsIsolatesBadRooms(t *testing.T) {
 	if err := eng.PutMany(roomstate.CollectionID(damagedID), []packstore.Record{{ID: roomstate.EventRecordID(ids[3]), Data: []byte("garbage")}}); err != nil {
 		t.Fatal(err)
 	}
-	rooms, err := st.Rooms()
+	rooms, err := st.Rooms(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rooms) != 3 {
 		t.Fatalf("%d rooms, want 3", len(rooms))
 	}
-	tot, problems, err := replayRooms(rooms, false, io.Discard, nil)
+	tot, problems, err := replayRooms(ctx, rooms, false, io.Discard, nil)
 	if err != nil {
 		t.Fatalf("replayRooms: %v", err)
 	}

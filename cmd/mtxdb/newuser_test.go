@@ -354,9 +354,10 @@ func TestCLIVerifyCorruptRoomCounted(t *testing.T) {
 // the engine closed), verifyRoomsTo returns the error (exit 1) instead of counting
 // each room as a data problem (exit 2, which is for damaged data).
 func TestVerifyLostStoreIsNotAProblem(t *testing.T) {
+	ctx := t.Context()
 	store := filepath.Join(t.TempDir(), "s")
 	mustRun(t, "import", "--store", store, room("room003"))
-	eng, rooms, err := openRooms(store, "", true)
+	eng, rooms, err := openRooms(ctx, store, "", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +365,7 @@ func TestVerifyLostStoreIsNotAProblem(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	v, err := verifyRoomsTo(rooms, nil, &out, false)
+	v, err := verifyRoomsTo(ctx, rooms, nil, &out, false)
 	if err == nil || isDataProblem(err) || v.problems != 0 {
 		t.Fatalf("verify of a closed store: err %v, %d problems\n%s", err, v.problems, out.String())
 	}

@@ -55,6 +55,7 @@ as it is, with a "problem room=…" line, and the others are repacked; exit stat
 when there is any such room.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
 			opts, err := rf.options(cmd)
 			if err != nil {
 				return err
@@ -62,7 +63,7 @@ when there is any such room.`,
 			if err := nonEmptyFlag(cmd, "room", room); err != nil {
 				return err
 			}
-			eng, rooms, err := openRooms(store, room, false)
+			eng, rooms, err := openRooms(ctx, store, room, false)
 			if err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -45,17 +46,18 @@ are synced, the command prints its summary and how to continue, and exits 130
 (143). A second signal stops at once.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
 			if err := nonEmptyFlag(cmd, "room", room); err != nil {
 				return err
 			}
-			eng, rooms, err := openRooms(store, room, false)
+			eng, rooms, err := openRooms(ctx, store, room, false)
 			if err != nil {
 				return err
 			}
 			defer eng.Close()
 			defer catchInterrupts("replay", nil)()
 			var durs []time.Duration
-			tot, problems, err := replayRooms(rooms, force, cmd.OutOrStdout(), &durs)
+			tot, problems, err := replayRooms(ctx, rooms, force, cmd.OutOrStdout(), &durs)
 			stopped := errors.Is(err, resolver.ErrStopped)
 			if err != nil && !stopped {
 				return err
@@ -98,7 +100,7 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 // the rules cannot handle) is a skipped problem and the others are replayed; a
 // room with events on a prev/auth cycle is a problem too (those events are left
 // out). Only a store lost during the run (lostStore) or ErrStopped ends it early.
-func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]time.Duration) (resolver.ReplayResult, roomProblems, error) {
+func replayRooms(ctx context.Context, rooms []*roomstate.Room, force bool, out io.Writer, times *[]time.Duration) (resolver.ReplayResult, roomProblems, error) {
 	var tot resolver.ReplayResult
 	var problems roomProblems
 	total := 0
@@ -110,7 +112,7 @@ func replayRooms(rooms []*roomstate.Room, force bool, out io.Writer, times *[]ti
 	done := 0 // events walked, for testStall
 	for _, r := range rooms {
 		walked := 0
-		res, err := resolver.Replay(r, resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { walked++; bar.add(1) }, ResolutionTimes: times, Stop: func() bool {
+		res, err := resolver.Replay(ctx, r, resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { walked++; bar.add(1) }, ResolutionTimes: times, Stop: func() bool {
 			if done++; done == 1001 { // asked before event 1001: 1000 walked
 				testStall("replay-1000")
 			}

@@ -31,12 +31,13 @@ null when unknown), and a last {"kind":"rooms","rooms":N} line. The store is ope
 read-only.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
 			eng, st, err := openStoreMode(store, false, true)
 			if err != nil {
 				return err
 			}
 			defer eng.Close()
-			rooms, err := st.Rooms()
+			rooms, err := st.Rooms(ctx)
 			if err != nil {
 				return err
 			}

@@ -21,6 +21,7 @@ state after --event, or the state before it with --before. For an event replay
 rejected, a first line "# rejected EVENT_ID: reason" names the authorization rule.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
 			if room == "" {
 				return fmt.Errorf("--room is required")
 			}
@@ -29,7 +30,7 @@ rejected, a first line "# rejected EVENT_ID: reason" names the authorization rul
 				return err
 			}
 			defer eng.Close()
-			r, err := st.Room(room)
+			r, err := st.Room(ctx, room)
 			if err != nil {
 				return err
 			}
@@ -56,7 +57,7 @@ rejected, a first line "# rejected EVENT_ID: reason" names the authorization rul
 					fmt.Fprintf(cmd.OutOrStdout(), "# rejected %s: %s\n", event, es.Reason)
 				}
 			}
-			entries, err := r.State(r.NewReader(), root)
+			entries, err := r.State(ctx, r.NewReader(), root)
 			if err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -31,6 +32,7 @@ the shard files from the page cache first (posix_fadvise DONTNEED). The counters
 this process's: another process's reads cannot be seen.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
 			if err := needFlag(cmd, "reads", reads, "room", "walks", "limit", "cold"); err != nil {
 				return err
 			}
@@ -42,7 +44,7 @@ this process's: another process's reads cannot be seen.`,
 			}
 			if reads {
 				defer catchInterrupts("stats", func() string { return "stopped; stats writes nothing" })()
-				return statsReads(cmd.OutOrStdout(), asJSON, store, room, walks, limit, cold)
+				return statsReads(ctx, cmd.OutOrStdout(), asJSON, store, room, walks, limit, cold)
 			}
 			eng, st, err := openStoreMode(store, false, true)
 			if err != nil {
@@ -53,7 +55,7 @@ this process's: another process's reads cannot be seen.`,
 			if err != nil {
 				return err
 			}
-			rooms, err := st.Rooms()
+			rooms, err := st.Rooms(ctx)
 			if err != nil {
 				return err
 			}
@@ -103,7 +105,7 @@ this process's: another process's reads cannot be seen.`,
 
 // statsReads runs the walks over the selected replayed rooms and prints their read
 // budgets.
-func statsReads(out io.Writer, asJSON bool, store, roomID, walkList string, limit int, cold bool) error {
+func statsReads(ctx context.Context, out io.Writer, asJSON bool, store, roomID, walkList string, limit int, cold bool) error {
 	ws, err := parseWalks(walkList)
 	if err != nil {
 		return err
@@ -115,7 +117,7 @@ func statsReads(out io.Writer, asJSON bool, store, roomID, walkList string, limi
 	if err != nil {
 		return err
 	}
-	rooms, err := selectRooms(st, roomID)
+	rooms, err := selectRooms(ctx, st, roomID)
 	var ids []string
 	for _, r := range rooms {
 		if r.Head().Replayed {
@@ -139,7 +141,7 @@ func statsReads(out io.Writer, asJSON bool, store, roomID, walkList string, limi
 			fmt.Fprintf(out, "room %s\n", id)
 		}
 		for _, w := range ws {
-			wb, err := measureWalk(store, id, w, limit, cold)
+			wb, err := measureWalk(ctx, store, id, w, limit, cold)
 			if err != nil {
 				bar.finish()
 				return err

@@ -211,12 +211,12 @@ func sortedSet(m map[string]bool) []string {
 }
 
 // openRooms opens an existing store and selects every room, or the one named.
-func openRooms(store, roomID string, readOnly bool) (storeEngine, []*roomstate.Room, error) {
+func openRooms(ctx context.Context, store, roomID string, readOnly bool) (storeEngine, []*roomstate.Room, error) {
 	eng, st, err := openStoreMode(store, false, readOnly)
 	if err != nil {
 		return nil, nil, err
 	}
-	rooms, err := selectRooms(st, roomID)
+	rooms, err := selectRooms(ctx, st, roomID)
 	if err != nil {
 		eng.Close()
 		return nil, nil, err
@@ -225,15 +225,15 @@ func openRooms(store, roomID string, readOnly bool) (storeEngine, []*roomstate.R
 }
 
 // selectRooms returns every room, or the one named.
-func selectRooms(st *roomstate.Store, roomID string) ([]*roomstate.Room, error) {
+func selectRooms(ctx context.Context, st *roomstate.Store, roomID string) ([]*roomstate.Room, error) {
 	if roomID != "" {
-		r, err := st.Room(roomID)
+		r, err := st.Room(ctx, roomID)
 		if err != nil {
 			return nil, err
 		}
 		return []*roomstate.Room{r}, nil
 	}
-	return st.Rooms()
+	return st.Rooms(ctx)
 }
 
 // nonEmptyFlag refuses a flag given with an empty or blank value (--room ”),

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -50,10 +51,11 @@ count meta.json contradicts), or a store that fails to open as corrupt; 1 for us
 and I/O errors, including a store lost during the run; 0 otherwise.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
 			if err := nonEmptyFlag(cmd, "room", room); err != nil {
 				return err
 			}
-			eng, rooms, err := openRooms(store, room, true)
+			eng, rooms, err := openRooms(ctx, store, room, true)
 			if err != nil {
 				return err
 			}
@@ -75,7 +77,7 @@ and I/O errors, including a store lost during the run; 0 otherwise.`,
 			}
 			defer catchInterrupts("verify", func() string { return "stopped; verify writes nothing" })()
 			out := cmd.OutOrStdout()
-			v, err := verifyRoomsTo(rooms, exps, out, asJSON)
+			v, err := verifyRoomsTo(ctx, rooms, exps, out, asJSON)
 			if err != nil {
 				return err
 			}
@@ -202,8 +204,8 @@ type verifyTotals struct {
 }
 
 // verifyRooms is verifyRoomsTo with text output.
-func verifyRooms(rooms []*roomstate.Room, exps map[string][]*recorded.Expected, out io.Writer) (verifyTotals, error) {
-	return verifyRoomsTo(rooms, exps, out, false)
+func verifyRooms(ctx context.Context, rooms []*roomstate.Room, exps map[string][]*recorded.Expected, out io.Writer) (verifyTotals, error) {
+	return verifyRoomsTo(ctx, rooms, exps, out, false)
 }
 
 // verifyRoomsTo checks every room and compares those with recorded state. A room
@@ -212,7 +214,7 @@ func verifyRooms(rooms []*roomstate.Room, exps map[string][]*recorded.Expected, 
 // replayed, is a problem too. An error that says the store itself was lost (closed,
 // an I/O or connection error: lostStore) ends the run with that error, not a
 // problem: exit status 1, not 2.
-func verifyRoomsTo(rooms []*roomstate.Room, exps map[string][]*recorded.Expected, out io.Writer, asJSON bool) (verifyTotals, error) {
+func verifyRoomsTo(ctx context.Context, rooms []*roomstate.Room, exps map[string][]*recorded.Expected, out io.Writer, asJSON bool) (verifyTotals, error) {
 	var v verifyTotals
 	var total int64
 	for _, r := range rooms {
@@ -227,7 +229,7 @@ func verifyRoomsTo(rooms []*roomstate.Room, exps map[string][]*recorded.Expected
 	for _, r := range rooms {
 		inStore[r.ID()] = true
 		n := int64(r.Head().Events)
-		cr, err := r.CheckProgress(func(i int) { bar.set(base + int64(i)) })
+		cr, err := r.CheckProgress(ctx, func(i int) { bar.set(base + int64(i)) })
 		base += n
 		bar.set(base)
 		if err != nil && lostStore(err) {
@@ -265,7 +267,7 @@ func verifyRoomsTo(rooms []*roomstate.Room, exps map[string][]*recorded.Expected
 				printProblem(out, asJSON, r.ID(), fmt.Sprintf("against %s: room not replayed (%d of %d events have no state record; mtxdb replay)", exp.Dir, cr.Unreplayed, cr.Events))
 				continue
 			}
-			res, err := recorded.CompareProgress(r, exp, func(m recorded.Mismatch) {
+			res, err := recorded.CompareProgress(ctx, r, exp, func(m recorded.Mismatch) {
 				bar.clear()
 				if asJSON {
 					printLine(out, true, "mismatch", kv{"room", m.Room}, kv{"event", m.Event}, kv{"key", m.Key}, kv{"ours", m.Ours}, kv{"recorded", m.Recorded})

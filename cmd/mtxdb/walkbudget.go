@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -55,7 +56,7 @@ func residentPages(dir string) (int64, error) {
 // measureWalk opens the store, runs one walk over roomID and returns its read
 // budget. The store is opened afresh for every walk (empty node cache); cold
 // evicts the shard files from the page cache first.
-func measureWalk(dir, roomID string, walk repackplan.WalkKind, limit int, cold bool) (walkBudget, error) {
+func measureWalk(ctx context.Context, dir, roomID string, walk repackplan.WalkKind, limit int, cold bool) (walkBudget, error) {
 	wb := walkBudget{Walk: walk, Cold: cold, Resident: -1}
 	if cold {
 		if err := evictShards(dir); err != nil {
@@ -71,7 +72,7 @@ func measureWalk(dir, roomID string, walk repackplan.WalkKind, limit int, cold b
 	if !ok {
 		return wb, fmt.Errorf("walk read budgets need a packfile store")
 	}
-	room, err := st.Room(roomID)
+	room, err := st.Room(ctx, roomID)
 	if err != nil {
 		return wb, err
 	}
@@ -85,7 +86,7 @@ func measureWalk(dir, roomID string, walk repackplan.WalkKind, limit int, cold b
 	}
 	eng.ResetReadStats()
 	start := time.Now()
-	ws, err := repackplan.Walk(room, walk, limit, resolver.ResolveForwardExtremities)
+	ws, err := repackplan.Walk(ctx, room, walk, limit, resolver.ResolveForwardExtremities)
 	wb.Wall = time.Since(start)
 	if err != nil {
 		return wb, fmt.Errorf("walk %s of %s: %w", walk, roomID, err)

@@ -92,17 +92,18 @@ func (t tally) String() string {
 
 // importRoom imports and replays one room directory into a fresh in-memory store.
 func importRoom(t *testing.T, dir string) (*roomstate.Store, []*roomstate.Room) {
+	ctx := t.Context()
 	t.Helper()
 	st := roomstate.New(packstore.NewMemStorage())
 	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
 	require.NoError(t, err)
 	defer f.Close()
-	_, err = st.Import(f, dir, roomstate.ImportOptions{})
+	_, err = st.Import(ctx, f, dir, roomstate.ImportOptions{})
 	require.NoError(t, err, dir)
-	rooms, err := st.Rooms()
+	rooms, err := st.Rooms(ctx)
 	require.NoError(t, err)
 	for _, r := range rooms {
-		_, err := resolver.Replay(r, resolver.ReplayOptions{})
+		_, err := resolver.Replay(ctx, r, resolver.ReplayOptions{})
 		require.NoError(t, err, r.ID())
 	}
 	return st, rooms
@@ -131,6 +132,7 @@ func names(t *testing.T, rs *RoomStorage, entries []types.StateEntry) map[string
 // missingKey reports whether some key is set in some of the states and absent from
 // others (the spec's conflicted set holds it; Dendrite's does not).
 func missingKey(t *testing.T, room *roomstate.Room, rd *hamtstore.Reader, roots []hamtstore.NodeID) bool {
+	ctx := t.Context()
 	t.Helper()
 	count := map[string]int{}
 	uniq := map[hamtstore.NodeID]bool{}
@@ -138,7 +140,7 @@ func missingKey(t *testing.T, room *roomstate.Room, rd *hamtstore.Reader, roots 
 		uniq[r] = true
 	}
 	for r := range uniq {
-		m, err := room.StateEntries(rd, r)
+		m, err := room.StateEntries(ctx, rd, r)
 		require.NoError(t, err)
 		for k := range m {
 			count[k]++
@@ -159,7 +161,7 @@ func checkRoom(t *testing.T, st *roomstate.Store, room *roomstate.Room, recorded
 	ctx := context.Background()
 	stor, err := New(st)
 	require.NoError(t, err)
-	rs, info, err := stor.Room(room.ID())
+	rs, info, err := stor.Room(ctx, room.ID())
 	require.NoError(t, err)
 	rd := room.NewReader()
 	var tl tally
@@ -178,7 +180,7 @@ func checkRoom(t *testing.T, st *roomstate.Store, room *roomstate.Room, recorded
 		sr := state.NewStateResolution(rs, info, querier{})
 		beforeRoot, err := room.StateBefore(id)
 		require.NoError(t, err)
-		ours, err := room.StateEntries(rd, beforeRoot)
+		ours, err := room.StateEntries(ctx, rd, beforeRoot)
 		require.NoError(t, err)
 
 		// LoadStateAtEvent: the snapshot stored with the event, read through NIDs.
@@ -224,7 +226,7 @@ func checkRoom(t *testing.T, st *roomstate.Store, room *roomstate.Room, recorded
 		for i, p := range m.PrevEvents {
 			prevRoots[i], err = room.StateAfter(p)
 			require.NoError(t, err)
-			e, err := rs.entries(prevRoots[i])
+			e, err := rs.entries(ctx, prevRoots[i])
 			require.NoError(t, err)
 			want = append(want, e...)
 		}
@@ -248,7 +250,7 @@ func checkRoom(t *testing.T, st *roomstate.Store, room *roomstate.Room, recorded
 			tl.calcAgree++
 			continue
 		}
-		dend, err := room.StateEntries(rd, root)
+		dend, err := room.StateEntries(ctx, rd, root)
 		require.NoError(t, err)
 		// Both named cases are checked the same way: gomatrixserverlib called
 		// directly with Dendrite's split must give Dendrite's answer.
@@ -341,10 +343,11 @@ func TestGeneratedRooms(t *testing.T) {
 // distinct events for it) and the full auth chains of the conflicted events, gives
 // the state Dendrite stored; with no such key, whether Dendrite kept the union.
 func gmslAgrees(t *testing.T, room *roomstate.Room, rd *hamtstore.Reader, roots []hamtstore.NodeID, dend map[string]string) bool {
+	ctx := t.Context()
 	t.Helper()
 	vals := map[string]map[string]bool{}
 	for _, r := range roots {
-		m, err := room.StateEntries(rd, r)
+		m, err := room.StateEntries(ctx, rd, r)
 		require.NoError(t, err)
 		for k, id := range m {
 			if vals[k] == nil {

@@ -24,6 +24,7 @@ import (
 // reopens it and requires every NID to come back the same, fixed NIDs to hold, and
 // new NIDs not to reuse old ones.
 func TestNIDsStableAcrossReopen(t *testing.T) {
+	ctx := t.Context()
 	dir := t.TempDir()
 	eng, st := roomstatetest.Open(t, dir)
 	room, err := testrooms.ImportReplayed(eng, filepath.Join(testrooms.Dir(), "real", "room003"))
@@ -33,7 +34,7 @@ func TestNIDsStableAcrossReopen(t *testing.T) {
 	snapshot := func(st *roomstate.Store) (map[string]types.StateAtEvent, map[string]types.EventTypeNID, types.RoomInfo) {
 		s, err := New(st)
 		require.NoError(t, err)
-		rs, info, err := s.Room(roomID)
+		rs, info, err := s.Room(ctx, roomID)
 		require.NoError(t, err)
 		ids, err := rs.room.EventIDs()
 		require.NoError(t, err)
@@ -62,7 +63,7 @@ func TestNIDsStableAcrossReopen(t *testing.T) {
 
 	s, err := New(st)
 	require.NoError(t, err)
-	rs, _, err := s.Room(roomID)
+	rs, _, err := s.Room(ctx, roomID)
 	require.NoError(t, err)
 	fresh, err := rs.EventTypeNIDs(context.Background(), []string{"x.new.type"})
 	require.NoError(t, err)
@@ -94,26 +95,27 @@ func TestNIDCounterNotReused(t *testing.T) {
 
 // TestWrongRoomRefused: event and snapshot NIDs of one room are refused by another.
 func TestWrongRoomRefused(t *testing.T) {
+	ctx := t.Context()
 	st := roomstate.New(packstore.NewMemStorage())
 	for _, name := range []string{"room001", "room002"} {
 		f, err := os.Open(filepath.Join(testrooms.Dir(), "real", name, "events.jsonl"))
 		require.NoError(t, err)
-		_, err = st.Import(f, name, roomstate.ImportOptions{})
+		_, err = st.Import(ctx, f, name, roomstate.ImportOptions{})
 		f.Close()
 		require.NoError(t, err)
 	}
-	rooms, err := st.Rooms()
+	rooms, err := st.Rooms(ctx)
 	require.NoError(t, err)
 	require.Len(t, rooms, 2)
 	for _, r := range rooms {
-		_, err := resolver.Replay(r, resolver.ReplayOptions{})
+		_, err := resolver.Replay(ctx, r, resolver.ReplayOptions{})
 		require.NoError(t, err)
 	}
 	s, err := New(st)
 	require.NoError(t, err)
-	a, infoA, err := s.Room(rooms[0].ID())
+	a, infoA, err := s.Room(ctx, rooms[0].ID())
 	require.NoError(t, err)
-	b, _, err := s.Room(rooms[1].ID())
+	b, _, err := s.Room(ctx, rooms[1].ID())
 	require.NoError(t, err)
 	_, err = b.StateBlockNIDs(context.Background(), []types.StateSnapshotNID{infoA.StateSnapshotNID()})
 	require.ErrorIs(t, err, ErrWrongRoom)

@@ -87,8 +87,8 @@ func (s *Storage) name(k nidKind, nid int64) (string, error) {
 // Room opens the Dendrite view of one imported and replayed room: the storage
 // Dendrite's StateResolution needs and the RoomInfo to pass beside it, whose
 // snapshot is the room's current state.
-func (s *Storage) Room(roomID string) (*RoomStorage, *types.RoomInfo, error) {
-	room, err := s.store.Room(roomID)
+func (s *Storage) Room(ctx context.Context, roomID string) (*RoomStorage, *types.RoomInfo, error) {
+	room, err := s.store.Room(ctx, roomID)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -176,9 +176,12 @@ func (r *RoomStorage) eventID(nid types.EventNID) (string, error) {
 // EventTypeNIDs implements StateResolutionStorage. Unlike Dendrite's SQL tables it
 // assigns a NID to a type it has not seen: types enter our store with events,
 // which never pass through here, so "not yet assigned" does not mean "absent".
-func (r *RoomStorage) EventTypeNIDs(_ context.Context, eventTypes []string) (map[string]types.EventTypeNID, error) {
+func (r *RoomStorage) EventTypeNIDs(ctx context.Context, eventTypes []string) (map[string]types.EventTypeNID, error) {
 	out := make(map[string]types.EventTypeNID, len(eventTypes))
 	for _, t := range eventTypes {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		n, err := r.s.nid(kindEventType, t)
 		if err != nil {
 			return nil, err
@@ -189,9 +192,12 @@ func (r *RoomStorage) EventTypeNIDs(_ context.Context, eventTypes []string) (map
 }
 
 // EventStateKeyNIDs implements StateResolutionStorage; like EventTypeNIDs it assigns.
-func (r *RoomStorage) EventStateKeyNIDs(_ context.Context, keys []string) (map[string]types.EventStateKeyNID, error) {
+func (r *RoomStorage) EventStateKeyNIDs(ctx context.Context, keys []string) (map[string]types.EventStateKeyNID, error) {
 	out := make(map[string]types.EventStateKeyNID, len(keys))
 	for _, k := range keys {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		n, err := r.s.nid(kindStateKey, k)
 		if err != nil {
 			return nil, err
@@ -203,9 +209,12 @@ func (r *RoomStorage) EventStateKeyNIDs(_ context.Context, keys []string) (map[s
 
 // StateBlockNIDs implements StateResolutionStorage: one block per snapshot, with
 // the snapshot's own NID. It checks that each snapshot NID is of this room.
-func (r *RoomStorage) StateBlockNIDs(_ context.Context, snaps []types.StateSnapshotNID) ([]types.StateBlockNIDList, error) {
+func (r *RoomStorage) StateBlockNIDs(ctx context.Context, snaps []types.StateSnapshotNID) ([]types.StateBlockNIDList, error) {
 	out := make([]types.StateBlockNIDList, len(snaps))
 	for i, sn := range snaps {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		if _, err := r.SnapshotRoot(sn); err != nil {
 			return nil, err
 		}
@@ -218,14 +227,14 @@ func (r *RoomStorage) StateBlockNIDs(_ context.Context, snaps []types.StateSnaps
 // StateEntries implements StateResolutionStorage: each block's whole snapshot,
 // sorted by (type NID, state key NID). It reads every node and every entry's
 // metadata record of the snapshot.
-func (r *RoomStorage) StateEntries(_ context.Context, blocks []types.StateBlockNID) ([]types.StateEntryList, error) {
+func (r *RoomStorage) StateEntries(ctx context.Context, blocks []types.StateBlockNID) ([]types.StateEntryList, error) {
 	out := make([]types.StateEntryList, len(blocks))
 	for i, b := range blocks {
 		root, err := r.SnapshotRoot(types.StateSnapshotNID(b))
 		if err != nil {
 			return nil, err
 		}
-		entries, err := r.entries(root)
+		entries, err := r.entries(ctx, root)
 		if err != nil {
 			return nil, err
 		}
@@ -236,9 +245,9 @@ func (r *RoomStorage) StateEntries(_ context.Context, blocks []types.StateBlockN
 }
 
 // entries returns a snapshot as sorted Dendrite state entries.
-func (r *RoomStorage) entries(root hamtstore.NodeID) ([]types.StateEntry, error) {
+func (r *RoomStorage) entries(ctx context.Context, root hamtstore.NodeID) ([]types.StateEntry, error) {
 	r.mu.Lock()
-	m, err := r.room.StateEntries(r.rd, root)
+	m, err := r.room.StateEntries(ctx, r.rd, root)
 	r.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -286,7 +295,10 @@ func (r *RoomStorage) entry(eventType, stateKey, eventID string) (types.StateEnt
 
 // SnapshotNIDFromEventID implements StateResolutionStorage: the snapshot of the
 // state before the event.
-func (r *RoomStorage) SnapshotNIDFromEventID(_ context.Context, eventID string) (types.StateSnapshotNID, error) {
+func (r *RoomStorage) SnapshotNIDFromEventID(ctx context.Context, eventID string) (types.StateSnapshotNID, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	st, err := r.eventState(eventID)
 	if err != nil {
 		return 0, err
@@ -333,7 +345,7 @@ func (r *RoomStorage) BulkSelectSnapshotsFromEventIDs(ctx context.Context, event
 // StateEntriesForTuples implements StateResolutionStorage: per block, the entries
 // of the snapshot at the given tuples (about depth node reads per tuple), sorted.
 // Every block gets a list, empty when no tuple is set.
-func (r *RoomStorage) StateEntriesForTuples(_ context.Context, blocks []types.StateBlockNID, tuples []types.StateKeyTuple) ([]types.StateEntryList, error) {
+func (r *RoomStorage) StateEntriesForTuples(ctx context.Context, blocks []types.StateBlockNID, tuples []types.StateKeyTuple) ([]types.StateEntryList, error) {
 	type key struct{ t, sk string }
 	keys := make([]key, len(tuples))
 	for i, tu := range tuples {
@@ -349,6 +361,9 @@ func (r *RoomStorage) StateEntriesForTuples(_ context.Context, blocks []types.St
 	}
 	out := make([]types.StateEntryList, len(blocks))
 	for i, b := range blocks {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		root, err := r.SnapshotRoot(types.StateSnapshotNID(b))
 		if err != nil {
 			return nil, err
@@ -380,9 +395,12 @@ func (r *RoomStorage) StateEntriesForTuples(_ context.Context, blocks []types.St
 // StateAtEventIDs implements StateResolutionStorage: for each event the snapshot
 // before it, whether it was rejected, and its own entry (state key NID 0 for a
 // message event, as Dendrite stores it).
-func (r *RoomStorage) StateAtEventIDs(_ context.Context, eventIDs []string) ([]types.StateAtEvent, error) {
+func (r *RoomStorage) StateAtEventIDs(ctx context.Context, eventIDs []string) ([]types.StateAtEvent, error) {
 	out := make([]types.StateAtEvent, len(eventIDs))
 	for i, id := range eventIDs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		st, err := r.eventState(id)
 		if err != nil {
 			return nil, err
@@ -428,7 +446,7 @@ func (r *RoomStorage) StateAtEventIDs(_ context.Context, eventIDs []string) ([]t
 // (type, state key), written as HAMT nodes (about depth new nodes per changed
 // entry). Each entry's event must be a state event of this room at that (type,
 // state key). Equal states get equal snapshot NIDs, since the root is the content.
-func (r *RoomStorage) AddState(_ context.Context, roomNID types.RoomNID, blocks []types.StateBlockNID, entries []types.StateEntry) (types.StateSnapshotNID, error) {
+func (r *RoomStorage) AddState(ctx context.Context, roomNID types.RoomNID, blocks []types.StateBlockNID, entries []types.StateEntry) (types.StateSnapshotNID, error) {
 	if roomNID != r.nid {
 		return 0, fmt.Errorf("%w: AddState for room NID %d on room %s (NID %d)", ErrWrongRoom, roomNID, r.room.ID(), r.nid)
 	}
@@ -443,7 +461,7 @@ func (r *RoomStorage) AddState(_ context.Context, roomNID types.RoomNID, blocks 
 			root = br
 			continue
 		}
-		more, err := r.entries(br)
+		more, err := r.entries(ctx, br)
 		if err != nil {
 			return 0, err
 		}
@@ -496,9 +514,12 @@ func (r *RoomStorage) change(e types.StateEntry) (hamtstore.Change, error) {
 
 // Events implements StateResolutionStorage. The room version argument is ignored:
 // the room's own version parses its events.
-func (r *RoomStorage) Events(_ context.Context, _ gomatrixserverlib.RoomVersion, nids []types.EventNID) ([]types.Event, error) {
+func (r *RoomStorage) Events(ctx context.Context, _ gomatrixserverlib.RoomVersion, nids []types.EventNID) ([]types.Event, error) {
 	out := make([]types.Event, 0, len(nids))
 	for _, n := range nids {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		id, err := r.eventID(n)
 		if err != nil {
 			return nil, err
@@ -522,12 +543,15 @@ func sortLists(l []types.StateEntryList) {
 
 // EventsFromIDs implements StateResolutionStorage. Events the room does not hold
 // are left out, as Dendrite's SQL query leaves them out.
-func (r *RoomStorage) EventsFromIDs(_ context.Context, info *types.RoomInfo, eventIDs []string) ([]types.Event, error) {
+func (r *RoomStorage) EventsFromIDs(ctx context.Context, info *types.RoomInfo, eventIDs []string) ([]types.Event, error) {
 	if info != nil && info.RoomNID != r.nid {
 		return nil, fmt.Errorf("%w: EventsFromIDs for room NID %d on room %s (NID %d)", ErrWrongRoom, info.RoomNID, r.room.ID(), r.nid)
 	}
 	out := make([]types.Event, 0, len(eventIDs))
 	for _, id := range eventIDs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		r.mu.Lock()
 		pdu, err := r.room.Event(id)
 		r.mu.Unlock()
@@ -547,7 +571,10 @@ func (r *RoomStorage) EventsFromIDs(_ context.Context, info *types.RoomInfo, eve
 }
 
 // IsEventRejected implements StateResolutionStorage: the rejection replay recorded.
-func (r *RoomStorage) IsEventRejected(_ context.Context, roomNID types.RoomNID, eventID string) (bool, error) {
+func (r *RoomStorage) IsEventRejected(ctx context.Context, roomNID types.RoomNID, eventID string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
 	if roomNID != r.nid {
 		return false, fmt.Errorf("%w: IsEventRejected for room NID %d on room %s (NID %d)", ErrWrongRoom, roomNID, r.room.ID(), r.nid)
 	}

@@ -10,11 +10,12 @@ import (
 // TestOpen: a store opened in a test is written, closed by the test, opened
 // again on the same directory with what was written, and closed at the end.
 func TestOpen(t *testing.T) {
+	ctx := t.Context()
 	dir := t.TempDir()
 	var second *packstore.PackfileStorage
 	t.Run("use", func(t *testing.T) {
 		eng, st := Open(t, dir)
-		if rooms, err := st.Rooms(); err != nil || len(rooms) != 0 {
+		if rooms, err := st.Rooms(ctx); err != nil || len(rooms) != 0 {
 			t.Fatalf("a new store's rooms: %d, %v", len(rooms), err)
 		}
 		if err := eng.Put(packstore.ID{1}, packstore.ID{2}, []byte("x")); err != nil {

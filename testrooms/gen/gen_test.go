@@ -155,20 +155,21 @@ func replayAndCompare(t *testing.T, dir, file string, opts roomstate.ImportOptio
 // it with resolver.Replay and compares it with the room's recording; first holds
 // the first five mismatches.
 func replayRecorded(t *testing.T, dir, file string, opts roomstate.ImportOptions) (exp *recorded.Expected, res recorded.CompareResult, first []recorded.Mismatch) {
+	ctx := t.Context()
 	t.Helper()
 	st := roomstate.New(packstore.NewMemStorage())
 	f, err := os.Open(filepath.Join(dir, file))
 	require.NoError(t, err)
-	_, err = st.Import(f, dir, opts)
+	_, err = st.Import(ctx, f, dir, opts)
 	f.Close()
 	require.NoError(t, err)
 	exp, err = recorded.Load(dir)
 	require.NoError(t, err)
-	room, err := st.Room(exp.RoomID)
+	room, err := st.Room(ctx, exp.RoomID)
 	require.NoError(t, err)
-	_, err = resolver.Replay(room, resolver.ReplayOptions{})
+	_, err = resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	require.NoError(t, err)
-	res, err = recorded.Compare(room, exp, func(m recorded.Mismatch) {
+	res, err = recorded.Compare(ctx, room, exp, func(m recorded.Mismatch) {
 		if len(first) < 5 {
 			first = append(first, m)
 		}

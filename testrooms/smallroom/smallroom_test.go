@@ -47,20 +47,21 @@ func TestGenerateOptions(t *testing.T) {
 // importHashed imports a room's hashed rendering into a fresh in-memory store and
 // replays it.
 func importHashed(t *testing.T, rd *smallroom.Rendering) *roomstate.Room {
+	ctx := t.Context()
 	t.Helper()
 	st := roomstate.New(packstore.NewMemStorage())
-	res, err := st.Import(bytes.NewReader(rd.JSONL()), "smallroom", roomstate.ImportOptions{})
+	res, err := st.Import(ctx, bytes.NewReader(rd.JSONL()), "smallroom", roomstate.ImportOptions{})
 	if err != nil {
 		t.Fatalf("import: %v\n%s", err, rd.JSONL())
 	}
 	if res.Imported != len(rd.Lines) || res.Redacted != 0 || len(res.Rooms) != 1 || res.Rooms[0] != rd.RoomID {
 		t.Fatalf("import: %+v, want %d events of %s, none redacted", res, len(rd.Lines), rd.RoomID)
 	}
-	room, err := st.Room(rd.RoomID)
+	room, err := st.Room(ctx, rd.RoomID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := resolver.Replay(room, resolver.ReplayOptions{}); err != nil {
+	if _, err := resolver.Replay(ctx, room, resolver.ReplayOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return room
