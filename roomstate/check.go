@@ -45,15 +45,11 @@ func (r *Room) CheckProgress(ctx context.Context, progress func(events int)) (Ch
 	if err != nil {
 		return res, err
 	}
-	known := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		known[id] = true
-	}
 	g, err := r.Graph()
 	if err != nil {
 		return res, err
 	}
-	index := make(map[string]int32, len(ids))
+	index := make(map[string]int32, len(ids)) // also the set of the room's events
 	for i, id := range ids {
 		index[id] = int32(i)
 	}
@@ -96,7 +92,7 @@ func (r *Room) CheckProgress(ctx context.Context, progress func(events int)) (Ch
 		}
 		dangling := ""
 		for _, p := range append(append([]string(nil), m.PrevEvents...), m.AuthEvents...) {
-			if !known[p] {
+			if _, ok := index[p]; !ok {
 				dangling = p
 			}
 		}
@@ -153,7 +149,7 @@ func (r *Room) CheckProgress(ctx context.Context, progress func(events int)) (Ch
 			return res, err
 		}
 		for _, f := range r.head.ForwardExtremities {
-			if !known[f] {
+			if _, ok := index[f]; !ok {
 				return res, fmt.Errorf("%w: room %s: forward extremity %s is not in the room", ErrCorruptRecord, r.head.RoomID, f)
 			}
 		}
