@@ -10,7 +10,7 @@ import (
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
-// The walks a homeserver does over one room, used to measure what a repack buys
+// The walks a homeserver does over one room, which bench-repack times before and after a repack
 // (docs/benchmarks.md, "Repack locality"): each reads records through the room's store and
 // returns how many of each kind it read. Physical reads, pages and seeks are counted
 // by the engine (packstore read statistics), not here.

@@ -22,8 +22,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/mtxdb/mtxdb/internal/testseed"
 	"github.com/mtxdb/mtxdb/internal/storage"
+	"github.com/mtxdb/mtxdb/internal/testseed"
 )
 
 // ID is storage.ID (packstore.ID), the 16-byte collection or record ID every engine takes.
