@@ -88,9 +88,12 @@ func (s *Store) DiffStates(ctx context.Context, roomNID types.RoomNID, states []
 	return keys, events, nil
 }
 
-// LookupState returns the event NIDs the state after an event of a room gives
-// keys (0: absent), one HAMT lookup per key. Errors as DiffStates.
-func (s *Store) LookupState(ctx context.Context, roomNID types.RoomNID, state types.StateAtEvent, keys []types.StateKeyTuple) ([]types.EventNID, error) {
+// StateLookup returns a lookup into the state after an event of a room: the
+// event NID it gives a key (0: absent). The state's root is computed once and
+// the lookup's HAMT reader keeps the nodes it read, so a resolution that asks for
+// many keys reads each node once. The lookup is not safe for concurrent use.
+// Errors as DiffStates, from StateLookup and from the lookup.
+func (s *Store) StateLookup(ctx context.Context, roomNID types.RoomNID, state types.StateAtEvent) (func(types.StateKeyTuple) (types.EventNID, error), error) {
 	if err := checkRoom(roomNID); err != nil {
 		return nil, err
 	}
@@ -100,19 +103,16 @@ func (s *Store) LookupState(ctx context.Context, roomNID types.RoomNID, state ty
 	if err != nil {
 		return nil, err
 	}
-	out := make([]types.EventNID, len(keys))
-	for i, k := range keys {
+	return func(k types.StateKeyTuple) (types.EventNID, error) {
 		v, ok, err := rd.Get(root, stateKey(k))
 		if err != nil {
-			return nil, fmt.Errorf("statetables: room NID %d: state lookup: %w", roomNID, err)
+			return 0, fmt.Errorf("statetables: room NID %d: state lookup: %w", roomNID, err)
 		}
-		if ok {
-			if out[i], err = valueEvent(v); err != nil {
-				return nil, err
-			}
+		if !ok {
+			return 0, nil
 		}
-	}
-	return out, nil
+		return valueEvent(v)
+	}, nil
 }
 
 // EventRows returns the events of a room above an event NID from the
