@@ -35,7 +35,7 @@ written and the exit status is 1. Every PDU's
 prev_events and auth_events must be in the store or earlier in the input; a room's
 first PDU must be its m.room.create. Events already stored are skipped, so an import
 can be re-run. A PDU that is not a valid event (over 65,536 bytes, a field over 255
-bytes, malformed JSON, a bad event ID, an unknown room version) or cannot be placed
+bytes, malformed JSON, a missing or malformed event ID where the room version checks it, an unknown room version) or cannot be placed
 (unknown prev/auth events, no m.room.create yet, an auth event of another room) is
 refused: a "refused import FILE line N (event ID): reason" line (the first 100 of
 an input; then one line counts the rest, which --json lists), and the import goes

@@ -80,6 +80,11 @@ func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.S
 			return nil, nil, fmt.Errorf("%s is not an mtxdb store (no shard or index files in it); mtxdb import creates one", dir)
 		}
 	}
+	if looksLikeStore(dir) {
+		if shards, _ := filepath.Glob(filepath.Join(dir, "shard-*.mtdb")); len(shards) == 0 {
+			return nil, nil, fmt.Errorf("store %s has index files but no shard file: its records are lost; restore the shards, or move the directory away to start a new store", dir)
+		}
+	}
 	opts := packstore.DefaultOptions(dir)
 	// The commands write in bulk (import, replay, repack; a small room's
 	// import is many batches under 64 records): compress every batch as it
@@ -114,7 +119,7 @@ func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.S
 	if r.Source == "scan" && r.CheckpointErr == nil && r.ScannedFrames > 0 {
 		// Every close writes index.ckpt: a store with frames and none lost
 		// the file or crashed before its first checkpoint.
-		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: no index.ckpt: index rebuilt by scanning %d frames (%d bytes) of the shards; a torn last shard cannot be told from one cut short (README, Known limits)\n",
+		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: no index.ckpt: index rebuilt by scanning %d frames (%d bytes) of the shards; a torn last shard cannot be told from one cut short (docs/known-limits.md)\n",
 			dir, r.ScannedFrames, r.ScannedBytes)
 	}
 	for _, w := range r.Warnings {
@@ -128,7 +133,7 @@ func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.S
 			dir, r.TruncatedFile, r.TruncatedBytes, r.TruncatedAt, r.Source)
 	} else if r.TruncatedBytes > 0 {
 		// Expected after a crash mid-write; with index files missing or damaged
-		// it can also be a shard cut short (README, Known limits): say so.
+		// it can also be a shard cut short (docs/known-limits.md): say so.
 		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: cut %d bytes of unsynced or damaged tail off %s at offset %d (index from %s)\n",
 			dir, r.TruncatedBytes, r.TruncatedFile, r.TruncatedAt, r.Source)
 	}

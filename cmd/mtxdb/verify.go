@@ -90,7 +90,7 @@ and I/O errors, including a store lost during the run; 0 otherwise.`,
 				r := pf.OpenReport()
 				// A bad tail (opened read-only, it stays on disk): after a crash
 				// that is unsynced data, but verify cannot tell it from lost data
-				// (README, Known limits).
+				// (docs/known-limits.md).
 				v.problems++
 				printProblem(out, asJSON, "", fmt.Sprintf("store: %s has a torn or cut-short tail of %d bytes at offset %d, left on disk (index from %s)",
 					r.TruncatedFile, r.TruncatedBytes, r.TruncatedAt, r.Source))
