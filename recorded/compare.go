@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
@@ -63,12 +65,12 @@ func CompareProgress(ctx context.Context, room *roomstate.Room, exp *Expected, r
 	rd := room.NewReader()
 	memo := roomstate.EntryMemo{}
 	// rec is keyed as expected_state.jsonl is ("type\x00state_key"), ours by
-	// roomstate.StatePair.
-	pair := func(k string) roomstate.StatePair {
+	// roomrecord.StatePair.
+	pair := func(k string) roomrecord.StatePair {
 		t, sk, _ := strings.Cut(k, "\x00")
-		return roomstate.StatePair{Type: t, StateKey: sk}
+		return roomrecord.StatePair{Type: t, StateKey: sk}
 	}
-	cmp := func(event string, ours map[roomstate.StatePair]string, rec map[string]string) {
+	cmp := func(event string, ours map[roomrecord.StatePair]string, rec map[string]string) {
 		if len(ours) == len(rec) {
 			same := true
 			for k, v := range rec {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/hamtstore"
@@ -76,7 +78,7 @@ func repackReopen(t *testing.T, eng *packstore.PackfileStorage, dir string, room
 
 // keptByRule is the every-k rule written out independently of roomstate: forward
 // extremities, state events, rejected events and arrival index % k == 0.
-func keptByRule(m roomstate.EventMeta, st roomstate.EventState, fwd []string, k uint32) bool {
+func keptByRule(m roomrecord.EventMeta, st roomrecord.EventState, fwd []string, k uint32) bool {
 	return m.IsState || st.Rejected || m.Seq%k == 0 || slices.Contains(fwd, m.EventID)
 }
 
@@ -155,7 +157,7 @@ func expectedLive(t *testing.T, room *roomstate.Room, k uint32) (live, droppedSt
 	ids, err := room.EventIDs()
 	require.NoError(t, err)
 	for _, id := range ids {
-		ev, meta, state := roomstate.EventRecords(id)
+		ev, meta, state := roomrecord.EventRecords(id)
 		live[ev], live[meta] = true, true
 		m, err := room.Meta(id)
 		require.NoError(t, err)
@@ -166,7 +168,7 @@ func expectedLive(t *testing.T, room *roomstate.Room, k uint32) (live, droppedSt
 			droppedStates[state] = true
 			continue
 		}
-		if !keptByRule(m, roomstate.EventState{}, fwd, k) {
+		if !keptByRule(m, roomrecord.EventState{}, fwd, k) {
 			keptRejected++
 		}
 		live[state] = true

@@ -11,7 +11,7 @@
 //     state record, every HAMT node reachable from any event's state snapshot before
 //     or after and from the current state, the room head and the arrival log.
 //   - EveryK: the same, except that the state record of an event is live only when
-//     the room head's keep rule requires it (roomstate.Head.KeepsState with K =
+//     the room head's keep rule requires it (roomrecord.Head.KeepsState with K =
 //     Options.Every: the forward extremities, state events, every event whose
 //     arrival index is a multiple of K, events that arrived after the rule was set)
 //     or the event was rejected; the other events keep their PDU and metadata (their
@@ -31,6 +31,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/mtxdb/mtxdb/roomrecord"
 
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/packstore"
@@ -77,7 +79,7 @@ const (
 	// AllSnapshots keeps every event's state record and both its snapshots.
 	AllSnapshots Liveness = "all-snapshots"
 	// EveryK keeps the state record and snapshots only of the events the room head's
-	// keep rule names (roomstate.Head.KeepsState, K = Options.Every) and of rejected
+	// keep rule names (roomrecord.Head.KeepsState, K = Options.Every) and of rejected
 	// events; the rest are garbage.
 	EveryK Liveness = "every-k"
 )
@@ -157,7 +159,7 @@ func Plan(room *roomstate.Room, opts Options) (packstore.CollectionPlan, Stats, 
 	if err != nil {
 		return p.plan, p.stats, err
 	}
-	p.metas = make(map[string]roomstate.EventMeta, len(ids))
+	p.metas = make(map[string]roomrecord.EventMeta, len(ids))
 	for _, id := range ids {
 		m, err := room.Meta(id)
 		if err != nil {
@@ -179,13 +181,13 @@ func Plan(room *roomstate.Room, opts Options) (packstore.CollectionPlan, Stats, 
 			return p.plan, p.stats, err
 		}
 		for _, id := range order {
-			ev, meta, _ := roomstate.EventRecords(id)
+			ev, meta, _ := roomrecord.EventRecords(id)
 			p.add(meta)
 			p.add(ev)
 		}
 	case EdgesFirst:
 		for _, id := range order {
-			_, meta, _ := roomstate.EventRecords(id)
+			_, meta, _ := roomrecord.EventRecords(id)
 			p.add(meta)
 		}
 	}
@@ -218,7 +220,7 @@ func (p *planner) reverseTopological(ids []string) ([]string, error) {
 	}
 	order := make([]string, 0, len(ids))
 	for q.Len() > 0 {
-		m := heap.Pop(q).(roomstate.EventMeta)
+		m := heap.Pop(q).(roomrecord.EventMeta)
 		order = append(order, m.EventID)
 		p.stats.Walked++
 		for _, prev := range m.PrevEvents {
@@ -251,7 +253,7 @@ func (p *planner) addAuthWalk() error {
 		for len(queue) > 0 {
 			id := queue[0]
 			queue = queue[1:]
-			ev, meta, _ := roomstate.EventRecords(id)
+			ev, meta, _ := roomrecord.EventRecords(id)
 			p.add(meta)
 			p.add(ev)
 			for _, a := range p.metas[id].AuthEvents {
@@ -281,7 +283,7 @@ func (p *planner) addAuthWalk() error {
 type planner struct {
 	room   *roomstate.Room
 	rd     *hamtstore.Reader
-	metas  map[string]roomstate.EventMeta
+	metas  map[string]roomrecord.EventMeta
 	placed map[packstore.ID]bool
 	plan   packstore.CollectionPlan
 	stats  Stats
@@ -317,7 +319,7 @@ func (p *planner) addSnapshot(root hamtstore.NodeID) error {
 }
 
 func (p *planner) addEvent(eventID string) error {
-	ev, meta, state := roomstate.EventRecords(eventID)
+	ev, meta, state := roomrecord.EventRecords(eventID)
 	p.add(ev)
 	p.add(meta)
 	st, ok, err := p.room.EventState(eventID)
@@ -343,7 +345,7 @@ func (p *planner) addEvent(eventID string) error {
 }
 
 // eventHeap pops the greatest (depth, seq) first.
-type eventHeap []roomstate.EventMeta
+type eventHeap []roomrecord.EventMeta
 
 func (h eventHeap) Len() int { return len(h) }
 func (h eventHeap) Less(i, j int) bool {
@@ -353,7 +355,7 @@ func (h eventHeap) Less(i, j int) bool {
 	return h[i].Seq > h[j].Seq
 }
 func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(roomstate.EventMeta)) }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(roomrecord.EventMeta)) }
 func (h *eventHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]

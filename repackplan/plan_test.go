@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/hamtstore"
@@ -68,7 +70,7 @@ func TestPlanCoversLiveRecordsOnce(t *testing.T) {
 			// The first event placed is a forward extremity: the walk starts there.
 			evIDs := map[packstore.ID]string{}
 			for _, id := range ids {
-				ev, _, _ := roomstate.EventRecords(id)
+				ev, _, _ := roomrecord.EventRecords(id)
 				evIDs[ev] = id
 			}
 			for _, rec := range plan.Records {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/roomstate"
@@ -62,7 +64,7 @@ func Walk(ctx context.Context, room *roomstate.Room, kind WalkKind, limit int, r
 	if !h.Replayed {
 		return ws, fmt.Errorf("%w: %s", ErrNotReplayed, room.ID())
 	}
-	readEvent := func(id string) (roomstate.EventMeta, error) {
+	readEvent := func(id string) (roomrecord.EventMeta, error) {
 		m, err := room.Meta(id)
 		if err != nil {
 			return m, err
@@ -139,7 +141,7 @@ func Walk(ctx context.Context, room *roomstate.Room, kind WalkKind, limit int, r
 		}
 		taken := 0
 		for q.Len() > 0 && taken < limit {
-			m := heap.Pop(q).(roomstate.EventMeta)
+			m := heap.Pop(q).(roomrecord.EventMeta)
 			taken++
 			for _, p := range m.PrevEvents {
 				if taken+q.Len() >= limit {

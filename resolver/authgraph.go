@@ -3,12 +3,12 @@ package resolver
 import (
 	"fmt"
 
-	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/roomrecord"
 )
 
 // AuthGraph is the auth index of one room for callers that keep the room's events
 // outside a roomstate store (a server's own event tables) and hold its DAG in
-// memory as a roomstate.Graph: event IDs, auth_events edges and state keys, no
+// memory as a roomrecord.Graph: event IDs, auth_events edges and state keys, no
 // PDUs. It answers the auth difference's questions for ResolveWithGraph as the
 // Resolver's own index does (auth children, same-key lineages with jump pointers),
 // in about 250 bytes per event.
@@ -21,9 +21,9 @@ type AuthGraph struct {
 	memo keyMemo
 }
 
-// NewAuthGraph indexes a room's DAG (roomstate.GraphOf). The Graph must not be
+// NewAuthGraph indexes a room's DAG (roomrecord.GraphOf). The Graph must not be
 // changed afterwards.
-func NewAuthGraph(rg *roomstate.Graph) *AuthGraph {
+func NewAuthGraph(rg *roomrecord.Graph) *AuthGraph {
 	return &AuthGraph{g: indexGraph(rg)}
 }
 

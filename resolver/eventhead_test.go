@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
 	"github.com/stretchr/testify/require"
@@ -276,8 +278,8 @@ func conflictRooms(t *testing.T) []string {
 }
 
 type replayed struct {
-	head   roomstate.Head
-	states map[string]roomstate.EventState
+	head   roomrecord.Head
+	states map[string]roomrecord.EventState
 }
 
 func replayRecords(t *testing.T, dir string) replayed {
@@ -289,7 +291,7 @@ func replayRecords(t *testing.T, dir string) replayed {
 	defer f.Close()
 	res, err := st.Import(ctx, f, dir, roomstate.ImportOptions{KeepGoing: true}) // a recipe room holds a PDU import refuses
 	require.NoError(t, err)
-	out := replayed{states: map[string]roomstate.EventState{}}
+	out := replayed{states: map[string]roomrecord.EventState{}}
 	for _, id := range res.Rooms {
 		room, err := st.Room(ctx, id)
 		require.NoError(t, err)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
@@ -25,9 +27,9 @@ type graph struct {
 	ids      []string               // event ID by index
 	index    idTable                // event ID -> index
 	byRecord map[packstore.ID]int32 // event record ID (HAMT value) -> index
-	g        *roomstate.Graph       // edges by index (missing edges are -1)
+	g        *roomrecord.Graph      // edges by index (missing edges are -1)
 	keys     []Key                  // interned keys; g.Key[i] indexes it
-	keyBytes [][]byte               // keys[k] as a HAMT key (roomstate.StateKey)
+	keyBytes [][]byte               // keys[k] as a HAMT key (roomrecord.StateKey)
 	kidsOff  []int32                // auth children CSR: kids of i are kids[kidsOff[i]:kidsOff[i+1]]
 	kids     []int32                // state events only, in index order (re-sorted by replay)
 	lin      []lineageLink          // same-key lineage, filled on use
@@ -55,7 +57,7 @@ func newGraph(room *roomstate.Room) (*graph, error) {
 }
 
 // indexGraph builds the index over a room's dense DAG.
-func indexGraph(rg *roomstate.Graph) *graph {
+func indexGraph(rg *roomrecord.Graph) *graph {
 	n := len(rg.IDs)
 	g := &graph{ids: rg.IDs, g: rg, keys: make([]Key, len(rg.Keys)), keyIndex: make(map[Key]int32, len(rg.Keys)),
 		index: newIDTable(rg.IDs), byRecord: make(map[packstore.ID]int32, n)}
@@ -63,10 +65,10 @@ func indexGraph(rg *roomstate.Graph) *graph {
 	for i, k := range rg.Keys {
 		g.keys[i] = k
 		g.keyIndex[g.keys[i]] = int32(i)
-		g.keyBytes[i] = roomstate.StateKey(k.Type, k.StateKey)
+		g.keyBytes[i] = roomrecord.StateKey(k.Type, k.StateKey)
 	}
 	for i, id := range rg.IDs {
-		g.byRecord[roomstate.EventRecordID(id)] = int32(i)
+		g.byRecord[roomrecord.EventRecordID(id)] = int32(i)
 	}
 	nkids := make([]int32, n+1)
 	for i := range n {

@@ -6,8 +6,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/mtxdb/mtxdb/internal/testseed"
-	"github.com/mtxdb/mtxdb/roomstate"
 )
 
 var graphSeed = flag.Uint64("graph.seed", 0, "seed of TestSameKeyAncestorModel (0: time-based)")
@@ -25,9 +26,9 @@ func TestSameKeyAncestorModel(t *testing.T) {
 	for room := range 20 {
 		n := 50 + rng.IntN(400)
 		nkeys := 1 + rng.IntN(8)
-		metas := make([]roomstate.EventMeta, n)
+		metas := make([]roomrecord.EventMeta, n)
 		for i := range metas {
-			m := roomstate.EventMeta{Seq: uint32(i), EventID: fmt.Sprintf("$e%d", i)}
+			m := roomrecord.EventMeta{Seq: uint32(i), EventID: fmt.Sprintf("$e%d", i)}
 			if i > 0 && rng.IntN(5) > 0 {
 				m.IsState, m.Type, m.StateKey = true, "k", fmt.Sprint(rng.IntN(nkeys))
 			}
@@ -47,7 +48,7 @@ func TestSameKeyAncestorModel(t *testing.T) {
 			}
 			metas[i] = m
 		}
-		rg, err := roomstate.GraphOf(metas)
+		rg, err := roomrecord.GraphOf(metas)
 		if err != nil {
 			t.Fatal(err)
 		}

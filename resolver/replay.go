@@ -9,6 +9,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/matrix-org/gomatrixserverlib"
 
 	"github.com/mtxdb/mtxdb/hamtstore"
@@ -172,7 +174,7 @@ type ReplayResult struct {
 // it after an import computes only the new events, and running it twice writes
 // nothing the second time.
 //
-// On a room after an every-k repack (roomstate.Head.KeepsState), an event whose state
+// On a room after an every-k repack (roomrecord.Head.KeepsState), an event whose state
 // record the rule let the repack drop is taken as replayed and accepted (the repack
 // keeps rejected events' records) and gets no record. New events usually need only
 // the states after the forward extremities, which the rule keeps; when a new event
@@ -215,10 +217,10 @@ type replay struct {
 	res        ReplayResult
 	after      []hamtstore.NodeID
 	hasAfter   []bool
-	computed   []bool         // state computed in this run
-	referenced []bool         // named in prev_events by an accepted event
-	dropped    []bool         // state record dropped by the keep rule
-	head       roomstate.Head // the room's head when the replay started
+	computed   []bool          // state computed in this run
+	referenced []bool          // named in prev_events by an accepted event
+	dropped    []bool          // state record dropped by the keep rule
+	head       roomrecord.Head // the room's head when the replay started
 	// late is, under a keep rule, whether an event arrived after the rule was set
 	// or descends from such an event; nil without one.
 	late []bool
@@ -228,7 +230,7 @@ type replay struct {
 	pf *prefetcher
 	// batchIDs and batch are the state records computed and not yet written.
 	batchIDs []string
-	batch    []roomstate.EventState
+	batch    []roomrecord.EventState
 }
 
 // run replays the room in phases: order (the topological order and each event's
@@ -397,7 +399,7 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 	if err != nil {
 		return err
 	}
-	st := roomstate.EventState{Before: before, After: before}
+	st := roomrecord.EventState{Before: before, After: before}
 	if aerr := r.Authorize(pdu, before); aerr != nil {
 		if !errors.Is(aerr, ErrRejected) {
 			return aerr
@@ -411,8 +413,8 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 			rp.referenced[x] = true
 		}
 		if k := g.keyOf(i); k >= 0 {
-			st.After, err = hamtstore.Set(room.Nodes(), r.rd, before, roomstate.StateKey(g.keys[k].Type, g.keys[k].StateKey),
-				hamtstore.Value(roomstate.EventRecordID(id)))
+			st.After, err = hamtstore.Set(room.Nodes(), r.rd, before, roomrecord.StateKey(g.keys[k].Type, g.keys[k].StateKey),
+				hamtstore.Value(roomrecord.EventRecordID(id)))
 			if err != nil {
 				return fmt.Errorf("resolver: room %s: event %s: write state: %w", room.ID(), id, err)
 			}
@@ -570,8 +572,8 @@ const readerResetEvery = 16384
 const releaseMappedEvery = 4096
 
 // metaForKeep is what Head.KeepsState reads of an event.
-func (rp *replay) metaForKeep(i int32) roomstate.EventMeta {
-	return roomstate.EventMeta{Seq: uint32(i), IsState: rp.g.keyOf(i) >= 0, EventID: rp.g.ids[i]}
+func (rp *replay) metaForKeep(i int32) roomrecord.EventMeta {
+	return roomrecord.EventMeta{Seq: uint32(i), IsState: rp.g.keyOf(i) >= 0, EventID: rp.g.ids[i]}
 }
 
 // keepStored uses an event's stored state record when it has one and none of its

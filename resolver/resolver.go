@@ -36,6 +36,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
@@ -323,7 +325,7 @@ func (r *Resolver) eventIDOf(v hamtstore.Value) (string, error) {
 
 // lookup returns the event at a key of a snapshot.
 func (r *Resolver) lookup(root hamtstore.NodeID, k Key) (string, bool, error) {
-	v, ok, err := r.rd.Get(root, roomstate.StateKey(k.Type, k.StateKey))
+	v, ok, err := r.rd.Get(root, roomrecord.StateKey(k.Type, k.StateKey))
 	if err != nil || !ok {
 		return "", false, err
 	}
@@ -428,7 +430,7 @@ func (r *Resolver) resolve(uniq []hamtstore.NodeID) (hamtstore.NodeID, error) {
 	}
 	var conflicts []conflict
 	err := r.rd.DiffN(uniq, func(key []byte, vals []*hamtstore.Value) error {
-		t, sk, err := roomstate.SplitStateKey(key)
+		t, sk, err := roomrecord.SplitStateKey(key)
 		if err != nil {
 			return err
 		}
@@ -528,11 +530,11 @@ func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) ([]
 	r.FullConflicted += res.FullConflicted
 	changes := make([]hamtstore.Change, 0, len(res.Set)+len(res.Delete))
 	for _, k := range res.Delete {
-		changes = append(changes, hamtstore.Change{Key: roomstate.StateKey(k.Type, k.StateKey), Delete: true})
+		changes = append(changes, hamtstore.Change{Key: roomrecord.StateKey(k.Type, k.StateKey), Delete: true})
 	}
 	for _, k := range sortedKeys(res.Set) {
-		changes = append(changes, hamtstore.Change{Key: roomstate.StateKey(k.Type, k.StateKey),
-			Value: hamtstore.Value(roomstate.EventRecordID(res.Set[k]))})
+		changes = append(changes, hamtstore.Change{Key: roomrecord.StateKey(k.Type, k.StateKey),
+			Value: hamtstore.Value(roomrecord.EventRecordID(res.Set[k]))})
 	}
 	return changes, nil
 }
@@ -806,7 +808,7 @@ func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) ([]ham
 		if len(ids) == 1 {
 			// One event for the key (the others lack it): no conflict in v1, so
 			// it is in R, and the rules read it when it is an auth type.
-			changes = append(changes, hamtstore.Change{Key: c.key, Value: hamtstore.Value(roomstate.EventRecordID(ids[0]))})
+			changes = append(changes, hamtstore.Change{Key: c.key, Value: hamtstore.Value(roomrecord.EventRecordID(ids[0]))})
 			if authTypes[c.k.Type] {
 				p, err := r.pdu(ids[0])
 				if err != nil {
@@ -844,7 +846,7 @@ func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) ([]ham
 	// The unconflicted auth state: the keys every snapshot gives one event (read
 	// from one snapshot), and those only some give, all with the same event.
 	err = r.rd.Iterate(base, func(k []byte, v hamtstore.Value) error {
-		t, _, err := roomstate.SplitStateKey(k)
+		t, _, err := roomrecord.SplitStateKey(k)
 		if err != nil || conflictedKey[string(k)] || !authTypes[t] {
 			return err
 		}
@@ -871,7 +873,7 @@ func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) ([]ham
 			continue
 		}
 		if id, ok := resolved[c.k]; ok {
-			changes = append(changes, hamtstore.Change{Key: c.key, Value: hamtstore.Value(roomstate.EventRecordID(id))})
+			changes = append(changes, hamtstore.Change{Key: c.key, Value: hamtstore.Value(roomrecord.EventRecordID(id))})
 		} else {
 			changes = append(changes, hamtstore.Change{Key: c.key, Delete: true})
 		}

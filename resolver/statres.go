@@ -9,15 +9,17 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
 
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
-// Key is a state key: (event_type, state_key). It is roomstate.StatePair, so the
+// Key is a state key: (event_type, state_key). It is roomrecord.StatePair, so the
 // map roomstate.Room.State returns is a StateMap.
-type Key = roomstate.StatePair
+type Key = roomrecord.StatePair
 
 func keyOf(p gomatrixserverlib.PDU) Key { return Key{Type: p.Type(), StateKey: *p.StateKey()} }
 

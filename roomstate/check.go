@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/mtxdb/mtxdb/hamtstore"
+	"github.com/mtxdb/mtxdb/roomrecord"
 )
 
 // CheckResult counts what Check read.
@@ -66,7 +67,7 @@ func (r *Room) CheckProgress(ctx context.Context, progress func(events int)) (Ch
 			_, err := r.snapshotEntry(k, v)
 			return err
 		}); err != nil {
-			if errors.Is(err, ErrCorruptRecord) {
+			if errors.Is(err, roomrecord.ErrCorruptRecord) {
 				return fmt.Errorf("%s: %w", what, err)
 			}
 			return fmt.Errorf("roomstate: room %s: %s: %w", r.head.RoomID, what, err)
@@ -84,8 +85,8 @@ func (r *Room) CheckProgress(ctx context.Context, progress func(events int)) (Ch
 		if err != nil {
 			return res, err
 		}
-		if d := g.diffMeta(i, &m, index); d != "" {
-			return res, fmt.Errorf("%w: room %s: the graph record of event %s disagrees with its metadata: %s", ErrCorruptRecord, r.head.RoomID, id, d)
+		if d := g.DiffMeta(i, &m, index); d != "" {
+			return res, fmt.Errorf("%w: room %s: the graph record of event %s disagrees with its metadata: %s", roomrecord.ErrCorruptRecord, r.head.RoomID, id, d)
 		}
 		if _, err := r.Event(id); err != nil {
 			return res, err
@@ -103,7 +104,7 @@ func (r *Room) CheckProgress(ctx context.Context, progress func(events int)) (Ch
 		if dangling != "" {
 			if hasState {
 				return res, fmt.Errorf("%w: room %s: event %s has a state but points at %s, which is not in the room",
-					ErrCorruptRecord, r.head.RoomID, id, dangling)
+					roomrecord.ErrCorruptRecord, r.head.RoomID, id, dangling)
 			}
 			res.Dangling++
 			res.Events++
@@ -133,7 +134,7 @@ func (r *Room) CheckProgress(ctx context.Context, progress func(events int)) (Ch
 		if st.Rejected {
 			res.Rejected++
 			if st.After != st.Before {
-				return res, fmt.Errorf("%w: room %s: rejected event %s changes the state", ErrCorruptRecord, r.head.RoomID, id)
+				return res, fmt.Errorf("%w: room %s: rejected event %s changes the state", roomrecord.ErrCorruptRecord, r.head.RoomID, id)
 			}
 		}
 		if err := checkRoot(st.Before, "state before "+id); err != nil {
@@ -150,43 +151,10 @@ func (r *Room) CheckProgress(ctx context.Context, progress func(events int)) (Ch
 		}
 		for _, f := range r.head.ForwardExtremities {
 			if _, ok := index[f]; !ok {
-				return res, fmt.Errorf("%w: room %s: forward extremity %s is not in the room", ErrCorruptRecord, r.head.RoomID, f)
+				return res, fmt.Errorf("%w: room %s: forward extremity %s is not in the room", roomrecord.ErrCorruptRecord, r.head.RoomID, f)
 			}
 		}
 	}
 	res.Snapshots = len(roots)
 	return res, nil
-}
-
-// diffMeta describes how event i of g differs from its metadata record, "" when
-// it does not (index: event ID -> arrival index).
-func (g *Graph) diffMeta(i int, m *EventMeta, index map[string]int32) string {
-	key, isState := StatePair{}, g.Key[i] >= 0
-	if isState {
-		key = g.Keys[g.Key[i]]
-	}
-	switch {
-	case isState != m.IsState || (isState && key != StatePair{m.Type, m.StateKey}):
-		return fmt.Sprintf("key %v (state %v), metadata %v (state %v)", key, isState, StatePair{m.Type, m.StateKey}, m.IsState)
-	case g.Redacted[i] != m.Redacted:
-		return fmt.Sprintf("redacted %v, metadata %v", g.Redacted[i], m.Redacted)
-	case len(g.Prev(i)) != len(m.PrevEvents) || len(g.Auth(i)) != len(m.AuthEvents):
-		return fmt.Sprintf("%d prev and %d auth events, metadata %d and %d", len(g.Prev(i)), len(g.Auth(i)), len(m.PrevEvents), len(m.AuthEvents))
-	}
-	check := func(what string, got []int32, want []string, missing func(j int) string) string {
-		for j, id := range want {
-			x, ok := index[id]
-			if !ok {
-				x = -1
-			}
-			if got[j] != x || (x < 0 && missing(j) != id) {
-				return fmt.Sprintf("%s %d is %d, metadata %s", what, j, got[j], id)
-			}
-		}
-		return ""
-	}
-	if d := check("prev_event", g.Prev(i), m.PrevEvents, func(j int) string { return g.MissingPrev(i, j) }); d != "" {
-		return d
-	}
-	return check("auth_event", g.Auth(i), m.AuthEvents, func(j int) string { return g.MissingAuth(i, j) })
 }

@@ -14,6 +14,8 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/matrix-org/gomatrixserverlib"
 
 	"github.com/mtxdb/mtxdb/packstore"
@@ -103,12 +105,12 @@ type ImportResult struct {
 // batch, the events already known, and the records of the unsynced batch.
 type pendingRoom struct {
 	room  *Room
-	head  Head
+	head  roomrecord.Head
 	known map[string]uint32 // every event ID in the store or in this batch -> arrival index
 	// graph: the batch's entries of its graph record (written beside its
 	// arrival-log chunk); noGraph: a room imported before graph records existed
 	// (its graph comes from the metadata records, so none is written).
-	graph   []graphEntry
+	graph   []roomrecord.GraphEntry
 	noGraph bool
 	// fwd is the forward extremities as a set while the import runs (nil until
 	// the room's first event of this import); the head gets them at each flush.
@@ -642,11 +644,11 @@ func (imp *importer) joinRoom(q *queuedPDU, h pduHeader, pr *pendingRoom, versio
 				return nil, imp.fail(q, eventID, fmt.Errorf("%w: %s", ErrNoCreateEvent, roomID))
 			}
 			pr = &pendingRoom{
-				head:  Head{RoomID: roomID, RoomVersion: string(version)},
+				head:  roomrecord.Head{RoomID: roomID, RoomVersion: string(version)},
 				known: map[string]uint32{},
 				isNew: true,
 			}
-			pr.room = imp.s.newRoom(CollectionID(roomID), pr.head, nil) // no head stored yet
+			pr.room = imp.s.newRoom(roomrecord.CollectionID(roomID), pr.head, nil) // no head stored yet
 			imp.rooms[roomID] = pr
 		}
 	}
@@ -726,7 +728,7 @@ func (imp *importer) place(q *queuedPDU, h pduHeader, pr *pendingRoom, version g
 // when ImportOptions.BatchSize PDUs are pending.
 func (imp *importer) stage(pr *pendingRoom, pdu gomatrixserverlib.PDU, raw []byte) error {
 	eventID := pdu.EventID()
-	m := EventMeta{
+	m := roomrecord.EventMeta{
 		Seq:        pr.head.Events,
 		Depth:      pdu.Depth(),
 		IsState:    pdu.StateKey() != nil,
@@ -739,17 +741,17 @@ func (imp *importer) stage(pr *pendingRoom, pdu gomatrixserverlib.PDU, raw []byt
 	if m.IsState {
 		m.StateKey = *pdu.StateKey()
 	}
-	ev := EventRecordID(eventID)
+	ev := roomrecord.EventRecordID(eventID)
 	pr.batch = append(pr.batch,
-		packstore.Record{ID: ev, Data: encodeEvent(eventID, raw)},
-		packstore.Record{ID: metaRecordID(ev), Data: encodeMeta(&m)})
+		packstore.Record{ID: ev, Data: roomrecord.EncodeEvent(eventID, raw)},
+		packstore.Record{ID: roomrecord.MetaRecordID(ev), Data: roomrecord.EncodeMeta(&m)})
 	pr.batchID = append(pr.batchID, eventID)
 	if pr.raw == nil {
 		pr.raw = map[string][]byte{}
 	}
 	pr.raw[eventID] = raw
 	pr.known[eventID] = pr.head.Events
-	pr.graph = append(pr.graph, pr.graphEntry(&m))
+	pr.graph = append(pr.graph, roomrecord.NewGraphEntry(&m, func(id string) (uint32, bool) { x, ok := pr.known[id]; return x, ok }))
 	pr.head.Events++
 	pr.head.Replayed = false
 	// Forward extremities as a homeserver keeps them on receipt: the new event
@@ -777,27 +779,6 @@ func (imp *importer) stage(pr *pendingRoom, pdu gomatrixserverlib.PDU, raw []byt
 		return imp.flush()
 	}
 	return nil
-}
-
-// graphEntry is the graph-record entry of an event being imported: its edges as
-// arrival indexes of the events known so far, the others by ID (AnyOrder).
-func (pr *pendingRoom) graphEntry(m *EventMeta) graphEntry {
-	e := graphEntry{isState: m.IsState, redacted: m.Redacted, key: StatePair{m.Type, m.StateKey}}
-	edges := func(ids []string) []uint32 {
-		out := make([]uint32, len(ids))
-		for j, id := range ids {
-			if x, ok := pr.known[id]; ok {
-				out[j] = x
-			} else {
-				out[j] = graphEdgeMissing
-				e.missing = append(e.missing, id)
-			}
-		}
-		return out
-	}
-	e.prev = edges(m.PrevEvents)
-	e.auth = edges(m.AuthEvents)
-	return e
 }
 
 // checkDuplicate compares a PDU with the stored event of the same ID. For v1/v2
@@ -896,10 +877,10 @@ func (imp *importer) flush() error {
 	for _, id := range ids {
 		pr := imp.rooms[id]
 		h := pr.head
-		recs := append(pr.batch, packstore.Record{ID: logChunkID(h.LogChunks), Data: encodeLogChunk(pr.batchID)})
+		recs := append(pr.batch, packstore.Record{ID: roomrecord.LogChunkID(h.LogChunks), Data: roomrecord.EncodeLogChunk(pr.batchID)})
 		if !pr.noGraph {
 			base := h.Events - uint32(len(pr.batchID))
-			recs = append(recs, packstore.Record{ID: graphChunkID(h.LogChunks), Data: encodeGraphChunk(base, pr.graph)})
+			recs = append(recs, packstore.Record{ID: roomrecord.GraphChunkID(h.LogChunks), Data: roomrecord.EncodeGraphChunk(base, pr.graph)})
 		}
 		h.LogChunks++
 		if pr.fwd != nil {

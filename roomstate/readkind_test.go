@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/packstore"
@@ -28,7 +30,7 @@ func TestReadKinds(t *testing.T) {
 		require.NoError(t, err)
 		ids, err := room.EventIDs()
 		require.NoError(t, err)
-		require.Equal(t, packstore.ReadCounters{}, kg.ReadStats()[roomstate.ReadPDU])
+		require.Equal(t, packstore.ReadCounters{}, kg.ReadStats()[roomrecord.ReadPDU])
 
 		kg.ResetReadStats()
 		_, err = room.EventJSON(ids[0])
@@ -38,8 +40,8 @@ func TestReadKinds(t *testing.T) {
 		_, err = room.Meta(ids[1])
 		require.NoError(t, err)
 		rs := kg.ReadStats()
-		require.EqualValues(t, 1, rs[roomstate.ReadPDU].Reads, "%s: %v", eng, rs)
-		require.EqualValues(t, 2, rs[roomstate.ReadMeta].Reads)
+		require.EqualValues(t, 1, rs[roomrecord.ReadPDU].Reads, "%s: %v", eng, rs)
+		require.EqualValues(t, 2, rs[roomrecord.ReadMeta].Reads)
 		require.Len(t, rs, 2)
 
 		kg.ResetReadStats()
@@ -47,11 +49,11 @@ func TestReadKinds(t *testing.T) {
 		_, err = room.StateEntries(ctx, rd, room.CurrentState())
 		require.NoError(t, err)
 		rs = kg.ReadStats()
-		require.EqualValues(t, rd.NodesRead(), rs[roomstate.ReadNode].Reads+rs[roomstate.ReadNode].CacheHits)
-		require.Positive(t, rs[roomstate.ReadNode].Reads)
-		require.Positive(t, rs[roomstate.ReadMeta].Reads) // StateEntries checks each entry's metadata
+		require.EqualValues(t, rd.NodesRead(), rs[roomrecord.ReadNode].Reads+rs[roomrecord.ReadNode].CacheHits)
+		require.Positive(t, rs[roomrecord.ReadNode].Reads)
+		require.Positive(t, rs[roomrecord.ReadMeta].Reads) // StateEntries checks each entry's metadata
 		require.Len(t, rs, 2)
 	}
-	require.Equal(t, "node", roomstate.ReadKindName(roomstate.ReadNode))
-	require.Equal(t, "kind9", roomstate.ReadKindName(9))
+	require.Equal(t, "node", roomrecord.ReadKindName(roomrecord.ReadNode))
+	require.Equal(t, "kind9", roomrecord.ReadKindName(9))
 }

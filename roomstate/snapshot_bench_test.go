@@ -5,8 +5,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/mtxdb/mtxdb/hamtstore"
-	"github.com/mtxdb/mtxdb/roomstate"
 )
 
 // Storage models of the two other homeservers, computed on the same history as ours
@@ -71,7 +72,7 @@ func BenchmarkSnapshotOneChange(b *testing.B) {
 			for ; b.Loop(); ops++ {
 				u := rng.IntN(n)
 				var err error
-				root, err = hamtstore.Set(st, rd, root, roomstate.StateKey("m.room.member", memberID(u)), eventValue(fmt.Sprint("change", ops)))
+				root, err = hamtstore.Set(st, rd, root, roomrecord.StateKey("m.room.member", memberID(u)), eventValue(fmt.Sprint("change", ops)))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -82,7 +83,7 @@ func BenchmarkSnapshotOneChange(b *testing.B) {
 
 				// A cold one-key lookup in the new snapshot.
 				cold := &countingStore{MemNodeStore: st.MemNodeStore}
-				if _, _, err := hamtstore.NewReader(cold).Get(root, roomstate.StateKey("m.room.member", memberID(rng.IntN(n)))); err != nil {
+				if _, _, err := hamtstore.NewReader(cold).Get(root, roomrecord.StateKey("m.room.member", memberID(rng.IntN(n)))); err != nil {
 					b.Fatal(err)
 				}
 				lookupNodes += cold.reads
@@ -109,7 +110,7 @@ func BenchmarkDiffChangedKeys(b *testing.B) {
 		b.Run(fmt.Sprintf("k=%d", k), func(b *testing.B) {
 			changes := make([]hamtstore.Change, k)
 			for i := range changes {
-				changes[i] = hamtstore.Change{Key: roomstate.StateKey("m.room.member", memberID(i*7)), Value: eventValue(fmt.Sprint("k", i))}
+				changes[i] = hamtstore.Change{Key: roomrecord.StateKey("m.room.member", memberID(i*7)), Value: eventValue(fmt.Sprint("k", i))}
 			}
 			other, err := hamtstore.Apply(st, nil, base, changes)
 			if err != nil {

@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/hamtstore"
-	"github.com/mtxdb/mtxdb/roomstate"
 )
 
 // countingStore counts node writes, bytes written and reads through a MemNodeStore.
@@ -37,10 +38,10 @@ func memberRoom(tb testing.TB, st hamtstore.NodeStore, n int) hamtstore.NodeID {
 	tb.Helper()
 	changes := make([]hamtstore.Change, 0, n+6)
 	for _, t := range []string{"m.room.create", "m.room.power_levels", "m.room.join_rules", "m.room.history_visibility", "m.room.name", "m.room.topic"} {
-		changes = append(changes, hamtstore.Change{Key: roomstate.StateKey(t, ""), Value: eventValue(t)})
+		changes = append(changes, hamtstore.Change{Key: roomrecord.StateKey(t, ""), Value: eventValue(t)})
 	}
 	for i := 0; i < n; i++ {
-		changes = append(changes, hamtstore.Change{Key: roomstate.StateKey("m.room.member", memberID(i)), Value: eventValue(fmt.Sprint("join", i))})
+		changes = append(changes, hamtstore.Change{Key: roomrecord.StateKey("m.room.member", memberID(i)), Value: eventValue(fmt.Sprint("join", i))})
 	}
 	root, err := hamtstore.Apply(st, nil, hamtstore.EmptyRoot, changes)
 	require.NoError(tb, err)
@@ -50,7 +51,7 @@ func memberRoom(tb testing.TB, st hamtstore.NodeStore, n int) hamtstore.NodeID {
 func memberID(i int) string { return fmt.Sprintf("@user%d:server%d.example.org", i, i%50) }
 
 func eventValue(s string) hamtstore.Value {
-	return hamtstore.Value(roomstate.EventRecordID("$" + s))
+	return hamtstore.Value(roomrecord.EventRecordID("$" + s))
 }
 
 // TestOneMembershipChangeCost: in rooms of 1k, 10k and 100k members one membership
@@ -61,7 +62,7 @@ func TestOneMembershipChangeCost(t *testing.T) {
 		st := &countingStore{MemNodeStore: hamtstore.NewMemNodeStore()}
 		root := memberRoom(t, st, n)
 		st.reset()
-		next, err := hamtstore.Set(st, nil, root, roomstate.StateKey("m.room.member", memberID(n/2)), eventValue("leave"))
+		next, err := hamtstore.Set(st, nil, root, roomrecord.StateKey("m.room.member", memberID(n/2)), eventValue("leave"))
 		require.NoError(t, err)
 		depth := st.nodes // one new node per level of the changed path
 		t.Logf("members=%d: one change wrote %d nodes, %d bytes", n, st.nodes, st.bytes)
@@ -69,12 +70,12 @@ func TestOneMembershipChangeCost(t *testing.T) {
 		require.LessOrEqual(t, depth, 6)
 
 		st.reset()
-		_, ok, err := hamtstore.NewReader(st).Get(next, roomstate.StateKey("m.room.member", memberID(n/3)))
+		_, ok, err := hamtstore.NewReader(st).Get(next, roomrecord.StateKey("m.room.member", memberID(n/3)))
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.LessOrEqual(t, st.reads, depth+1, "members=%d: single-key lookup", n)
 		// The old snapshot is untouched.
-		v, ok, err := hamtstore.NewReader(st).Get(root, roomstate.StateKey("m.room.member", memberID(n/2)))
+		v, ok, err := hamtstore.NewReader(st).Get(root, roomrecord.StateKey("m.room.member", memberID(n/2)))
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, eventValue(fmt.Sprint("join", n/2)), v)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/roomrecord"
 )
 
 // Store is the Dendrite-style room storage over one packstore engine. Safe for
@@ -30,7 +31,7 @@ type Store struct {
 // headGen is a room head as last written through a Store, and its generation.
 type headGen struct {
 	gen  uint64
-	head Head
+	head roomrecord.Head
 	raw  []byte // the head record's bytes (Room.headRaw)
 }
 
@@ -41,7 +42,7 @@ func New(eng packstore.StorageEngine) *Store {
 }
 
 // publish records h as room coll's newest head, after it was written to the engine.
-func (s *Store) publish(coll packstore.ID, h Head, raw []byte) uint64 {
+func (s *Store) publish(coll packstore.ID, h roomrecord.Head, raw []byte) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.heads[coll]
@@ -59,7 +60,7 @@ func (s *Store) generation(coll packstore.ID) uint64 {
 }
 
 // newRoom returns a Room over a head just read from the engine.
-func (s *Store) newRoom(coll packstore.ID, h Head, raw []byte) *Room {
+func (s *Store) newRoom(coll packstore.ID, h roomrecord.Head, raw []byte) *Room {
 	return &Room{s: s, coll: coll, head: h, headRaw: raw, gen: s.generation(coll)}
 }
 
@@ -88,14 +89,14 @@ func (s *Store) Rooms(ctx context.Context) ([]*Room, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		b, err := getKind(s.eng, coll, headRecordID, ReadOther)
+		b, err := getKind(s.eng, coll, roomrecord.HeadRecordID, roomrecord.ReadOther)
 		if errors.Is(err, packstore.ErrNotFound) {
 			continue // not a room collection
 		}
 		if err != nil {
 			return nil, fmt.Errorf("roomstate: head of room collection %s (the room ID is in the head): %w", coll, err)
 		}
-		h, err := decodeHead(b)
+		h, err := roomrecord.DecodeHead(b)
 		if err != nil {
 			return nil, fmt.Errorf("room collection %s: %w", coll, err)
 		}
@@ -110,20 +111,20 @@ func (s *Store) Room(ctx context.Context, roomID string) (*Room, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	coll := CollectionID(roomID)
-	b, err := getKind(s.eng, coll, headRecordID, ReadOther)
+	coll := roomrecord.CollectionID(roomID)
+	b, err := getKind(s.eng, coll, roomrecord.HeadRecordID, roomrecord.ReadOther)
 	if errors.Is(err, packstore.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownRoom, roomID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("roomstate: head of %s: %w", roomID, err)
 	}
-	h, err := decodeHead(b)
+	h, err := roomrecord.DecodeHead(b)
 	if err != nil {
 		return nil, fmt.Errorf("room %s: %w", roomID, err)
 	}
 	if h.RoomID != roomID {
-		return nil, fmt.Errorf("%w: head of collection for %s names room %s", ErrCorruptRecord, roomID, h.RoomID)
+		return nil, fmt.Errorf("%w: head of collection for %s names room %s", roomrecord.ErrCorruptRecord, roomID, h.RoomID)
 	}
 	return s.newRoom(coll, h, b), nil
 }
@@ -137,7 +138,7 @@ func (s *Store) Room(ctx context.Context, roomID string) (*Room, error) {
 type Room struct {
 	s    *Store
 	coll packstore.ID
-	head Head
+	head roomrecord.Head
 	// headRaw is the head record as last read or written (nil: not stored
 	// yet): on engines several processes write (packstore.ConditionalPutter),
 	// the next head write succeeds only if the stored head still is this.
@@ -168,13 +169,13 @@ func (r *Room) Version() gomatrixserverlib.RoomVersion {
 
 // Head returns the room's head record: the cached one, or the newer one an Import or
 // SetHead through the same Store wrote since.
-func (r *Room) Head() Head {
+func (r *Room) Head() roomrecord.Head {
 	r.refresh()
 	return r.head
 }
 
 // SetHead writes a new head record (superseding the old one) and caches it.
-func (r *Room) SetHead(h Head) error {
+func (r *Room) SetHead(h roomrecord.Head) error {
 	r.refresh()
 	if h.RoomID != r.head.RoomID {
 		return fmt.Errorf("roomstate: SetHead for %s names room %s", r.head.RoomID, h.RoomID)
@@ -191,12 +192,12 @@ func (r *Room) SetHead(h Head) error {
 // being the one this Room last read or wrote: if another writer changed it,
 // nothing is written and the error wraps packstore.ErrConflict (open the room
 // again and redo the work).
-func (r *Room) putWithHead(recs []packstore.Record, h Head) error {
-	raw := encodeHead(&h)
-	recs = append(recs, packstore.Record{ID: headRecordID, Data: raw})
+func (r *Room) putWithHead(recs []packstore.Record, h roomrecord.Head) error {
+	raw := roomrecord.EncodeHead(&h)
+	recs = append(recs, packstore.Record{ID: roomrecord.HeadRecordID, Data: raw})
 	var err error
 	if cp, ok := r.s.eng.(packstore.ConditionalPutter); ok {
-		err = cp.PutManyIf(r.coll, recs, headRecordID, r.headRaw)
+		err = cp.PutManyIf(r.coll, recs, roomrecord.HeadRecordID, r.headRaw)
 		if errors.Is(err, packstore.ErrConflict) {
 			err = fmt.Errorf("the room head changed since this process read it (another process writes this room; rerun to continue from what it stored): %w", err)
 		}
@@ -234,11 +235,11 @@ func (r *Room) EventIDs() ([]string, error) {
 	r.refresh()
 	ids := make([]string, 0, r.head.Events)
 	for i := uint32(0); i < r.head.LogChunks; i++ {
-		b, err := getKind(r.s.eng, r.coll, logChunkID(i), ReadOther)
+		b, err := getKind(r.s.eng, r.coll, roomrecord.LogChunkID(i), roomrecord.ReadOther)
 		if err != nil {
 			return nil, fmt.Errorf("roomstate: room %s: arrival log chunk %d: %w", r.head.RoomID, i, err)
 		}
-		chunk, err := decodeLogChunk(b)
+		chunk, err := roomrecord.DecodeLogChunk(b)
 		if err != nil {
 			return nil, fmt.Errorf("room %s chunk %d: %w", r.head.RoomID, i, err)
 		}
@@ -246,7 +247,7 @@ func (r *Room) EventIDs() ([]string, error) {
 	}
 	if uint32(len(ids)) != r.head.Events {
 		return nil, fmt.Errorf("%w: room %s: head says %d events, arrival log holds %d",
-			ErrCorruptRecord, r.head.RoomID, r.head.Events, len(ids))
+			roomrecord.ErrCorruptRecord, r.head.RoomID, r.head.Events, len(ids))
 	}
 	return packStrings(ids), nil
 }
@@ -275,16 +276,16 @@ func packStrings(ids []string) []string {
 
 // EventJSON returns the PDU JSON of an event as it was imported.
 func (r *Room) EventJSON(eventID string) ([]byte, error) {
-	b, err := getKind(r.s.eng, r.coll, EventRecordID(eventID), ReadPDU)
+	b, err := getKind(r.s.eng, r.coll, roomrecord.EventRecordID(eventID), roomrecord.ReadPDU)
 	if err != nil {
 		return nil, fmt.Errorf("roomstate: room %s: event %s: %w", r.head.RoomID, eventID, err)
 	}
-	id, js, err := decodeEvent(b)
+	id, js, err := roomrecord.DecodeEvent(b)
 	if err != nil {
 		return nil, fmt.Errorf("event %s: %w", eventID, err)
 	}
 	if id != eventID {
-		return nil, fmt.Errorf("%w: record for event %s holds event %s", ErrCorruptRecord, eventID, id)
+		return nil, fmt.Errorf("%w: record for event %s holds event %s", roomrecord.ErrCorruptRecord, eventID, id)
 	}
 	return js, nil
 }
@@ -331,39 +332,39 @@ func (r *Room) StoredEvent(eventID string, redacted bool) (pdu gomatrixserverlib
 }
 
 // Meta loads the metadata record of an event.
-func (r *Room) Meta(eventID string) (EventMeta, error) {
-	return r.MetaByRecord(EventRecordID(eventID))
+func (r *Room) Meta(eventID string) (roomrecord.EventMeta, error) {
+	return r.MetaByRecord(roomrecord.EventRecordID(eventID))
 }
 
 // MetaByRecord loads the metadata record of the event whose record ID (= HAMT value)
 // is ev.
-func (r *Room) MetaByRecord(ev packstore.ID) (EventMeta, error) {
-	b, err := getKind(r.s.eng, r.coll, metaRecordID(ev), ReadMeta)
+func (r *Room) MetaByRecord(ev packstore.ID) (roomrecord.EventMeta, error) {
+	b, err := getKind(r.s.eng, r.coll, roomrecord.MetaRecordID(ev), roomrecord.ReadMeta)
 	if err != nil {
-		return EventMeta{}, fmt.Errorf("roomstate: room %s: metadata of event record %s: %w", r.head.RoomID, ev, err)
+		return roomrecord.EventMeta{}, fmt.Errorf("roomstate: room %s: metadata of event record %s: %w", r.head.RoomID, ev, err)
 	}
-	m, err := decodeMeta(b)
+	m, err := roomrecord.DecodeMeta(b)
 	if err != nil {
-		return EventMeta{}, fmt.Errorf("room %s, event record %s: %w", r.head.RoomID, ev, err)
+		return roomrecord.EventMeta{}, fmt.Errorf("room %s, event record %s: %w", r.head.RoomID, ev, err)
 	}
-	if EventRecordID(m.EventID) != ev {
-		return EventMeta{}, fmt.Errorf("%w: metadata for event record %s names event %s", ErrCorruptRecord, ev, m.EventID)
+	if roomrecord.EventRecordID(m.EventID) != ev {
+		return roomrecord.EventMeta{}, fmt.Errorf("%w: metadata for event record %s names event %s", roomrecord.ErrCorruptRecord, ev, m.EventID)
 	}
 	return m, nil
 }
 
 // EventState loads the state record of an event; ok is false before replay.
-func (r *Room) EventState(eventID string) (st EventState, ok bool, err error) {
-	b, err := getKind(r.s.eng, r.coll, stateRecordID(EventRecordID(eventID)), ReadOther)
+func (r *Room) EventState(eventID string) (st roomrecord.EventState, ok bool, err error) {
+	b, err := getKind(r.s.eng, r.coll, roomrecord.StateRecordID(roomrecord.EventRecordID(eventID)), roomrecord.ReadOther)
 	if errors.Is(err, packstore.ErrNotFound) {
-		return EventState{}, false, nil
+		return roomrecord.EventState{}, false, nil
 	}
 	if err != nil {
-		return EventState{}, false, fmt.Errorf("roomstate: room %s: state of event %s: %w", r.head.RoomID, eventID, err)
+		return roomrecord.EventState{}, false, fmt.Errorf("roomstate: room %s: state of event %s: %w", r.head.RoomID, eventID, err)
 	}
-	st, err = decodeState(b)
+	st, err = roomrecord.DecodeState(b)
 	if err != nil {
-		return EventState{}, false, fmt.Errorf("room %s event %s: %w", r.head.RoomID, eventID, err)
+		return roomrecord.EventState{}, false, fmt.Errorf("room %s event %s: %w", r.head.RoomID, eventID, err)
 	}
 	return st, true, nil
 }
@@ -390,7 +391,7 @@ func (r *Room) StateAfter(eventID string) (hamtstore.NodeID, error) {
 }
 
 // replayedState is EventState for an event that must have been replayed.
-func (r *Room) replayedState(eventID string) (EventState, error) {
+func (r *Room) replayedState(eventID string) (roomrecord.EventState, error) {
 	st, ok, err := r.EventState(eventID)
 	if err != nil || ok {
 		return st, err
@@ -442,7 +443,7 @@ func hasCycle(parents map[string][]string) bool {
 	return removed < len(parents)
 }
 
-func (r *Room) stateGap(m EventMeta) error {
+func (r *Room) stateGap(m roomrecord.EventMeta) error {
 	r.refresh()
 	h := r.head
 	if !h.Replayed && h.StateEvery == 0 {
@@ -453,7 +454,7 @@ func (r *Room) stateGap(m EventMeta) error {
 	// The events without a state record that m descends from, with their parents
 	// among them: a cycle there leaves m out of any topological order.
 	parents := map[string][]string{m.EventID: nil}
-	queue := []EventMeta{m}
+	queue := []roomrecord.EventMeta{m}
 	for len(queue) > 0 {
 		x := queue[0]
 		queue = queue[1:]
@@ -491,7 +492,7 @@ func (r *Room) stateGap(m EventMeta) error {
 	case !h.Replayed:
 		return fmt.Errorf("%w: room %s: event %s: not replayed yet (replay first)", ErrNoState, h.RoomID, m.EventID)
 	}
-	return fmt.Errorf("%w: room %s: replayed, but event %s has no state record", ErrCorruptRecord, h.RoomID, m.EventID)
+	return fmt.Errorf("%w: room %s: replayed, but event %s has no state record", roomrecord.ErrCorruptRecord, h.RoomID, m.EventID)
 }
 
 // KeepStateEvery sets the room head's keep rule to every k-th event (Head.StateEvery,
@@ -522,10 +523,10 @@ func (r *Room) KeepStateEvery(k uint32) error {
 }
 
 // PutEventStates writes state records for several events in one batch.
-func (r *Room) PutEventStates(eventIDs []string, states []EventState) error {
+func (r *Room) PutEventStates(eventIDs []string, states []roomrecord.EventState) error {
 	recs := make([]packstore.Record, len(eventIDs))
 	for i, id := range eventIDs {
-		recs[i] = packstore.Record{ID: stateRecordID(EventRecordID(id)), Data: encodeState(&states[i])}
+		recs[i] = packstore.Record{ID: roomrecord.StateRecordID(roomrecord.EventRecordID(id)), Data: roomrecord.EncodeState(&states[i])}
 	}
 	if err := r.s.eng.PutMany(r.coll, recs); err != nil {
 		return fmt.Errorf("roomstate: room %s: write state records: %w", r.head.RoomID, err)
@@ -543,7 +544,7 @@ func (r *Room) NewReader() *hamtstore.Reader { return hamtstore.NewReader(r.Node
 // Lookup returns the event ID at (event_type, state_key) in a snapshot: about depth
 // node reads plus one metadata read.
 func (r *Room) Lookup(rd *hamtstore.Reader, root hamtstore.NodeID, eventType, stateKey string) (string, bool, error) {
-	v, ok, err := rd.Get(root, StateKey(eventType, stateKey))
+	v, ok, err := rd.Get(root, roomrecord.StateKey(eventType, stateKey))
 	if err != nil || !ok {
 		return "", false, err
 	}
@@ -562,7 +563,7 @@ func (r *Room) Lookup(rd *hamtstore.Reader, root hamtstore.NodeID, eventType, st
 // node reads per entry), checking that each entry names a state event of its
 // key (ErrCorruptRecord otherwise). To read one entry, Lookup is cheaper; to
 // read many snapshots of one room, StateMemo. ctx is checked before the walk.
-func (r *Room) State(ctx context.Context, rd *hamtstore.Reader, root hamtstore.NodeID) (map[StatePair]string, error) {
+func (r *Room) State(ctx context.Context, rd *hamtstore.Reader, root hamtstore.NodeID) (map[roomrecord.StatePair]string, error) {
 	return r.StateMemo(ctx, rd, root, EntryMemo{})
 }
 
@@ -572,7 +573,7 @@ type EntryMemo map[hamtstore.Value]memoEntry
 
 type memoEntry struct {
 	raw string // HAMT key
-	key StatePair
+	key roomrecord.StatePair
 	id  string // event ID
 }
 
@@ -580,11 +581,11 @@ type memoEntry struct {
 // names is looked up and checked once per memo (make one EntryMemo and pass it to
 // every call), so the cost is a metadata read per distinct entry instead of per
 // entry. Errors as State.
-func (r *Room) StateMemo(ctx context.Context, rd *hamtstore.Reader, root hamtstore.NodeID, memo EntryMemo) (map[StatePair]string, error) {
+func (r *Room) StateMemo(ctx context.Context, rd *hamtstore.Reader, root hamtstore.NodeID, memo EntryMemo) (map[roomrecord.StatePair]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out := make(map[StatePair]string)
+	out := make(map[roomrecord.StatePair]string)
 	err := rd.Iterate(root, func(k []byte, v hamtstore.Value) error {
 		if m, ok := memo[v]; ok && m.raw == string(k) {
 			out[m.key] = m.id
@@ -594,7 +595,7 @@ func (r *Room) StateMemo(ctx context.Context, rd *hamtstore.Reader, root hamtsto
 		if err != nil {
 			return err
 		}
-		e := memoEntry{raw: string(k), key: StatePair{m.Type, m.StateKey}, id: m.EventID}
+		e := memoEntry{raw: string(k), key: roomrecord.StatePair{Type: m.Type, StateKey: m.StateKey}, id: m.EventID}
 		memo[v] = e
 		out[e.key] = e.id
 		return nil
@@ -626,18 +627,18 @@ func (r *Room) StateEntriesMemo(ctx context.Context, rd *hamtstore.Reader, root 
 
 // snapshotEntry returns the metadata of the event a snapshot entry names, checking
 // that it is a state event of the entry's key.
-func (r *Room) snapshotEntry(k []byte, v hamtstore.Value) (EventMeta, error) {
-	t, sk, err := SplitStateKey(k)
+func (r *Room) snapshotEntry(k []byte, v hamtstore.Value) (roomrecord.EventMeta, error) {
+	t, sk, err := roomrecord.SplitStateKey(k)
 	if err != nil {
-		return EventMeta{}, err
+		return roomrecord.EventMeta{}, err
 	}
 	m, err := r.MetaByRecord(packstore.ID(v))
 	if err != nil {
-		return EventMeta{}, err
+		return roomrecord.EventMeta{}, err
 	}
 	if m.Type != t || m.StateKey != sk || !m.IsState {
-		return EventMeta{}, fmt.Errorf("%w: room %s: snapshot key (%q, %q) names event %s of (%q, %q)",
-			ErrCorruptRecord, r.head.RoomID, t, sk, m.EventID, m.Type, m.StateKey)
+		return roomrecord.EventMeta{}, fmt.Errorf("%w: room %s: snapshot key (%q, %q) names event %s of (%q, %q)",
+			roomrecord.ErrCorruptRecord, r.head.RoomID, t, sk, m.EventID, m.Type, m.StateKey)
 	}
 	return m, nil
 }
@@ -648,22 +649,15 @@ func (r *Room) snapshotEntry(k []byte, v hamtstore.Value) (EventMeta, error) {
 // first is taken as present, so that a repack meets it and reports it).
 func (r *Room) RoomRecords() []packstore.ID {
 	r.refresh()
-	ids := []packstore.ID{headRecordID}
+	ids := []packstore.ID{roomrecord.HeadRecordID}
 	has, err := r.hasGraphRecords()
 	for i := uint32(0); i < r.head.LogChunks; i++ {
-		ids = append(ids, logChunkID(i))
+		ids = append(ids, roomrecord.LogChunkID(i))
 		if has || err != nil {
-			ids = append(ids, graphChunkID(i))
+			ids = append(ids, roomrecord.GraphChunkID(i))
 		}
 	}
 	return ids
-}
-
-// EventRecords returns the IDs of the records of one event: the PDU, its metadata and
-// its state record (which exists only once the event was replayed).
-func EventRecords(eventID string) (event, meta, state packstore.ID) {
-	ev := EventRecordID(eventID)
-	return ev, metaRecordID(ev), stateRecordID(ev)
 }
 
 // nodeStore stores HAMT nodes as records of one collection.
@@ -673,7 +667,7 @@ type nodeStore struct {
 }
 
 func (n nodeStore) GetNode(id hamtstore.NodeID) ([]byte, error) {
-	return getKind(n.eng, n.coll, packstore.ID(id), ReadNode)
+	return getKind(n.eng, n.coll, packstore.ID(id), roomrecord.ReadNode)
 }
 
 func (n nodeStore) PutNodes(nodes []hamtstore.EncodedNode) error {

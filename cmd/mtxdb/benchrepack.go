@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/spf13/cobra"
 
 	"github.com/mtxdb/mtxdb/packstore"
@@ -565,8 +567,8 @@ func writeRepackBench(dir, label string, res *repackBench) error {
 	sb.WriteString("| room | walk | layout | events | reads (node/pdu/meta/other) | bytes | pages | ideal pages | seeks | cold ms | warm ms | resident |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range res.Cells {
 		var per []string
-		for _, k := range roomstate.ReadKinds {
-			per = append(per, fmt.Sprint(c.Kinds[roomstate.ReadKindName(k)].Reads))
+		for _, k := range roomrecord.ReadKinds {
+			per = append(per, fmt.Sprint(c.Kinds[roomrecord.ReadKindName(k)].Reads))
 		}
 		vary := ""
 		if c.CountersVary {

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/roomstate"
@@ -26,12 +28,12 @@ var fuzzBaseRooms = []string{"room238", "room051", "room028"}
 // roomPrint is what replay leaves of a room: its head (but the arrival-log chunk
 // count, which follows the import's batches) and every event's state record.
 type roomPrint struct {
-	head   roomstate.Head
-	states map[string]roomstate.EventState
+	head   roomrecord.Head
+	states map[string]roomrecord.EventState
 }
 
 func printRoom(r *roomstate.Room) (roomPrint, error) {
-	p := roomPrint{head: r.Head(), states: map[string]roomstate.EventState{}}
+	p := roomPrint{head: r.Head(), states: map[string]roomrecord.EventState{}}
 	p.head.LogChunks = 0
 	ids, err := r.EventIDs()
 	if err != nil {

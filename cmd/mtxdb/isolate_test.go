@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/matrix-org/gomatrixserverlib"
 
 	"github.com/mtxdb/mtxdb/hamtstore"
@@ -73,7 +75,7 @@ func TestReplayRoomsIsolatesBadRooms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.PutMany(roomstate.CollectionID(damagedID), []packstore.Record{{ID: roomstate.EventRecordID(ids[3]), Data: []byte("garbage")}}); err != nil {
+	if err := eng.PutMany(roomrecord.CollectionID(damagedID), []packstore.Record{{ID: roomrecord.EventRecordID(ids[3]), Data: []byte("garbage")}}); err != nil {
 		t.Fatal(err)
 	}
 	rooms, err := st.Rooms(ctx)

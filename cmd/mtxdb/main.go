@@ -19,12 +19,13 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/spf13/cobra"
 
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/packstore"
-	"github.com/mtxdb/mtxdb/roomstate"
 )
 
 func main() {
@@ -100,7 +101,7 @@ func rootCmd() *cobra.Command {
 func isDataProblem(err error) bool {
 	var ce corruptError
 	return errors.As(err, &ce) || packstore.IsCorruption(err) ||
-		errors.Is(err, hamtstore.ErrCorrupt) || errors.Is(err, roomstate.ErrCorruptRecord)
+		errors.Is(err, hamtstore.ErrCorrupt) || errors.Is(err, roomrecord.ErrCorruptRecord)
 }
 
 // exitError carries a specific exit status (e.g. 2 for "mismatches found").

@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/mtxdb/mtxdb/pgstore"
 	"github.com/mtxdb/mtxdb/pgstore/pgtest"
-	"github.com/mtxdb/mtxdb/roomstate"
 )
 
 // roomID reads the room ID from a room directory's meta.json.
@@ -140,7 +141,7 @@ func TestCLIPostgresTwoProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	coll := roomstate.CollectionID(genRoom)
+	coll := roomrecord.CollectionID(genRoom)
 	ids, err := eng.CollectionRecords(coll)
 	if err != nil {
 		t.Fatal(err)

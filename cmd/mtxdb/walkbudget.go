@@ -8,11 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/mtxdb/mtxdb/internal/pagecache"
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/repackplan"
 	"github.com/mtxdb/mtxdb/resolver"
-	"github.com/mtxdb/mtxdb/roomstate"
 )
 
 // walkBudget is what one walk over one room read, by kind, and how long it took.
@@ -94,7 +95,7 @@ func measureWalk(ctx context.Context, dir, roomID string, walk repackplan.WalkKi
 	wb.Events = ws.Events
 	wb.Kinds = map[string]packstore.ReadCounters{}
 	for k, c := range eng.ReadStats() {
-		wb.Kinds[roomstate.ReadKindName(k)] = c
+		wb.Kinds[roomrecord.ReadKindName(k)] = c
 	}
 	wb.Total = eng.ReadStatsTotal()
 	return wb, nil
@@ -107,13 +108,13 @@ func printBudget(out io.Writer, prefix string, wb walkBudget) {
 	}
 	fmt.Fprintf(out, "%swalk %s: events=%d wall=%s\n", prefix, wb.Walk, wb.Events, wb.Wall.Round(time.Microsecond))
 	fmt.Fprintf(out, "%s  %s\n", prefix, line("total", wb.Total))
-	for _, k := range roomstate.ReadKinds {
-		name := roomstate.ReadKindName(k)
+	for _, k := range roomrecord.ReadKinds {
+		name := roomrecord.ReadKindName(k)
 		if c, ok := wb.Kinds[name]; ok {
 			fmt.Fprintf(out, "%s  %s\n", prefix, line(name, c))
 		}
 	}
-	if c, ok := wb.Kinds[roomstate.ReadKindName(packstore.ReadUntagged)]; ok {
+	if c, ok := wb.Kinds[roomrecord.ReadKindName(packstore.ReadUntagged)]; ok {
 		fmt.Fprintf(out, "%s  %s\n", prefix, line("untagged", c))
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	"github.com/matrix-org/dendrite/roomserver/state"
 	"github.com/matrix-org/dendrite/roomserver/types"
 	"github.com/matrix-org/gomatrixserverlib"
@@ -308,7 +310,7 @@ func (r *RoomStorage) SnapshotNIDFromEventID(ctx context.Context, eventID string
 
 // eventState is the state record of an event of this room, with Dendrite's error
 // types: MissingEventError for an unknown event, MissingStateError before replay.
-func (r *RoomStorage) eventState(eventID string) (roomstate.EventState, error) {
+func (r *RoomStorage) eventState(eventID string) (roomrecord.EventState, error) {
 	r.mu.Lock()
 	st, ok, err := r.room.EventState(eventID)
 	var metaErr error
@@ -509,7 +511,7 @@ func (r *RoomStorage) change(e types.StateEntry) (hamtstore.Change, error) {
 		return hamtstore.Change{}, fmt.Errorf("%w: room %s: entry (%q, %q) names event %s of (%q, %q, state %v)",
 			ErrBadStateEntry, r.room.ID(), t, sk, id, m.Type, m.StateKey, m.IsState)
 	}
-	return hamtstore.Change{Key: roomstate.StateKey(t, sk), Value: hamtstore.Value(roomstate.EventRecordID(id))}, nil
+	return hamtstore.Change{Key: roomrecord.StateKey(t, sk), Value: hamtstore.Value(roomrecord.EventRecordID(id))}, nil
 }
 
 // Events implements StateResolutionStorage. The room version argument is ignored:

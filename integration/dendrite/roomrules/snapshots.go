@@ -6,12 +6,13 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/mtxdb/mtxdb/roomrecord"
+
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
 
 	"github.com/mtxdb/mtxdb/resolver"
-	"github.com/mtxdb/mtxdb/roomstate"
 )
 
 // ErrUseLists is returned by ResolveSnapshots for a room version whose states it
@@ -50,11 +51,11 @@ type EventRow struct {
 
 // RoomGraph is a room's auth graph for ResolveSnapshots, grown from the server's
 // event rows (Add) and indexed on the next resolution after rows were added
-// (resolver.AuthGraph over a roomstate.Graph: about 250 bytes per event, plus the
+// (resolver.AuthGraph over a roomrecord.Graph: about 250 bytes per event, plus the
 // NID maps). Safe for concurrent use: resolutions of one room take turns.
 type RoomGraph struct {
 	mu      sync.Mutex
-	metas   []roomstate.EventMeta
+	metas   []roomrecord.EventMeta
 	last    int64            // highest NID added
 	idOf    map[int64]string // event NID -> event ID
 	nidOf   map[string]int64 // event ID -> event NID
@@ -104,7 +105,7 @@ func (g *RoomGraph) add(rows []EventRow) {
 		if _, held := g.idOf[r.NID]; held {
 			continue
 		}
-		m := roomstate.EventMeta{Seq: uint32(len(g.metas)), EventID: r.EventID, Type: r.Type, IsState: r.StateKey != nil}
+		m := roomrecord.EventMeta{Seq: uint32(len(g.metas)), EventID: r.EventID, Type: r.Type, IsState: r.StateKey != nil}
 		if r.StateKey != nil {
 			m.StateKey = *r.StateKey
 			k := resolver.Key{Type: r.Type, StateKey: *r.StateKey}
@@ -193,7 +194,7 @@ func (g *RoomGraph) refresh(rows func(after int64) ([]EventRow, error), st Snaps
 // index returns the auth index over the rows added so far; the caller holds g.mu.
 func (g *RoomGraph) index() (*resolver.AuthGraph, error) {
 	if g.indexed == nil {
-		rg, err := roomstate.GraphOf(g.metas)
+		rg, err := roomrecord.GraphOf(g.metas)
 		if err != nil {
 			return nil, err
 		}

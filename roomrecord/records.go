@@ -1,4 +1,4 @@
-package roomstate
+package roomrecord
 
 import (
 	"encoding/binary"
@@ -40,12 +40,19 @@ func EventRecordID(eventID string) packstore.ID {
 	return hashID([]byte("mtxdb/event\x00"), []byte(eventID))
 }
 
-func metaRecordID(ev packstore.ID) packstore.ID  { return hashID([]byte("mtxdb/meta\x00"), ev[:]) }
-func stateRecordID(ev packstore.ID) packstore.ID { return hashID([]byte("mtxdb/state\x00"), ev[:]) }
+// MetaRecordID is the record ID of the metadata record of the event whose
+// record ID is ev: H("mtxdb/meta\x00" || ev).
+func MetaRecordID(ev packstore.ID) packstore.ID { return hashID([]byte("mtxdb/meta\x00"), ev[:]) }
 
-var headRecordID = hashID([]byte("mtxdb/head"))
+// StateRecordID is the record ID of the state record of the event whose record
+// ID is ev: H("mtxdb/state\x00" || ev).
+func StateRecordID(ev packstore.ID) packstore.ID { return hashID([]byte("mtxdb/state\x00"), ev[:]) }
 
-func logChunkID(i uint32) packstore.ID {
+// HeadRecordID is the record ID of a room's head record: H("mtxdb/head").
+var HeadRecordID = hashID([]byte("mtxdb/head"))
+
+// LogChunkID is the record ID of arrival-log chunk i: H("mtxdb/log\x00" || u32le(i)).
+func LogChunkID(i uint32) packstore.ID {
 	var b [4]byte
 	binary.LittleEndian.PutUint32(b[:], i)
 	return hashID([]byte("mtxdb/log\x00"), b[:])
@@ -82,26 +89,33 @@ type EventMeta struct {
 	AuthEvents []string
 }
 
-func encodeMeta(m *EventMeta) []byte {
+// EncodeMeta encodes a metadata record (see the package documentation).
+func EncodeMeta(m *EventMeta) []byte {
 	var e bin.Encoder
 	e.U8(kindMeta)
 	e.U8(recordVersion)
 	e.U32(m.Seq)
 	e.U64(uint64(m.Depth))
-	var f uint8
-	if m.IsState {
-		f |= 1
-	}
-	if m.Redacted {
-		f |= 2
-	}
-	e.U8(f)
+	e.U8(eventFlags(m.IsState, m.Redacted))
 	e.Str(m.EventID)
 	e.Str(m.Type)
 	e.Str(m.StateKey)
 	e.Strs(m.PrevEvents)
 	e.Strs(m.AuthEvents)
 	return e.B
+}
+
+// eventFlags is the flags byte of a metadata record and of a graph-record entry:
+// bit 0 a state event, bit 1 redacted (its content hash failed at import).
+func eventFlags(isState, redacted bool) uint8 {
+	var f uint8
+	if isState {
+		f |= 1
+	}
+	if redacted {
+		f |= 2
+	}
+	return f
 }
 
 func checkKind(d *bin.Decoder, kind byte, what string) error {
@@ -119,7 +133,8 @@ func checkKind(d *bin.Decoder, kind byte, what string) error {
 	return nil
 }
 
-func decodeMeta(b []byte) (EventMeta, error) {
+// DecodeMeta decodes a metadata record; ErrCorruptRecord names what is wrong.
+func DecodeMeta(b []byte) (EventMeta, error) {
 	d := bin.NewDecoder(b)
 	if err := checkKind(d, kindMeta, "event metadata"); err != nil {
 		return EventMeta{}, err
@@ -152,7 +167,8 @@ type EventState struct {
 	After    hamtstore.NodeID
 }
 
-func encodeState(s *EventState) []byte {
+// EncodeState encodes a state record.
+func EncodeState(s *EventState) []byte {
 	var e bin.Encoder
 	e.U8(kindState)
 	e.U8(recordVersion)
@@ -167,7 +183,8 @@ func encodeState(s *EventState) []byte {
 	return e.B
 }
 
-func decodeState(b []byte) (EventState, error) {
+// DecodeState decodes a state record; ErrCorruptRecord names what is wrong.
+func DecodeState(b []byte) (EventState, error) {
 	d := bin.NewDecoder(b)
 	if err := checkKind(d, kindState, "event state"); err != nil {
 		return EventState{}, err
@@ -215,7 +232,8 @@ const (
 	headVersion2 = 2
 )
 
-func encodeHead(h *Head) []byte {
+// EncodeHead encodes a head record: version 1 without a keep rule, 2 with one.
+func EncodeHead(h *Head) []byte {
 	var e bin.Encoder
 	e.U8(kindHead)
 	v := uint8(headVersion1)
@@ -241,7 +259,9 @@ func encodeHead(h *Head) []byte {
 	return e.B
 }
 
-func decodeHead(b []byte) (Head, error) {
+// DecodeHead decodes a head record of version 1 or 2; ErrCorruptRecord names
+// what is wrong, including a version 2 head without a keep rule.
+func DecodeHead(b []byte) (Head, error) {
 	d := bin.NewDecoder(b)
 	k := d.U8("kind")
 	v := d.U8("version")
@@ -295,7 +315,8 @@ func (h Head) KeepsState(m EventMeta) bool {
 	return slices.Contains(h.ForwardExtremities, m.EventID)
 }
 
-func encodeLogChunk(ids []string) []byte {
+// EncodeLogChunk encodes an arrival-log chunk: event IDs in arrival order.
+func EncodeLogChunk(ids []string) []byte {
 	var e bin.Encoder
 	e.U8(kindLog)
 	e.U8(recordVersion)
@@ -303,7 +324,8 @@ func encodeLogChunk(ids []string) []byte {
 	return e.B
 }
 
-func decodeLogChunk(b []byte) ([]string, error) {
+// DecodeLogChunk decodes an arrival-log chunk; ErrCorruptRecord names what is wrong.
+func DecodeLogChunk(b []byte) ([]string, error) {
 	d := bin.NewDecoder(b)
 	if err := checkKind(d, kindLog, "arrival log chunk"); err != nil {
 		return nil, err
@@ -315,7 +337,8 @@ func decodeLogChunk(b []byte) ([]string, error) {
 	return ids, nil
 }
 
-func encodeEvent(eventID string, pduJSON []byte) []byte {
+// EncodeEvent encodes an event record: the event ID and the PDU JSON as received.
+func EncodeEvent(eventID string, pduJSON []byte) []byte {
 	var e bin.Encoder
 	e.B = make([]byte, 0, 2+4+len(eventID)+len(pduJSON))
 	e.U8(kindEvent)
@@ -325,7 +348,8 @@ func encodeEvent(eventID string, pduJSON []byte) []byte {
 	return e.B
 }
 
-func decodeEvent(b []byte) (eventID string, pduJSON []byte, err error) {
+// DecodeEvent decodes an event record. pduJSON aliases b.
+func DecodeEvent(b []byte) (eventID string, pduJSON []byte, err error) {
 	d := bin.NewDecoder(b)
 	if err := checkKind(d, kindEvent, "event"); err != nil {
 		return "", nil, err
@@ -335,4 +359,11 @@ func decodeEvent(b []byte) (eventID string, pduJSON []byte, err error) {
 		return "", nil, fmt.Errorf("%w: event: %v", ErrCorruptRecord, err)
 	}
 	return eventID, b[2+4+len(eventID):], nil
+}
+
+// EventRecords returns the IDs of the records of one event: the PDU, its metadata and
+// its state record (which exists only once the event was replayed).
+func EventRecords(eventID string) (event, meta, state packstore.ID) {
+	ev := EventRecordID(eventID)
+	return ev, MetaRecordID(ev), StateRecordID(ev)
 }

@@ -1,4 +1,4 @@
-package roomstate
+package roomrecord
 
 import (
 	"errors"
@@ -16,12 +16,12 @@ func sampleRecords() [][]byte {
 		CurrentState: hamtstore.NodeID{9}, ForwardExtremities: []string{"$x", "$y"}}
 	kept := h // a version 2 head: with an every-k keep rule
 	kept.StateEvery, kept.StateKeptBelow = 4, 3
-	return [][]byte{encodeMeta(&m), encodeState(&s), encodeHead(&h), encodeHead(&kept), encodeLogChunk([]string{"$a", "$b"}),
-		encodeEvent("$a", []byte(`{"type":"m.room.message"}`)), StateKey("m.room.member", "@u:s"), encodeGraphChunk(3, sampleGraph())}
+	return [][]byte{EncodeMeta(&m), EncodeState(&s), EncodeHead(&h), EncodeHead(&kept), EncodeLogChunk([]string{"$a", "$b"}),
+		EncodeEvent("$a", []byte(`{"type":"m.room.message"}`)), StateKey("m.room.member", "@u:s"), EncodeGraphChunk(3, sampleGraph())}
 }
 
-func sampleGraph() []graphEntry {
-	return []graphEntry{
+func sampleGraph() []GraphEntry {
+	return []GraphEntry{
 		{isState: true, key: StatePair{"m.room.member", "@u:s"}, prev: []uint32{0, graphEdgeMissing}, auth: []uint32{1}, missing: []string{"$later"}},
 		{redacted: true, prev: []uint32{3}, auth: []uint32{}, missing: []string{}},
 	}
@@ -32,7 +32,7 @@ func sampleGraph() []graphEntry {
 // starts elsewhere than the events before it, or more events than the arrival
 // log, says which (ErrCorruptRecord).
 func TestGraphRecordCorrupt(t *testing.T) {
-	b := encodeGraphChunk(3, sampleGraph())
+	b := EncodeGraphChunk(3, sampleGraph())
 	base, got, err := decodeGraphChunk(b)
 	if err != nil || base != 3 || !reflect.DeepEqual(got, sampleGraph()) {
 		t.Fatalf("round trip: base %d, %+v, %v", base, got, err)
@@ -45,13 +45,13 @@ func TestGraphRecordCorrupt(t *testing.T) {
 	ids := []string{"$0", "$1", "$2", "$3", "$4"}
 	for _, tc := range []struct {
 		name    string
-		entries []graphEntry
+		entries []GraphEntry
 	}{
-		{"edge past the events", []graphEntry{{prev: []uint32{9}}}},
-		{"missing edge without its ID", []graphEntry{{prev: []uint32{graphEdgeMissing}}}},
-		{"an ID without a missing edge", []graphEntry{{prev: []uint32{0}, missing: []string{"$x"}}}},
+		{"edge past the events", []GraphEntry{{prev: []uint32{9}}}},
+		{"missing edge without its ID", []GraphEntry{{prev: []uint32{graphEdgeMissing}}}},
+		{"an ID without a missing edge", []GraphEntry{{prev: []uint32{0}, missing: []string{"$x"}}}},
 	} {
-		bld := newGraphBuilder(ids)
+		bld := NewGraphBuilder(ids)
 		var err error
 		for i := range tc.entries {
 			if err = bld.addEntry(&tc.entries[i]); err != nil {
@@ -67,12 +67,12 @@ func TestGraphRecordCorrupt(t *testing.T) {
 func TestRecordRoundTrip(t *testing.T) {
 	m := EventMeta{Seq: 7, Depth: -1, IsState: true, EventID: "$a", Type: "t", StateKey: "",
 		PrevEvents: []string{"$p"}, AuthEvents: []string{}}
-	got, err := decodeMeta(encodeMeta(&m))
+	got, err := DecodeMeta(EncodeMeta(&m))
 	if err != nil || !reflect.DeepEqual(got, m) {
 		t.Fatalf("meta round trip: %+v, %v", got, err)
 	}
 	h := Head{RoomID: "!r", RoomVersion: "1", Events: 2, ForwardExtremities: []string{"$z"}}
-	gh, err := decodeHead(encodeHead(&h))
+	gh, err := DecodeHead(EncodeHead(&h))
 	if err != nil || !reflect.DeepEqual(gh, h) {
 		t.Fatalf("head round trip: %+v, %v", gh, err)
 	}
@@ -105,23 +105,23 @@ func TestRecordTruncation(t *testing.T) {
 
 func decodeAny(b []byte) error {
 	if len(b) == 0 {
-		_, err := decodeMeta(b)
+		_, err := DecodeMeta(b)
 		return err
 	}
 	var err error
 	switch b[0] {
 	case kindMeta:
-		_, err = decodeMeta(b)
+		_, err = DecodeMeta(b)
 	case kindState:
-		_, err = decodeState(b)
+		_, err = DecodeState(b)
 	case kindHead:
-		_, err = decodeHead(b)
+		_, err = DecodeHead(b)
 	case kindLog:
-		_, err = decodeLogChunk(b)
+		_, err = DecodeLogChunk(b)
 	case kindEvent:
-		_, _, err = decodeEvent(b)
+		_, _, err = DecodeEvent(b)
 	default:
-		_, err = decodeMeta(b)
+		_, err = DecodeMeta(b)
 	}
 	return err
 }
@@ -131,12 +131,12 @@ func FuzzDecodeRecords(f *testing.F) {
 		f.Add(r)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = decodeMeta(b)
-		_, _ = decodeState(b)
-		_, _ = decodeHead(b)
-		_, _ = decodeLogChunk(b)
+		_, _ = DecodeMeta(b)
+		_, _ = DecodeState(b)
+		_, _ = DecodeHead(b)
+		_, _ = DecodeLogChunk(b)
 		_, _, _ = decodeGraphChunk(b)
-		_, _, _ = decodeEvent(b)
+		_, _, _ = DecodeEvent(b)
 		_, _, _ = SplitStateKey(b)
 	})
 }
@@ -147,33 +147,33 @@ func FuzzDecodeRecords(f *testing.F) {
 func TestHeadKeepRule(t *testing.T) {
 	h := Head{RoomID: "!r", RoomVersion: "10", Events: 9, ForwardExtremities: []string{"$f"},
 		StateEvery: 4, StateKeptBelow: 9}
-	b := encodeHead(&h)
+	b := EncodeHead(&h)
 	if b[1] != headVersion2 {
 		t.Fatalf("head with a keep rule written as version %d", b[1])
 	}
-	got, err := decodeHead(b)
+	got, err := DecodeHead(b)
 	if err != nil || !reflect.DeepEqual(got, h) {
 		t.Fatalf("v2 head round trip: %+v, %v", got, err)
 	}
 	for n := 0; n < len(b); n++ {
-		if _, err := decodeHead(b[:n]); !errors.Is(err, ErrCorruptRecord) {
+		if _, err := DecodeHead(b[:n]); !errors.Is(err, ErrCorruptRecord) {
 			t.Fatalf("v2 head cut at %d: %v", n, err)
 		}
 	}
 	h1 := h
 	h1.StateEvery, h1.StateKeptBelow = 0, 0
-	if b1 := encodeHead(&h1); b1[1] != headVersion1 || len(b1) != len(b)-8 {
+	if b1 := EncodeHead(&h1); b1[1] != headVersion1 || len(b1) != len(b)-8 {
 		t.Fatalf("head without a keep rule: version %d, %d bytes", b1[1], len(b1))
 	}
 	for _, bad := range []Head{{RoomID: "!r", Events: 9, StateEvery: 4, StateKeptBelow: 10}} {
-		if _, err := decodeHead(encodeHead(&bad)); !errors.Is(err, ErrCorruptRecord) {
+		if _, err := DecodeHead(EncodeHead(&bad)); !errors.Is(err, ErrCorruptRecord) {
 			t.Fatalf("head %+v decoded: %v", bad, err)
 		}
 	}
-	noRule := append([]byte(nil), encodeHead(&h1)...)
+	noRule := append([]byte(nil), EncodeHead(&h1)...)
 	noRule[1] = headVersion2
 	noRule = append(noRule, 0, 0, 0, 0, 0, 0, 0, 0)
-	if _, err := decodeHead(noRule); !errors.Is(err, ErrCorruptRecord) {
+	if _, err := DecodeHead(noRule); !errors.Is(err, ErrCorruptRecord) {
 		t.Fatalf("v2 head with K=0 decoded: %v", err)
 	}
 	// The rule: state events, extremities, multiples of K, late events.
