@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
 	"github.com/stretchr/testify/require"
@@ -326,17 +328,17 @@ func TestInvalidPDUKinds(t *testing.T) {
 	big := c.add(alice, "m.room.message", nil, msg("BIG"), notBuilt)
 	c.lines = c.lines[:len(c.lines)-1]
 	bigLine := strings.Replace(string(big.JSON()), `"BIG"`, `"`+strings.Repeat("x", 66000)+`"`, 1)
-	refuse(bigLine, roomstate.ErrTooLarge)
+	refuse(bigLine, pdu.ErrTooLarge)
 	padded := c.add(alice, "m.room.message", nil, msg(strings.Repeat("y", 60000)), nil)
 	c.lines[len(c.lines)-1] = strings.Replace(c.lines[len(c.lines)-1], `{"auth_events"`, `{`+strings.Repeat(" ", 6000)+`"auth_events"`, 1)
-	require.Greater(t, len(c.lines[len(c.lines)-1]), roomstate.MaxPDUBytes)
+	require.Greater(t, len(c.lines[len(c.lines)-1]), pdu.MaxPDUBytes)
 	long := c.add(alice, "x.note", ptr("KEY"), map[string]any{}, notBuilt)
 	c.lines = c.lines[:len(c.lines)-1]
-	refuse(strings.Replace(string(long.JSON()), `"KEY"`, `"`+strings.Repeat("k", 300)+`"`, 1), roomstate.ErrFieldTooLong)
-	refuse(`{"type":"m.room.message","content":{`, roomstate.ErrMalformedPDU)
+	refuse(strings.Replace(string(long.JSON()), `"KEY"`, `"`+strings.Repeat("k", 300)+`"`, 1), pdu.ErrFieldTooLong)
+	refuse(`{"type":"m.room.message","content":{`, pdu.ErrMalformedPDU)
 	named := c.add(alice, "m.room.message", nil, msg("named"), notBuilt)
 	c.lines = c.lines[:len(c.lines)-1]
-	refuse(strings.Replace(string(named.JSON()), `{"auth_events"`, `{"event_id":"$wrong","auth_events"`, 1), roomstate.ErrEventIDMismatch)
+	refuse(strings.Replace(string(named.JSON()), `{"auth_events"`, `{"event_id":"$wrong","auth_events"`, 1), pdu.ErrEventIDMismatch)
 	orphan := c.add(alice, "m.room.message", nil, msg("orphan"), func(p *gomatrixserverlib.ProtoEvent) bool {
 		p.PrevEvents = []string{"$neverseen"}
 		return false
@@ -347,10 +349,10 @@ func TestInvalidPDUKinds(t *testing.T) {
 	// a content value of 2^53+1 (gomatrixserverlib's parser refuses them).
 	deep := c.add(alice, "m.room.message", nil, msg("deep"), notBuilt)
 	c.lines = c.lines[:len(c.lines)-1]
-	refuse(strings.Replace(string(deep.JSON()), fmt.Sprintf(`"depth":%d`, deep.Depth()), `"depth":9007199254740993`, 1), roomstate.ErrMalformedPDU)
+	refuse(strings.Replace(string(deep.JSON()), fmt.Sprintf(`"depth":%d`, deep.Depth()), `"depth":9007199254740993`, 1), pdu.ErrMalformedPDU)
 	huge := c.add(alice, "m.room.message", nil, map[string]any{"body": "n", "n": 7}, notBuilt)
 	c.lines = c.lines[:len(c.lines)-1]
-	refuse(strings.Replace(string(huge.JSON()), `"n":7`, `"n":9007199254740993`, 1), roomstate.ErrMalformedPDU)
+	refuse(strings.Replace(string(huge.JSON()), `"n":7`, `"n":9007199254740993`, 1), pdu.ErrMalformedPDU)
 	stray := newChain(t, "10", "!stray:a.test").add(alice, "m.room.message", nil, msg("stray"), nil)
 	refuse(string(stray.JSON()), roomstate.ErrNoCreateEvent)
 	after := c.add(alice, "m.room.name", ptr(""), map[string]any{"name": "after"}, nil)
@@ -397,7 +399,7 @@ func TestInvalidPDUKinds(t *testing.T) {
 	_, st2 := roomstatetest.Open(t, t.TempDir())
 	res2 := importKeepGoing(t, st2, arr, "cut.json")
 	require.Len(t, res2.Refused, len(refusals)-1+1, "%v", res2.Refused) // all but the malformed line, plus the cut
-	require.ErrorIs(t, res2.Refused[len(res2.Refused)-1], roomstate.ErrMalformedPDU)
+	require.ErrorIs(t, res2.Refused[len(res2.Refused)-1], pdu.ErrMalformedPDU)
 	require.True(t, res2.Refused[len(res2.Refused)-1].Element)
 	require.Equal(t, len(valid)-(len(refusals)-1), res2.Imported)
 }
@@ -447,7 +449,7 @@ func TestSignaturesWithKeys(t *testing.T) {
 			res, err = st2.Import(ctx, strings.NewReader(strings.Join(lines, "\n")), "gen", roomstate.ImportOptions{KeepGoing: true, Keys: keys})
 			require.NoError(t, err)
 			require.Len(t, res.Refused, 1)
-			require.ErrorIs(t, res.Refused[0], roomstate.ErrBadSignature)
+			require.ErrorIs(t, res.Refused[0], pdu.ErrBadSignature)
 			require.Equal(t, len(lines), res.Refused[0].Line)
 
 			other := opts
@@ -456,7 +458,7 @@ func TestSignaturesWithKeys(t *testing.T) {
 			res, err = st3.Import(ctx, strings.NewReader(string(raw)), "gen", roomstate.ImportOptions{KeepGoing: true, Keys: gen.KeyRing(other)})
 			require.NoError(t, err)
 			require.Zero(t, res.Imported)
-			require.ErrorIs(t, res.Refused[0], roomstate.ErrBadSignature)
+			require.ErrorIs(t, res.Refused[0], pdu.ErrBadSignature)
 		})
 	}
 	t.Run("restricted join v10", func(t *testing.T) {
@@ -469,7 +471,7 @@ func TestSignaturesWithKeys(t *testing.T) {
 			"join_authorised_via_users_server": alice, "displayname": "Carol"}, nil)
 		c.lines[len(c.lines)-1] = string(signed.Sign("a.test", "ed25519:1", c.key).JSON())
 		pub := c.key.Public().(ed25519.PublicKey)
-		keys := roomstate.KeyRing{}
+		keys := pdu.KeyRing{}
 		for _, s := range []string{"a.test", "b.test", "c.test"} {
 			keys[s] = map[gomatrixserverlib.KeyID]ed25519.PublicKey{"ed25519:1": pub}
 		}
@@ -478,7 +480,7 @@ func TestSignaturesWithKeys(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, res.Refused, 1, "%v", res.Refused)
 		require.Equal(t, unsigned.EventID(), res.Refused[0].EventID)
-		require.ErrorIs(t, res.Refused[0], roomstate.ErrBadSignature)
+		require.ErrorIs(t, res.Refused[0], pdu.ErrBadSignature)
 		require.Contains(t, res.Refused[0].Error(), "authorization rule 4.2.1 of room version 10")
 		r, err := st.Room(ctx, c.roomID)
 		require.NoError(t, err)

@@ -13,12 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/resolver"
-	"github.com/mtxdb/mtxdb/roomstate"
 )
 
 // Users of the conformance rooms: alice creates the room; bob and dave are joined;
@@ -803,7 +804,7 @@ func TestAuthRulesConformance(t *testing.T) {
 			c, ok := ruleCases[r.ID]
 			require.True(t, ok, "no conformance case for rule %s (%s) of v%d", r.Num, r.ID, v)
 			if c.needsKeys {
-				vr = append(vr, ruleRow{rule: r, bad: "—", twin: "—", gmslBad: "—", gmslT: "—", by: "us, at import with --keys (roomstate.KeyRing; integration TestSignaturesWithKeys); not checkable without keys"})
+				vr = append(vr, ruleRow{rule: r, bad: "—", twin: "—", gmslBad: "—", gmslT: "—", by: "us, at import with --keys (pdu.KeyRing; integration TestSignaturesWithKeys); not checkable without keys"})
 				continue
 			}
 			row := ruleRow{rule: r}
@@ -924,7 +925,7 @@ func gmslAllowed(b *bld, p gomatrixserverlib.PDU, evs []gomatrixserverlib.PDU, _
 	if err != nil {
 		return err
 	}
-	return gomatrixserverlib.Allowed(p, ae, roomstate.UserIDForSender)
+	return gomatrixserverlib.Allowed(p, ae, pdu.UserIDForSender)
 }
 
 func renderRules(rows [][]ruleRow) string {
@@ -950,7 +951,7 @@ NewAuthEvents keeps the last event per key, so it never sees the auth_events rul
 "enforced by" is "us" where gomatrixserverlib accepts the breaking event, "us and
 gomatrixserverlib" where both reject it. The rule that needs the authorising
 server's signature is applied at import when the servers' keys are given (import
---keys FILE; roomstate.KeyRing) and cannot be checked without them; its test is
+--keys FILE; pdu.KeyRing) and cannot be checked without them; its test is
 integration's TestSignaturesWithKeys, not this table's.
 Headings (rules that only group the ones under them) have no test of their own.
 

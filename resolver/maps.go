@@ -5,10 +5,10 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
-
-	"github.com/mtxdb/mtxdb/roomstate"
 )
 
 // StateMap is a whole room state: (event_type, state_key) -> event ID.
@@ -23,7 +23,7 @@ type StateMap map[Key]string
 func ResolveMaps(version gomatrixserverlib.RoomVersion, maps []StateMap, src EventSource) (StateMap, error) {
 	verImpl, err := gomatrixserverlib.GetRoomVersion(version)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q", roomstate.ErrUnknownRoomVersion, version)
+		return nil, fmt.Errorf("%w: %q", pdu.ErrUnknownRoomVersion, version)
 	}
 	if len(maps) == 0 {
 		return StateMap{}, nil

@@ -10,11 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/matrix-org/gomatrixserverlib"
 
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/resolver/specres"
-	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
@@ -187,7 +188,7 @@ func gmslAtomic(version gomatrixserverlib.RoomVersion, events, authEvents []goma
 			out, err = nil, fmt.Errorf("panic: %v", r)
 		}
 	}()
-	res, err := gomatrixserverlib.ResolveConflicts(version, events, authEvents, roomstate.UserIDForSender, func(string) bool { return false })
+	res, err := gomatrixserverlib.ResolveConflicts(version, events, authEvents, pdu.UserIDForSender, func(string) bool { return false })
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/mtxdb/mtxdb/roomrecord"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -146,7 +148,7 @@ const (
 func New(room *roomstate.Room) (*Resolver, error) {
 	verImpl, err := gomatrixserverlib.GetRoomVersion(room.Version())
 	if err != nil {
-		return nil, fmt.Errorf("%w: room %s: %q", roomstate.ErrUnknownRoomVersion, room.ID(), room.Version())
+		return nil, fmt.Errorf("%w: room %s: %q", pdu.ErrUnknownRoomVersion, room.ID(), room.Version())
 	}
 	pdus, err := lru.New[string, gomatrixserverlib.PDU](pduCacheSize)
 	if err != nil {
@@ -898,7 +900,7 @@ func resolveV1(conflicted, auth []gomatrixserverlib.PDU) (out StateMap, err erro
 		return cmp.Or(strings.Compare(a.Type(), b.Type()), strings.Compare(*a.StateKey(), *b.StateKey()), strings.Compare(a.EventID(), b.EventID()))
 	})
 	out = StateMap{}
-	for _, p := range gomatrixserverlib.ResolveStateConflicts(conflicted, auth, roomstate.UserIDForSender) {
+	for _, p := range gomatrixserverlib.ResolveStateConflicts(conflicted, auth, pdu.UserIDForSender) {
 		if p.StateKey() != nil {
 			out[keyOf(p)] = p.EventID()
 		}

@@ -9,12 +9,12 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/mtxdb/mtxdb/roomrecord"
 
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
-
-	"github.com/mtxdb/mtxdb/roomstate"
 )
 
 // Key is a state key: (event_type, state_key). It is roomrecord.StatePair, so the
@@ -982,7 +982,7 @@ func allowedList(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU, memo *ru
 	if err != nil {
 		return err
 	}
-	return gomatrixserverlib.Allowed(p, ae, roomstate.UserIDForSender)
+	return gomatrixserverlib.Allowed(p, ae, pdu.UserIDForSender)
 }
 
 // AuthorizeList checks a PDU against the given auth events (at most one per state

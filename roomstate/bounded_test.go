@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/packstore"
@@ -71,7 +73,7 @@ func TestImportBoundedReading(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, c.imported, res.Imported)
 			require.Len(t, res.Refused, 1)
-			require.True(t, errors.Is(res.Refused[0], roomstate.ErrTooLarge), "%v", res.Refused[0])
+			require.True(t, errors.Is(res.Refused[0], pdu.ErrTooLarge), "%v", res.Refused[0])
 			require.Contains(t, res.Refused[0].Error(), c.at)
 			alloc := after.TotalAlloc - before.TotalAlloc
 			require.Less(t, alloc, uint64(big/4), "import allocated %d bytes for a %d-byte input", alloc, big)
@@ -101,7 +103,7 @@ func TestImportWrappedArray(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res.Refused, 3)
 	for _, r := range res.Refused[:2] {
-		require.ErrorIs(t, r, roomstate.ErrMalformedPDU)
+		require.ErrorIs(t, r, pdu.ErrMalformedPDU)
 		require.Contains(t, r.Error(), `an array of events under "chunk"`)
 	}
 	require.Contains(t, res.Refused[2].Error(), "no type")
@@ -117,7 +119,7 @@ func TestImportWrappedArray(t *testing.T) {
 		res, err := st.Import(ctx, strings.NewReader(in), "wrapped-long", roomstate.ImportOptions{KeepGoing: true})
 		require.NoError(t, err)
 		require.Len(t, res.Refused, 1)
-		require.ErrorIs(t, res.Refused[0], roomstate.ErrTooLarge)
+		require.ErrorIs(t, res.Refused[0], pdu.ErrTooLarge)
 		require.Contains(t, res.Refused[0].Error(), `it opens a JSON object holding an array under "`+key+`"`)
 		require.Contains(t, res.Refused[0].Error(), "jq -c '."+key+"[]'")
 	}

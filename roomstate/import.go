@@ -14,6 +14,8 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/mtxdb/mtxdb/roomrecord"
 
 	"github.com/matrix-org/gomatrixserverlib"
@@ -80,7 +82,7 @@ type ImportOptions struct {
 	// Keys, if set, are the servers' signing keys: every new PDU must carry valid
 	// signatures from the servers that must sign it (KeyRing.checkSignatures), or
 	// it is refused with ErrBadSignature. Without keys signatures are not checked.
-	Keys KeyRing
+	Keys pdu.KeyRing
 }
 
 // ImportResult counts what Import did.
@@ -178,14 +180,14 @@ type queuedPDU struct {
 	line    int
 	element bool
 	// header as prepare read it (headerRead), so that one does not decode it again
-	header     pduHeader
+	header     pdu.Header
 	headerErr  error
 	headerRead bool
 	// sizeErr: the PDU breaks the size or field limits (checked before anything
 	// parses or hashes it)
 	sizeErr error
 	version gomatrixserverlib.RoomVersion // the version pdu was parsed for ("" when not parsed)
-	pdu     gomatrixserverlib.PDU
+	pd     gomatrixserverlib.PDU
 	err     error
 }
 
@@ -236,8 +238,8 @@ func (imp *importer) refuse(err error) error {
 // isRefusal reports whether err is about the PDU itself (so a homeserver would
 // drop it and go on) rather than the store or the input stream.
 func isRefusal(err error) bool {
-	for _, s := range []error{ErrMalformedPDU, ErrUnknownRoomVersion, ErrEventIDMismatch, ErrMissingPrevEvent,
-		ErrMissingAuthEvent, ErrNoCreateEvent, ErrConflictingEvent, ErrTooLarge, ErrFieldTooLong, ErrOtherRoom, ErrBadSignature} {
+	for _, s := range []error{pdu.ErrMalformedPDU, pdu.ErrUnknownRoomVersion, pdu.ErrEventIDMismatch, ErrMissingPrevEvent,
+		ErrMissingAuthEvent, ErrNoCreateEvent, ErrConflictingEvent, pdu.ErrTooLarge, pdu.ErrFieldTooLong, ErrOtherRoom, pdu.ErrBadSignature} {
 		if errors.Is(err, s) {
 			return true
 		}
@@ -256,22 +258,22 @@ func (imp *importer) prepare(q []queuedPDU) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < len(q); i += workers {
-				if q[i].sizeErr = checkSize(q[i].raw); q[i].sizeErr != nil {
+				if q[i].sizeErr = pdu.CheckSize(q[i].raw); q[i].sizeErr != nil {
 					continue
 				}
-				h, err := readHeader(q[i].raw)
+				h, err := pdu.ReadHeader(q[i].raw)
 				q[i].header, q[i].headerErr, q[i].headerRead = h, err, true
 				if err != nil {
 					continue
 				}
-				if q[i].sizeErr = checkFieldLimits(h); q[i].sizeErr != nil {
+				if q[i].sizeErr = pdu.CheckFieldLimits(h); q[i].sizeErr != nil {
 					continue
 				}
 				var v gomatrixserverlib.RoomVersion
 				if pr, ok := imp.rooms[h.RoomID]; ok && pr != nil {
 					v = gomatrixserverlib.RoomVersion(pr.head.RoomVersion)
 				} else if h.Type == "m.room.create" && h.StateKey != nil && *h.StateKey == "" {
-					if v, err = createRoomVersion(h); err != nil {
+					if v, err = pdu.CreateRoomVersion(h); err != nil {
 						continue
 					}
 				} else if imp.opts.RoomVersion != "" {
@@ -279,7 +281,7 @@ func (imp *importer) prepare(q []queuedPDU) {
 				} else {
 					continue
 				}
-				q[i].pdu, q[i].err = ParsePDU(v, q[i].raw)
+				q[i].pd, q[i].err = pdu.Parse(v, q[i].raw)
 				q[i].version = v
 			}
 		}()
@@ -311,7 +313,7 @@ func (imp *importer) run(in io.Reader) error {
 		lr := &limitedReader{r: br, limit: MaxLineBytes}
 		dec := json.NewDecoder(lr)
 		if _, err := dec.Token(); err != nil {
-			return &ImportError{Source: imp.source, Line: 1, Element: true, Err: fmt.Errorf("%w: %v", ErrMalformedPDU, err)}
+			return &ImportError{Source: imp.source, Line: 1, Element: true, Err: fmt.Errorf("%w: %v", pdu.ErrMalformedPDU, err)}
 		}
 		n := 1
 		for ; dec.More(); n++ {
@@ -326,14 +328,14 @@ func (imp *importer) run(in io.Reader) error {
 				if errors.Is(err, errElementTooLarge) {
 					imp.res.Read++
 					return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true,
-						Err: fmt.Errorf("%w: an element over the %d bytes an element may hold (not read whole; the rest of the array cannot be read)", ErrTooLarge, MaxLineBytes)})
+						Err: fmt.Errorf("%w: an element over the %d bytes an element may hold (not read whole; the rest of the array cannot be read)", pdu.ErrTooLarge, MaxLineBytes)})
 				}
 				if readFailed(err) {
 					return &ImportError{Source: imp.source, Line: n, Element: true, Err: err}
 				}
 				imp.res.Read++ // an element, refused: read, imported, skipped and refused add up
 				return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true,
-					Err: fmt.Errorf("%w: %v (the rest of the array cannot be read)", ErrMalformedPDU, err)})
+					Err: fmt.Errorf("%w: %v (the rest of the array cannot be read)", pdu.ErrMalformedPDU, err)})
 			}
 			if err := imp.queue(raw, n, true); err != nil {
 				return err
@@ -345,10 +347,10 @@ func (imp *importer) run(in io.Reader) error {
 		// The array must end with "]" and nothing but white space may follow:
 		// a second array or trailing bytes would otherwise be dropped unread.
 		if tok, err := dec.Token(); err != nil || tok != json.Delim(']') {
-			return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: the array does not end with ] after element %d (%v)", ErrMalformedPDU, n-1, err)})
+			return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: the array does not end with ] after element %d (%v)", pdu.ErrMalformedPDU, n-1, err)})
 		}
 		if _, err := dec.Token(); err != io.EOF {
-			return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: data after the closing ] of the array", ErrMalformedPDU)})
+			return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true, Err: fmt.Errorf("%w: data after the closing ] of the array", pdu.ErrMalformedPDU)})
 		}
 		return nil
 	}
@@ -361,7 +363,7 @@ func (imp *importer) run(in io.Reader) error {
 				return derr
 			}
 			imp.res.Read++
-			lerr := fmt.Errorf("%w: a line of %d bytes, over the %d bytes a line may hold (not read whole)", ErrTooLarge, over, MaxLineBytes)
+			lerr := fmt.Errorf("%w: a line of %d bytes, over the %d bytes a line may hold (not read whole)", pdu.ErrTooLarge, over, MaxLineBytes)
 			if key := wrapperKeyOfHead(b); key != "" {
 				lerr = fmt.Errorf("%w; it opens a JSON object holding an array under %q, not a PDU: import the array itself (jq -c '.%s[]' gives its PDUs as lines)", lerr, key, key)
 			}
@@ -399,7 +401,7 @@ func (imp *importer) run(in io.Reader) error {
 // MaxLineBytes bounds what import holds of one line: 4 times MaxPDUBytes, room for
 // a PDU padded with white space. A longer line is refused as ErrTooLarge without
 // being held in memory: the rest of it is read and dropped up to the next newline.
-const MaxLineBytes = 4 * MaxPDUBytes
+const MaxLineBytes = 4 * pdu.MaxPDUBytes
 
 // wrappedArray returns the key of a JSON object without "type" whose value is an
 // array of objects (a client or federation API response, {"chunk": [...]}), or ""
@@ -540,21 +542,21 @@ func (imp *importer) one(q *queuedPDU) error {
 	if err != nil {
 		return err
 	}
-	pdu, err := q.pdu, q.err
+	pd, err := q.pd, q.err
 	if q.version == "" || q.version != version {
-		pdu, err = ParsePDU(version, q.raw)
+		pd, err = pdu.Parse(version, q.raw)
 	}
 	if err != nil {
 		return imp.fail(q, h.EventID, err)
 	}
-	eventID, roomID := pdu.EventID(), pdu.RoomID().String()
+	eventID, roomID := pd.EventID(), pd.RoomID().String()
 	if pr, err = imp.joinRoom(q, h, pr, version, eventID, roomID, isCreate); err != nil {
 		return err
 	}
-	if dup, err := imp.place(q, h, pr, version, pdu, roomID, isCreate); err != nil || dup {
+	if dup, err := imp.place(q, h, pr, version, pd, roomID, isCreate); err != nil || dup {
 		return err
 	}
-	return imp.stage(pr, pdu, q.raw)
+	return imp.stage(pr, pd, q.raw)
 }
 
 // fail is the ImportError refusing the PDU q.
@@ -565,21 +567,21 @@ func (imp *importer) fail(q *queuedPDU, eventID string, err error) error {
 // check reads the PDU's header (unless prepare did) and refuses a PDU over the
 // size or field limits (checkSize, checkFieldLimits) or without a readable
 // header; a JSON object wrapping an array of events is named as such.
-func (imp *importer) check(q *queuedPDU) (pduHeader, error) {
+func (imp *importer) check(q *queuedPDU) (pdu.Header, error) {
 	raw := q.raw
 	h, err := q.header, q.headerErr
 	if !q.headerRead {
-		if q.sizeErr = checkSize(raw); q.sizeErr == nil {
-			if h, err = readHeader(raw); err == nil {
-				q.sizeErr = checkFieldLimits(h)
+		if q.sizeErr = pdu.CheckSize(raw); q.sizeErr == nil {
+			if h, err = pdu.ReadHeader(raw); err == nil {
+				q.sizeErr = pdu.CheckFieldLimits(h)
 			}
 		} else {
-			h, _ = readHeader(raw)
+			h, _ = pdu.ReadHeader(raw)
 		}
 	}
 	if q.sizeErr != nil || err != nil {
 		if key := wrappedArray(raw); key != "" {
-			return h, imp.fail(q, "", fmt.Errorf("%w: a JSON object holding an array of events under %q, not a PDU: import the array itself (jq -c '.%s[]' gives its PDUs as lines)", ErrMalformedPDU, key, key))
+			return h, imp.fail(q, "", fmt.Errorf("%w: a JSON object holding an array of events under %q, not a PDU: import the array itself (jq -c '.%s[]' gives its PDUs as lines)", pdu.ErrMalformedPDU, key, key))
 		}
 	}
 	if q.sizeErr != nil {
@@ -595,7 +597,7 @@ func (imp *importer) check(q *queuedPDU) (pduHeader, error) {
 // not met the room yet) and the room version to parse the PDU for: the room's,
 // else ImportOptions.RoomVersion, else that of the m.room.create the PDU is. Any
 // other PDU of a room not met yet is refused (ErrNoCreateEvent).
-func (imp *importer) version(q *queuedPDU, h pduHeader, isCreate bool) (*pendingRoom, gomatrixserverlib.RoomVersion, error) {
+func (imp *importer) version(q *queuedPDU, h pdu.Header, isCreate bool) (*pendingRoom, gomatrixserverlib.RoomVersion, error) {
 	var pr *pendingRoom
 	var err error
 	if h.RoomID != "" {
@@ -609,19 +611,19 @@ func (imp *importer) version(q *queuedPDU, h pduHeader, isCreate bool) (*pending
 	case !isCreate && imp.opts.RoomVersion != "" && h.RoomID != "":
 		version := gomatrixserverlib.RoomVersion(imp.opts.RoomVersion)
 		if !gomatrixserverlib.KnownRoomVersion(version) {
-			return nil, "", imp.fail(q, h.EventID, fmt.Errorf("%w: %q", ErrUnknownRoomVersion, version))
+			return nil, "", imp.fail(q, h.EventID, fmt.Errorf("%w: %q", pdu.ErrUnknownRoomVersion, version))
 		}
 		return nil, version, nil
 	case !isCreate:
 		if h.RoomID == "" {
-			return nil, "", imp.fail(q, h.EventID, fmt.Errorf("%w: no room_id", ErrMalformedPDU))
+			return nil, "", imp.fail(q, h.EventID, fmt.Errorf("%w: no room_id", pdu.ErrMalformedPDU))
 		}
 		if imp.opts.AnyOrder {
 			return nil, "", imp.fail(q, h.EventID, fmt.Errorf("%w: %s: its room version is not known before its m.room.create (ImportOptions.RoomVersion gives it)", ErrNoCreateEvent, h.RoomID))
 		}
 		return nil, "", imp.fail(q, h.EventID, fmt.Errorf("%w: %s", ErrNoCreateEvent, h.RoomID))
 	}
-	version, err := createRoomVersion(h)
+	version, err := pdu.CreateRoomVersion(h)
 	if err != nil {
 		return nil, "", imp.fail(q, h.EventID, err)
 	}
@@ -633,7 +635,7 @@ func (imp *importer) version(q *queuedPDU, h pduHeader, isCreate bool) (*pending
 // room_id: the room ID derives from the event), else a new room for an
 // m.room.create (or, with AnyOrder, any PDU). A room_id that parses as another
 // room is refused.
-func (imp *importer) joinRoom(q *queuedPDU, h pduHeader, pr *pendingRoom, version gomatrixserverlib.RoomVersion, eventID, roomID string, isCreate bool) (*pendingRoom, error) {
+func (imp *importer) joinRoom(q *queuedPDU, h pdu.Header, pr *pendingRoom, version gomatrixserverlib.RoomVersion, eventID, roomID string, isCreate bool) (*pendingRoom, error) {
 	var err error
 	if pr == nil {
 		if pr, err = imp.room(roomID); err != nil {
@@ -653,7 +655,7 @@ func (imp *importer) joinRoom(q *queuedPDU, h pduHeader, pr *pendingRoom, versio
 		}
 	}
 	if h.RoomID != "" && roomID != h.RoomID {
-		return nil, imp.fail(q, eventID, fmt.Errorf("%w: room_id %s parsed as %s", ErrMalformedPDU, h.RoomID, roomID))
+		return nil, imp.fail(q, eventID, fmt.Errorf("%w: room_id %s parsed as %s", pdu.ErrMalformedPDU, h.RoomID, roomID))
 	}
 	return pr, nil
 }
@@ -664,10 +666,10 @@ func (imp *importer) joinRoom(q *queuedPDU, h pduHeader, pr *pendingRoom, versio
 // m.room.create must come first and once, and its prev and auth events must be
 // stored or earlier in the input (ImportError.Missing names the first that is
 // not).
-func (imp *importer) place(q *queuedPDU, h pduHeader, pr *pendingRoom, version gomatrixserverlib.RoomVersion, pdu gomatrixserverlib.PDU, roomID string, isCreate bool) (dup bool, err error) {
-	eventID := pdu.EventID()
+func (imp *importer) place(q *queuedPDU, h pdu.Header, pr *pendingRoom, version gomatrixserverlib.RoomVersion, pd gomatrixserverlib.PDU, roomID string, isCreate bool) (dup bool, err error) {
+	eventID := pd.EventID()
 	if _, dup := pr.known[eventID]; dup {
-		if err := imp.checkDuplicate(pr, version, pdu, q.raw); err != nil {
+		if err := imp.checkDuplicate(pr, version, pd, q.raw); err != nil {
 			return false, imp.fail(q, eventID, err)
 		}
 		imp.res.Skipped++
@@ -678,18 +680,18 @@ func (imp *importer) place(q *queuedPDU, h pduHeader, pr *pendingRoom, version g
 		if err != nil {
 			return false, imp.fail(q, eventID, err)
 		}
-		if err := imp.opts.Keys.checkSignatures(verImpl, pdu, q.raw); err != nil {
+		if err := imp.opts.Keys.CheckSignatures(verImpl, pd, q.raw); err != nil {
 			return false, imp.fail(q, eventID, err)
 		}
 	}
 	if isCreate {
 		if pr.sawCreate || (pr.head.Events > 0 && !imp.opts.AnyOrder) {
-			return false, imp.fail(q, eventID, fmt.Errorf("%w: second m.room.create in room %s", ErrMalformedPDU, roomID))
+			return false, imp.fail(q, eventID, fmt.Errorf("%w: second m.room.create in room %s", pdu.ErrMalformedPDU, roomID))
 		}
-		if v, _ := createRoomVersion(h); string(v) != pr.head.RoomVersion {
+		if v, _ := pdu.CreateRoomVersion(h); string(v) != pr.head.RoomVersion {
 			return false, imp.fail(q, eventID, fmt.Errorf("%w: m.room.create says room version %q, the room was imported as %q "+
 				"(a stored room keeps its version: import it into a new store with the right --room-version)",
-				ErrMalformedPDU, v, pr.head.RoomVersion))
+				pdu.ErrMalformedPDU, v, pr.head.RoomVersion))
 		}
 		pr.sawCreate = true
 	}
@@ -699,7 +701,7 @@ func (imp *importer) place(q *queuedPDU, h pduHeader, pr *pendingRoom, version g
 	if imp.opts.AnyOrder {
 		return false, nil
 	}
-	for _, p := range pdu.PrevEventIDs() {
+	for _, p := range pd.PrevEventIDs() {
 		if _, ok := pr.known[p]; !ok {
 			err := fmt.Errorf("%w: %s", ErrMissingPrevEvent, p)
 			if other := imp.roomOf(p, roomID); other != "" {
@@ -710,7 +712,7 @@ func (imp *importer) place(q *queuedPDU, h pduHeader, pr *pendingRoom, version g
 			return false, e
 		}
 	}
-	for _, a := range pdu.AuthEventIDs() {
+	for _, a := range pd.AuthEventIDs() {
 		if _, ok := pr.known[a]; !ok {
 			if other := imp.roomOf(a, roomID); other != "" {
 				return false, imp.fail(q, eventID, otherRoomError(version, a, other))
@@ -726,20 +728,20 @@ func (imp *importer) place(q *queuedPDU, h pduHeader, pr *pendingRoom, version g
 // stage queues the PDU's event and metadata records in its room's batch, adds it
 // to the room's graph, events and forward extremities, and writes the batch
 // when ImportOptions.BatchSize PDUs are pending.
-func (imp *importer) stage(pr *pendingRoom, pdu gomatrixserverlib.PDU, raw []byte) error {
-	eventID := pdu.EventID()
+func (imp *importer) stage(pr *pendingRoom, pd gomatrixserverlib.PDU, raw []byte) error {
+	eventID := pd.EventID()
 	m := roomrecord.EventMeta{
 		Seq:        pr.head.Events,
-		Depth:      pdu.Depth(),
-		IsState:    pdu.StateKey() != nil,
-		Redacted:   pdu.Redacted(),
+		Depth:      pd.Depth(),
+		IsState:    pd.StateKey() != nil,
+		Redacted:   pd.Redacted(),
 		EventID:    eventID,
-		Type:       pdu.Type(),
-		PrevEvents: pdu.PrevEventIDs(),
-		AuthEvents: pdu.AuthEventIDs(),
+		Type:       pd.Type(),
+		PrevEvents: pd.PrevEventIDs(),
+		AuthEvents: pd.AuthEventIDs(),
 	}
 	if m.IsState {
-		m.StateKey = *pdu.StateKey()
+		m.StateKey = *pd.StateKey()
 	}
 	ev := roomrecord.EventRecordID(eventID)
 	pr.batch = append(pr.batch,
@@ -785,11 +787,11 @@ func (imp *importer) stage(pr *pendingRoom, pdu gomatrixserverlib.PDU, raw []byt
 // formats (event IDs chosen by the sender) a different content hash is an error; for
 // v3+ (the ID is the reference hash) the copies are the same event, and a byte
 // difference is only counted.
-func (imp *importer) checkDuplicate(pr *pendingRoom, version gomatrixserverlib.RoomVersion, pdu gomatrixserverlib.PDU, raw []byte) error {
-	stored, ok := pr.raw[pdu.EventID()]
+func (imp *importer) checkDuplicate(pr *pendingRoom, version gomatrixserverlib.RoomVersion, pd gomatrixserverlib.PDU, raw []byte) error {
+	stored, ok := pr.raw[pd.EventID()]
 	if !ok {
 		var err error
-		if stored, err = pr.room.EventJSON(pdu.EventID()); err != nil {
+		if stored, err = pr.room.EventJSON(pd.EventID()); err != nil {
 			return err
 		}
 	}

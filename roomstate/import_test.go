@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/packstore"
@@ -52,7 +54,7 @@ func TestImportBadInput(t *testing.T) {
 			l := append([]string(nil), good...)
 			l[5] = `{"type": "m.room.message", "content": {`
 			return l
-		}, 6, roomstate.ErrMalformedPDU, ""},
+		}, 6, pdu.ErrMalformedPDU, ""},
 		{"not a pdu", func() []string {
 			l := append([]string(nil), good...)
 			l[5] = `{"type": "m.room.message", "room_id": "` + "!x:y" + `"}`
@@ -66,7 +68,7 @@ func TestImportBadInput(t *testing.T) {
 			l := append([]string(nil), good...)
 			l[5] = strings.Replace(l[5], `"event_id":"$`, `"event_id":"$X`, 1)
 			return l
-		}, 6, roomstate.ErrEventIDMismatch, "$X"},
+		}, 6, pdu.ErrEventIDMismatch, "$X"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -119,7 +121,7 @@ func TestImportUnknownRoomVersion(t *testing.T) {
 	eng, st := roomstatetest.Open(t, t.TempDir())
 	defer eng.Close()
 	_, err := st.Import(ctx, strings.NewReader(strings.Join(lines, "\n")), "v99.jsonl", roomstate.ImportOptions{})
-	require.ErrorIs(t, err, roomstate.ErrUnknownRoomVersion)
+	require.ErrorIs(t, err, pdu.ErrUnknownRoomVersion)
 	require.Contains(t, err.Error(), "v99.jsonl line 1 (event $")
 	require.Contains(t, err.Error(), `"99"`)
 	rooms, err := st.Rooms(ctx)
@@ -139,7 +141,7 @@ func TestImportNonIntegerNumber(t *testing.T) {
 		eng, st := roomstatetest.Open(t, t.TempDir())
 		_, err := st.Import(ctx, strings.NewReader(strings.Join(lines, "\n")), "n.jsonl", roomstate.ImportOptions{})
 		eng.Close()
-		require.ErrorIs(t, err, roomstate.ErrMalformedPDU, n)
+		require.ErrorIs(t, err, pdu.ErrMalformedPDU, n)
 		require.Contains(t, err.Error(), "n.jsonl line 2", n)
 		require.Contains(t, err.Error(), "a number that room version 10 does not allow", n)
 	}
@@ -159,7 +161,7 @@ func TestImportJSONArray(t *testing.T) {
 
 	bad := "[" + strings.Join(append(append([]string(nil), lines...), `{"type":1}`), ",") + "]"
 	_, err = st.Import(ctx, bytes.NewReader([]byte(bad)), "arr.json", roomstate.ImportOptions{})
-	require.ErrorIs(t, err, roomstate.ErrMalformedPDU)
+	require.ErrorIs(t, err, pdu.ErrMalformedPDU)
 	require.Contains(t, err.Error(), "arr.json element 9")
 
 	// A broken end is an error, not a silent stop (a second array's events are
@@ -172,7 +174,7 @@ func TestImportJSONArray(t *testing.T) {
 		e, st := roomstatetest.Open(t, t.TempDir())
 		_, err := st.Import(ctx, strings.NewReader(in), "arr.json", roomstate.ImportOptions{})
 		e.Close()
-		require.ErrorIs(t, err, roomstate.ErrMalformedPDU, name)
+		require.ErrorIs(t, err, pdu.ErrMalformedPDU, name)
 	}
 	// Keeping going, an element that cannot be decoded is read and refused, so
 	// the counts add up (every refused element is counted as read).
@@ -203,7 +205,7 @@ func TestImportV1Identity(t *testing.T) {
 
 	noID := strings.Replace(lines[5], `"event_id":`, `"x_event_id":`, 1)
 	_, err = st.Import(ctx, strings.NewReader(noID), "noid", roomstate.ImportOptions{})
-	require.ErrorIs(t, err, roomstate.ErrMalformedPDU)
+	require.ErrorIs(t, err, pdu.ErrMalformedPDU)
 	require.Contains(t, err.Error(), "event_id")
 
 	i := strings.Index(lines[4], `"hashes":{"sha256":"`)

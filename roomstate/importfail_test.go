@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/packstore"
@@ -105,7 +107,7 @@ func TestImportReadErrorMidLine(t *testing.T) {
 		st := roomstate.New(packstore.NewMemStorage())
 		res, err := st.Import(ctx, &failingReader{data: []byte(in), n: cut, err: errRead}, "cut", roomstate.ImportOptions{})
 		require.ErrorIs(t, err, errRead, "array %v", array)
-		require.NotErrorIs(t, err, roomstate.ErrMalformedPDU, "array %v", array)
+		require.NotErrorIs(t, err, pdu.ErrMalformedPDU, "array %v", array)
 		require.Equal(t, 10, res.Imported, "array %v", array)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/matrix-org/gomatrixserverlib"
 
 	"github.com/mtxdb/mtxdb/hamtstore"
@@ -296,11 +298,11 @@ func (r *Room) Event(eventID string) (gomatrixserverlib.PDU, error) {
 	if err != nil {
 		return nil, err
 	}
-	pdu, err := ParsePDU(r.Version(), js)
+	pd, err := pdu.Parse(r.Version(), js)
 	if err != nil {
 		return nil, fmt.Errorf("room %s: stored event %s: %w", r.head.RoomID, eventID, err)
 	}
-	return pdu, nil
+	return pd, nil
 }
 
 // StoredEvent loads one PDU for reading, as Event does, but trusts what import
@@ -308,7 +310,7 @@ func (r *Room) Event(eventID string) (gomatrixserverlib.PDU, error) {
 // metadata records) is parsed with its stored event ID, without recomputing the
 // reference and content hashes (about half the cost of a parse). redacted true
 // takes Event's path (the event is redacted again on parse).
-func (r *Room) StoredEvent(eventID string, redacted bool) (pdu gomatrixserverlib.PDU, err error) {
+func (r *Room) StoredEvent(eventID string, redacted bool) (pd gomatrixserverlib.PDU, err error) {
 	if redacted {
 		return r.Event(eventID)
 	}
@@ -318,17 +320,17 @@ func (r *Room) StoredEvent(eventID string, redacted bool) (pdu gomatrixserverlib
 	}
 	verImpl, err := gomatrixserverlib.GetRoomVersion(r.Version())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownRoomVersion, r.Version())
+		return nil, fmt.Errorf("%w: %q", pdu.ErrUnknownRoomVersion, r.Version())
 	}
 	defer func() {
 		if rec := recover(); rec != nil {
-			pdu, err = nil, fmt.Errorf("%w: room %s: stored event %s: gomatrixserverlib panicked: %v", ErrMalformedPDU, r.head.RoomID, eventID, rec)
+			pd, err = nil, fmt.Errorf("%w: room %s: stored event %s: gomatrixserverlib panicked: %v", pdu.ErrMalformedPDU, r.head.RoomID, eventID, rec)
 		}
 	}()
-	if pdu, err = verImpl.NewEventFromTrustedJSONWithEventID(eventID, js, false); err != nil {
-		return nil, fmt.Errorf("%w: room %s: stored event %s: %v", ErrMalformedPDU, r.head.RoomID, eventID, err)
+	if pd, err = verImpl.NewEventFromTrustedJSONWithEventID(eventID, js, false); err != nil {
+		return nil, fmt.Errorf("%w: room %s: stored event %s: %v", pdu.ErrMalformedPDU, r.head.RoomID, eventID, err)
 	}
-	return pdu, nil
+	return pd, nil
 }
 
 // Meta loads the metadata record of an event.
@@ -716,13 +718,13 @@ func (r *Room) Membership(rd *hamtstore.Reader, root hamtstore.NodeID, userID st
 	if !ok {
 		return "leave", "", nil
 	}
-	pdu, err := r.Event(id)
+	pd, err := r.Event(id)
 	if err != nil {
 		return "", "", err
 	}
-	m, err := pdu.Membership()
+	m, err := pd.Membership()
 	if err != nil {
-		return "", "", fmt.Errorf("%w: room %s: member event %s: %v", ErrMalformedPDU, r.head.RoomID, id, err)
+		return "", "", fmt.Errorf("%w: room %s: member event %s: %v", pdu.ErrMalformedPDU, r.head.RoomID, id, err)
 	}
 	return m, id, nil
 }

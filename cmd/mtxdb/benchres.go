@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/spf13/cobra"
 
@@ -241,7 +243,7 @@ func naiveResolve(ctx context.Context, room *roomstate.Room, eventID string) (ns
 			err = fmt.Errorf("gomatrixserverlib panicked: %v", r)
 		}
 	}()
-	if _, err := gomatrixserverlib.ResolveConflicts(room.Version(), events, auth, roomstate.UserIDForSender,
+	if _, err := gomatrixserverlib.ResolveConflicts(room.Version(), events, auth, pdu.UserIDForSender,
 		func(string) bool { return false }); err != nil {
 		return ns, err
 	}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/spf13/cobra"
 
@@ -119,7 +121,7 @@ func (f *importFlags) validate(cmd *cobra.Command) (repackplan.Options, error) {
 	}
 	if f.roomVersion != "" {
 		if _, err := gomatrixserverlib.GetRoomVersion(gomatrixserverlib.RoomVersion(f.roomVersion)); err != nil {
-			return repackplan.Options{}, fmt.Errorf("--room-version %q: %w (known: 1-12 and their experimental variants)", f.roomVersion, roomstate.ErrUnknownRoomVersion)
+			return repackplan.Options{}, fmt.Errorf("--room-version %q: %w (known: 1-12 and their experimental variants)", f.roomVersion, pdu.ErrUnknownRoomVersion)
 		}
 	}
 	if err := needFlag(cmd, "repack", f.repack, "plan", "liveness", "every"); err != nil {
@@ -131,7 +133,7 @@ func (f *importFlags) validate(cmd *cobra.Command) (repackplan.Options, error) {
 // inputs resolves the PATH arguments to the files to read (blank ones skipped
 // with a warning) and loads --keys; it runs before the store is opened, so that
 // a bad argument writes nothing.
-func (f *importFlags) inputs(cmd *cobra.Command, args []string) ([]string, roomstate.KeyRing, error) {
+func (f *importFlags) inputs(cmd *cobra.Command, args []string) ([]string, pdu.KeyRing, error) {
 	skip := importSkips(cmd.ErrOrStderr(), cmd.OutOrStdout(), f.asJSON)
 	paths, err := importPaths(args, skip)
 	if err != nil {
@@ -140,9 +142,9 @@ func (f *importFlags) inputs(cmd *cobra.Command, args []string) ([]string, rooms
 	if paths, err = dropBlank(paths, skip); err != nil {
 		return nil, nil, err
 	}
-	var keys roomstate.KeyRing
+	var keys pdu.KeyRing
 	if f.keysFile != "" {
-		if keys, err = roomstate.LoadKeyRing(f.keysFile); err != nil {
+		if keys, err = pdu.LoadKeyRing(f.keysFile); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -215,14 +217,14 @@ func (r *importRun) exitStatus(err error) error {
 
 // importAll imports each input in turn, printing its refusals and its line. An
 // interruption ends it with the interrupt's exit status, saying what was stored.
-func (r *importRun) importAll(ctx context.Context, paths []string, keys roomstate.KeyRing) error {
+func (r *importRun) importAll(ctx context.Context, paths []string, keys pdu.KeyRing) error {
 	opts := roomstate.ImportOptions{BatchSize: r.batch, AnyOrder: r.anyOrder, RoomVersion: r.roomVersion, KeepGoing: true, Keys: keys}
 	for n, path := range paths {
 		res, err := importFile(ctx, r.st, path, opts, r.out)
 		r.printRefusals(path, res.Refused)
 		r.refused += len(res.Refused)
 		for _, e := range res.Refused {
-			r.malformedOnly = r.malformedOnly && errors.Is(e.Err, roomstate.ErrMalformedPDU)
+			r.malformedOnly = r.malformedOnly && errors.Is(e.Err, pdu.ErrMalformedPDU)
 			r.tally.add(e)
 		}
 		f := []kv{{"read", res.Read}, {"imported", res.Imported}, {"skipped", res.Skipped}, {"variants", res.Variants}, {"refused", len(res.Refused)}, {"rooms", len(res.Rooms)}, {"redacted", res.Redacted}}

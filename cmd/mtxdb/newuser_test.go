@@ -502,7 +502,7 @@ func TestCLIRepackOneRoomOfShared(t *testing.T) {
 func TestCLIImportUnknownRoomVersionFlag(t *testing.T) {
 	st := filepath.Join(t.TempDir(), "store")
 	out, code := run(t, "import", "--store", st, "--any-order", "--room-version", "99", room("room001"))
-	if code != 1 || !strings.Contains(out, `--room-version "99": roomstate: unknown room version`) {
+	if code != 1 || !strings.Contains(out, `--room-version "99": pdu: unknown room version`) {
 		t.Fatalf("import --room-version 99: exit %d, want 1 and the flag named\n%s", code, out)
 	}
 	if _, err := os.Stat(st); !errors.Is(err, os.ErrNotExist) {

@@ -64,7 +64,7 @@ func TestCLIRejectionReasons(t *testing.T) {
 		}
 	}
 	out, code = run(t, "import", "--store", filepath.Join(t.TempDir(), "j"), "--json", big)
-	if code != 0 || !strings.Contains(out, `{"kind":"refused","file":`) || !strings.Contains(out, `"line":6,"element":false,"event_id":"$WDxEs5aYYoa9fvJV673VxpA3UX6z26Iv6QxYJ3ziRfQ","reason":"roomstate: PDU over the 65,536-byte size limit`) {
+	if code != 0 || !strings.Contains(out, `{"kind":"refused","file":`) || !strings.Contains(out, `"line":6,"element":false,"event_id":"$WDxEs5aYYoa9fvJV673VxpA3UX6z26Iv6QxYJ3ziRfQ","reason":"pdu: PDU over the 65,536-byte size limit`) {
 		t.Fatalf("import --json: exit %d\n%s", code, out)
 	}
 }

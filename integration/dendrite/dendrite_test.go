@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/matrix-org/dendrite/roomserver/state"
 	"github.com/matrix-org/dendrite/roomserver/types"
 	"github.com/matrix-org/gomatrixserverlib"
@@ -33,7 +35,7 @@ func (querier) QuerySenderIDForUser(_ context.Context, _ spec.RoomID, u spec.Use
 }
 
 func (querier) QueryUserIDForSender(_ context.Context, roomID spec.RoomID, s spec.SenderID) (*spec.UserID, error) {
-	return roomstate.UserIDForSender(roomID, s)
+	return pdu.UserIDForSender(roomID, s)
 }
 
 // Where Dendrite's own algorithm departs from the spec, a resolution may differ from
@@ -404,7 +406,7 @@ func gmslAgrees(t *testing.T, room *roomstate.Room, rd *hamtstore.Reader, roots 
 		return st.Rejected
 	}
 	got := map[string]string{}
-	for _, p := range gomatrixserverlib.ResolveStateConflictsV2(conflicted, unconflicted, auth, roomstate.UserIDForSender, rejected) {
+	for _, p := range gomatrixserverlib.ResolveStateConflictsV2(conflicted, unconflicted, auth, pdu.UserIDForSender, rejected) {
 		got[p.Type()+"\x00"+*p.StateKey()] = p.EventID()
 	}
 	return fmt.Sprint(got) == fmt.Sprint(dend)

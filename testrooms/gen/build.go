@@ -7,10 +7,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
-
-	"github.com/mtxdb/mtxdb/roomstate"
 )
 
 // buildWithGMSL makes create build every event with gomatrixserverlib's
@@ -268,12 +268,12 @@ func (r *room) authState(pdu gomatrixserverlib.PDU, st pmap) []gomatrixserverlib
 	return out
 }
 
-func allowed(pdu gomatrixserverlib.PDU, authPDUs []gomatrixserverlib.PDU) error {
+func allowed(p gomatrixserverlib.PDU, authPDUs []gomatrixserverlib.PDU) error {
 	ae, err := gomatrixserverlib.NewAuthEvents(authPDUs)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errRejected, err)
 	}
-	if err := gomatrixserverlib.Allowed(pdu, ae, roomstate.UserIDForSender); err != nil {
+	if err := gomatrixserverlib.Allowed(p, ae, pdu.UserIDForSender); err != nil {
 		return fmt.Errorf("%w: %v", errRejected, err)
 	}
 	return nil

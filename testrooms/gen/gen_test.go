@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/sjson"
@@ -132,12 +134,12 @@ func checkPDUs(t *testing.T, dir string, meta *Meta) {
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &h))
 		raw, err := sjson.DeleteBytes(sc.Bytes(), "event_id")
 		require.NoError(t, err)
-		pdu, err := ver.NewEventFromUntrustedJSON(raw)
+		ev, err := ver.NewEventFromUntrustedJSON(raw)
 		require.NoError(t, err, "line %d", n)
-		require.False(t, pdu.Redacted(), "line %d: content hash", n)
-		require.Equal(t, h.EventID, pdu.EventID(), "line %d: event ID is the reference hash", n)
-		require.Equal(t, meta.RoomID, pdu.RoomID().String(), "line %d", n)
-		require.NoError(t, gomatrixserverlib.VerifyEventSignatures(context.Background(), pdu, keys, roomstate.UserIDForSender), "line %d: signatures", n)
+		require.False(t, ev.Redacted(), "line %d: content hash", n)
+		require.Equal(t, h.EventID, ev.EventID(), "line %d: event ID is the reference hash", n)
+		require.Equal(t, meta.RoomID, ev.RoomID().String(), "line %d", n)
+		require.NoError(t, gomatrixserverlib.VerifyEventSignatures(context.Background(), ev, keys, pdu.UserIDForSender), "line %d: signatures", n)
 	}
 	require.NoError(t, sc.Err())
 	require.Equal(t, meta.Counts.Events, n)

@@ -7,10 +7,11 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/mtxdb/mtxdb/pdu"
+
 	"github.com/matrix-org/gomatrixserverlib"
 
 	"github.com/mtxdb/mtxdb/resolver"
-	"github.com/mtxdb/mtxdb/roomstate"
 )
 
 // State resolution of the simulation (the states servers build events from;
@@ -401,7 +402,7 @@ func resolveGMSL(conflicted, unconflicted, chain []gomatrixserverlib.PDU, reject
 			out, err = nil, fmt.Errorf("gen: gomatrixserverlib ResolveStateConflictsV2 panicked: %v", rec)
 		}
 	}()
-	return gomatrixserverlib.ResolveStateConflictsV2(conflicted, unconflicted, chain, roomstate.UserIDForSender, rejected), nil
+	return gomatrixserverlib.ResolveStateConflictsV2(conflicted, unconflicted, chain, pdu.UserIDForSender, rejected), nil
 }
 
 func (r *room) pdus(idx []int32) []gomatrixserverlib.PDU {

@@ -1,29 +1,29 @@
-package roomstate_test
+package pdu_test
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/pdu"
 )
 
 // TestParseKeyRing: a key file round-trips through Encode; bad keys and shapes are
 // errors naming the file.
 func TestParseKeyRing(t *testing.T) {
 	in := `{"a.test": {"ed25519:1": "wqWS45Vn06dZjdUxXKZ69PQlXYi4m7UBVNvM4DEqsf0"}}`
-	k, err := roomstate.ParseKeyRing([]byte(in), "k.json")
+	k, err := pdu.ParseKeyRing([]byte(in), "k.json")
 	require.NoError(t, err)
 	require.Len(t, k["a.test"]["ed25519:1"], 32)
-	k2, err := roomstate.ParseKeyRing(k.Encode(), "again")
+	k2, err := pdu.ParseKeyRing(k.Encode(), "again")
 	require.NoError(t, err)
 	require.Equal(t, k, k2)
-	odd := roomstate.KeyRing{"a\x00\x7f\"b": k["a.test"]}
-	k3, err := roomstate.ParseKeyRing(odd.Encode(), "odd")
+	odd := pdu.KeyRing{"a\x00\x7f\"b": k["a.test"]}
+	k3, err := pdu.ParseKeyRing(odd.Encode(), "odd")
 	require.NoError(t, err, string(odd.Encode()))
 	require.Equal(t, odd, k3)
 	for _, bad := range []string{`[]`, `{"a.test": {"ed25519:1": "short"}}`, `{"a.test": "x"}`, `{`} {
-		_, err := roomstate.ParseKeyRing([]byte(bad), "k.json")
+		_, err := pdu.ParseKeyRing([]byte(bad), "k.json")
 		require.ErrorContains(t, err, "k.json", bad)
 	}
 }
@@ -34,11 +34,11 @@ func FuzzParseKeyRing(f *testing.F) {
 	f.Add([]byte(`{"a.test": {"ed25519:1": "wqWS45Vn06dZjdUxXKZ69PQlXYi4m7UBVNvM4DEqsf0"}}`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		k, err := roomstate.ParseKeyRing(b, "fuzz")
+		k, err := pdu.ParseKeyRing(b, "fuzz")
 		if err != nil {
 			return
 		}
-		k2, err := roomstate.ParseKeyRing(k.Encode(), "again")
+		k2, err := pdu.ParseKeyRing(k.Encode(), "again")
 		require.NoError(t, err)
 		require.Equal(t, len(k), len(k2))
 	})

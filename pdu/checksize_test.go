@@ -1,4 +1,4 @@
-package roomstate
+package pdu
 
 import (
 	"bytes"
@@ -28,7 +28,7 @@ func TestCheckSize(t *testing.T) {
 		{name: "very deep nesting over", raw: append(append([]byte(`{"a":`), bytes.Repeat([]byte("["), 100_000)...), append(bytes.Repeat([]byte("]"), 100_000), '}')...), tooBig: true, errPart: "not valid JSON"},
 		{name: "not JSON over", raw: []byte(`{"a":"` + pad(MaxPDUBytes)), tooBig: true, errPart: "not valid JSON"},
 	} {
-		err := checkSize(c.raw)
+		err := CheckSize(c.raw)
 		if c.tooBig != (err != nil) || (err != nil && (!errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), c.errPart))) {
 			t.Errorf("%s (%d bytes): %v (too large expected: %v, containing %q)", c.name, len(c.raw), err, c.tooBig, c.errPart)
 		}

@@ -1,4 +1,4 @@
-package roomstate
+package pdu
 
 import (
 	"crypto/ed25519"
@@ -18,7 +18,7 @@ import (
 // that must sign it (Matrix spec v1.19, Server-Server API, "Checks performed on
 // receipt of a PDU", step 2: such an event is dropped; "Validating hashes and
 // signatures on received events").
-var ErrBadSignature = errors.New("roomstate: signature check failed")
+var ErrBadSignature = errors.New("pdu: signature check failed")
 
 // KeyRing holds servers' ed25519 public keys: server name -> key ID -> key.
 type KeyRing map[string]map[gomatrixserverlib.KeyID]ed25519.PublicKey
@@ -93,7 +93,7 @@ func jsonString(s string) string {
 	return string(b)
 }
 
-// checkSignatures verifies the signatures a PDU needs (Matrix spec v1.19,
+// CheckSignatures verifies the signatures a PDU needs (Matrix spec v1.19,
 // Server-Server API, "Validating hashes and signatures on received events"): over
 // its redacted form, from the sender's server; in room versions 1 and 2 also from
 // the server of the event_id; for a restricted join (room versions 8 and up,
@@ -104,7 +104,7 @@ func jsonString(s string) string {
 // sender's: for it one valid signature from a known key suffices. Every signature
 // from a known key of a required server must verify, and each required server needs
 // one; signatures from unknown keys are skipped.
-func (k KeyRing) checkSignatures(verImpl gomatrixserverlib.IRoomVersion, pdu gomatrixserverlib.PDU, raw []byte) error {
+func (k KeyRing) CheckSignatures(verImpl gomatrixserverlib.IRoomVersion, pdu gomatrixserverlib.PDU, raw []byte) error {
 	red, err := verImpl.RedactEventJSON(raw)
 	if err != nil {
 		return fmt.Errorf("%w: redact: %v", ErrBadSignature, err)
