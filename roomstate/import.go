@@ -187,7 +187,7 @@ type queuedPDU struct {
 	// parses or hashes it)
 	sizeErr error
 	version gomatrixserverlib.RoomVersion // the version pdu was parsed for ("" when not parsed)
-	pd     gomatrixserverlib.PDU
+	pd      gomatrixserverlib.PDU
 	err     error
 }
 
