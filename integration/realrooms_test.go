@@ -56,7 +56,7 @@ func TestRealRoomsReplay(t *testing.T) {
 		t.Helper()
 		compared := 0
 		for _, r := range rooms {
-			_, err := r.Check(ctx)
+			_, err := r.Check(ctx, nil)
 			require.NoError(t, err, "%s: check %s", stage, r.ID())
 			for _, exp := range exps[r.ID()] {
 				res, err := recorded.Compare(ctx, r, exp, func(m recorded.Mismatch) {
@@ -72,7 +72,7 @@ func TestRealRoomsReplay(t *testing.T) {
 
 	var plan packstore.RepackPlan
 	for _, r := range rooms {
-		cp, _, err := repackplan.Plan(r, repackplan.Options{Kind: repackplan.ReverseTopological})
+		cp, _, err := repackplan.Plan(t.Context(), r, repackplan.Options{Kind: repackplan.ReverseTopological})
 		require.NoError(t, err, r.ID())
 		plan.Collections = append(plan.Collections, cp)
 	}

@@ -295,7 +295,7 @@ func TestAuthEventsFaultKinds(t *testing.T) {
 				require.Contains(t, es.Reason, "authorization rule "+num+" of room version "+version+" ("+w.rule+":")
 			}
 			require.Equal(t, 5, rep.Rejected)
-			name, ok, err := r.Lookup(r.NewReader(), r.CurrentState(), "m.room.name", "")
+			name, ok, err := r.Lookup(r.NewReader(), r.Head().CurrentState, "m.room.name", "")
 			require.NoError(t, err)
 			require.True(t, ok)
 			require.Equal(t, last.EventID(), name)

@@ -36,7 +36,7 @@ func answers(t *testing.T, room *roomstate.Room) string {
 		st, ok, err := room.EventState(id)
 		require.NoError(t, err)
 		require.True(t, ok)
-		after, err := room.StateEntries(ctx, rd, st.After)
+		after, err := roomstatetest.Entries(ctx, room, rd, st.After)
 		require.NoError(t, err)
 		keys := make([]string, 0, len(after))
 		for k, v := range after {
@@ -66,7 +66,7 @@ func TestRepackAnswersUnchanged(t *testing.T) {
 				require.NoError(t, err)
 				before := answers(t, room)
 
-				plan, _, err := repackplan.Plan(room, repackplan.Options{Kind: kind})
+				plan, _, err := repackplan.Plan(t.Context(), room, repackplan.Options{Kind: kind})
 				require.NoError(t, err)
 				_, err = eng.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{plan}})
 				require.NoError(t, err)
@@ -76,7 +76,7 @@ func TestRepackAnswersUnchanged(t *testing.T) {
 				room, err = st.Room(ctx, room.ID())
 				require.NoError(t, err)
 				require.Equal(t, before, answers(t, room))
-				_, err = room.Check(ctx)
+				_, err = room.Check(ctx, nil)
 				require.NoError(t, err)
 			})
 		}

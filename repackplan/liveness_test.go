@@ -66,7 +66,7 @@ func openDir(t *testing.T, dir string) *packstore.PackfileStorage {
 // again (closed at cleanup).
 func repackReopen(t *testing.T, eng *packstore.PackfileStorage, dir string, room *roomstate.Room, opts repackplan.Options) (*packstore.PackfileStorage, repackplan.Stats) {
 	t.Helper()
-	plan, stats, err := repackplan.Plan(room, opts)
+	plan, stats, err := repackplan.Plan(t.Context(), room, opts)
 	require.NoError(t, err)
 	_, err = eng.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{plan}})
 	require.NoError(t, err)
@@ -106,7 +106,7 @@ func eventAnswer(t *testing.T, room *roomstate.Room, rd *hamtstore.Reader, id st
 	require.Equal(t, st.Before, before)
 	require.Equal(t, st.After, after)
 	entries := func(root hamtstore.NodeID) string {
-		es, err := room.StateEntries(ctx, rd, root)
+		es, err := roomstatetest.Entries(ctx, room, rd, root)
 		require.NoError(t, err)
 		keys := make([]string, 0, len(es))
 		for k, v := range es {
@@ -186,7 +186,7 @@ func TestEveryKPlanIsLiveSet(t *testing.T) {
 	room, _ := importLines(t, roomstate.New(eng), genLines(t, 7, 300))
 	for _, kind := range repackplan.Kinds {
 		t.Run(string(kind), func(t *testing.T) {
-			plan, stats, err := repackplan.Plan(room, repackplan.Options{Kind: kind, Liveness: repackplan.EveryK, Every: everyK})
+			plan, stats, err := repackplan.Plan(t.Context(), room, repackplan.Options{Kind: kind, Liveness: repackplan.EveryK, Every: everyK})
 			require.NoError(t, err)
 			require.Equal(t, uint32(everyK), room.Head().StateEvery, "Plan sets the keep rule on the head")
 			live, dropped, keptRejected := expectedLive(t, room, everyK)
@@ -201,7 +201,7 @@ func TestEveryKPlanIsLiveSet(t *testing.T) {
 			require.Equal(t, len(dropped), stats.StatesDropped)
 			require.Greater(t, len(dropped), 100, "most of 300 events are dropped at k=%d", everyK)
 
-			all, err := eng.CollectionRecords(room.Collection())
+			all, err := eng.CollectionRecords(roomrecord.CollectionID(room.ID()))
 			require.NoError(t, err)
 			nodesDropped := 0
 			for _, id := range all {
@@ -215,11 +215,11 @@ func TestEveryKPlanIsLiveSet(t *testing.T) {
 		})
 	}
 	// The rule may only grow to a multiple of its K.
-	_, _, err := repackplan.Plan(room, repackplan.Options{Liveness: repackplan.EveryK, Every: everyK + 2})
+	_, _, err := repackplan.Plan(t.Context(), room, repackplan.Options{Liveness: repackplan.EveryK, Every: everyK + 2})
 	require.Error(t, err)
-	_, _, err = repackplan.Plan(room, repackplan.Options{Liveness: repackplan.EveryK})
+	_, _, err = repackplan.Plan(t.Context(), room, repackplan.Options{Liveness: repackplan.EveryK})
 	require.ErrorIs(t, err, repackplan.ErrBadOptions)
-	_, _, err = repackplan.Plan(room, repackplan.Options{Liveness: "some"})
+	_, _, err = repackplan.Plan(t.Context(), room, repackplan.Options{Liveness: "some"})
 	require.ErrorIs(t, err, repackplan.ErrBadOptions)
 }
 
@@ -246,7 +246,7 @@ func TestEveryKRepackAnswers(t *testing.T) {
 				require.NoError(t, err)
 				keep[id] = lv == repackplan.AllSnapshots || keptByRule(m, st, fwd, everyK)
 			}
-			current, err := room.StateEntries(ctx, room.NewReader(), room.CurrentState())
+			current, err := roomstatetest.Entries(ctx, room, room.NewReader(), room.Head().CurrentState)
 			require.NoError(t, err)
 
 			eng, stats := repackReopen(t, eng, dir, room, repackplan.Options{Kind: repackplan.Mixed, Liveness: lv, Every: everyK})
@@ -265,10 +265,10 @@ func TestEveryKRepackAnswers(t *testing.T) {
 				require.Equal(t, strings.SplitN(want, " ", 2)[0], strings.SplitN(after[id], " ", 2)[0])
 			}
 			require.Equal(t, stats.StatesDropped, notKept)
-			cur, err := room.StateEntries(ctx, room.NewReader(), room.CurrentState())
+			cur, err := roomstatetest.Entries(ctx, room, room.NewReader(), room.Head().CurrentState)
 			require.NoError(t, err)
 			require.Equal(t, current, cur)
-			cr, err := room.Check(ctx)
+			cr, err := room.Check(ctx, nil)
 			require.NoError(t, err)
 			require.Equal(t, notKept, cr.NotKept)
 			rr, err := resolver.Replay(ctx, room, resolver.ReplayOptions{})
@@ -312,8 +312,8 @@ func TestEveryKAppendAndForceReplay(t *testing.T) {
 		require.Equal(t, w, got[id])
 	}
 	require.Equal(t, whole.Head().ForwardExtremities, room.Head().ForwardExtremities)
-	require.Equal(t, whole.CurrentState(), room.CurrentState())
-	cr, err := room.Check(ctx)
+	require.Equal(t, whole.Head().CurrentState, room.Head().CurrentState)
+	cr, err := room.Check(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, stats.StatesDropped, cr.NotKept)
 
@@ -321,7 +321,7 @@ func TestEveryKAppendAndForceReplay(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, room.Head().StateEvery)
 	require.Equal(t, want, allAnswers(t, room))
-	cr, err = room.Check(ctx)
+	cr, err = room.Check(ctx, nil)
 	require.NoError(t, err)
 	require.Zero(t, cr.NotKept)
 }

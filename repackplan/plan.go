@@ -17,7 +17,7 @@
 //     or the event was rejected; the other events keep their PDU and metadata (their
 //     edges). Their state records, and every HAMT node reachable only from their
 //     snapshots, are garbage. Plan first sets the rule on the room head
-//     (roomstate.Room.KeepStateEvery: a head write and a sync) so readers can tell a
+//     (keepStateEvery: a head write and a sync) so readers can tell a
 //     dropped state (roomstate.ErrStateNotKept) from a lost one.
 //
 // Under both, superseded state records of earlier replays and nodes no kept snapshot
@@ -28,6 +28,7 @@ package repackplan
 
 import (
 	"container/heap"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -118,9 +119,9 @@ type Stats struct {
 
 // Plan builds a plan for one room. The room must be replayed (its state records and
 // snapshots are live data). Under EveryK it first sets the room head's keep rule
-// (roomstate.Room.KeepStateEvery), so it writes to the store; the plan then holds the
+// (roomrecord.Head.WithKeepRule, written and synced), so it writes to the store; the plan then holds the
 // new head.
-func Plan(room *roomstate.Room, opts Options) (packstore.CollectionPlan, Stats, error) {
+func Plan(ctx context.Context, room *roomstate.Room, opts Options) (packstore.CollectionPlan, Stats, error) {
 	kind := opts.Kind
 	if kind == "" {
 		kind = ReverseTopological
@@ -142,13 +143,13 @@ func Plan(room *roomstate.Room, opts Options) (packstore.CollectionPlan, Stats, 
 	}
 	p := &planner{room: room, rd: room.NewReader(), placed: map[packstore.ID]bool{}}
 	if opts.Liveness == EveryK {
-		if err := room.KeepStateEvery(opts.Every); err != nil {
+		if err := keepStateEvery(ctx, room, opts.Every); err != nil {
 			return packstore.CollectionPlan{}, Stats{}, fmt.Errorf("repackplan: %w", err)
 		}
 		p.dropStates = true
 	}
 	h := room.Head()
-	p.plan.Collection = room.Collection()
+	p.plan.Collection = roomrecord.CollectionID(room.ID())
 	for _, id := range room.RoomRecords() {
 		p.add(id)
 	}
@@ -361,4 +362,19 @@ func (h *eventHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// keepStateEvery sets the room head's keep rule to every k-th event
+// (roomrecord.Head.WithKeepRule), writes the head and syncs; a head that already
+// has that rule over every event is left as it is.
+func keepStateEvery(ctx context.Context, room *roomstate.Room, k uint32) error {
+	h := room.Head()
+	nh, err := h.WithKeepRule(k)
+	if err != nil {
+		return err
+	}
+	if nh.StateEvery == h.StateEvery && nh.StateKeptBelow == h.StateKeptBelow {
+		return nil
+	}
+	return room.StateWriter(false).Commit(ctx, &nh)
 }

@@ -47,10 +47,10 @@ func TestPlanCoversLiveRecordsOnce(t *testing.T) {
 			room := importReplay(t, eng, name)
 
 			// A snapshot nobody references: garbage.
-			stray, err := hamtstore.Set(room.Nodes(), room.NewReader(), hamtstore.EmptyRoot, []byte("stray"), hamtstore.Value{1})
+			stray, err := room.StateWriter(false).Apply(ctx, hamtstore.EmptyRoot, map[roomrecord.StatePair]string{{Type: "stray"}: "$stray"}, nil)
 			require.NoError(t, err)
 
-			plan, stats, err := repackplan.Plan(room, repackplan.Options{Kind: kind})
+			plan, stats, err := repackplan.Plan(t.Context(), room, repackplan.Options{Kind: kind})
 			require.NoError(t, err)
 			seen := map[packstore.ID]bool{}
 			for _, id := range plan.Records {
@@ -58,7 +58,7 @@ func TestPlanCoversLiveRecordsOnce(t *testing.T) {
 				seen[id] = true
 			}
 			require.False(t, seen[packstore.ID(stray)], "garbage node in the plan")
-			all, err := eng.CollectionRecords(room.Collection())
+			all, err := eng.CollectionRecords(roomrecord.CollectionID(room.ID()))
 			require.NoError(t, err)
 			require.Len(t, all, len(plan.Records)+1, "plan = every record but the stray node")
 			for _, id := range all {
@@ -83,10 +83,10 @@ func TestPlanCoversLiveRecordsOnce(t *testing.T) {
 			rs, err := eng.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{plan}})
 			require.NoError(t, err)
 			require.Equal(t, 1, rs.RecordsDropped)
-			after, err := eng.CollectionRecords(room.Collection())
+			after, err := eng.CollectionRecords(roomrecord.CollectionID(room.ID()))
 			require.NoError(t, err)
 			require.Len(t, after, len(plan.Records))
-			_, err = room.Check(ctx)
+			_, err = room.Check(ctx, nil)
 			require.NoError(t, err)
 		})
 	}
@@ -104,7 +104,7 @@ func TestWalks(t *testing.T) {
 		require.NoError(t, err, k)
 		switch k {
 		case repackplan.WalkCurrentState:
-			entries, err := room.StateEntries(ctx, room.NewReader(), room.CurrentState())
+			entries, err := roomstatetest.Entries(ctx, room, room.NewReader(), room.Head().CurrentState)
 			require.NoError(t, err)
 			require.Equal(t, len(entries), ws.PDUs)
 			require.Positive(t, ws.Nodes)
@@ -141,13 +141,13 @@ func TestPlanWithOutliers(t *testing.T) {
 	rr, err := resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	require.NoError(t, err)
 	require.Positive(t, rr.Outliers)
-	plan, _, err := repackplan.Plan(room, repackplan.Options{Kind: repackplan.ReverseTopological})
+	plan, _, err := repackplan.Plan(t.Context(), room, repackplan.Options{Kind: repackplan.ReverseTopological})
 	require.NoError(t, err)
-	all, err := eng.CollectionRecords(room.Collection())
+	all, err := eng.CollectionRecords(roomrecord.CollectionID(room.ID()))
 	require.NoError(t, err)
 	require.Len(t, plan.Records, len(all))
 	_, err = eng.Repack(packstore.RepackPlan{Collections: []packstore.CollectionPlan{plan}})
 	require.NoError(t, err)
-	_, err = room.Check(ctx)
+	_, err = room.Check(ctx, nil)
 	require.NoError(t, err)
 }

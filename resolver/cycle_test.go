@@ -106,7 +106,7 @@ func TestReplayLeavesOutCycles(t *testing.T) {
 			require.Equal(t, len(exp.After), cr.Events)
 
 			// The room's check takes them for outliers, not for lost state records.
-			ck, err := room.Check(ctx)
+			ck, err := room.Check(ctx, nil)
 			require.NoError(t, err)
 			require.Equal(t, len(evs), ck.Dangling)
 

@@ -2,6 +2,7 @@ package resolver_test
 
 import (
 	"fmt"
+	"github.com/mtxdb/mtxdb/roomstate/roomstatetest"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -53,7 +54,7 @@ func stateMap(t testing.TB, room *roomstate.Room, eventID string, after bool) re
 	if after {
 		root = st.After
 	}
-	entries, err := room.StateEntries(ctx, room.NewReader(), root)
+	entries, err := roomstatetest.Entries(ctx, room, room.NewReader(), root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestStorageMatchesMaps(t *testing.T) {
 			if maps == nil {
 				continue
 			}
-			want, err := resolver.ResolveMaps(room.Version(), maps, plainSource{r})
+			want, err := resolver.ResolveMaps(gomatrixserverlib.RoomVersion(room.Head().RoomVersion), maps, plainSource{r})
 			if err != nil {
 				t.Fatalf("%s %s: %v", filepath.Base(dir), id, err)
 			}
@@ -130,7 +131,7 @@ func TestStorageMatchesMaps(t *testing.T) {
 			}
 			// The same through a source that numbers events (a GraphSource with its own AuthOrder): step 1's
 			// auth-chain walk then stops below the full conflicted set.
-			ordered, err := resolver.ResolveMaps(room.Version(), maps, orderedSource{r, order})
+			ordered, err := resolver.ResolveMaps(gomatrixserverlib.RoomVersion(room.Head().RoomVersion), maps, orderedSource{r, order})
 			if err != nil {
 				t.Fatalf("%s %s: with its own AuthOrder: %v", filepath.Base(dir), id, err)
 			}

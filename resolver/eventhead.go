@@ -162,7 +162,7 @@ func (r *Resolver) head(i int32) (*eventHead, bool) {
 		r.touched[r.g.ids[i]] = true
 	}
 	return &eventHead{id: r.g.ids[i], typ: key.Type, stateKey: key.StateKey, sender: r.senders[s-1], ts: r.tsOf[i],
-		memb: r.memb[i], g: r.g, i: i, room: *r.roomID, version: gomatrixserverlib.RoomVersion(r.room.Version())}, true
+		memb: r.memb[i], g: r.g, i: i, room: *r.roomID, version: gomatrixserverlib.RoomVersion(r.room.Head().RoomVersion)}, true
 }
 
 // cached returns the parsed PDU of an event when the resolver holds it.

@@ -18,7 +18,7 @@ func ResolveForwardExtremities(ctx context.Context, room *roomstate.Room) (event
 	if err != nil {
 		return 0, 0, err
 	}
-	r.WriteNodesTo(hamtstore.NewOverlay(room.Nodes()))
+	r.writeInMemory()
 	var roots []hamtstore.NodeID
 	for _, f := range room.Head().ForwardExtremities {
 		root, err := room.StateAfter(f)

@@ -387,7 +387,7 @@ func storageOutcome(rd *smallroom.Rendering) *pathOutcome {
 		o.after = append(o.after, state(es.After))
 		o.rejected = append(o.rejected, es.Rejected)
 	}
-	o.final = state(room.CurrentState())
+	o.final = state(room.Head().CurrentState)
 	return o
 }
 

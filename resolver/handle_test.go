@@ -47,7 +47,7 @@ func TestRoomHandleFollowsImport(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint32(len(lines)), room.Head().Events, "the old handle's head")
 	require.False(t, room.Head().Replayed)
-	ck, err := room.Check(ctx)
+	ck, err := room.Check(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, len(lines)-half, ck.Unreplayed)
 
@@ -76,7 +76,7 @@ func TestReplayStop(t *testing.T) {
 	require.ErrorIs(t, err, resolver.ErrStopped)
 	require.Equal(t, stopAt, rr.Computed)
 	require.False(t, room.Head().Replayed)
-	ck, err := room.Check(ctx)
+	ck, err := room.Check(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, len(lines)-stopAt, ck.Unreplayed)
 

@@ -201,7 +201,7 @@ func Replay(ctx context.Context, room *roomstate.Room, opts ReplayOptions) (Repl
 		return ReplayResult{}, err
 	}
 	n := len(g.ids)
-	rp := &replay{ctx: ctx, r: r, g: g, opts: opts, after: make([]hamtstore.NodeID, n), hasAfter: make([]bool, n),
+	rp := &replay{ctx: ctx, writeCtx: context.WithoutCancel(ctx), r: r, g: g, opts: opts, after: make([]hamtstore.NodeID, n), hasAfter: make([]bool, n),
 		computed: make([]bool, n), referenced: make([]bool, n), dropped: make([]bool, n)}
 	return rp.run()
 }
@@ -210,7 +210,11 @@ func Replay(ctx context.Context, room *roomstate.Room, opts ReplayOptions) (Repl
 // once known, and what the walk learnt. Slices of the room's size hold a few bytes
 // per event; states are roots, never maps.
 type replay struct {
-	ctx        context.Context // Replay's
+	ctx context.Context // Replay's
+	// writeCtx is ctx without its cancellation, for the writes of a step
+	// and of stop: a replay stops between events, with what it computed
+	// written and synced.
+	writeCtx   context.Context
 	r          *Resolver
 	g          *graph
 	opts       ReplayOptions
@@ -293,7 +297,7 @@ func (rp *replay) stop(p, total int, cause error) error {
 	if err := rp.flush(); err != nil {
 		return err
 	}
-	if err := room.Sync(); err != nil {
+	if err := rp.r.w.Commit(rp.writeCtx, nil); err != nil {
 		return err
 	}
 	rp.countStats()
@@ -413,8 +417,7 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 			rp.referenced[x] = true
 		}
 		if k := g.keyOf(i); k >= 0 {
-			st.After, err = hamtstore.Set(room.Nodes(), r.rd, before, roomrecord.StateKey(g.keys[k].Type, g.keys[k].StateKey),
-				hamtstore.Value(roomrecord.EventRecordID(id)))
+			st.After, err = r.w.Apply(rp.writeCtx, before, StateMap{g.keys[k]: id}, nil)
 			if err != nil {
 				return fmt.Errorf("resolver: room %s: event %s: write state: %w", room.ID(), id, err)
 			}
@@ -434,7 +437,7 @@ func (rp *replay) flush() error {
 	if len(rp.batchIDs) == 0 {
 		return nil
 	}
-	err := rp.r.room.PutEventStates(rp.batchIDs, rp.batch)
+	err := rp.r.w.PutEventStates(rp.writeCtx, rp.batchIDs, rp.batch)
 	rp.batchIDs, rp.batch = rp.batchIDs[:0], rp.batch[:0]
 	return err
 }
@@ -477,10 +480,7 @@ func (rp *replay) finish(order []int32) error {
 	if rp.opts.Force {
 		h.StateEvery, h.StateKeptBelow = 0, 0 // every state record was written again
 	}
-	if err := room.SetHead(h); err != nil {
-		return err
-	}
-	if err := room.Sync(); err != nil {
+	if err := r.w.Commit(rp.writeCtx, &h); err != nil {
 		return err
 	}
 	rp.countStats()

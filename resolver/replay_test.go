@@ -107,7 +107,7 @@ func TestReplayBackfillOrder(t *testing.T) {
 	cr, err := recorded.Compare(ctx, room, exp, func(m recorded.Mismatch) { t.Error(m) })
 	require.NoError(t, err)
 	require.Equal(t, len(exp.After), cr.Events)
-	_, err = room.Check(ctx)
+	_, err = room.Check(ctx, nil)
 	require.NoError(t, err)
 
 	// Without the first 3 events nothing can be replayed: everything descends from them.
@@ -120,7 +120,7 @@ func TestReplayBackfillOrder(t *testing.T) {
 	rr, err = resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	require.NoError(t, err)
 	require.Equal(t, len(rev)-3, rr.Outliers)
-	ck, err := room.Check(ctx)
+	ck, err := room.Check(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, len(rev)-3, ck.Dangling)
 }

@@ -82,10 +82,10 @@ type ResolutionStats struct {
 type Resolver struct {
 	room *roomstate.Room
 	rd   *hamtstore.Reader
-	// nodes, if set (WriteNodesTo), receives the nodes resolutions write.
-	nodes hamtstore.NodeStore
-	algo  gomatrixserverlib.StateResAlgorithm
-	pdus  *lru.Cache[string, gomatrixserverlib.PDU] // parsed state PDUs but those in others, bounded
+	// w writes the states resolutions compute (rd is its reader).
+	w    *roomstate.StateWriter
+	algo gomatrixserverlib.StateResAlgorithm
+	pdus *lru.Cache[string, gomatrixserverlib.PDU] // parsed state PDUs but those in others, bounded
 	// others are the parsed create, power levels, join rules and third-party
 	// invite events, bounded apart: they are auth events of most events and the
 	// rules read their content, while the member events that come and go by the
@@ -146,9 +146,9 @@ const (
 // New returns a resolver for room. It fails for a room version gomatrixserverlib does
 // not know.
 func New(room *roomstate.Room) (*Resolver, error) {
-	verImpl, err := gomatrixserverlib.GetRoomVersion(room.Version())
+	verImpl, err := gomatrixserverlib.GetRoomVersion(gomatrixserverlib.RoomVersion(room.Head().RoomVersion))
 	if err != nil {
-		return nil, fmt.Errorf("%w: room %s: %q", pdu.ErrUnknownRoomVersion, room.ID(), room.Version())
+		return nil, fmt.Errorf("%w: room %s: %q", pdu.ErrUnknownRoomVersion, room.ID(), room.Head().RoomVersion)
 	}
 	pdus, err := lru.New[string, gomatrixserverlib.PDU](pduCacheSize)
 	if err != nil {
@@ -158,9 +158,11 @@ func New(room *roomstate.Room) (*Resolver, error) {
 	if err != nil {
 		return nil, err
 	}
+	w := room.StateWriter(false)
 	return &Resolver{
 		room:   room,
-		rd:     room.NewReader(),
+		rd:     w.Reader(),
+		w:      w,
 		algo:   verImpl.StateResAlgorithm(),
 		pdus:   pdus,
 		others: others,
@@ -189,22 +191,13 @@ var testPDUCache int
 // maxResolveMemo bounds Resolver.memo (an entry is ~50-100 bytes).
 const maxResolveMemo = 1 << 16
 
-// WriteNodesTo makes resolutions write the nodes of the states they compute to
-// ns, and read through it, instead of the room's store: ns must also answer
-// every node of the room, as a hamtstore.Overlay over Room.Nodes does. For
-// resolving over a store opened read-only (the walks of mtxdb stats --reads).
-// Call it before the first resolution.
-func (r *Resolver) WriteNodesTo(ns hamtstore.NodeStore) {
-	r.nodes, r.rd = ns, hamtstore.NewReader(ns)
-}
-
-// nodeStore is where resolutions write their nodes: the room's store unless
-// WriteNodesTo said otherwise.
-func (r *Resolver) nodeStore() hamtstore.NodeStore {
-	if r.nodes != nil {
-		return r.nodes
-	}
-	return r.room.Nodes()
+// writeInMemory makes resolutions keep the nodes of the states they compute in
+// memory over the room's stored ones, for resolving over a store opened
+// read-only (the walks of mtxdb stats --reads). Call it before the first
+// resolution.
+func (r *Resolver) writeInMemory() {
+	r.w = r.room.StateWriter(true)
+	r.rd = r.w.Reader()
 }
 
 // Reader returns the resolver's HAMT reader (its decoded nodes are shared).
@@ -384,7 +377,7 @@ func (r *Resolver) Resolve(ctx context.Context, roots []hamtstore.NodeID) (hamts
 		return hamtstore.NodeID{}, err
 	}
 	start := time.Now()
-	root, err := r.resolve(uniq)
+	root, err := r.resolve(ctx, uniq)
 	if err != nil {
 		return root, err
 	}
@@ -410,7 +403,7 @@ func rootSetKey(roots []hamtstore.NodeID) string {
 }
 
 // resolve resolves two or more distinct snapshots.
-func (r *Resolver) resolve(uniq []hamtstore.NodeID) (hamtstore.NodeID, error) {
+func (r *Resolver) resolve(ctx context.Context, uniq []hamtstore.NodeID) (hamtstore.NodeID, error) {
 	r.Resolutions++
 	if r.OnResolve != nil {
 		start, before, nodes := time.Now(), r.Stats, r.rd.NodesRead()
@@ -452,17 +445,17 @@ func (r *Resolver) resolve(uniq []hamtstore.NodeID) (hamtstore.NodeID, error) {
 	}
 	r.ConflictedKeys += len(conflicts)
 
-	var changes []hamtstore.Change
+	var ch stateChanges
 	if r.algo == gomatrixserverlib.StateResV1 {
-		changes, err = r.resolveV1(uniq[0], conflicts)
+		ch, err = r.resolveV1(uniq[0], conflicts)
 	} else {
-		changes, err = r.resolveV2(uniq, conflicts)
+		ch, err = r.resolveV2(uniq, conflicts)
 	}
 	if err != nil {
 		return hamtstore.NodeID{}, err
 	}
 	// Start from any input state: its unconflicted entries are those of every state.
-	root, err := hamtstore.Apply(r.nodeStore(), r.rd, uniq[0], changes)
+	root, err := r.w.Apply(ctx, uniq[0], ch.set, ch.del)
 	if err != nil {
 		return hamtstore.NodeID{}, fmt.Errorf("resolver: room %s: write resolved state: %w", r.room.ID(), err)
 	}
@@ -471,9 +464,9 @@ func (r *Resolver) resolve(uniq []hamtstore.NodeID) (hamtstore.NodeID, error) {
 
 // resolveV2 resolves the conflicted keys by state resolution v2 or v2.1 and returns
 // the changes to apply to base (one of the input snapshots).
-func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) ([]hamtstore.Change, error) {
+func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) (stateChanges, error) {
 	base := roots[0]
-	in := ConflictInput{Version: r.room.Version(), PerState: make([][]string, len(roots)), Cache: r.cache}
+	in := ConflictInput{Version: gomatrixserverlib.RoomVersion(r.room.Head().RoomVersion), PerState: make([][]string, len(roots)), Cache: r.cache}
 	conflictedKey := make(map[Key]bool, len(conflicts))
 	for _, c := range conflicts {
 		conflictedKey[c.k] = true
@@ -492,11 +485,11 @@ func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) ([]
 	}
 	var err error
 	if in.Create, err = r.createEvent(base); err != nil {
-		return nil, err
+		return stateChanges{}, err
 	}
 	g, err := r.graph()
 	if err != nil {
-		return nil, err
+		return stateChanges{}, err
 	}
 	r.keyMemo.reset(len(g.keys))
 	view := &resView{g: g, upTo: r.upTo, memo: &r.keyMemo, unconflicted: func(k int32) (int32, bool, error) {
@@ -526,19 +519,18 @@ func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) ([]
 		err = view.err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("room %s: %w", r.room.ID(), err)
+		return stateChanges{}, fmt.Errorf("room %s: %w", r.room.ID(), err)
 	}
 	r.AuthDifference += res.AuthDifference
 	r.FullConflicted += res.FullConflicted
-	changes := make([]hamtstore.Change, 0, len(res.Set)+len(res.Delete))
-	for _, k := range res.Delete {
-		changes = append(changes, hamtstore.Change{Key: roomrecord.StateKey(k.Type, k.StateKey), Delete: true})
-	}
-	for _, k := range sortedKeys(res.Set) {
-		changes = append(changes, hamtstore.Change{Key: roomrecord.StateKey(k.Type, k.StateKey),
-			Value: hamtstore.Value(roomrecord.EventRecordID(res.Set[k]))})
-	}
-	return changes, nil
+	return stateChanges{set: res.Set, del: res.Delete}, nil
+}
+
+// stateChanges is what a resolution changes in the state it starts from: the
+// keys it sets, to their event IDs, and those it deletes.
+type stateChanges struct {
+	set StateMap
+	del []Key
 }
 
 // AuthOrder implements GraphSource with the event's auth depth: 0 for an event
@@ -794,8 +786,8 @@ func (r *Resolver) createEvent(root hamtstore.NodeID) (gomatrixserverlib.PDU, er
 // event (present in some, absent in others) keeps it; keys with two or more events
 // are resolved against the unconflicted auth state and the conflicted events' auth
 // chains.
-func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) ([]hamtstore.Change, error) {
-	var changes []hamtstore.Change
+func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) (stateChanges, error) {
+	changes := stateChanges{set: StateMap{}}
 	var conflicted, single []gomatrixserverlib.PDU
 	var conflictedIDs []string
 	conflictedKey := map[string]bool{}
@@ -810,11 +802,11 @@ func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) ([]ham
 		if len(ids) == 1 {
 			// One event for the key (the others lack it): no conflict in v1, so
 			// it is in R, and the rules read it when it is an auth type.
-			changes = append(changes, hamtstore.Change{Key: c.key, Value: hamtstore.Value(roomrecord.EventRecordID(ids[0]))})
+			changes.set[c.k] = ids[0]
 			if authTypes[c.k.Type] {
 				p, err := r.pdu(ids[0])
 				if err != nil {
-					return nil, fmt.Errorf("%w: room %s: %v", ErrResolution, r.room.ID(), err)
+					return stateChanges{}, fmt.Errorf("%w: room %s: %v", ErrResolution, r.room.ID(), err)
 				}
 				single = append(single, p)
 			}
@@ -824,7 +816,7 @@ func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) ([]ham
 		for _, id := range ids {
 			p, err := r.pdu(id)
 			if err != nil {
-				return nil, fmt.Errorf("%w: room %s: %v", ErrResolution, r.room.ID(), err)
+				return stateChanges{}, fmt.Errorf("%w: room %s: %v", ErrResolution, r.room.ID(), err)
 			}
 			conflicted = append(conflicted, p)
 			conflictedIDs = append(conflictedIDs, id)
@@ -835,13 +827,13 @@ func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) ([]ham
 	}
 	chain, err := r.authChain(conflictedIDs)
 	if err != nil {
-		return nil, fmt.Errorf("%w: room %s: auth chain: %v", ErrResolution, r.room.ID(), err)
+		return stateChanges{}, fmt.Errorf("%w: room %s: auth chain: %v", ErrResolution, r.room.ID(), err)
 	}
 	var auth []gomatrixserverlib.PDU
 	for _, id := range sortedIDs(chain) {
 		p, err := r.pdu(id)
 		if err != nil {
-			return nil, fmt.Errorf("%w: room %s: auth chain: %v", ErrResolution, r.room.ID(), err)
+			return stateChanges{}, fmt.Errorf("%w: room %s: auth chain: %v", ErrResolution, r.room.ID(), err)
 		}
 		auth = append(auth, p)
 	}
@@ -864,20 +856,20 @@ func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) ([]ham
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: room %s: read state: %v", ErrResolution, r.room.ID(), err)
+		return stateChanges{}, fmt.Errorf("%w: room %s: read state: %v", ErrResolution, r.room.ID(), err)
 	}
 	resolved, err := resolveV1(conflicted, append(auth, single...))
 	if err != nil {
-		return nil, fmt.Errorf("room %s: %w", r.room.ID(), err)
+		return stateChanges{}, fmt.Errorf("room %s: %w", r.room.ID(), err)
 	}
 	for _, c := range conflicts {
 		if !conflictedKey[string(c.key)] {
 			continue
 		}
 		if id, ok := resolved[c.k]; ok {
-			changes = append(changes, hamtstore.Change{Key: c.key, Value: hamtstore.Value(roomrecord.EventRecordID(id))})
+			changes.set[c.k] = id
 		} else {
-			changes = append(changes, hamtstore.Change{Key: c.key, Delete: true})
+			changes.del = append(changes.del, c.k)
 		}
 	}
 	return changes, nil

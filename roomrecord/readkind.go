@@ -9,7 +9,7 @@ import (
 // Read kinds roomstate tags its reads with when the engine counts reads by
 // kind (packstore.KindGetter); other engines are read with Get.
 const (
-	// ReadNode: a HAMT node of a state snapshot (through Room.Nodes).
+	// ReadNode: a HAMT node of a state snapshot (roomstate reads snapshots by node).
 	ReadNode packstore.ReadKind = 1 + iota
 	// ReadPDU: an event's PDU record.
 	ReadPDU

@@ -215,7 +215,7 @@ type Head struct {
 	ForwardExtremities []string // sorted
 	// StateEvery is the keep rule of an every-k repack (docs/library.md): 0 keeps
 	// every event's state record; K > 0 keeps it only for the events KeepsState
-	// names, so the others may have none. Set by Room.KeepStateEvery, cleared by a
+	// names, so the others may have none. Set by WithKeepRule (before an every-k repack), cleared by a
 	// forced replay (which writes every state record again).
 	StateEvery uint32
 	// StateKeptBelow is the number of events (arrival indexes 0..StateKeptBelow-1)
@@ -366,4 +366,22 @@ func DecodeEvent(b []byte) (eventID string, pduJSON []byte, err error) {
 func EventRecords(eventID string) (event, meta, state packstore.ID) {
 	ev := EventRecordID(eventID)
 	return ev, MetaRecordID(ev), StateRecordID(ev)
+}
+
+// WithKeepRule returns h with the keep rule of an every-k repack over the events
+// imported so far: StateEvery k and StateKeptBelow Events, so that a repack may
+// then drop the state records the rule does not require (KeepsState). A head that
+// already has a rule of every j accepts only multiples of j: the new rule must
+// not require a state record the old one let a repack drop (a forced replay
+// clears the rule). k 0 is an error; the errors name the room.
+func (h Head) WithKeepRule(k uint32) (Head, error) {
+	switch {
+	case k == 0:
+		return h, fmt.Errorf("roomrecord: room %s: keep rule every 0 events", h.RoomID)
+	case h.StateEvery != 0 && k%h.StateEvery != 0:
+		return h, fmt.Errorf("roomrecord: room %s: keep rule every %d does not follow every %d (it would require state records already dropped; replay --force first)",
+			h.RoomID, k, h.StateEvery)
+	}
+	h.StateEvery, h.StateKeptBelow = k, h.Events
+	return h, nil
 }

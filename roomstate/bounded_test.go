@@ -82,7 +82,7 @@ func TestImportBoundedReading(t *testing.T) {
 	// A line just under the limit is read and judged as a PDU (too large, by its
 	// canonical size), not dropped unread.
 	st := roomstate.New(packstore.NewMemStorage())
-	pad := `{"type":"` + string(bytes.Repeat([]byte{'a'}, roomstate.MaxLineBytes-20)) + `"}`
+	pad := `{"type":"` + string(bytes.Repeat([]byte{'a'}, roomstate.MaxLineBytesForTest-20)) + `"}`
 	res, err := st.Import(ctx, strings.NewReader(pad), "pad", roomstate.ImportOptions{KeepGoing: true})
 	require.NoError(t, err)
 	require.Len(t, res.Refused, 1)
@@ -111,7 +111,7 @@ func TestImportWrappedArray(t *testing.T) {
 	// A real export's wrapper is longer than a line may be: still named, from the
 	// line's head, without the line being read whole.
 	var all []string
-	for len(strings.Join(all, ",")) <= roomstate.MaxLineBytes {
+	for len(strings.Join(all, ",")) <= roomstate.MaxLineBytesForTest {
 		all = append(all, lines...)
 	}
 	for _, key := range []string{"chunk", "pdus"} {
@@ -124,7 +124,7 @@ func TestImportWrappedArray(t *testing.T) {
 		require.Contains(t, res.Refused[0].Error(), "jq -c '."+key+"[]'")
 	}
 	// An over-long PDU-like object names no wrapper.
-	in = `{"type":"m.room.message","content":{"body":"` + strings.Repeat("a", roomstate.MaxLineBytes) + `"}}` + "\n"
+	in = `{"type":"m.room.message","content":{"body":"` + strings.Repeat("a", roomstate.MaxLineBytesForTest) + `"}}` + "\n"
 	res, err = st.Import(ctx, strings.NewReader(in), "long-pdu", roomstate.ImportOptions{KeepGoing: true})
 	require.NoError(t, err)
 	require.Len(t, res.Refused, 1)

@@ -35,12 +35,9 @@ type CheckResult struct {
 // interrupted, or events imported since), the state records that exist are
 // checked and the events without one are counted in Unreplayed. For `mtxdb
 // verify` and tests; it reads the whole room. ctx is checked before each
-// event.
-func (r *Room) Check(ctx context.Context) (CheckResult, error) { return r.CheckProgress(ctx, nil) }
-
-// CheckProgress is Check calling progress, if set, after each event checked (about
-// every millisecond in a large room) with the count so far: for progress bars.
-func (r *Room) CheckProgress(ctx context.Context, progress func(events int)) (CheckResult, error) {
+// event; progress, if set, is called after each event checked (about every millisecond
+// in a large room) with the count so far: for progress bars.
+func (r *Room) Check(ctx context.Context, progress func(events int)) (CheckResult, error) {
 	var res CheckResult
 	ids, err := r.EventIDs()
 	if err != nil {

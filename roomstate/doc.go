@@ -15,16 +15,16 @@
 // # Concurrency
 //
 // A Store may be shared by goroutines for reading; writes to one room (Import,
-// PutEventStates, SetHead) must be serialised by the caller.
+// a StateWriter) must be serialised by the caller.
 //
 // # Contexts
 //
 // The calls whose work grows with the room or the store take a context.Context
 // first and return its error once it is done: Store.Import (checked before each
 // group of PDUs parsed together; what was stored before stays stored and
-// synced), Store.Rooms and Store.Room, Room.Check and Room.CheckProgress (before
-// each event), and the snapshot reads Room.State, StateMemo, StateEntries and
-// StateEntriesMemo (before the walk). The reads of one record or one record
+// synced), Store.Rooms and Store.Room, Room.Check (before each event), the snapshot
+// reads Room.State and StateMemo (before the walk), and the writes of a
+// StateWriter. The reads of one record or one record
 // kind (Meta, Event, EventJSON, EventState, StateAfter, StateBefore, Lookup,
 // EventIDs, Graph) take none: they run inside those operations, and the storage
 // engines under them take no context either.

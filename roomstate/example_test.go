@@ -65,7 +65,7 @@ func Example() {
 	// The whole current state, keyed by (type, state_key): a resolver.StateMap.
 	rd := room.NewReader()
 	var current resolver.StateMap
-	current, err = room.State(ctx, rd, room.CurrentState())
+	current, err = room.State(ctx, rd, room.Head().CurrentState)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func Example() {
 	fmt.Println("create event:", current[resolver.Key{Type: "m.room.create", StateKey: ""}])
 
 	// One entry, without reading the whole state.
-	id, ok, err := room.Lookup(rd, room.CurrentState(), "m.room.join_rules", "")
+	id, ok, err := room.Lookup(rd, room.Head().CurrentState, "m.room.join_rules", "")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -11,3 +11,6 @@ func (r *Room) GraphFromMetadata() (*roomrecord.Graph, error) {
 	}
 	return r.graphFromMetadata(ids)
 }
+
+// MaxLineBytesForTest is the longest line import holds.
+const MaxLineBytesForTest = maxLineBytes

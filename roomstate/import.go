@@ -310,7 +310,7 @@ func (imp *importer) run(in io.Reader) error {
 		return &ImportError{Source: imp.source, Line: 1, Err: err}
 	}
 	if first == '[' {
-		lr := &limitedReader{r: br, limit: MaxLineBytes}
+		lr := &limitedReader{r: br, limit: maxLineBytes}
 		dec := json.NewDecoder(lr)
 		if _, err := dec.Token(); err != nil {
 			return &ImportError{Source: imp.source, Line: 1, Element: true, Err: fmt.Errorf("%w: %v", pdu.ErrMalformedPDU, err)}
@@ -318,7 +318,7 @@ func (imp *importer) run(in io.Reader) error {
 		n := 1
 		for ; dec.More(); n++ {
 			var raw json.RawMessage
-			lr.limit = dec.InputOffset() + MaxLineBytes + 1 // the element and the comma before it
+			lr.limit = dec.InputOffset() + maxLineBytes + 1 // the element and the comma before it
 			if err := dec.Decode(&raw); err != nil {
 				// The elements before it are stored; the decoder cannot find
 				// the next element's start, so the rest of the array is lost.
@@ -328,7 +328,7 @@ func (imp *importer) run(in io.Reader) error {
 				if errors.Is(err, errElementTooLarge) {
 					imp.res.Read++
 					return imp.refuse(&ImportError{Source: imp.source, Line: n, Element: true,
-						Err: fmt.Errorf("%w: an element over the %d bytes an element may hold (not read whole; the rest of the array cannot be read)", pdu.ErrTooLarge, MaxLineBytes)})
+						Err: fmt.Errorf("%w: an element over the %d bytes an element may hold (not read whole; the rest of the array cannot be read)", pdu.ErrTooLarge, maxLineBytes)})
 				}
 				if readFailed(err) {
 					return &ImportError{Source: imp.source, Line: n, Element: true, Err: err}
@@ -363,7 +363,7 @@ func (imp *importer) run(in io.Reader) error {
 				return derr
 			}
 			imp.res.Read++
-			lerr := fmt.Errorf("%w: a line of %d bytes, over the %d bytes a line may hold (not read whole)", pdu.ErrTooLarge, over, MaxLineBytes)
+			lerr := fmt.Errorf("%w: a line of %d bytes, over the %d bytes a line may hold (not read whole)", pdu.ErrTooLarge, over, maxLineBytes)
 			if key := wrapperKeyOfHead(b); key != "" {
 				lerr = fmt.Errorf("%w; it opens a JSON object holding an array under %q, not a PDU: import the array itself (jq -c '.%s[]' gives its PDUs as lines)", lerr, key, key)
 			}
@@ -398,10 +398,10 @@ func (imp *importer) run(in io.Reader) error {
 	}
 }
 
-// MaxLineBytes bounds what import holds of one line: 4 times MaxPDUBytes, room for
+// maxLineBytes bounds what import holds of one line: 4 times MaxPDUBytes, room for
 // a PDU padded with white space. A longer line is refused as ErrTooLarge without
 // being held in memory: the rest of it is read and dropped up to the next newline.
-const MaxLineBytes = 4 * pdu.MaxPDUBytes
+const maxLineBytes = 4 * pdu.MaxPDUBytes
 
 // wrappedArray returns the key of a JSON object without "type" whose value is an
 // array of objects (a client or federation API response, {"chunk": [...]}), or ""
@@ -424,12 +424,12 @@ func wrappedArray(raw []byte) string {
 }
 
 // errElementTooLarge is limitedReader's error: the JSON array element being
-// decoded is over MaxLineBytes.
+// decoded is over maxLineBytes.
 var errElementTooLarge = errors.New("roomstate: array element over the size limit")
 
 // limitedReader hands the JSON decoder of an array at most limit bytes in all
 // (limit is moved forward before each element), so that no element is held whole
-// past MaxLineBytes.
+// past maxLineBytes.
 type limitedReader struct {
 	r     io.Reader
 	n     int64 // bytes handed out
@@ -453,8 +453,8 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 const maxQueuedBytes = 16 << 20
 
 // readLine reads the next line (up to and including '\n'). A line over
-// MaxLineBytes is read to its end and dropped: over is then the count of its bytes
-// (more than MaxLineBytes) and line is nil. err is io.EOF at the end of the input
+// maxLineBytes is read to its end and dropped: over is then the count of its bytes
+// (more than maxLineBytes) and line is nil. err is io.EOF at the end of the input
 // (with the last line, if any) or the read error.
 func readLine(br *bufio.Reader) (line []byte, over int, err error) {
 	var b []byte
@@ -462,7 +462,7 @@ func readLine(br *bufio.Reader) (line []byte, over int, err error) {
 	for {
 		chunk, err := br.ReadSlice('\n')
 		n += len(chunk)
-		if n <= MaxLineBytes {
+		if n <= maxLineBytes {
 			b = append(b, chunk...)
 		} else if n == len(chunk) {
 			b = append(b[:0], chunk[:min(len(chunk), lineHeadBytes)]...) // the head is kept for the refusal's hint
@@ -472,7 +472,7 @@ func readLine(br *bufio.Reader) (line []byte, over int, err error) {
 		if err == bufio.ErrBufferFull {
 			continue
 		}
-		if n > MaxLineBytes {
+		if n > maxLineBytes {
 			return b, n, err
 		}
 		return b, 0, err

@@ -98,7 +98,7 @@ func TestImportBadInput(t *testing.T) {
 			ids, err := rooms[0].EventIDs()
 			require.NoError(t, err)
 			require.Len(t, ids, 5)
-			_, err = rooms[0].Check(ctx)
+			_, err = rooms[0].Check(ctx, nil)
 			require.NoError(t, err)
 
 			// Re-importing the good file skips what is there and adds the rest.

@@ -1,6 +1,7 @@
 package roomstate_test
 
 import (
+	"github.com/mtxdb/mtxdb/roomstate/roomstatetest"
 	"path/filepath"
 	"testing"
 
@@ -46,7 +47,7 @@ func TestReadKinds(t *testing.T) {
 
 		kg.ResetReadStats()
 		rd := room.NewReader()
-		_, err = room.StateEntries(ctx, rd, room.CurrentState())
+		_, err = roomstatetest.Entries(ctx, room, rd, room.Head().CurrentState)
 		require.NoError(t, err)
 		rs = kg.ReadStats()
 		require.EqualValues(t, rd.NodesRead(), rs[roomrecord.ReadNode].Reads+rs[roomrecord.ReadNode].CacheHits)

@@ -23,7 +23,7 @@ import (
 type Store struct {
 	eng packstore.StorageEngine
 
-	// mu guards heads: the newest head this Store wrote per room (Import, SetHead),
+	// mu guards heads: the newest head this Store wrote per room (Import, StateWriter.Commit),
 	// with a generation that grows on every write, so that every *Room of this
 	// Store follows its room's head (Room.refresh).
 	mu    sync.Mutex
@@ -132,8 +132,8 @@ func (s *Store) Room(ctx context.Context, roomID string) (*Room, error) {
 }
 
 // Room is one room's view of the store. A Room caches its head and follows the
-// room: after an Import or SetHead through the same Store (by this handle or any
-// other), the next Head, EventIDs, Graph, Check, RoomRecords, KeepStateEvery or
+// room: after an Import or a StateWriter Commit through the same Store (by this handle or any
+// other), the next Head, EventIDs, Graph, Check, RoomRecords, StateWriter or
 // state query sees the new head, so a handle taken before an import replays the
 // events it added (resolver.Replay). Writes by another Store or another process
 // are not followed: take a new handle with Store.Room. Not safe for concurrent use.
@@ -161,32 +161,11 @@ func (r *Room) refresh() {
 // ID returns the room ID.
 func (r *Room) ID() string { return r.head.RoomID }
 
-// Collection returns the packstore collection holding this room.
-func (r *Room) Collection() packstore.ID { return r.coll }
-
-// Version returns the room version from the room's m.room.create.
-func (r *Room) Version() gomatrixserverlib.RoomVersion {
-	return gomatrixserverlib.RoomVersion(r.head.RoomVersion)
-}
-
 // Head returns the room's head record: the cached one, or the newer one an Import or
-// SetHead through the same Store wrote since.
+// StateWriter.Commit through the same Store wrote since.
 func (r *Room) Head() roomrecord.Head {
 	r.refresh()
 	return r.head
-}
-
-// SetHead writes a new head record (superseding the old one) and caches it.
-func (r *Room) SetHead(h roomrecord.Head) error {
-	r.refresh()
-	if h.RoomID != r.head.RoomID {
-		return fmt.Errorf("roomstate: SetHead for %s names room %s", r.head.RoomID, h.RoomID)
-	}
-	sort.Strings(h.ForwardExtremities)
-	if err := r.putWithHead(nil, h); err != nil {
-		return fmt.Errorf("roomstate: room %s: write head: %w", r.head.RoomID, err)
-	}
-	return nil
 }
 
 // putWithHead writes recs and then the head h as one batch and caches h. On an
@@ -220,14 +199,6 @@ func (r *Room) putWithHead(recs []packstore.Record, h roomrecord.Head) error {
 func (r *Room) ReleaseMapped() error {
 	if e, ok := r.s.eng.(interface{ ReleaseMapped() error }); ok {
 		return e.ReleaseMapped()
-	}
-	return nil
-}
-
-// Sync makes everything written so far durable (packstore Sync).
-func (r *Room) Sync() error {
-	if err := r.s.eng.Sync(); err != nil {
-		return fmt.Errorf("roomstate: room %s: sync: %w", r.head.RoomID, err)
 	}
 	return nil
 }
@@ -298,7 +269,7 @@ func (r *Room) Event(eventID string) (gomatrixserverlib.PDU, error) {
 	if err != nil {
 		return nil, err
 	}
-	pd, err := pdu.Parse(r.Version(), js)
+	pd, err := pdu.Parse(r.version(), js)
 	if err != nil {
 		return nil, fmt.Errorf("room %s: stored event %s: %w", r.head.RoomID, eventID, err)
 	}
@@ -318,9 +289,9 @@ func (r *Room) StoredEvent(eventID string, redacted bool) (pd gomatrixserverlib.
 	if err != nil {
 		return nil, err
 	}
-	verImpl, err := gomatrixserverlib.GetRoomVersion(r.Version())
+	verImpl, err := gomatrixserverlib.GetRoomVersion(r.version())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q", pdu.ErrUnknownRoomVersion, r.Version())
+		return nil, fmt.Errorf("%w: %q", pdu.ErrUnknownRoomVersion, r.version())
 	}
 	defer func() {
 		if rec := recover(); rec != nil {
@@ -497,51 +468,12 @@ func (r *Room) stateGap(m roomrecord.EventMeta) error {
 	return fmt.Errorf("%w: room %s: replayed, but event %s has no state record", roomrecord.ErrCorruptRecord, h.RoomID, m.EventID)
 }
 
-// KeepStateEvery sets the room head's keep rule to every k-th event (Head.StateEvery,
-// Head.KeepsState) over the events imported so far, writes the head and syncs: after
-// it, a repack may drop the state records the rule does not require. The room must be
-// replayed. A room that already has a rule of every j accepts only multiples of j:
-// the new rule must not require a state record the old one let a repack drop (a
-// forced replay clears the rule).
-func (r *Room) KeepStateEvery(k uint32) error {
-	r.refresh()
-	h := r.head
-	switch {
-	case k == 0:
-		return fmt.Errorf("roomstate: room %s: keep rule every 0 events", h.RoomID)
-	case !h.Replayed:
-		return fmt.Errorf("%w: room %s: set a keep rule after replay", ErrNoState, h.RoomID)
-	case h.StateEvery != 0 && k%h.StateEvery != 0:
-		return fmt.Errorf("roomstate: room %s: keep rule every %d does not follow every %d (it would require state records already dropped; replay --force first)",
-			h.RoomID, k, h.StateEvery)
-	case h.StateEvery == k && h.StateKeptBelow == h.Events:
-		return nil // already set
-	}
-	h.StateEvery, h.StateKeptBelow = k, h.Events
-	if err := r.SetHead(h); err != nil {
-		return err
-	}
-	return r.Sync()
-}
-
-// PutEventStates writes state records for several events in one batch.
-func (r *Room) PutEventStates(eventIDs []string, states []roomrecord.EventState) error {
-	recs := make([]packstore.Record, len(eventIDs))
-	for i, id := range eventIDs {
-		recs[i] = packstore.Record{ID: roomrecord.StateRecordID(roomrecord.EventRecordID(id)), Data: roomrecord.EncodeState(&states[i])}
-	}
-	if err := r.s.eng.PutMany(r.coll, recs); err != nil {
-		return fmt.Errorf("roomstate: room %s: write state records: %w", r.head.RoomID, err)
-	}
-	return nil
-}
-
-// Nodes returns the node store of this room's state snapshots (HAMT nodes are records
-// of the room's collection, record ID = node ID).
-func (r *Room) Nodes() hamtstore.NodeStore { return nodeStore{eng: r.s.eng, coll: r.coll} }
-
 // NewReader returns a hamtstore reader over this room's snapshots.
-func (r *Room) NewReader() *hamtstore.Reader { return hamtstore.NewReader(r.Nodes()) }
+func (r *Room) NewReader() *hamtstore.Reader { return hamtstore.NewReader(r.nodes()) }
+
+// nodes is the node store of this room's state snapshots: HAMT nodes are records
+// of the room's collection, record ID = node ID.
+func (r *Room) nodes() hamtstore.NodeStore { return nodeStore{eng: r.s.eng, coll: r.coll} }
 
 // Lookup returns the event ID at (event_type, state_key) in a snapshot: about depth
 // node reads plus one metadata read.
@@ -603,28 +535,6 @@ func (r *Room) StateMemo(ctx context.Context, rd *hamtstore.Reader, root hamtsto
 		return nil
 	})
 	return out, err
-}
-
-// StateEntries returns a whole snapshot as "type\x00state_key" -> event ID.
-//
-// Deprecated: use State, whose keys are StatePair (resolver.Key).
-func (r *Room) StateEntries(ctx context.Context, rd *hamtstore.Reader, root hamtstore.NodeID) (map[string]string, error) {
-	return r.StateEntriesMemo(ctx, rd, root, EntryMemo{})
-}
-
-// StateEntriesMemo is StateMemo keyed by "type\x00state_key".
-//
-// Deprecated: use StateMemo, whose keys are StatePair (resolver.Key).
-func (r *Room) StateEntriesMemo(ctx context.Context, rd *hamtstore.Reader, root hamtstore.NodeID, memo EntryMemo) (map[string]string, error) {
-	m, err := r.StateMemo(ctx, rd, root, memo)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k.Type+"\x00"+k.StateKey] = v
-	}
-	return out, nil
 }
 
 // snapshotEntry returns the metadata of the event a snapshot entry names, checking
@@ -690,41 +600,7 @@ func (r *Room) StateBefore(eventID string) (hamtstore.NodeID, error) {
 	return st.Before, err
 }
 
-// CurrentState is the room's current state snapshot: the resolution of the states
-// after its forward extremities, set by replay. Before the first replay it is the
-// zero NodeID, which reads as an empty state, and after an Import it is the state
-// of the last replay until the next one: check Head().Replayed first.
-func (r *Room) CurrentState() hamtstore.NodeID { return r.Head().CurrentState }
-
-// MembershipAt returns a user's membership ("join", "leave", "invite", "ban",
-// "knock") in the state before an event, and the m.room.member event that set it;
-// "leave" and "" when the state has no member event for the user (the authorization
-// rules treat such a user as neither joined, invited, banned nor knocking). It
-// reads about depth nodes, one metadata record and one PDU.
-func (r *Room) MembershipAt(rd *hamtstore.Reader, eventID, userID string) (membership, memberEventID string, err error) {
-	root, err := r.StateBefore(eventID)
-	if err != nil {
-		return "", "", err
-	}
-	return r.Membership(rd, root, userID)
-}
-
-// Membership returns a user's membership in a snapshot (see MembershipAt).
-func (r *Room) Membership(rd *hamtstore.Reader, root hamtstore.NodeID, userID string) (membership, memberEventID string, err error) {
-	id, ok, err := r.Lookup(rd, root, "m.room.member", userID)
-	if err != nil {
-		return "", "", err
-	}
-	if !ok {
-		return "leave", "", nil
-	}
-	pd, err := r.Event(id)
-	if err != nil {
-		return "", "", err
-	}
-	m, err := pd.Membership()
-	if err != nil {
-		return "", "", fmt.Errorf("%w: room %s: member event %s: %v", pdu.ErrMalformedPDU, r.head.RoomID, id, err)
-	}
-	return m, id, nil
+// version is the room version from the room's m.room.create.
+func (r *Room) version() gomatrixserverlib.RoomVersion {
+	return gomatrixserverlib.RoomVersion(r.head.RoomVersion)
 }

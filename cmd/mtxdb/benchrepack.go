@@ -427,7 +427,7 @@ func benchRepackLayouts(ctx context.Context, out io.Writer, res *repackBench, ba
 			return nil, nil, err
 		}
 		t := time.Now()
-		rs, problems, err := repackSummary(out, eng, rooms, repackplan.Options{Kind: k})
+		rs, problems, err := repackSummary(ctx, out, eng, rooms, repackplan.Options{Kind: k})
 		sec := time.Since(t).Seconds()
 		if err == nil && len(problems) > 0 {
 			err = fmt.Errorf("bench-repack: room %s: %s", problems[0].room, problems[0].what)

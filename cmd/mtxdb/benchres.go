@@ -243,7 +243,7 @@ func naiveResolve(ctx context.Context, room *roomstate.Room, eventID string) (ns
 			err = fmt.Errorf("gomatrixserverlib panicked: %v", r)
 		}
 	}()
-	if _, err := gomatrixserverlib.ResolveConflicts(room.Version(), events, auth, pdu.UserIDForSender,
+	if _, err := gomatrixserverlib.ResolveConflicts(gomatrixserverlib.RoomVersion(room.Head().RoomVersion), events, auth, pdu.UserIDForSender,
 		func(string) bool { return false }); err != nil {
 		return ns, err
 	}

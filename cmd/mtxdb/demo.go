@@ -200,7 +200,7 @@ func (d *demo) run(ctx context.Context, exps map[string][]*recorded.Expected) (d
 		return s, err
 	}
 	fmt.Fprintf(d.out, "demo: verified before repack: compared_events=%d mismatches=%d\n", v1.compared, v1.mismatches)
-	more, err := d.repack(rooms, &s)
+	more, err := d.repack(ctx, rooms, &s)
 	if err != nil {
 		return s, err
 	}
@@ -242,13 +242,13 @@ func (d *demo) importRooms(ctx context.Context, exps map[string][]*recorded.Expe
 
 // repack repacks every room through one output stream with the default plan and
 // returns the rooms it could not plan.
-func (d *demo) repack(rooms []*roomstate.Room, s *demoSummary) (roomProblems, error) {
+func (d *demo) repack(ctx context.Context, rooms []*roomstate.Room, s *demoSummary) (roomProblems, error) {
 	before, err := storeStats(d.eng)
 	if err != nil {
 		return nil, err
 	}
 	s.bytesBefore = before.DiskBytes
-	rs, more, err := repackRooms(d.eng, rooms, repackplan.Options{Kind: repackplan.ReverseTopological}, d.out)
+	rs, more, err := repackRooms(ctx, d.eng, rooms, repackplan.Options{Kind: repackplan.ReverseTopological}, d.out)
 	if err != nil {
 		return nil, err
 	}

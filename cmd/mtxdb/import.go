@@ -364,7 +364,7 @@ func (r *importRun) replayAndRepack(ctx context.Context, opts repackplan.Options
 	failed := problems.skipped()
 	rooms = slices.DeleteFunc(rooms, func(room *roomstate.Room) bool { return failed[room.ID()] })
 	defer catchInterrupts("import --repack", repackInterrupted(r.store, rooms, opts))()
-	_, more, err := repackSummaryTo(r.out, r.asJSON, r.eng, rooms, opts)
+	_, more, err := repackSummaryTo(ctx, r.out, r.asJSON, r.eng, rooms, opts)
 	if err == nil && len(problems)+len(more) > 0 {
 		return exitError(2)
 	}

@@ -113,7 +113,7 @@ func TestReplayRoomsIsolatesBadRooms(t *testing.T) {
 			t.Errorf("room %s not replayed", r.ID())
 		}
 	}
-	plan, _, pp, err := planRooms(rooms, repackplan.Options{}, io.Discard)
+	plan, _, pp, err := planRooms(t.Context(), rooms, repackplan.Options{}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -69,7 +70,7 @@ when there is any such room.`,
 			}
 			defer eng.Close()
 			defer catchInterrupts("repack", repackInterrupted(store, rooms, opts))()
-			_, problems, err := repackSummaryTo(cmd.OutOrStdout(), asJSON, eng, rooms, opts)
+			_, problems, err := repackSummaryTo(ctx, cmd.OutOrStdout(), asJSON, eng, rooms, opts)
 			if err == nil && len(problems) > 0 {
 				return exitError(2)
 			}
@@ -132,14 +133,14 @@ func (f *repackFlags) options(c *cobra.Command) (repackplan.Options, error) {
 // be planned because of its data (not replayed, a record that does not decode) is a
 // skipped problem and left as it is; any other error (options the room's keep rule
 // refuses, a store lost during the run) ends planning.
-func planRooms(rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackPlan, repackplan.Stats, roomProblems, error) {
+func planRooms(ctx context.Context, rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackPlan, repackplan.Stats, roomProblems, error) {
 	var plan packstore.RepackPlan
 	var tot repackplan.Stats
 	var problems roomProblems
 	bar := newProgress(out, int64(len(rooms)), "planning", false)
 	defer bar.finish()
 	for _, r := range rooms {
-		cp, ps, err := repackplan.Plan(r, opts)
+		cp, ps, err := repackplan.Plan(ctx, r, opts)
 		if errors.Is(err, repackplan.ErrNotReplayed) || isDataProblem(err) {
 			what := fmt.Sprintf("not repacked: %v", err)
 			if errors.Is(err, repackplan.ErrNotReplayed) {
@@ -166,8 +167,8 @@ func planRooms(rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) 
 
 // repackRooms plans every room and repacks those planned through one output
 // stream; the rooms it could not plan are returned as problems.
-func repackRooms(eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackStats, roomProblems, error) {
-	plan, _, problems, err := planRooms(rooms, opts, out)
+func repackRooms(ctx context.Context, eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackStats, roomProblems, error) {
+	plan, _, problems, err := planRooms(ctx, rooms, opts, out)
 	if err != nil || len(plan.Collections) == 0 {
 		return packstore.RepackStats{}, problems, err
 	}
@@ -182,8 +183,8 @@ func repackRooms(eng storeEngine, rooms []*roomstate.Room, opts repackplan.Optio
 // frames of superseded or deleted records go with the retired shards), shards
 // retired, and the disk bytes returned (or grown: a room repacked out of shards
 // other rooms keep adds its new shard and retires nothing).
-func repackSummary(out io.Writer, eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, roomProblems, error) {
-	return repackSummaryTo(out, false, eng, rooms, opts)
+func repackSummary(ctx context.Context, out io.Writer, eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, roomProblems, error) {
+	return repackSummaryTo(ctx, out, false, eng, rooms, opts)
 }
 
 // repackWithProgress runs eng.Repack with a bar over the rooms copied (when out is
@@ -255,9 +256,9 @@ func repackCommand(store string, rooms []*roomstate.Room, opts repackplan.Option
 // repackSummaryTo is repackSummary, with JSON lines if asJSON.
 // The rooms it could not plan are printed as problem lines first and returned; the
 // others are repacked.
-func repackSummaryTo(out io.Writer, asJSON bool, eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, roomProblems, error) {
+func repackSummaryTo(ctx context.Context, out io.Writer, asJSON bool, eng storeEngine, rooms []*roomstate.Room, opts repackplan.Options) (packstore.RepackStats, roomProblems, error) {
 	repackPhase.Store("planning")
-	plan, ps, problems, err := planRooms(rooms, opts, out)
+	plan, ps, problems, err := planRooms(ctx, rooms, opts, out)
 	if err != nil {
 		return packstore.RepackStats{}, problems, err
 	}

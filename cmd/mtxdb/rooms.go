@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/mtxdb/mtxdb/roomrecord"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -51,7 +52,7 @@ read-only.`,
 				h := r.Head()
 				var records, bytes any
 				if cs != nil {
-					if n, b, ok := cs.CollectionStats(r.Collection()); ok {
+					if n, b, ok := cs.CollectionStats(roomrecord.CollectionID(r.ID())); ok {
 						records, bytes = n, b
 					}
 				}

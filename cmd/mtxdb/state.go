@@ -42,7 +42,7 @@ rejected, a first line "# rejected EVENT_ID: reason" names the authorization rul
 				if !r.Head().Replayed {
 					return fmt.Errorf("room %s is not replayed (mtxdb replay)", room)
 				}
-				root = r.CurrentState()
+				root = r.Head().CurrentState
 			case before:
 				root, err = r.StateBefore(event)
 			default:

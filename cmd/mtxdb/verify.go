@@ -229,7 +229,7 @@ func verifyRoomsTo(ctx context.Context, rooms []*roomstate.Room, exps map[string
 	for _, r := range rooms {
 		inStore[r.ID()] = true
 		n := int64(r.Head().Events)
-		cr, err := r.CheckProgress(ctx, func(i int) { bar.set(base + int64(i)) })
+		cr, err := r.Check(ctx, func(i int) { bar.set(base + int64(i)) })
 		base += n
 		bar.set(base)
 		if err != nil && lostStore(err) {

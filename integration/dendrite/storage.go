@@ -98,9 +98,10 @@ func (s *Storage) Room(ctx context.Context, roomID string) (*RoomStorage, *types
 	if err != nil {
 		return nil, nil, err
 	}
-	rs := &RoomStorage{s: s, room: room, nid: types.RoomNID(nid), rd: room.NewReader()}
-	info := &types.RoomInfo{RoomNID: rs.nid, RoomVersion: room.Version()}
-	cur, err := rs.snapshotNID(room.CurrentState())
+	w := room.StateWriter(false)
+	rs := &RoomStorage{s: s, room: room, nid: types.RoomNID(nid), rd: w.Reader(), w: w}
+	info := &types.RoomInfo{RoomNID: rs.nid, RoomVersion: gomatrixserverlib.RoomVersion(room.Head().RoomVersion)}
+	cur, err := rs.snapshotNID(room.Head().CurrentState)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -123,9 +124,10 @@ type RoomStorage struct {
 	s   *Storage
 	nid types.RoomNID
 
-	mu   sync.Mutex        // guards room and rd
-	room *roomstate.Room   // not safe for concurrent use
-	rd   *hamtstore.Reader // caches decoded nodes
+	mu   sync.Mutex             // guards room and rd
+	room *roomstate.Room        // not safe for concurrent use
+	rd   *hamtstore.Reader      // caches decoded nodes
+	w    *roomstate.StateWriter // writes snapshots (rd is its reader)
 }
 
 var _ state.StateResolutionStorage = (*RoomStorage)(nil)
@@ -249,15 +251,14 @@ func (r *RoomStorage) StateEntries(ctx context.Context, blocks []types.StateBloc
 // entries returns a snapshot as sorted Dendrite state entries.
 func (r *RoomStorage) entries(ctx context.Context, root hamtstore.NodeID) ([]types.StateEntry, error) {
 	r.mu.Lock()
-	m, err := r.room.StateEntries(ctx, r.rd, root)
+	m, err := r.room.State(ctx, r.rd, root)
 	r.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	out := make([]types.StateEntry, 0, len(m))
 	for k, id := range m {
-		t, sk, _ := cut(k)
-		e, err := r.entry(t, sk, id)
+		e, err := r.entry(k.Type, k.StateKey, id)
 		if err != nil {
 			return nil, err
 		}
@@ -453,7 +454,7 @@ func (r *RoomStorage) AddState(ctx context.Context, roomNID types.RoomNID, block
 		return 0, fmt.Errorf("%w: AddState for room NID %d on room %s (NID %d)", ErrWrongRoom, roomNID, r.room.ID(), r.nid)
 	}
 	root := hamtstore.EmptyRoot
-	var changes []hamtstore.Change
+	set := map[roomrecord.StatePair]string{}
 	for i, b := range blocks {
 		br, err := r.SnapshotRoot(types.StateSnapshotNID(b))
 		if err != nil {
@@ -470,15 +471,15 @@ func (r *RoomStorage) AddState(ctx context.Context, roomNID types.RoomNID, block
 		entries = append(more, entries...)
 	}
 	for _, e := range entries {
-		c, err := r.change(e)
+		k, id, err := r.change(e)
 		if err != nil {
 			return 0, err
 		}
-		changes = append(changes, c)
+		set[k] = id // a later entry overrides an earlier one
 	}
-	if len(changes) > 0 {
+	if len(set) > 0 {
 		r.mu.Lock()
-		nr, err := hamtstore.Apply(r.room.Nodes(), r.rd, root, changes)
+		nr, err := r.w.Apply(ctx, root, set, nil)
 		r.mu.Unlock()
 		if err != nil {
 			return 0, fmt.Errorf("mtxdb/dendrite: room %s: write state: %w", r.room.ID(), err)
@@ -488,30 +489,32 @@ func (r *RoomStorage) AddState(ctx context.Context, roomNID types.RoomNID, block
 	return r.snapshotNID(root)
 }
 
-func (r *RoomStorage) change(e types.StateEntry) (hamtstore.Change, error) {
+// change is the snapshot entry of e: its key and event ID, checked against the
+// event's metadata.
+func (r *RoomStorage) change(e types.StateEntry) (roomrecord.StatePair, string, error) {
 	t, err := r.s.name(kindEventType, int64(e.EventTypeNID))
 	if err != nil {
-		return hamtstore.Change{}, err
+		return roomrecord.StatePair{}, "", err
 	}
 	sk, err := r.s.name(kindStateKey, int64(e.EventStateKeyNID))
 	if err != nil {
-		return hamtstore.Change{}, err
+		return roomrecord.StatePair{}, "", err
 	}
 	id, err := r.eventID(e.EventNID)
 	if err != nil {
-		return hamtstore.Change{}, err
+		return roomrecord.StatePair{}, "", err
 	}
 	r.mu.Lock()
 	m, err := r.room.Meta(id)
 	r.mu.Unlock()
 	if err != nil {
-		return hamtstore.Change{}, err
+		return roomrecord.StatePair{}, "", err
 	}
 	if !m.IsState || m.Type != t || m.StateKey != sk {
-		return hamtstore.Change{}, fmt.Errorf("%w: room %s: entry (%q, %q) names event %s of (%q, %q, state %v)",
+		return roomrecord.StatePair{}, "", fmt.Errorf("%w: room %s: entry (%q, %q) names event %s of (%q, %q, state %v)",
 			ErrBadStateEntry, r.room.ID(), t, sk, id, m.Type, m.StateKey, m.IsState)
 	}
-	return hamtstore.Change{Key: roomrecord.StateKey(t, sk), Value: hamtstore.Value(roomrecord.EventRecordID(id))}, nil
+	return roomrecord.StatePair{Type: t, StateKey: sk}, id, nil
 }
 
 // Events implements StateResolutionStorage. The room version argument is ignored:

@@ -309,7 +309,7 @@ func roomEvents(t *testing.T, dir string) (gomatrixserverlib.RoomVersion, []goma
 			t.Fatal(err)
 		}
 	}
-	return room.Version(), events
+	return gomatrixserverlib.RoomVersion(room.Head().RoomVersion), events
 }
 
 // referenceReplay replays events (a topological order) through the reference:

@@ -3,8 +3,10 @@
 package roomstatetest
 
 import (
+	"context"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
@@ -21,4 +23,18 @@ func Open(t testing.TB, dir string) (*packstore.PackfileStorage, *roomstate.Stor
 	}
 	t.Cleanup(func() { eng.Close() })
 	return eng, roomstate.New(eng)
+}
+
+// Entries returns the snapshot root of room as "type\x00state_key" -> event ID,
+// the form tests compare with other servers' state maps.
+func Entries(ctx context.Context, room *roomstate.Room, rd *hamtstore.Reader, root hamtstore.NodeID) (map[string]string, error) {
+	m, err := room.State(ctx, rd, root)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(m))
+	for k, id := range m {
+		out[k.Type+"\x00"+k.StateKey] = id
+	}
+	return out, nil
 }

@@ -1,0 +1,133 @@
+package roomstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/mtxdb/mtxdb/hamtstore"
+	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/roomrecord"
+)
+
+// errInMemory is returned by the StateWriter calls that write records other than
+// HAMT nodes when the writer keeps its nodes in memory (Room.StateWriter(true)).
+var errInMemory = errors.New("roomstate: state writer keeps its nodes in memory: it writes no records")
+
+// StateWriter writes a room's states: snapshots updated by (event_type,
+// state_key) -> event ID (the HAMT encoding of roomrecord.StateKey and
+// roomrecord.EventRecordID stays inside), the state records of events, and the
+// room head. Replay and state resolution write through it. Writes to one room
+// must be serialised by the caller, as for Import.
+type StateWriter struct {
+	r        *Room
+	nodes    hamtstore.NodeStore
+	rd       *hamtstore.Reader
+	inMemory bool
+}
+
+// StateWriter returns a writer for this room. With inMemory, the snapshot nodes
+// it writes go to memory over the room's stored ones (the store may be open
+// read-only), and the calls that write records return an error.
+func (r *Room) StateWriter(inMemory bool) *StateWriter {
+	w := &StateWriter{r: r, nodes: r.nodes(), inMemory: inMemory}
+	if inMemory {
+		w.nodes = hamtstore.NewOverlay(w.nodes)
+	}
+	w.rd = hamtstore.NewReader(w.nodes)
+	return w
+}
+
+// Reader returns the reader this writer updates: it sees the nodes the writer
+// wrote, the in-memory ones too.
+func (w *StateWriter) Reader() *hamtstore.Reader { return w.rd }
+
+// Apply returns the snapshot root with the keys of del removed and those of set
+// set to their event IDs. The result is canonical: the same entries give the
+// same root whatever the order of the changes. Errors: the context's, a read or
+// corruption error of the snapshot, or the write error of its new nodes.
+func (w *StateWriter) Apply(ctx context.Context, root hamtstore.NodeID, set map[roomrecord.StatePair]string, del []roomrecord.StatePair) (hamtstore.NodeID, error) {
+	if err := ctx.Err(); err != nil {
+		return hamtstore.NodeID{}, err
+	}
+	changes := make([]hamtstore.Change, 0, len(set)+len(del))
+	for _, k := range del {
+		changes = append(changes, hamtstore.Change{Key: roomrecord.StateKey(k.Type, k.StateKey), Delete: true})
+	}
+	keys := make([]roomrecord.StatePair, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	if len(keys) > 1 {
+		slices.SortFunc(keys, func(a, b roomrecord.StatePair) int {
+			if c := strings.Compare(a.Type, b.Type); c != 0 {
+				return c
+			}
+			return strings.Compare(a.StateKey, b.StateKey)
+		})
+	}
+	for _, k := range keys {
+		changes = append(changes, hamtstore.Change{Key: roomrecord.StateKey(k.Type, k.StateKey),
+			Value: hamtstore.Value(roomrecord.EventRecordID(set[k]))})
+	}
+	nr, err := hamtstore.Apply(w.nodes, w.rd, root, changes)
+	if err != nil {
+		return hamtstore.NodeID{}, fmt.Errorf("roomstate: room %s: write snapshot: %w", w.r.head.RoomID, err)
+	}
+	return nr, nil
+}
+
+// PutEventStates writes the state records of several events in one batch:
+// states[i] is that of eventIDs[i].
+func (w *StateWriter) PutEventStates(ctx context.Context, eventIDs []string, states []roomrecord.EventState) error {
+	if err := w.writable(ctx); err != nil {
+		return err
+	}
+	recs := make([]packstore.Record, len(eventIDs))
+	for i, id := range eventIDs {
+		recs[i] = packstore.Record{ID: roomrecord.StateRecordID(roomrecord.EventRecordID(id)), Data: roomrecord.EncodeState(&states[i])}
+	}
+	if err := w.r.s.eng.PutMany(w.r.coll, recs); err != nil {
+		return fmt.Errorf("roomstate: room %s: write state records: %w", w.r.head.RoomID, err)
+	}
+	return nil
+}
+
+// Commit makes everything written so far durable (the engine's Sync), after
+// writing head h as the room's new head record when h is not nil. The head's
+// forward extremities are stored sorted. On an engine several processes write,
+// the head is written only if the stored head is the one this Room last read or
+// wrote; otherwise the error wraps packstore.ErrConflict.
+func (w *StateWriter) Commit(ctx context.Context, h *roomrecord.Head) error {
+	if err := w.writable(ctx); err != nil {
+		return err
+	}
+	r := w.r
+	if h != nil {
+		r.refresh()
+		if h.RoomID != r.head.RoomID {
+			return fmt.Errorf("roomstate: head for %s names room %s", r.head.RoomID, h.RoomID)
+		}
+		sort.Strings(h.ForwardExtremities)
+		if err := r.putWithHead(nil, *h); err != nil {
+			return fmt.Errorf("roomstate: room %s: write head: %w", r.head.RoomID, err)
+		}
+	}
+	if err := r.s.eng.Sync(); err != nil {
+		return fmt.Errorf("roomstate: room %s: sync: %w", r.head.RoomID, err)
+	}
+	return nil
+}
+
+func (w *StateWriter) writable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if w.inMemory {
+		return fmt.Errorf("room %s: %w", w.r.head.RoomID, errInMemory)
+	}
+	return nil
+}
