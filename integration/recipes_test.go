@@ -19,6 +19,7 @@ import (
 	"github.com/matrix-org/gomatrixserverlib/spec"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mtxdb/mtxdb/authrules"
 	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
@@ -287,7 +288,7 @@ func TestAuthEventsFaultKinds(t *testing.T) {
 				}
 				require.True(t, es.Rejected, "%s should be rejected by %s", w.id, w.rule)
 				var num string
-				for _, ar := range resolver.AuthRules(version) {
+				for _, ar := range authrules.Rules(version) {
 					if ar.ID == w.rule {
 						num = ar.Num
 					}

@@ -5,10 +5,13 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
+
+	"github.com/mtxdb/mtxdb/authrules"
 )
 
 // A Resolver keeps, for each state event of the room it has parsed, what state
@@ -138,6 +141,29 @@ func checkableHead(eventType string, memb uint8) bool {
 // eventHead has none, so such an event is checked in its parsed form.
 func namesImpliedCreate(p gomatrixserverlib.PDU) bool {
 	return bytes.Contains(p.JSON(), impliedCreateRef(p.RoomID().String()))
+}
+
+// impliedCreate returns the create event a v12 room ID names ("!" + the create
+// event's reference hash), or nil: in other versions, or when the room holds no
+// such event.
+func (r *Resolver) impliedCreate(p gomatrixserverlib.PDU) gomatrixserverlib.PDU {
+	if versionNumber(p.Version()) < 12 || p.Type() == spec.MRoomCreate && p.StateKeyEquals("") {
+		return nil
+	}
+	c, err := r.pdu("$" + strings.TrimPrefix(p.RoomID().String(), "!"))
+	if err != nil || c.Type() != spec.MRoomCreate {
+		return nil
+	}
+	return c
+}
+
+// versionNumber returns a room version of 1 to authrules.MaxVersion as a number, 0
+// for others.
+func versionNumber(v gomatrixserverlib.RoomVersion) int {
+	if n, err := strconv.Atoi(string(v)); err == nil && n >= 1 && n <= authrules.MaxVersion {
+		return n
+	}
+	return 0
 }
 
 // impliedCreateRef is the create event ID a room ID implies, quoted as in JSON.

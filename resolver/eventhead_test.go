@@ -14,6 +14,7 @@ import (
 	"github.com/matrix-org/gomatrixserverlib/spec"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mtxdb/mtxdb/authrules"
 	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/roomstate"
@@ -224,10 +225,10 @@ func checkPlainStateHead(t *testing.T, dir string, p gomatrixserverlib.PDU, auth
 // checkAll is the outcome of the rules on auth_events and of the authorization
 // rules: "" when allowed, else the reason.
 func checkAll(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU) string {
-	if err := resolver.CheckAuthEvents(p, auth, nil, nil); err != nil {
+	if err := authrules.CheckAuthEvents(p, auth, nil, nil); err != nil {
 		return "auth events: " + err.Error()
 	}
-	if err := resolver.AllowedList(p, auth); err != nil {
+	if err := authrules.Authorize(p, auth); err != nil {
 		return err.Error()
 	}
 	return ""

@@ -1,6 +1,12 @@
 package resolver
 
-import "github.com/matrix-org/gomatrixserverlib"
+import (
+	"fmt"
+
+	"github.com/matrix-org/gomatrixserverlib"
+	"github.com/matrix-org/gomatrixserverlib/spec"
+	"github.com/mtxdb/mtxdb/authrules"
+)
 
 // ForceWalk makes the lockstep walks (v2.1's conflicted subgraph, step 1's power
 // subset) use only the ancestors walk ("up") or, where the source allows it, only
@@ -43,9 +49,33 @@ func (c *Cache) AllowedOnce(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PD
 	return c.allowedOnce(p, auth)
 }
 
-// AllowedList runs the authorization rules without any cache.
-func AllowedList(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU) error {
-	return allowedList(p, auth, nil)
+// AuthorizeAgainst checks a PDU against a whole state map: the entries the
+// authorization rules read for it (and, in room versions whose create event is
+// implied by the room ID, the create event from its auth_events). It returns nil
+// when the event is allowed, an error wrapping errRejected otherwise.
+func AuthorizeAgainst(p gomatrixserverlib.PDU, state StateMap, src EventSource) error {
+	var list []gomatrixserverlib.PDU
+	have := map[Key]bool{}
+	for _, t := range gomatrixserverlib.StateNeededForAuth([]gomatrixserverlib.PDU{p}).Tuples() {
+		k := Key{Type: t.EventType, StateKey: t.StateKey}
+		if id, ok := state[k]; ok && !have[k] {
+			e, err := src.Event(id)
+			if err != nil {
+				return fmt.Errorf("%w: %s: %v", errNoEvent, id, err)
+			}
+			list, have[k] = append(list, e), true
+		}
+	}
+	ck := Key{Type: spec.MRoomCreate, StateKey: ""}
+	if id, ok := state[ck]; ok && !have[ck] && p.Type() != spec.MRoomCreate {
+		if e, err := src.Event(id); err == nil {
+			list = append(list, e)
+		}
+	}
+	if err := authrules.Authorize(p, list); err != nil {
+		return fmt.Errorf("%w: event %s: %v", errRejected, p.EventID(), err)
+	}
+	return nil
 }
 
 // AuthDifferenceOf is the auth difference ResolveConflicts computes for the

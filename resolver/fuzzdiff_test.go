@@ -19,6 +19,7 @@ import (
 
 	"github.com/matrix-org/gomatrixserverlib"
 
+	"github.com/mtxdb/mtxdb/authrules"
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/resolver"
@@ -197,10 +198,10 @@ func fuzzSource(rd *smallroom.Rendering) *peerSource {
 	return src
 }
 
-// authFunc is resolver.AuthorizeList's signature (specres.AuthFunc).
+// authFunc is authrules.Authorize's signature (specres.AuthFunc).
 type authFunc = func(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error
 
-// authMemo remembers resolver.AuthorizeList's verdicts on the events of one
+// authMemo remembers authrules.Authorize's verdicts on the events of one
 // rendering (where an event ID names one event): the rules are a function of the
 // event and the list, and a room's paths ask the same questions many times.
 type authMemo map[string]error
@@ -214,7 +215,7 @@ func (m authMemo) authorize(p gomatrixserverlib.PDU, list []gomatrixserverlib.PD
 	if err, ok := m[k.String()]; ok {
 		return err
 	}
-	err := resolver.AuthorizeList(p, list)
+	err := authrules.Authorize(p, list)
 	m[k.String()] = err
 	return err
 }
@@ -314,7 +315,7 @@ func replayOutcome(rd *smallroom.Rendering, impl mapResolver, auth authFunc) *pa
 			}
 			authPDUs = append(authPDUs, a)
 		}
-		rejected := resolver.CheckAuthEvents(p, authPDUs, src.Rejected, create) != nil ||
+		rejected := authrules.CheckAuthEvents(p, authPDUs, src.Rejected, create) != nil ||
 			auth(p, authPDUs) != nil || impl.againstState(p, before, src, auth) != nil
 		after[i] = before
 		if rejected {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/matrix-org/gomatrixserverlib"
 
+	"github.com/mtxdb/mtxdb/authrules"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/resolver/specres"
 	"github.com/mtxdb/mtxdb/testrooms"
@@ -431,7 +432,7 @@ func TestSenderLevelFromItsAuthEvents(t *testing.T) {
 		}
 		return m
 	}
-	ref, err := specres.Resolve(version, []specres.StateMap{after("$JA"), after("$JB")}, src, resolver.AuthorizeList)
+	ref, err := specres.Resolve(version, []specres.StateMap{after("$JA"), after("$JB")}, src, authrules.Authorize)
 	if err != nil {
 		t.Fatal(err)
 	}

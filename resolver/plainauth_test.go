@@ -13,6 +13,7 @@ import (
 	"github.com/matrix-org/gomatrixserverlib/spec"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mtxdb/mtxdb/authrules"
 	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/testrooms"
 	"github.com/mtxdb/mtxdb/testrooms/gen"
@@ -62,7 +63,7 @@ func TestPlainOutcomeShared(t *testing.T) {
 				withField(t, p, "type", `"m.room.name"`, 12), // 50 in the default power levels
 				withField(t, p, "type", `"m.room.power_levels"`, 13))
 			for _, v := range variants {
-				want := resolver.AllowedList(v, auth) == nil
+				want := authrules.Authorize(v, auth) == nil
 				if got := cache.AllowedOnce(v, auth) == nil; got != want {
 					t.Fatalf("%s: event %s (%s %s, content %s): cached outcome %v, the rules say %v",
 						dir, p.EventID(), v.Type(), v.SenderID(), v.Content(), got, want)

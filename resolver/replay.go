@@ -13,23 +13,25 @@ import (
 
 	"github.com/matrix-org/gomatrixserverlib"
 
+	"github.com/mtxdb/mtxdb/authrules"
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
-// ErrRejected is wrapped by the reason an event fails authorization.
-var ErrRejected = errors.New("resolver: event rejected")
+// errRejected is wrapped by the reason an event fails authorization (the reason
+// its state record keeps).
+var errRejected = errors.New("resolver: event rejected")
 
 // Authorize checks a PDU the way a server does on receipt (Matrix spec v1.19,
 // Server-Server API, "Checks performed on receipt of a PDU", steps 4 and 5):
 // against the events named in its auth_events (none of which may be rejected), then
 // against the state before it. It returns nil when the event is allowed and an
-// error wrapping ErrRejected that says why when it is not. Panics inside
+// error wrapping errRejected that says why when it is not. Panics inside
 // gomatrixserverlib become rejections naming the event.
 func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID) (err error) {
 	defer func() {
 		if rec := recover(); rec != nil {
-			err = fmt.Errorf("%w: event %s: gomatrixserverlib panicked: %v", ErrRejected, pdu.EventID(), rec)
+			err = fmt.Errorf("%w: event %s: gomatrixserverlib panicked: %v", errRejected, pdu.EventID(), rec)
 		}
 	}()
 	var authPDUs []gomatrixserverlib.PDU
@@ -40,14 +42,13 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 		}
 		authPDUs = append(authPDUs, p)
 	}
-	// The rules on auth_events (authrules_check.go) first; then the rules
-	// against the auth events and the state (ours, then gomatrixserverlib's
-	// Allowed: allowedList).
-	if err := CheckAuthEvents(pdu, authPDUs, r.Rejected, r.impliedCreate(pdu)); err != nil {
-		return fmt.Errorf("%w: event %s: against its auth events: %w", ErrRejected, pdu.EventID(), err)
+	// The rules on auth_events first; then the rules against the auth events and
+	// the state (authrules.Authorize).
+	if err := authrules.CheckAuthEvents(pdu, authPDUs, r.Rejected, r.impliedCreate(pdu)); err != nil {
+		return fmt.Errorf("%w: event %s: against its auth events: %w", errRejected, pdu.EventID(), err)
 	}
 	if err := r.cache.allowedOnce(pdu, authPDUs); err != nil {
-		return fmt.Errorf("%w: event %s: against its auth events: %v", ErrRejected, pdu.EventID(), err)
+		return fmt.Errorf("%w: event %s: against its auth events: %v", errRejected, pdu.EventID(), err)
 	}
 
 	var statePDUs []gomatrixserverlib.PDU
@@ -73,7 +74,7 @@ func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID)
 		return nil
 	}
 	if err := r.cache.allowedOnce(pdu, statePDUs); err != nil {
-		return fmt.Errorf("%w: event %s: against the state before it: %v", ErrRejected, pdu.EventID(), err)
+		return fmt.Errorf("%w: event %s: against the state before it: %v", errRejected, pdu.EventID(), err)
 	}
 	return nil
 }
@@ -405,7 +406,7 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 	}
 	st := roomrecord.EventState{Before: before, After: before}
 	if aerr := r.Authorize(pdu, before); aerr != nil {
-		if !errors.Is(aerr, ErrRejected) {
+		if !errors.Is(aerr, errRejected) {
 			return aerr
 		}
 		st.Rejected, st.Reason = true, aerr.Error()

@@ -16,6 +16,7 @@ import (
 	"github.com/matrix-org/gomatrixserverlib/spec"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mtxdb/mtxdb/authrules"
 	"github.com/mtxdb/mtxdb/resolver"
 )
 
@@ -139,7 +140,7 @@ func writeScriptedRoom(t *testing.T, version, dir string) {
 			authPDUs = append(authPDUs, src["$"+roomID[1:]]) // the create event the room ID names
 		}
 		if sk != nil {
-			if typ == spec.MRoomCreate || resolver.AllowedList(p, authPDUs) == nil {
+			if typ == spec.MRoomCreate || authrules.Authorize(p, authPDUs) == nil {
 				st[resolver.Key{Type: typ, StateKey: *sk}] = p.EventID()
 			}
 		}

@@ -9,12 +9,11 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/mtxdb/mtxdb/pdu"
-
-	"github.com/mtxdb/mtxdb/roomrecord"
-
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
+
+	"github.com/mtxdb/mtxdb/authrules"
+	"github.com/mtxdb/mtxdb/roomrecord"
 )
 
 // Key is a state key: (event_type, state_key). It is roomrecord.StatePair, so the
@@ -431,7 +430,7 @@ func (st *stateRes) senderPowerLevel(p gomatrixserverlib.PDU) (int64, error) {
 // when content.creator is missing. A v1-10 create event may name another user than
 // its sender.
 func roomCreator(create gomatrixserverlib.PDU) string {
-	if v := ruleVersion(string(create.Version())); v >= 1 && v <= 10 {
+	if v := versionNumber(create.Version()); v >= 1 && v <= 10 {
 		var c struct {
 			Creator string `json:"creator"`
 		}
@@ -585,8 +584,9 @@ type Cache struct {
 	// levels: power levels event ID -> its parsed content, for the senders' power
 	// levels of reverse topological power ordering. Cleared at maxLevels entries.
 	levels map[string]*gomatrixserverlib.PowerLevelContent
-	// rules: what the authorization rules parsed of power levels and create events.
-	rules *ruleMemo
+	// authorize applies the authorization rules, keeping what they parse of power
+	// levels and create events (authrules.NewAuthorizer).
+	authorize func(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error
 }
 
 // maxMainlines bounds Cache.mainline; maxPLParents bounds Cache.plParent.
@@ -606,7 +606,7 @@ const maxAuthChecks = 1 << 16
 func NewCache() *Cache {
 	return &Cache{plParent: map[string]string{}, mainline: map[string]map[string]int64{}, allowed: map[string]bool{},
 		needed: map[string][]gomatrixserverlib.StateKeyTuple{}, plain: map[string]error{},
-		levels: map[string]*gomatrixserverlib.PowerLevelContent{}, rules: newRuleMemo()}
+		levels: map[string]*gomatrixserverlib.PowerLevelContent{}, authorize: authrules.NewAuthorizer()}
 }
 
 // authCheckKey names one authorization check: the event ID, then the IDs of the
@@ -627,13 +627,13 @@ func authCheckKey(id string, byKey map[Key]gomatrixserverlib.PDU) string {
 	return string(b)
 }
 
-// allowedCached is allowed with its outcome kept in the Cache.
+// allowedCached is check with its outcome kept in the Cache.
 func (c *Cache) allowedCached(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU) bool {
 	k := authCheckKey(p.EventID(), byKey)
 	if ok, hit := c.lookupAllowed(k); hit {
 		return ok
 	}
-	ok := allowed(p, byKey, c.rules) == nil
+	ok := c.check(p, byKey) == nil
 	c.noteAllowed(k, ok)
 	return ok
 }
@@ -669,8 +669,8 @@ func byStateKey(events []gomatrixserverlib.PDU) (byKey map[Key]gomatrixserverlib
 	return byKey, true
 }
 
-// Authorized reports whether the authorization rules (gomatrixserverlib.Allowed,
-// the room version's rules; Matrix spec v1.19, "Authorisation rules") allow p
+// Authorized reports whether the authorization rules (authrules.Authorize: the
+// room version's rules; Matrix spec v1.19, "Authorisation rules") allow p
 // against authEvents, one event per state key, and keeps the outcome in c: the
 // iterative auth checks of later resolutions with c look it up instead of checking
 // p against the same events again (an event's check against its own auth events is
@@ -679,7 +679,7 @@ func byStateKey(events []gomatrixserverlib.PDU) (byKey map[Key]gomatrixserverlib
 func (c *Cache) Authorized(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) bool {
 	byKey, ok := byStateKey(authEvents)
 	if !ok {
-		return allowedList(p, authEvents, c.rules) == nil
+		return c.authorize(p, authEvents) == nil
 	}
 	return c.allowedCached(p, byKey)
 }
@@ -699,14 +699,14 @@ func (c *Cache) allowedOnce(p gomatrixserverlib.PDU, authEvents []gomatrixserver
 	case spec.MRoomCreate, spec.MRoomAliases, spec.MRoomMember, spec.MRoomPowerLevels, spec.MRoomRedaction:
 		// gomatrixserverlib picks its rules by type, state key or not: these
 		// types' rules read the content even without a state key.
-		err := allowedList(p, authEvents, c.rules)
+		err := c.authorize(p, authEvents)
 		if p.StateKey() != nil {
 			c.note(p, authEvents, err == nil)
 		}
 		return err
 	}
 	if p.StateKey() != nil {
-		err := allowedList(p, authEvents, c.rules)
+		err := c.authorize(p, authEvents)
 		c.note(p, authEvents, err == nil)
 		return err
 	}
@@ -725,7 +725,7 @@ func (c *Cache) allowedOnce(p gomatrixserverlib.PDU, authEvents []gomatrixserver
 	if err, ok := c.plain[string(key)]; ok {
 		return err
 	}
-	err := allowedList(p, authEvents, c.rules)
+	err := c.authorize(p, authEvents)
 	if len(c.plain) >= maxAuthChecks {
 		clear(c.plain)
 	}
@@ -926,7 +926,7 @@ func (st *stateRes) iterativeAuthChecks(ids []string) error {
 			if err != nil {
 				return err
 			}
-			ok = allowed(fp, byKey, st.cache.rules) == nil
+			ok = st.cache.check(fp, byKey) == nil
 			st.cache.noteAllowed(k, ok)
 		}
 		if ok {
@@ -956,84 +956,12 @@ func (c *Cache) neededFor(p gomatrixserverlib.PDU) []gomatrixserverlib.StateKeyT
 	return t
 }
 
-// allowed runs the authorization rules with the given auth events (allowedList);
-// a panic inside them counts as not allowed.
-func allowed(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU, memo *ruleMemo) error {
+// check runs the authorization rules with the given auth events, one per key
+// (authrules.Authorize), keeping what they parse in c.
+func (c *Cache) check(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU) error {
 	list := make([]gomatrixserverlib.PDU, 0, len(byKey))
 	for _, e := range byKey {
 		list = append(list, e)
 	}
-	return allowedList(p, list, memo)
-}
-
-// allowedList is allowed for a list of auth events: this package's rules
-// (CheckRules, what they parse kept in memo, which may be nil), then
-// gomatrixserverlib's Allowed.
-func allowedList(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU, memo *ruleMemo) (err error) {
-	defer func() {
-		if rec := recover(); rec != nil {
-			err = fmt.Errorf("%w: event %s: gomatrixserverlib panicked: %v", ErrRejected, p.EventID(), rec)
-		}
-	}()
-	if err := checkRulesList(p, list, memo); err != nil {
-		return err // our rules first (authrules_check.go)
-	}
-	ae, err := gomatrixserverlib.NewAuthEvents(list)
-	if err != nil {
-		return err
-	}
-	return gomatrixserverlib.Allowed(p, ae, pdu.UserIDForSender)
-}
-
-// AuthorizeList checks a PDU against the given auth events (at most one per state
-// key; the last counts): this package's rules (CheckRules: Matrix spec v1.19,
-// "Authorisation rules" of each room version, all but the rules on the event's own
-// auth_events list, which CheckAuthEvents applies), then gomatrixserverlib's
-// Allowed. It keeps nothing between calls. It returns nil when the event is
-// allowed, else an error (an *AuthRuleError where this package's rules decided); a
-// panic in gomatrixserverlib is returned as an error wrapping ErrRejected.
-func AuthorizeList(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error {
-	return allowedList(p, authEvents, nil)
-}
-
-// NewAuthorizer returns AuthorizeList keeping what the rules parse of power
-// levels and create events (by room and event ID) from one call to the next: for
-// one event source, in which an event ID names one event (a room's events; never
-// fixtures of several rooms). A check against a power levels event with
-// thousands of users otherwise parses all of them. The function is not safe for
-// concurrent use.
-func NewAuthorizer() func(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error {
-	memo := newRuleMemo()
-	return func(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error {
-		return allowedList(p, authEvents, memo)
-	}
-}
-
-// AuthorizeAgainst checks a PDU against a whole state map: the entries the
-// authorization rules read for it (and, in room versions whose create event is
-// implied by the room ID, the create event from its auth_events). It returns nil
-// when the event is allowed, an error wrapping ErrRejected otherwise.
-func AuthorizeAgainst(p gomatrixserverlib.PDU, state StateMap, src EventSource) error {
-	byKey := map[Key]gomatrixserverlib.PDU{}
-	for _, t := range gomatrixserverlib.StateNeededForAuth([]gomatrixserverlib.PDU{p}).Tuples() {
-		if id, ok := state[Key{Type: t.EventType, StateKey: t.StateKey}]; ok {
-			e, err := src.Event(id)
-			if err != nil {
-				return fmt.Errorf("%w: %s: %v", errNoEvent, id, err)
-			}
-			byKey[Key{Type: t.EventType, StateKey: t.StateKey}] = e
-		}
-	}
-	ck := Key{Type: spec.MRoomCreate, StateKey: ""}
-	if _, ok := byKey[ck]; !ok && p.Type() != spec.MRoomCreate {
-		if id, ok := state[ck]; ok {
-			if e, err := src.Event(id); err == nil {
-				byKey[ck] = e
-			}
-		}
-	}
-	if err := allowed(p, byKey, nil); err != nil {
-		return fmt.Errorf("%w: event %s: %v", ErrRejected, p.EventID(), err)
-	}
-	return nil
+	return c.authorize(p, list)
 }

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Mutation check of state resolution: each mutant breaks resolver/ one
+# Mutation check of state resolution: each mutant breaks resolver/ (or authrules/) one
 # way, in a copy of the working tree, and the checks below must fail on it. A
 # mutant that no longer applies (the code it edits changed) is reported as such
 # and fails the run, so the list is kept up to date with the code.
@@ -28,12 +28,12 @@ tiebreak-level|resolver/statres.go|s/items\[id\] = orderItem\{id: id, major: -pl
 authdiff-maps|resolver/maps.go|s/(\t\t\tfor _, o := range chains) \{/$1\[:1\] {/
 authdiff-index|resolver/conflicts.go|s/(\t\tif !in \{\n\t\t\tdiff = append\(diff, idx\.ID\(x\)\)\n\t\t\})/$1\n\t\tif len(diff) > 0 \&\& len(diff)%2 == 0 {\n\t\t\tdiff = diff[1:]\n\t\t}/
 subgraph|resolver/maps.go|s/(\t\tif r \{\n\t\t\tout\[id\] = true\n\t\t\})/\t\tif r \&\& len(w.seen) < 0 {\n\t\t\tout[id] = true\n\t\t}/
-receipt-rules|resolver/statres.go|s/(\t\t\tok = allowed\(fp, byKey, st\.cache\.rules\) == nil\n)/$1\t\t\tif ok {\n\t\t\t\tvar own []gomatrixserverlib.PDU\n\t\t\t\tfor _, a := range p.AuthEventIDs() {\n\t\t\t\t\tif ae, err := st.full(a); err == nil {\n\t\t\t\t\t\town = append(own, ae)\n\t\t\t\t\t}\n\t\t\t\t}\n\t\t\t\tok = CheckAuthEvents(fp, own, st.src.Rejected, nil) == nil\n\t\t\t}\n/
+receipt-rules|resolver/statres.go|s/(\t\t\tok = st\.cache\.check\(fp, byKey\) == nil\n)/$1\t\t\tif ok {\n\t\t\t\tvar own []gomatrixserverlib.PDU\n\t\t\t\tfor _, a := range p.AuthEventIDs() {\n\t\t\t\t\tif ae, err := st.full(a); err == nil {\n\t\t\t\t\t\town = append(own, ae)\n\t\t\t\t\t}\n\t\t\t\t}\n\t\t\t\tok = authrules.CheckAuthEvents(fp, own, st.src.Rejected, nil) == nil\n\t\t\t}\n/
 v21-unconflicted|resolver/statres.go|s/if st\.in\.algo == gomatrixserverlib\.StateResV2_1 \|\| st\.in\.unconflicted == nil \{/if st.in.unconflicted == nil {/
 rejected-auth|resolver/statres.go|s/(\t\tfor _, a := range p\.AuthEventIDs\(\) \{\n)\t\t\tif st\.src\.Rejected\(a\) \{\n\t\t\t\tcontinue\n\t\t\t\}\n/$1/
 sender-level-state|resolver/statres.go|s/(\tvar plEvent, createEvent gomatrixserverlib\.PDU\n)/$1\tif id, ok, _ := st.lookup(Key{Type: spec.MRoomPowerLevels, StateKey: ""}); ok {\n\t\tif e, err := st.event(id); err == nil {\n\t\t\tplEvent = e\n\t\t}\n\t}\n/
 create-power-event|resolver/statres.go|s/(\tcase spec\.MRoomPowerLevels, spec\.MRoomJoinRules):\n\t\treturn p\.StateKeyEquals/$1, spec.MRoomCreate:\n\t\treturn p.StateKeyEquals/
-rules-memo-shared|resolver/authrules_check.go|s/(func newRuleMemo\(\) \*ruleMemo \{\n)/var sharedMemo = func() *ruleMemo {\n\tl, _ := lru.New[string, *levels](memoLevels)\n\tc, _ := lru.New[string, createFacts](memoCreate)\n\treturn \&ruleMemo{pl: l, create: c}\n}()\n\n$1\treturn sharedMemo\n/
+rules-memo-shared|authrules/check.go|s/(func newRuleMemo\(\) \*ruleMemo \{\n)/var sharedMemo = func() *ruleMemo {\n\tl, _ := lru.New[string, *levels](memoLevels)\n\tc, _ := lru.New[string, createFacts](memoCreate)\n\treturn \&ruleMemo{pl: l, create: c}\n}()\n\n$1\treturn sharedMemo\n/
 '
 
 checks() {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/matrix-org/gomatrixserverlib"
 
+	"github.com/mtxdb/mtxdb/authrules"
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/resolver"
@@ -79,7 +80,7 @@ func replay(version gomatrixserverlib.RoomVersion, events []gomatrixserverlib.PD
 			if len(prevs) < len(e.PrevEventIDs()) {
 				continue
 			}
-			before, err := specres.Resolve(version, prevs, src, resolver.AuthorizeList)
+			before, err := specres.Resolve(version, prevs, src, authrules.Authorize)
 			if err != nil {
 				return nil, fmt.Errorf("before %s: %w", e.EventID(), err)
 			}
@@ -91,7 +92,7 @@ func replay(version gomatrixserverlib.RoomVersion, events []gomatrixserverlib.PD
 			for k, v := range before {
 				s[k] = v
 			}
-			if resolver.AuthorizeList(e, auth) == nil {
+			if authrules.Authorize(e, auth) == nil {
 				s[specres.Key{Type: e.Type(), StateKey: *e.StateKey()}] = e.EventID()
 			} else {
 				src.rejected[e.EventID()] = true
@@ -112,7 +113,7 @@ func replay(version gomatrixserverlib.RoomVersion, events []gomatrixserverlib.PD
 			leaves = append(leaves, after[e.EventID()])
 		}
 	}
-	return specres.Resolve(version, leaves, src, resolver.AuthorizeList)
+	return specres.Resolve(version, leaves, src, authrules.Authorize)
 }
 
 func diff(got, want specres.StateMap) string {
@@ -203,7 +204,7 @@ func TestRumaVectors(t *testing.T) {
 				for _, p := range bt {
 					maps = append(maps, single(p))
 				}
-				if prev, err = specres.Resolve(version, maps, src, resolver.AuthorizeList); err != nil {
+				if prev, err = specres.Resolve(version, maps, src, authrules.Authorize); err != nil {
 					break
 				}
 			}
@@ -212,7 +213,7 @@ func TestRumaVectors(t *testing.T) {
 			for _, p := range all {
 				maps = append(maps, single(p))
 			}
-			got, err = specres.Resolve(version, maps, src, resolver.AuthorizeList)
+			got, err = specres.Resolve(version, maps, src, authrules.Authorize)
 			check("atomic", got, err)
 		case "state_maps":
 			var maps []specres.StateMap
@@ -235,7 +236,7 @@ func TestRumaVectors(t *testing.T) {
 				}
 				maps = append(maps, m)
 			}
-			got, err := specres.Resolve(version, maps, src, resolver.AuthorizeList)
+			got, err := specres.Resolve(version, maps, src, authrules.Authorize)
 			check("state_maps", got, err)
 		default:
 			t.Fatalf("%s: unknown mode %q", c.Name, c.Mode)
@@ -258,7 +259,7 @@ func TestMainlineScenario(t *testing.T) {
 		maps = append(maps, single(p))
 	}
 	topic, pl := specres.Key{Type: "m.room.topic"}, specres.Key{Type: "m.room.power_levels"}
-	atomic, err := specres.Resolve(version, maps, src, resolver.AuthorizeList)
+	atomic, err := specres.Resolve(version, maps, src, authrules.Authorize)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,11 +278,11 @@ func TestMainlineScenario(t *testing.T) {
 func TestErrors(t *testing.T) {
 	src := &source{events: map[string]gomatrixserverlib.PDU{}, rejected: map[string]bool{}}
 	for _, v := range []gomatrixserverlib.RoomVersion{"1", "13", "org.example.custom", ""} {
-		if _, err := specres.Resolve(v, nil, src, resolver.AuthorizeList); !errors.Is(err, specres.ErrUnsupported) {
+		if _, err := specres.Resolve(v, nil, src, authrules.Authorize); !errors.Is(err, specres.ErrUnsupported) {
 			t.Errorf("version %q: %v, want ErrUnsupported", v, err)
 		}
 	}
-	_, err := specres.Resolve("10", []specres.StateMap{{{Type: "m.room.topic"}: "$missing"}}, src, resolver.AuthorizeList)
+	_, err := specres.Resolve("10", []specres.StateMap{{{Type: "m.room.topic"}: "$missing"}}, src, authrules.Authorize)
 	if !errors.Is(err, specres.ErrInput) || !strings.Contains(err.Error(), "$missing") {
 		t.Errorf("missing event: %v", err)
 	}
@@ -315,7 +316,7 @@ func roomEvents(t *testing.T, dir string) (gomatrixserverlib.RoomVersion, []goma
 // referenceReplay replays events (a topological order) through the reference:
 // the state before an event resolves the states after its prev_events (those the
 // room holds), the event is rejected when it fails the rules on its own auth
-// events (resolver.CheckAuthEvents, then the rules against them) or against the
+// events (authrules.CheckAuthEvents, then the rules against them) or against the
 // state before it; the state after is the state before plus the event unless
 // rejected or not a state event. It returns the state after each event.
 func referenceReplay(t *testing.T, version gomatrixserverlib.RoomVersion, events []gomatrixserverlib.PDU) map[string]specres.StateMap {
@@ -336,7 +337,7 @@ func referenceReplay(t *testing.T, version gomatrixserverlib.RoomVersion, events
 				prevs = append(prevs, s)
 			}
 		}
-		before, err := specres.Resolve(version, prevs, src, resolver.AuthorizeList)
+		before, err := specres.Resolve(version, prevs, src, authrules.Authorize)
 		if err != nil {
 			t.Fatalf("before %s: %v", e.EventID(), err)
 		}
@@ -349,13 +350,13 @@ func referenceReplay(t *testing.T, version gomatrixserverlib.RoomVersion, events
 				missing = true
 			}
 		}
-		rejected := missing || resolver.CheckAuthEvents(e, own, src.Rejected, create) != nil || resolver.AuthorizeList(e, own) != nil
+		rejected := missing || authrules.CheckAuthEvents(e, own, src.Rejected, create) != nil || authrules.Authorize(e, own) != nil
 		if !rejected {
 			state, err := specres.AuthEventsFrom(version, e, before, src)
 			if err != nil {
 				t.Fatal(err)
 			}
-			rejected = resolver.AuthorizeList(e, state) != nil
+			rejected = authrules.Authorize(e, state) != nil
 		}
 		s := clone(before)
 		if rejected {

@@ -14,7 +14,7 @@ import (
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
 
-	"github.com/mtxdb/mtxdb/resolver"
+	"github.com/mtxdb/mtxdb/authrules"
 	"github.com/mtxdb/mtxdb/resolver/specres"
 )
 
@@ -34,9 +34,9 @@ import (
 //   - E's rejection, as the checks on receipt of a PDU decide it (Matrix spec
 //     v1.19, Server-Server API, "Checks performed on receipt of a PDU", checks 4
 //     and 5):
-//     resolver.CheckAuthEvents (the rules on the auth_events list itself) and
-//     resolver.AuthorizeList against the events E's auth_events name, then
-//     resolver.AuthorizeList against specres.AuthEventsFrom of the state before;
+//     authrules.CheckAuthEvents (the rules on the auth_events list itself) and
+//     authrules.Authorize against the events E's auth_events name, then
+//     authrules.Authorize against specres.AuthEventsFrom of the state before;
 //   - the state after E: the state before, with E at its key when E is an
 //     accepted state event.
 //
@@ -192,7 +192,7 @@ func (r *room) reference(sampled []int32) error {
 		go func() {
 			defer wg.Done()
 			w := *ck
-			w.auth = resolver.NewAuthorizer()
+			w.auth = authrules.NewAuthorizer()
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(checked) {
@@ -362,7 +362,7 @@ type refChecker struct {
 	// pdus are the room's events as the reference reads them (refPDU), by index.
 	pdus []gomatrixserverlib.PDU
 	// auth is the rules, with what they parse kept for the room
-	// (resolver.NewAuthorizer): one per worker, it is not safe for concurrent use.
+	// (authrules.NewAuthorizer): one per worker, it is not safe for concurrent use.
 	auth func(gomatrixserverlib.PDU, []gomatrixserverlib.PDU) error
 }
 
@@ -396,7 +396,7 @@ func (c *refChecker) Rejected(id string) bool { return c.r.Rejected(id) }
 
 func newRefChecker(r *room) *refChecker {
 	c := &refChecker{r: r, version: r.ver.Version(), pdus: make([]gomatrixserverlib.PDU, len(r.events)),
-		auth: resolver.NewAuthorizer()}
+		auth: authrules.NewAuthorizer()}
 	for i, e := range r.events {
 		c.pdus[i] = refPDU{PDU: e.pdu, authIDs: e.pdu.AuthEventIDs()}
 	}
@@ -539,7 +539,7 @@ func (c *refChecker) rejection(e *event, state specres.StateMap) (string, error)
 	if c.create != nil && e.pdu.Type() != spec.MRoomCreate {
 		create = c.create
 	}
-	if err := resolver.CheckAuthEvents(e.pdu, own, c.r.Rejected, create); err != nil {
+	if err := authrules.CheckAuthEvents(e.pdu, own, c.r.Rejected, create); err != nil {
 		return "against its auth events: " + err.Error(), nil
 	}
 	if err := c.authorize(e.pdu, own); err != nil {

@@ -7,23 +7,23 @@ import (
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
 
-	"github.com/mtxdb/mtxdb/resolver"
+	"github.com/mtxdb/mtxdb/authrules"
 )
 
 // Authorize checks ev against authEvents, the state events it is checked against
 // (the state before it, or the auth events it will cite; at most one per (type,
 // state_key), the last counts), with mtxdb's authorization rules of ev's room
-// version (spec, Room Versions, "Authorization rules"; resolver.AuthorizeList). It
-// returns nil when ev is allowed, else the rejection: an *resolver.AuthRuleError
+// version (spec, Room Versions, "Authorization rules"; authrules.Authorize). It
+// returns nil when ev is allowed, else the rejection: a *authrules.RuleError
 // naming the rule where mtxdb's rules decided, gomatrixserverlib's error otherwise,
 // or an error wrapping ErrPanic. userIDForSender is used only for room versions
 // outside 1-12 (package doc).
 func Authorize(ev gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU, userIDForSender spec.UserIDForSender) (err error) {
 	defer recoverAuth(ev, &err)
-	if resolver.AuthRules(string(ev.Version())) == nil {
+	if authrules.Rules(string(ev.Version())) == nil {
 		return allowedOther(ev, authEvents, userIDForSender)
 	}
-	return resolver.AuthorizeList(ev, authEvents)
+	return authrules.Authorize(ev, authEvents)
 }
 
 // Allowed is Authorize with the auth events taken from an AuthEventProvider, the
@@ -42,7 +42,7 @@ func Allowed(ev gomatrixserverlib.PDU, provider gomatrixserverlib.AuthEventProvi
 // AuthorizeReceived checks an event received over federation against its own
 // auth_events: authEvents are the events its auth_events name that the server has,
 // rejected ones included. It applies the rules on the auth_events list
-// (resolver.CheckAuthEvents; in room version 12 with the create event the room ID
+// (authrules.CheckAuthEvents; in room version 12 with the create event the room ID
 // names, from authEvents or src.Load), then Authorize against the entries.
 // src.Rejected tells rejected entries. Results as Authorize. For room versions
 // outside 1-12 it is gomatrixserverlib's Allowed against the entries not rejected,
@@ -50,7 +50,7 @@ func Allowed(ev gomatrixserverlib.PDU, provider gomatrixserverlib.AuthEventProvi
 func AuthorizeReceived(ev gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU, src Source) (err error) {
 	defer recoverAuth(ev, &err)
 	rejected := func(id string) bool { return src.Rejected != nil && src.Rejected(id) }
-	if resolver.AuthRules(string(ev.Version())) == nil {
+	if authrules.Rules(string(ev.Version())) == nil {
 		accepted := make([]gomatrixserverlib.PDU, 0, len(authEvents))
 		for _, a := range authEvents {
 			if !rejected(a.EventID()) {
@@ -63,14 +63,14 @@ func AuthorizeReceived(ev gomatrixserverlib.PDU, authEvents []gomatrixserverlib.
 	if err != nil {
 		return err
 	}
-	if err := resolver.CheckAuthEvents(ev, authEvents, rejected, create); err != nil {
+	if err := authrules.CheckAuthEvents(ev, authEvents, rejected, create); err != nil {
 		return err
 	}
 	list := authEvents
 	if create != nil {
 		list = append(append(make([]gomatrixserverlib.PDU, 0, len(authEvents)+1), create), authEvents...)
 	}
-	return resolver.AuthorizeList(ev, list)
+	return authrules.Authorize(ev, list)
 }
 
 // impliedCreate returns, in room version 12, the create event the room ID names

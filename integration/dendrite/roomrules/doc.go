@@ -27,13 +27,13 @@
 // # Authorisation
 //
 // Authorize and Allowed check an event against the state it is sent or received
-// into with resolver.AuthorizeList (spec, Room Versions, "Authorization rules": this
+// into with authrules.Authorize (spec, Room Versions, "Authorization rules": this
 // module's rules, which name the rule that rejects, then gomatrixserverlib's Allowed).
 // AuthorizeReceived also applies the rules on the event's own auth_events
-// (resolver.CheckAuthEvents: duplicates, entries the auth events selection does not
+// (authrules.CheckAuthEvents: duplicates, entries the auth events selection does not
 // name, rejected entries, entries of another room; in v12 the create event the room
 // ID names), which gomatrixserverlib's Allowed skips. A rejection is an
-// *resolver.AuthRuleError whose text names the room version, the rule number, its ID
+// *authrules.RuleError whose text names the room version, the rule number, its ID
 // and what broke it, for the server's log.
 //
 // # Room versions outside 1-12

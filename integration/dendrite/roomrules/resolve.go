@@ -9,6 +9,7 @@ import (
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
 
+	"github.com/mtxdb/mtxdb/authrules"
 	"github.com/mtxdb/mtxdb/resolver"
 )
 
@@ -72,7 +73,7 @@ func Resolve(version gomatrixserverlib.RoomVersion, states [][]gomatrixserverlib
 	if err := es.loadAuthChains(); err != nil {
 		return nil, err
 	}
-	if resolver.AuthRules(string(version)) == nil {
+	if authrules.Rules(string(version)) == nil {
 		return resolveOther(version, maps, es, src)
 	}
 	res, err := resolver.ResolveMaps(version, maps, es)

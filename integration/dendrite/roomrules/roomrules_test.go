@@ -10,7 +10,7 @@ import (
 
 	"github.com/matrix-org/gomatrixserverlib"
 
-	"github.com/mtxdb/mtxdb/resolver"
+	"github.com/mtxdb/mtxdb/authrules"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
 
@@ -136,9 +136,9 @@ func TestAuthorizeNamesRule(t *testing.T) {
 	// Alice's power levels change checked against a state without her membership.
 	ev := events["$01-m-room-power_levels"]
 	err := Authorize(ev, []gomatrixserverlib.PDU{events["$00-m-room-create"], events["$00-m-room-power_levels"]}, nil)
-	var rule *resolver.AuthRuleError
+	var rule *authrules.RuleError
 	if !errors.As(err, &rule) {
-		t.Fatalf("got %v, want an *resolver.AuthRuleError", err)
+		t.Fatalf("got %v, want a *authrules.RuleError", err)
 	}
 	t.Logf("rejection: %v", err)
 	// Against its own auth events it passes.
@@ -165,7 +165,7 @@ func TestAuthorizeReceivedRejectedEntry(t *testing.T) {
 		auth = append(auth, events[id])
 	}
 	err := AuthorizeReceived(ev, auth, src)
-	var rule *resolver.AuthRuleError
+	var rule *authrules.RuleError
 	if !errors.As(err, &rule) || rule.Rule.ID != "auth_events.rejected" {
 		t.Fatalf("got %v, want rule auth_events.rejected", err)
 	}

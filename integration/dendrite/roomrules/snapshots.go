@@ -12,6 +12,7 @@ import (
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
 
+	"github.com/mtxdb/mtxdb/authrules"
 	"github.com/mtxdb/mtxdb/resolver"
 )
 
@@ -275,7 +276,7 @@ func ResolveSnapshots(version gomatrixserverlib.RoomVersion, st SnapshotStates, 
 			changes, err = nil, fmt.Errorf("%w: state resolution of room version %s: %v", ErrPanic, version, rec)
 		}
 	}()
-	if resolver.AuthRules(string(version)) == nil {
+	if authrules.Rules(string(version)) == nil {
 		return nil, ErrUseLists
 	}
 	if v, err := gomatrixserverlib.GetRoomVersion(version); err != nil || v.StateResAlgorithm() == gomatrixserverlib.StateResV1 {

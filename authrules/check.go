@@ -1,4 +1,4 @@
-package resolver
+package authrules
 
 import (
 	"bytes"
@@ -17,10 +17,10 @@ import (
 	"github.com/matrix-org/gomatrixserverlib/spec"
 )
 
-// AuthDecision is the rule that decided an event: the rule that allowed it, or (as
-// an *AuthRuleError) the one that rejected it.
-type AuthDecision struct {
-	Rule    AuthRule
+// decision is the rule that decided an event: the rule that allowed it, or (as
+// a *RuleError) the one that rejected it.
+type decision struct {
+	Rule    Rule
 	Allowed bool
 }
 
@@ -32,7 +32,7 @@ type AuthDecision struct {
 // rejected entries, no m.room.create (1-11), entries of another room. It also
 // applies v12's rule 2 (the room_id names an accepted create event) when create is
 // given. rejected reports an entry's rejection. It returns nil or an
-// *AuthRuleError. gomatrixserverlib's Allowed applies none of these: its
+// *RuleError. gomatrixserverlib's Allowed applies none of these: its
 // NewAuthEvents keeps the last event per key. Versions other than 1-12: nil.
 func CheckAuthEvents(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU, rejected func(id string) bool, create gomatrixserverlib.PDU) error {
 	v := ruleVersion(string(p.Version()))
@@ -40,7 +40,7 @@ func CheckAuthEvents(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU, reje
 		return nil
 	}
 	fail := func(id, f string, args ...any) error {
-		return &AuthRuleError{Version: string(p.Version()), Rule: rule(v, id), Detail: fmt.Sprintf(f, args...)}
+		return &RuleError{Version: string(p.Version()), Rule: rule(v, id), Detail: fmt.Sprintf(f, args...)}
 	}
 	if v >= 12 {
 		if err := checkRoomIDCreate(v, p, create, rejected); err != nil {
@@ -50,7 +50,7 @@ func CheckAuthEvents(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU, reje
 	if v >= 12 {
 		auth = citedOnly(p, auth)
 	}
-	seen := map[Key]string{}
+	seen := map[key]string{}
 	for _, a := range auth {
 		if a.StateKey() == nil {
 			return fail("auth_events.selection", "auth event %s (%s) is not a state event", a.EventID(), a.Type())
@@ -74,7 +74,7 @@ func CheckAuthEvents(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU, reje
 		}
 	}
 	if v <= 11 {
-		if _, ok := seen[Key{Type: spec.MRoomCreate, StateKey: ""}]; !ok {
+		if _, ok := seen[key{Type: spec.MRoomCreate, StateKey: ""}]; !ok {
 			return fail("auth_events.no_create", "no m.room.create among its %d auth events", len(auth))
 		}
 	}
@@ -92,7 +92,7 @@ func CheckAuthEvents(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU, reje
 // implies, which the rules must not count as cited.
 func citedOnly(p gomatrixserverlib.PDU, auth []gomatrixserverlib.PDU) []gomatrixserverlib.PDU {
 	createID := "$" + strings.TrimPrefix(p.RoomID().String(), "!")
-	if !namesImpliedCreate(p) {
+	if !bytes.Contains(p.JSON(), []byte(`"`+createID+`"`)) {
 		// The JSON never names the create event: any in auth is the implied one
 		// (the common case; no need to decode the whole event).
 		out := make([]gomatrixserverlib.PDU, 0, len(auth))
@@ -127,12 +127,12 @@ func checkRoomIDCreate(v int, p gomatrixserverlib.PDU, create gomatrixserverlib.
 	r := rule(v, "room_id.create")
 	switch {
 	case create == nil:
-		return &AuthRuleError{Version: string(p.Version()), Rule: r, Detail: fmt.Sprintf("no m.room.create for room %s", p.RoomID().String())}
+		return &RuleError{Version: string(p.Version()), Rule: r, Detail: fmt.Sprintf("no m.room.create for room %s", p.RoomID().String())}
 	case "!"+strings.TrimPrefix(create.EventID(), "$") != p.RoomID().String():
-		return &AuthRuleError{Version: string(p.Version()), Rule: r,
+		return &RuleError{Version: string(p.Version()), Rule: r,
 			Detail: fmt.Sprintf("room %s is not named after the create event %s", p.RoomID().String(), create.EventID())}
 	case rejected != nil && rejected(create.EventID()):
-		return &AuthRuleError{Version: string(p.Version()), Rule: r, Detail: fmt.Sprintf("the create event %s was rejected", create.EventID())}
+		return &RuleError{Version: string(p.Version()), Rule: r, Detail: fmt.Sprintf("the create event %s was rejected", create.EventID())}
 	}
 	return nil
 }
@@ -140,28 +140,28 @@ func checkRoomIDCreate(v int, p gomatrixserverlib.PDU, create gomatrixserverlib.
 // selectionKeys is the set of (type, state_key) the auth events selection names for
 // p (Matrix spec v1.19, Server-Server API, "Auth events selection"; v12 leaves out
 // m.room.create: its room ID implies it).
-func selectionKeys(v int, p gomatrixserverlib.PDU) map[Key]bool {
-	keys := map[Key]bool{
+func selectionKeys(v int, p gomatrixserverlib.PDU) map[key]bool {
+	keys := map[key]bool{
 		{Type: spec.MRoomPowerLevels, StateKey: ""}:              true,
 		{Type: spec.MRoomMember, StateKey: string(p.SenderID())}: true,
 	}
 	if v <= 11 {
-		keys[Key{Type: spec.MRoomCreate, StateKey: ""}] = true
+		keys[key{Type: spec.MRoomCreate, StateKey: ""}] = true
 	}
 	if p.Type() != spec.MRoomMember || p.StateKey() == nil {
 		return keys
 	}
-	keys[Key{Type: spec.MRoomMember, StateKey: *p.StateKey()}] = true
+	keys[key{Type: spec.MRoomMember, StateKey: *p.StateKey()}] = true
 	c := memberContent(p)
 	switch c.Membership {
 	case spec.Join, spec.Invite, spec.Knock:
-		keys[Key{Type: spec.MRoomJoinRules, StateKey: ""}] = true
+		keys[key{Type: spec.MRoomJoinRules, StateKey: ""}] = true
 	}
 	if c.Membership == spec.Invite && c.ThirdPartyInvite != nil && c.ThirdPartyInvite.Signed.Token != "" {
-		keys[Key{Type: spec.MRoomThirdPartyInvite, StateKey: c.ThirdPartyInvite.Signed.Token}] = true
+		keys[key{Type: spec.MRoomThirdPartyInvite, StateKey: c.ThirdPartyInvite.Signed.Token}] = true
 	}
 	if c.Membership == spec.Join && c.Via != "" && v >= 8 {
-		keys[Key{Type: spec.MRoomMember, StateKey: c.Via}] = true
+		keys[key{Type: spec.MRoomMember, StateKey: c.Via}] = true
 	}
 	return keys
 }
@@ -189,43 +189,38 @@ func memberContent(p gomatrixserverlib.PDU) memberFields {
 type authCtx struct {
 	v      int
 	p      gomatrixserverlib.PDU
-	byKey  map[Key]gomatrixserverlib.PDU
+	byKey  map[key]gomatrixserverlib.PDU
 	create gomatrixserverlib.PDU
 	pl     *levels   // nil: no m.room.power_levels
 	memo   *ruleMemo // nil: parse what the rules read every time
 }
 
-// CheckRules applies the authorization rules of p's room version (1-12) other than
+// checkRules applies the authorization rules of p's room version (1-12) other than
 // the auth_events ones to p against the auth events in byKey (one per key: its
 // auth events, or the state before it), and returns the rule that decided: allowed,
-// or rejected as an *AuthRuleError. In v12 the create event comes from create (the
+// or rejected as a *RuleError. In v12 the create event comes from create (the
 // room ID names it), in 1-11 from byKey; v12's rule 2 (the room ID names the
 // accepted create event) is CheckAuthEvents' (on receipt: state resolution takes
 // the create event it is given, as the Ruma v12 vectors, whose room IDs are made
 // up, require). Rules that need the servers' signing keys
 // (member.via.signature) are not applied here. Versions other than 1-12 return a
-// zero decision and nil.
-func CheckRules(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU, create gomatrixserverlib.PDU) (AuthDecision, error) {
-	return checkRules(p, byKey, create, nil)
-}
-
-// checkRules is CheckRules with what it parses of power levels and create events
-// kept in memo (nil: none kept).
-func checkRules(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU, create gomatrixserverlib.PDU, memo *ruleMemo) (AuthDecision, error) {
+// zero decision and nil. What it parses of power levels and create events is kept
+// in memo (nil: none kept).
+func checkRules(p gomatrixserverlib.PDU, byKey map[key]gomatrixserverlib.PDU, create gomatrixserverlib.PDU, memo *ruleMemo) (decision, error) {
 	v := ruleVersion(string(p.Version()))
 	if v == 0 {
-		return AuthDecision{}, nil
+		return decision{}, nil
 	}
 	a := &authCtx{v: v, p: p, byKey: byKey, create: create, memo: memo}
 	if v <= 11 || a.create == nil {
-		a.create = byKey[Key{Type: spec.MRoomCreate, StateKey: ""}]
+		a.create = byKey[key{Type: spec.MRoomCreate, StateKey: ""}]
 	}
 	id, ok, detail := a.evaluate()
 	r := rule(v, id)
 	if ok {
-		return AuthDecision{Rule: r, Allowed: true}, nil
+		return decision{Rule: r, Allowed: true}, nil
 	}
-	return AuthDecision{Rule: r}, &AuthRuleError{Version: string(p.Version()), Rule: r, Detail: detail}
+	return decision{Rule: r}, &RuleError{Version: string(p.Version()), Rule: r, Detail: detail}
 }
 
 // evaluate walks the rules in spec order and returns the ID of the deciding rule,
@@ -245,7 +240,7 @@ func (a *authCtx) evaluate() (id string, ok bool, detail string) {
 	if ci := a.createInfo(); ci.noFederate && domainOf(string(p.SenderID())) != domainOf(string(a.create.SenderID())) {
 		return rej("federate", "m.federate is false and the sender %s is not of %s", p.SenderID(), domainOf(string(a.create.SenderID())))
 	}
-	if pe := a.byKey[Key{Type: spec.MRoomPowerLevels, StateKey: ""}]; pe != nil {
+	if pe := a.byKey[key{Type: spec.MRoomPowerLevels, StateKey: ""}]; pe != nil {
 		a.pl = a.memo.levels(v, pe)
 	}
 	if v <= 5 && p.Type() == spec.MRoomAliases {
@@ -464,7 +459,7 @@ func (a *authCtx) thirdPartyInvite(raw json.RawMessage, target, targetM string) 
 	if mxid != target {
 		return rej("invite.tpi.mxid", "mxid %s is not the state_key %s", mxid, target)
 	}
-	ev := a.byKey[Key{Type: spec.MRoomThirdPartyInvite, StateKey: token}]
+	ev := a.byKey[key{Type: spec.MRoomThirdPartyInvite, StateKey: token}]
 	if ev == nil {
 		return rej("invite.tpi.event", "no m.room.third_party_invite with state_key %q", token)
 	}
@@ -637,8 +632,8 @@ type levels struct {
 // events, whose users map may hold thousands of entries. An event ID names one
 // event only within one event source (a store, one ResolveMaps call): made-up IDs
 // in test fixtures name different events in different rooms, and in room versions
-// 1 and 2 an event ID is whatever its server chose. So a ruleMemo lives in a
-// Cache, whose scope is one source, never in the package. A nil *ruleMemo keeps
+// 1 and 2 an event ID is whatever its server chose. So a ruleMemo lives in the
+// function NewAuthorizer returns, whose scope is one source, never in the package. A nil *ruleMemo keeps
 // nothing. Not safe for concurrent use.
 type ruleMemo struct {
 	pl     *lru.Cache[string, *levels]
@@ -839,7 +834,7 @@ func (a *authCtx) creators() []string {
 
 // membership is a user's current membership ("leave" without a member event).
 func (a *authCtx) membership(user string) string {
-	if e := a.byKey[Key{Type: spec.MRoomMember, StateKey: user}]; e != nil {
+	if e := a.byKey[key{Type: spec.MRoomMember, StateKey: user}]; e != nil {
 		if m := memberContent(e).Membership; m != "" {
 			return m
 		}
@@ -850,7 +845,7 @@ func (a *authCtx) membership(user string) string {
 // joinRule is the current join rule ("invite" without a join rules event, as
 // gomatrixserverlib and Synapse read it).
 func (a *authCtx) joinRule() string {
-	if e := a.byKey[Key{Type: spec.MRoomJoinRules, StateKey: ""}]; e != nil {
+	if e := a.byKey[key{Type: spec.MRoomJoinRules, StateKey: ""}]; e != nil {
 		var c struct {
 			JoinRule string `json:"join_rule"`
 		}

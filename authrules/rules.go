@@ -1,4 +1,4 @@
-package resolver
+package authrules
 
 import (
 	"fmt"
@@ -6,10 +6,10 @@ import (
 	"strings"
 )
 
-// AuthRule is one numbered rule of a room version's authorization rules (Matrix spec
+// Rule is one numbered rule of a room version's authorization rules (Matrix spec
 // v1.19, each room version's "Authorisation rules": v1 and v2 share one text,
 // v3-v5 another, v8 and v9 another; v6, v7, v10, v11 and v12 have their own).
-type AuthRule struct {
+type Rule struct {
 	// ID is our stable name for the rule, the same in every version that has it
 	// ("auth_events.duplicate").
 	ID string
@@ -132,24 +132,24 @@ var ruleOutline = []struct {
 	{1, "allow", "otherwise allow", 1, 0},
 }
 
-// MaxRuleVersion is the newest room version whose rules this file numbers.
-const MaxRuleVersion = 12
+// MaxVersion is the newest room version whose rules this package numbers.
+const MaxVersion = 12
 
-// rulesByVersion holds AuthRules per version 1..MaxRuleVersion, and ruleIndex the
+// rulesByVersion holds Rules per version 1..MaxVersion, and ruleIndex the
 // rules by ID.
 var rulesByVersion, ruleIndex = buildRules()
 
-func buildRules() ([][]AuthRule, []map[string]AuthRule) {
-	all := make([][]AuthRule, MaxRuleVersion+1)
-	idx := make([]map[string]AuthRule, MaxRuleVersion+1)
-	for v := 1; v <= MaxRuleVersion; v++ {
-		idx[v] = map[string]AuthRule{}
+func buildRules() ([][]Rule, []map[string]Rule) {
+	all := make([][]Rule, MaxVersion+1)
+	idx := make([]map[string]Rule, MaxVersion+1)
+	for v := 1; v <= MaxVersion; v++ {
+		idx[v] = map[string]Rule{}
 		var counters []int
-		var list []AuthRule
+		var list []Rule
 		for i, e := range ruleOutline {
 			to := e.to
 			if to == 0 {
-				to = MaxRuleVersion
+				to = MaxVersion
 			}
 			if v < e.from || v > to {
 				continue
@@ -167,7 +167,7 @@ func buildRules() ([][]AuthRule, []map[string]AuthRule) {
 			for _, n := range ruleOutline[i+1:] {
 				nto := n.to
 				if nto == 0 {
-					nto = MaxRuleVersion
+					nto = MaxVersion
 				}
 				if v < n.from || v > nto {
 					continue
@@ -175,7 +175,7 @@ func buildRules() ([][]AuthRule, []map[string]AuthRule) {
 				leaf = n.depth <= e.depth
 				break
 			}
-			r := AuthRule{ID: e.id, Num: strings.Join(parts, "."), Text: e.text, Leaf: leaf}
+			r := Rule{ID: e.id, Num: strings.Join(parts, "."), Text: e.text, Leaf: leaf}
 			list = append(list, r)
 			idx[v][e.id] = r
 		}
@@ -184,9 +184,9 @@ func buildRules() ([][]AuthRule, []map[string]AuthRule) {
 	return all, idx
 }
 
-// AuthRules returns the authorization rules of a room version (1-12) in spec order,
+// Rules returns the authorization rules of a room version (1-12) in spec order,
 // numbered as its spec page numbers them; nil for other versions.
-func AuthRules(version string) []AuthRule {
+func Rules(version string) []Rule {
 	v := ruleVersion(version)
 	if v == 0 {
 		return nil
@@ -194,10 +194,10 @@ func AuthRules(version string) []AuthRule {
 	return rulesByVersion[v]
 }
 
-// ruleVersion maps a room version string to 1..MaxRuleVersion, 0 for others.
+// ruleVersion maps a room version string to 1..MaxVersion, 0 for others.
 func ruleVersion(version string) int {
 	v, err := strconv.Atoi(version)
-	if err != nil || v < 1 || v > MaxRuleVersion {
+	if err != nil || v < 1 || v > MaxVersion {
 		return 0
 	}
 	return v
@@ -205,26 +205,26 @@ func ruleVersion(version string) int {
 
 // rule returns the rule id of version v; it panics on an id the version does
 // not have (a programming error: every call names a rule of the outline).
-func rule(v int, id string) AuthRule {
+func rule(v int, id string) Rule {
 	r, ok := ruleIndex[v][id]
 	if !ok {
-		panic(fmt.Sprintf("resolver: room version %d has no authorization rule %q", v, id))
+		panic(fmt.Sprintf("authrules: room version %d has no authorization rule %q", v, id))
 	}
 	return r
 }
 
-// AuthRuleError is a rejection by one authorization rule: the version, the rule
-// (number and ID) and what in the event broke it. It is wrapped with ErrRejected by
-// Resolver.Authorize.
-type AuthRuleError struct {
+// RuleError is a rejection by one authorization rule: the version, the rule
+// (number and ID) and what in the event broke it. CheckAuthEvents and Authorize
+// return it where these rules decide.
+type RuleError struct {
 	Version string
-	Rule    AuthRule
+	Rule    Rule
 	Detail  string
 }
 
 // Error gives the rule and the detail: "authorization rule 2.1 of room version 10
 // (auth_events.duplicate: <rule text>): <detail>".
-func (e *AuthRuleError) Error() string {
+func (e *RuleError) Error() string {
 	return fmt.Sprintf("authorization rule %s of room version %s (%s: %s): %s",
 		e.Rule.Num, e.Version, e.Rule.ID, e.Rule.Text, e.Detail)
 }
