@@ -9,9 +9,9 @@ import (
 // AuthGraph is the auth index of one room for callers that keep the room's events
 // outside a roomstate store (a server's own event tables) and hold its DAG in
 // memory as a roomrecord.Graph: event IDs, auth_events edges and state keys, no
-// PDUs. It answers the auth difference's questions for ResolveWithGraph as the
-// Resolver's own index does (auth children, same-key lineages with jump pointers),
-// in about 250 bytes per event.
+// PDUs. It answers the auth difference's questions for ResolveWithGraph as
+// Replay's index over the graph records does (auth children, same-key lineages
+// with jump pointers), in about 250 bytes per event.
 //
 // An AuthGraph is a snapshot of the Graph it was built from. It fills lineage
 // links and auth depths on first use, so it is not safe for concurrent use: one
@@ -27,11 +27,8 @@ func NewAuthGraph(rg *roomrecord.Graph) *AuthGraph {
 	return &AuthGraph{g: indexGraph(rg)}
 }
 
-// Len returns the number of events the graph holds.
-func (a *AuthGraph) Len() int { return len(a.g.ids) }
-
-// Has reports whether the graph holds an event.
-func (a *AuthGraph) Has(eventID string) bool {
+// has reports whether the graph holds an event.
+func (a *AuthGraph) has(eventID string) bool {
 	_, ok := a.g.index.find(a.g.ids, eventID)
 	return ok
 }
@@ -47,7 +44,7 @@ func (a *AuthGraph) Has(eventID string) bool {
 func (a *AuthGraph) ResolveWithGraph(in ConflictInput, src EventSource) (Resolution, error) {
 	for _, ids := range in.PerState {
 		for _, id := range ids {
-			if !a.Has(id) {
+			if !a.has(id) {
 				return Resolution{}, fmt.Errorf("%w: conflicted event %s is not in the room's auth graph", ErrResolution, id)
 			}
 		}

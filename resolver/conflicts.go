@@ -14,12 +14,13 @@ import (
 // AuthIndex answers the auth-graph questions the auth difference needs without
 // parsing PDUs, over dense handles (int32) for the events of one room: the walks
 // it serves visit thousands of events per resolution in large rooms, and sets of
-// handles cost a fraction of sets of event IDs. Resolver implements it over the
-// room's graph records; callers that hold a room in memory (the testrooms
-// generator) implement it over their own arrays. ResolveConflicts uses it only
-// for the auth difference; the rest of the algorithm reads auth_events from the
-// EventSource (or, when the source has an AuthEvents(eventID) method, from that),
-// which must be the events' real edges.
+// handles cost a fraction of sets of event IDs. Replay implements it over the
+// room's graph records, AuthGraph over a roomrecord.Graph; callers that hold a room
+// in memory (the testrooms generator) implement it over their own arrays.
+// ResolveConflicts uses it for the conflicted keys (the state keys of the
+// conflicted events) and the auth difference; the rest of the algorithm reads
+// auth_events from the EventSource (from its AuthEvents when it is a
+// GraphSource), which must be the events' real edges.
 type AuthIndex interface {
 	// Handle returns the handle of an event of the room.
 	Handle(eventID string) (int32, error)
@@ -53,16 +54,14 @@ type AuthIndex interface {
 
 // ConflictInput describes one resolution by its conflicted part only.
 type ConflictInput struct {
-	Version gomatrixserverlib.RoomVersion
-	// PerState holds, for each input state, the events it gives the conflicted keys.
+	// PerState holds, for each input state, the events it gives the conflicted keys
+	// (the keys not equal in every state, absent from some included): their state
+	// keys are the conflicted keys.
 	PerState [][]string
-	// ConflictedKeys are the keys not equal in every state (absent from some
-	// included).
-	ConflictedKeys []Key
 	// Unconflicted looks a key up in the unconflicted state map; it must report
 	// conflicted keys as absent. Every other key of the input states is unconflicted.
 	Unconflicted func(Key) (string, bool, error)
-	// Create is the room's m.room.create.
+	// Create is the room's m.room.create; its room version is the resolution's.
 	Create gomatrixserverlib.PDU
 	// Cache, if set, carries facts about events from one resolution to the next
 	// (keep one per room).
@@ -70,13 +69,13 @@ type ConflictInput struct {
 }
 
 // Resolution is the outcome of ResolveConflicts: the changes that turn any input
-// state into the resolved state.
+// state into the resolved state, and what the resolution cost (Stats: one
+// resolution; the conflicted keys, the sizes of the auth difference and of the
+// full conflicted set; EventsLoaded 0).
 type Resolution struct {
 	Set    map[Key]string // conflicted keys resolved to an event, and keys no state had
 	Delete []Key          // conflicted keys resolved to absent, sorted
-	// AuthDifference and FullConflicted are the sizes of the auth difference and of
-	// the full conflicted set.
-	AuthDifference, FullConflicted int
+	Stats
 }
 
 // ResolveConflicts runs state resolution v2 or v2.1 (room versions 2-12; Matrix
@@ -86,15 +85,25 @@ type Resolution struct {
 // unconflicted map's plus that of its own conflicted events, so a candidate missing
 // from some state's conflicted chains belongs to the difference unless an event of
 // the unconflicted map descends from it (walked forward through idx.AuthChildren).
-// Room version 1 is refused: use ResolveMaps.
+// Room version 1 is refused: use ResolveMaps. Errors wrap ErrResolution: no
+// create event, an unknown room version, an event of in.PerState that idx does
+// not hold or that is not a state event.
 func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolution, error) {
-	verImpl, err := gomatrixserverlib.GetRoomVersion(in.Version)
+	if in.Create == nil {
+		return Resolution{}, fmt.Errorf("%w: no m.room.create given", ErrResolution)
+	}
+	version := in.Create.Version()
+	verImpl, err := gomatrixserverlib.GetRoomVersion(version)
 	if err != nil {
-		return Resolution{}, fmt.Errorf("%w: unknown room version %q", ErrResolution, in.Version)
+		return Resolution{}, fmt.Errorf("%w: unknown room version %q", ErrResolution, version)
 	}
 	algo := verImpl.StateResAlgorithm()
 	if algo != gomatrixserverlib.StateResV2 && algo != gomatrixserverlib.StateResV2_1 {
-		return Resolution{}, fmt.Errorf("%w: room version %s uses state resolution v1", ErrResolution, in.Version)
+		return Resolution{}, fmt.Errorf("%w: room version %s uses state resolution v1", ErrResolution, version)
+	}
+	keys, err := conflictedKeys(in.PerState, idx)
+	if err != nil {
+		return Resolution{}, err
 	}
 	conflicted := map[string]bool{}
 	for _, ids := range in.PerState {
@@ -126,9 +135,10 @@ func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolut
 	if err != nil {
 		return Resolution{}, err
 	}
-	res := Resolution{Set: map[Key]string{}, AuthDifference: len(diff), FullConflicted: len(full)}
-	isConflicted := make(map[Key]bool, len(in.ConflictedKeys))
-	for _, k := range in.ConflictedKeys {
+	res := Resolution{Set: map[Key]string{}, Stats: Stats{Resolutions: 1, ConflictedKeys: len(keys),
+		AuthDifference: len(diff), FullConflicted: len(full)}}
+	isConflicted := make(map[Key]bool, len(keys))
+	for _, k := range keys {
 		isConflicted[k] = true
 		if id, ok := overlay[k]; ok {
 			res.Set[k] = id
@@ -150,6 +160,30 @@ func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolut
 	}
 	sort.Slice(res.Delete, func(i, j int) bool { return keyLess(res.Delete[i], res.Delete[j]) })
 	return res, nil
+}
+
+// conflictedKeys returns the state keys of the events perState gives, each once:
+// the conflicted keys, since each has an event in some state.
+func conflictedKeys(perState [][]string, idx AuthIndex) ([]Key, error) {
+	seen := map[Key]bool{}
+	var keys []Key
+	for _, ids := range perState {
+		for _, id := range ids {
+			h, err := idx.Handle(id)
+			if err != nil {
+				return nil, fmt.Errorf("%w: conflicted event %s: %v", ErrResolution, id, err)
+			}
+			k, ok := idx.StateKeyOfHandle(h)
+			if !ok {
+				return nil, fmt.Errorf("%w: conflicted event %s is not a state event", ErrResolution, id)
+			}
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys, nil
 }
 
 // authDifference returns the events in some but not all of the states' full auth

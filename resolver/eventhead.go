@@ -14,16 +14,16 @@ import (
 	"github.com/mtxdb/mtxdb/authrules"
 )
 
-// A Resolver keeps, for each state event of the room it has parsed, what state
+// A roomResolver keeps, for each state event of the room it has parsed, what state
 // resolution's ordering reads of it and what authorisation reads of it as an auth
 // event, so that an event the PDU cache no longer holds is not read from the store
 // and decoded from JSON again (replay parses each PDU once):
-//   - its sender and origin_server_ts (Resolver.senderOf, tsOf: 12 bytes per
+//   - its sender and origin_server_ts (roomResolver.senderOf, tsOf: 12 bytes per
 //     event, no pointers, and the distinct senders once), for the power events'
 //     split, the sender's power level and the two sort orders of the resolution
 //     (Matrix spec v1.19, room version 2, "State resolution": reverse topological
 //     power ordering, mainline ordering);
-//   - for an m.room.member event, its membership (Resolver.memb: one byte).
+//   - for an m.room.member event, its membership (roomResolver.memb: one byte).
 //
 // Its ID, key and auth_events come from the auth index (graph). An eventHead gives
 // them as a gomatrixserverlib.PDU. In a 1M-event room with 100,000 members,
@@ -93,7 +93,7 @@ func membershipCode(p gomatrixserverlib.PDU) uint8 {
 }
 
 // learn keeps what an eventHead needs of a parsed state PDU of the room.
-func (r *Resolver) learn(p gomatrixserverlib.PDU) {
+func (r *roomResolver) learn(p gomatrixserverlib.PDU) {
 	if r.memb == nil || p.StateKey() == nil {
 		return
 	}
@@ -122,7 +122,7 @@ func (r *Resolver) learn(p gomatrixserverlib.PDU) {
 // rules in place of the parsed event: the rules read nothing of it but its type,
 // state key, sender, room, auth and prev events and, of a member event, the
 // membership (Matrix spec v1.19, "Authorisation rules" of each room version; this
-// package's CheckRules and gomatrixserverlib's Allowed read the content of the
+// authrules' rules and gomatrixserverlib's Allowed read the content of the
 // create, power levels and member events being checked, the state key's domain of
 // m.room.aliases and the redacted event of m.room.redaction).
 func checkableHead(eventType string, memb uint8) bool {
@@ -146,7 +146,7 @@ func namesImpliedCreate(p gomatrixserverlib.PDU) bool {
 // impliedCreate returns the create event a v12 room ID names ("!" + the create
 // event's reference hash), or nil: in other versions, or when the room holds no
 // such event.
-func (r *Resolver) impliedCreate(p gomatrixserverlib.PDU) gomatrixserverlib.PDU {
+func (r *roomResolver) impliedCreate(p gomatrixserverlib.PDU) gomatrixserverlib.PDU {
 	if versionNumber(p.Version()) < 12 || p.Type() == spec.MRoomCreate && p.StateKeyEquals("") {
 		return nil
 	}
@@ -174,7 +174,7 @@ func impliedCreateRef(roomID string) []byte {
 // head returns the eventHead of event i, false when what it needs has not been
 // learnt (the event was not parsed yet, or it is a member event with no
 // membership kept).
-func (r *Resolver) head(i int32) (*eventHead, bool) {
+func (r *roomResolver) head(i int32) (*eventHead, bool) {
 	s := r.senderOf[i]
 	k := r.g.keyOf(i)
 	if s == 0 || k < 0 {
@@ -184,15 +184,15 @@ func (r *Resolver) head(i int32) (*eventHead, bool) {
 	if key.Type == spec.MRoomMember && r.memb[i] == membUnknown {
 		return nil, false
 	}
-	if r.touched != nil {
-		r.touched[r.g.ids[i]] = true
+	if r.touch.on {
+		r.touch.mark(i)
 	}
 	return &eventHead{id: r.g.ids[i], typ: key.Type, stateKey: key.StateKey, sender: r.senders[s-1], ts: r.tsOf[i],
 		memb: r.memb[i], g: r.g, i: i, room: *r.roomID, version: gomatrixserverlib.RoomVersion(r.room.Head().RoomVersion)}, true
 }
 
 // cached returns the parsed PDU of an event when the resolver holds it.
-func (r *Resolver) cached(eventID string) (gomatrixserverlib.PDU, bool) {
+func (r *roomResolver) cached(eventID string) (gomatrixserverlib.PDU, bool) {
 	if r.cur != nil && r.cur.EventID() == eventID {
 		return r.cur, true
 	}
@@ -200,16 +200,14 @@ func (r *Resolver) cached(eventID string) (gomatrixserverlib.PDU, bool) {
 	if !ok {
 		p, ok = r.others.Get(eventID)
 	}
-	if ok && r.touched != nil {
-		r.touched[eventID] = true
-	}
 	return p, ok
 }
 
 // light returns the cached PDU of an event, else its eventHead when use allows
 // one for that graph index; false when neither (the caller parses the PDU).
-func (r *Resolver) light(eventID string, use func(i int32) bool) (gomatrixserverlib.PDU, bool) {
+func (r *roomResolver) light(eventID string, use func(i int32) bool) (gomatrixserverlib.PDU, bool) {
 	if p, ok := r.cached(eventID); ok {
+		r.markID(eventID)
 		return p, true
 	}
 	if r.memb == nil {
@@ -224,9 +222,9 @@ func (r *Resolver) light(eventID string, use func(i int32) bool) (gomatrixserver
 }
 
 // authEvent returns an event of the room to use as an auth event of an event being
-// authorised (Authorize): the cached PDU, else the eventHead of a member event
+// authorised (authorize): the cached PDU, else the eventHead of a member event
 // whose membership is kept, else the PDU read and parsed.
-func (r *Resolver) authEvent(eventID string) (gomatrixserverlib.PDU, error) {
+func (r *roomResolver) authEvent(eventID string) (gomatrixserverlib.PDU, error) {
 	if p, ok := r.light(eventID, func(i int32) bool { return r.memb[i] != membUnknown }); ok {
 		return p, nil
 	}
@@ -236,7 +234,7 @@ func (r *Resolver) authEvent(eventID string) (gomatrixserverlib.PDU, error) {
 // headOf gives resolution's ordering a state event without parsing it: the cached
 // PDU, else the eventHead of a state event whose head is learnt; false when
 // neither (the caller parses the PDU).
-func (r *Resolver) headOf(eventID string) (gomatrixserverlib.PDU, bool) {
+func (r *roomResolver) headOf(eventID string) (gomatrixserverlib.PDU, bool) {
 	return r.light(eventID, func(int32) bool { return true })
 }
 
@@ -244,7 +242,7 @@ func (r *Resolver) headOf(eventID string) (gomatrixserverlib.PDU, bool) {
 // resolution's iterative auth checks. The cached PDU, else
 // its eventHead when checkableHead says the rules read no more of it
 // (TestEventHeadChecked), else the PDU read and parsed.
-func (r *Resolver) checkEvent(eventID string) (gomatrixserverlib.PDU, error) {
+func (r *roomResolver) checkEvent(eventID string) (gomatrixserverlib.PDU, error) {
 	p, ok := r.light(eventID, func(i int32) bool {
 		k := r.g.keyOf(i)
 		return k >= 0 && !r.namesCreate[i] && checkableHead(r.g.keys[k].Type, r.memb[i])

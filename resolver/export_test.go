@@ -6,6 +6,7 @@ import (
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
 	"github.com/mtxdb/mtxdb/authrules"
+	"github.com/mtxdb/mtxdb/roomstate"
 )
 
 // ForceWalk makes the lockstep walks (v2.1's conflicted subgraph, step 1's power
@@ -189,4 +190,17 @@ func unconflictedByID(g *graph, f func(Key) (string, bool, error)) func(int32) (
 		x, ok := g.index.find(g.ids, id)
 		return x, ok, nil
 	}
+}
+
+// Resolver is the room resolver Replay runs, for the tests that read its event
+// source and auth index.
+type Resolver = roomResolver
+
+// New returns a room resolver for room.
+func New(room *roomstate.Room) (*Resolver, error) { return newRoomResolver(room) }
+
+// WithBatchSize returns opts writing n state records per batch.
+func WithBatchSize(opts ReplayOptions, n int) ReplayOptions {
+	opts.batchSize = n
+	return opts
 }

@@ -8,13 +8,14 @@ import (
 )
 
 // ResolveForwardExtremities resolves the states after the room's forward
-// extremities with a fresh Resolver, as a server does when its extremities
-// diverge, and returns what that read: events is the PDUs loaded from the
-// store (Stats.EventsLoaded), nodes the HAMT nodes read. The resolved state is
-// measured, not kept: its nodes go to memory, so the room's store may be open
-// read-only. It is repackplan's WalkResolve (mtxdb stats --reads).
+// extremities (roomstate.Room.Head) as a server does when its extremities
+// diverge, with nothing cached beforehand, and returns what that read: events is
+// the PDUs loaded from the store (as Stats.EventsLoaded counts them), nodes the
+// HAMT nodes read. The resolved state is measured, not kept: its nodes go to
+// memory, so the room's store may be open read-only. It is repackplan's
+// WalkResolve (mtxdb stats --reads). ctx is checked before the resolution.
 func ResolveForwardExtremities(ctx context.Context, room *roomstate.Room) (events, nodes int, err error) {
-	r, err := New(room)
+	r, err := newRoomResolver(room)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -27,8 +28,8 @@ func ResolveForwardExtremities(ctx context.Context, room *roomstate.Room) (event
 		}
 		roots = append(roots, root)
 	}
-	if _, err := r.Resolve(ctx, roots); err != nil {
+	if _, err := r.resolveSnapshots(ctx, roots); err != nil {
 		return 0, 0, err
 	}
-	return r.EventsLoaded, r.Reader().NodesRead(), nil
+	return r.stats.EventsLoaded, r.rd.NodesRead(), nil
 }

@@ -18,7 +18,7 @@ import (
 // previous membership) with skew-binary jump pointers, so that "is z a same-key
 // ancestor of u" costs O(log lineage) instead of a walk of the key's history.
 //
-// It is built once per Resolver from the room's graph records (roomstate
+// It is built once per roomResolver from the room's graph records (roomstate
 // Room.Graph: the persisted CSR of edges written at import), holds about 250 bytes
 // per event (measured at 300k events; 1M events: ~250 MB), and answers every question the auth difference,
 // the v2.1 conflicted subgraph and replay's ordering ask without reading or

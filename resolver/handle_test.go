@@ -72,7 +72,7 @@ func TestReplayStop(t *testing.T) {
 	room, err := st.Room(ctx, res.Rooms[0])
 	require.NoError(t, err)
 	asked, stopAt := 0, 40
-	rr, err := resolver.Replay(ctx, room, resolver.ReplayOptions{BatchSize: 7, Stop: func() bool { asked++; return asked > stopAt }})
+	rr, err := resolver.Replay(ctx, room, resolver.WithBatchSize(resolver.ReplayOptions{Stop: func() bool { asked++; return asked > stopAt }}, 7))
 	require.ErrorIs(t, err, resolver.ErrStopped)
 	require.Equal(t, stopAt, rr.Computed)
 	require.False(t, room.Head().Replayed)
@@ -110,11 +110,11 @@ func TestReplayCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	stopAt := 30
-	rr, err := resolver.Replay(ctx, room, resolver.ReplayOptions{BatchSize: 7, Progress: func(done, _ int) {
+	rr, err := resolver.Replay(ctx, room, resolver.WithBatchSize(resolver.ReplayOptions{Progress: func(done, _ int) {
 		if done == stopAt {
 			cancel()
 		}
-	}})
+	}}, 7))
 	require.ErrorIs(t, err, resolver.ErrStopped)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, stopAt, rr.Computed)

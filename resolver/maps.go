@@ -19,7 +19,7 @@ type StateMap map[Key]string
 // 1, v2 for 2-11, v2.1 for 12). Every event of every map and of their auth chains
 // must be available from src. It is the reference path: it reads every event of
 // every map, so it costs what the room costs, not what the conflict costs.
-// Storage-backed resolution (Resolver.Resolve) must agree with it.
+// Replay's resolutions over stored snapshots must agree with it.
 func ResolveMaps(version gomatrixserverlib.RoomVersion, maps []StateMap, src EventSource) (StateMap, error) {
 	verImpl, err := gomatrixserverlib.GetRoomVersion(version)
 	if err != nil {

@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"time"
-
-	"github.com/mtxdb/mtxdb/roomrecord"
 
 	"github.com/matrix-org/gomatrixserverlib"
 
 	"github.com/mtxdb/mtxdb/authrules"
 	"github.com/mtxdb/mtxdb/hamtstore"
+	"github.com/mtxdb/mtxdb/roomrecord"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
@@ -22,13 +20,13 @@ import (
 // its state record keeps).
 var errRejected = errors.New("resolver: event rejected")
 
-// Authorize checks a PDU the way a server does on receipt (Matrix spec v1.19,
+// authorize checks a PDU the way a server does on receipt (Matrix spec v1.19,
 // Server-Server API, "Checks performed on receipt of a PDU", steps 4 and 5):
 // against the events named in its auth_events (none of which may be rejected), then
 // against the state before it. It returns nil when the event is allowed and an
 // error wrapping errRejected that says why when it is not. Panics inside
 // gomatrixserverlib become rejections naming the event.
-func (r *Resolver) Authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID) (err error) {
+func (r *roomResolver) authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID) (err error) {
 	defer func() {
 		if rec := recover(); rec != nil {
 			err = fmt.Errorf("%w: event %s: gomatrixserverlib panicked: %v", errRejected, pdu.EventID(), rec)
@@ -110,16 +108,12 @@ type ReplayOptions struct {
 	// event whose state record exists and whose prev_events were not recomputed keeps
 	// its stored state.
 	Force bool
-	// BatchSize is the number of state records written per batch (default 1000).
-	BatchSize int
 	// Progress, if set, is called after each event with (done, total).
 	Progress func(done, total int)
-	// OnResolve, if set, receives the cost of every resolution (Resolver.OnResolve).
+	// OnResolve, if set, receives the cost of every resolution of two or more
+	// distinct states that the replay computes (one it has computed before, for
+	// the same states, is not computed again).
 	OnResolve func(ResolutionStats)
-	// ResolutionTimes, if set, receives the wall time of every resolution computed
-	// (Resolver.ResolutionTimes); cheaper than OnResolve, which counts the events
-	// each resolution touches.
-	ResolutionTimes *[]time.Duration
 	// Stop, if set, is asked before each event; when it returns true, Replay writes
 	// and syncs the state records computed so far and returns ErrStopped with the
 	// counts up to there. The head is not updated (the room stays not replayed), so
@@ -127,13 +121,19 @@ type ReplayOptions struct {
 	// stopped Force replay, run it with Force again (records are partly rewritten
 	// and the keep rule is not cleared yet).
 	Stop func() bool
+
+	// batchSize is the number of state records written per batch (0: 1000; tests
+	// set it).
+	batchSize int
 }
 
 // ErrStopped is returned by Replay when ReplayOptions.Stop asked it to stop; what
 // it computed before is stored and synced.
 var ErrStopped = errors.New("resolver: replay stopped")
 
-// ReplayResult counts what Replay did.
+// ReplayResult counts what Replay did. Its Stats sum the resolutions' costs, and
+// Stats.EventsLoaded counts every PDU parsed. The forward extremities and
+// current state it set are the room's head (roomstate.Room.Head).
 type ReplayResult struct {
 	Events   int // events walked
 	Computed int // events whose state was computed and written this run
@@ -148,17 +148,8 @@ type ReplayResult struct {
 	// having none. Rederived counts those whose state after was recomputed in memory
 	// because a computed event names them in prev_events.
 	NotKept, Rederived int
-	Rejected           int
-	Resolutions        int // state resolutions with two or more distinct input states
-	ConflictedKeys     int
-	AuthDifference     int // events in auth differences, summed over resolutions
-	FullConflicted     int // events in full conflicted sets, summed over resolutions
-	// PDUsParsed counts PDUs read from the store and parsed, the prefetcher's
-	// included: Events when every PDU is parsed once, more when authorisation or
-	// resolution asks again for a PDU the bounded cache no longer holds.
-	PDUsParsed         int
-	ForwardExtremities []string
-	CurrentState       hamtstore.NodeID
+	Rejected           int // events that failed authorization
+	Stats
 }
 
 // Replay computes the state before and after every event of a room in topological
@@ -187,14 +178,14 @@ type ReplayResult struct {
 // ctx is checked before each event, as opts.Stop is: when it is done, Replay
 // stops as for Stop and returns an error matching both ErrStopped and ctx.Err().
 func Replay(ctx context.Context, room *roomstate.Room, opts ReplayOptions) (ReplayResult, error) {
-	if opts.BatchSize <= 0 {
-		opts.BatchSize = 1000
+	if opts.batchSize <= 0 {
+		opts.batchSize = 1000
 	}
-	r, err := New(room)
+	r, err := newRoomResolver(room)
 	if err != nil {
 		return ReplayResult{}, err
 	}
-	r.OnResolve, r.ResolutionTimes = opts.OnResolve, opts.ResolutionTimes
+	r.onResolve = opts.OnResolve
 	// Load the auth index up front, so its one pass over the room is not charged
 	// to the first resolution.
 	g, err := r.graph()
@@ -216,7 +207,7 @@ type replay struct {
 	// and of stop: a replay stops between events, with what it computed
 	// written and synced.
 	writeCtx   context.Context
-	r          *Resolver
+	r          *roomResolver
 	g          *graph
 	opts       ReplayOptions
 	res        ReplayResult
@@ -301,7 +292,7 @@ func (rp *replay) stop(p, total int, cause error) error {
 	if err := rp.r.w.Commit(rp.writeCtx, nil); err != nil {
 		return err
 	}
-	rp.countStats()
+	rp.res.Stats = rp.r.stats
 	if cause != nil {
 		return fmt.Errorf("%w: room %s after %d of %d events: %w", ErrStopped, room.ID(), p, total, cause)
 	}
@@ -396,7 +387,7 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 		}
 		prevRoots = append(prevRoots, root)
 	}
-	before, err := r.Resolve(rp.ctx, prevRoots)
+	before, err := r.resolveSnapshots(rp.ctx, prevRoots)
 	if err != nil {
 		return fmt.Errorf("event %s: %w", id, err)
 	}
@@ -405,7 +396,7 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 		return err
 	}
 	st := roomrecord.EventState{Before: before, After: before}
-	if aerr := r.Authorize(pdu, before); aerr != nil {
+	if aerr := r.authorize(pdu, before); aerr != nil {
 		if !errors.Is(aerr, errRejected) {
 			return aerr
 		}
@@ -427,7 +418,7 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 	rp.after[i], rp.hasAfter[i] = st.After, true
 	rp.batchIDs = append(rp.batchIDs, id)
 	rp.batch = append(rp.batch, st)
-	if len(rp.batchIDs) >= rp.opts.BatchSize {
+	if len(rp.batchIDs) >= rp.opts.batchSize {
 		return rp.flush()
 	}
 	return nil
@@ -451,8 +442,6 @@ func (rp *replay) flush() error {
 func (rp *replay) finish(order []int32) error {
 	r, g, room := rp.r, rp.g, rp.r.room
 	if rp.res.Computed == 0 && room.Head().Replayed {
-		h := room.Head()
-		rp.res.ForwardExtremities, rp.res.CurrentState = h.ForwardExtremities, h.CurrentState
 		return nil
 	}
 	var fwd []string
@@ -472,7 +461,7 @@ func (rp *replay) finish(order []int32) error {
 		}
 		fwdRoots = append(fwdRoots, root)
 	}
-	cur, err := r.Resolve(rp.ctx, fwdRoots)
+	cur, err := r.resolveSnapshots(rp.ctx, fwdRoots)
 	if err != nil {
 		return fmt.Errorf("current state: %w", err)
 	}
@@ -484,17 +473,8 @@ func (rp *replay) finish(order []int32) error {
 	if err := r.w.Commit(rp.writeCtx, &h); err != nil {
 		return err
 	}
-	rp.countStats()
-	rp.res.ForwardExtremities, rp.res.CurrentState = fwd, cur
+	rp.res.Stats = r.stats
 	return nil
-}
-
-// countStats copies the resolver's counters into the result.
-func (rp *replay) countStats() {
-	r := rp.r
-	rp.res.Resolutions, rp.res.ConflictedKeys = r.Resolutions, r.ConflictedKeys
-	rp.res.AuthDifference, rp.res.FullConflicted = r.AuthDifference, r.FullConflicted
-	rp.res.PDUsParsed = r.EventsLoaded
 }
 
 // prefetcher parses the PDUs of the events ahead of the replay on another
@@ -502,7 +482,7 @@ func (rp *replay) countStats() {
 // runs beside resolution on a second core. Each parsed PDU enters the
 // resolver's cache when the replay reaches its event.
 type prefetcher struct {
-	r      *Resolver
+	r      *roomResolver
 	out    chan prefetched
 	done   chan struct{} // closed by stop
 	exited chan struct{} // closed when the goroutine has returned
@@ -548,7 +528,7 @@ func (pf *prefetcher) take() {
 		return
 	}
 	if x, ok := <-pf.out; ok && x.pdu != nil {
-		pf.r.EventsLoaded++ // parsed on the prefetching goroutine
+		pf.r.stats.EventsLoaded++ // parsed on the prefetching goroutine
 		if !pf.r.holds(x.id) {
 			pf.r.keep(x.pdu)
 		}
@@ -651,7 +631,7 @@ func (rp *replay) afterOf(i int32) (hamtstore.NodeID, error) {
 		if pending {
 			continue
 		}
-		root, err := rp.r.Resolve(rp.ctx, roots)
+		root, err := rp.r.resolveSnapshots(rp.ctx, roots)
 		if err != nil {
 			return hamtstore.NodeID{}, fmt.Errorf("event %s (state not kept): %w", rp.g.ids[x], err)
 		}

@@ -4,8 +4,8 @@
 // and "Authorisation rules": state resolution v1, v2 and v2.1).
 //
 // State resolution v2 and v2.1 (room versions 2-12) are implemented here, after the
-// spec; gomatrixserverlib supplies PDU parsing, power-level parsing and the
-// authorization rules. Resolution over stored snapshots costs what the conflict
+// spec; gomatrixserverlib supplies PDU parsing and power-level parsing, package
+// authrules the authorization rules. Resolution over stored snapshots costs what the conflict
 // costs: the conflicted keys come from the HAMT N-way diff, which never opens a
 // subtree that all snapshots share; only conflicted events, their auth chains and
 // the unconflicted entries the authorization rules ask for are loaded. Room version 1
@@ -17,13 +17,24 @@
 // only events in the chains of conflicted events are candidates, and a candidate
 // missing from some state's conflicted chains is in the difference unless an
 // unconflicted event descends from it. That last test walks auth_events edges
-// forward from the candidate through the room's auth index (built once per Resolver
-// from the metadata records) until it meets an event of the unconflicted map.
+// forward from the candidate through the room's auth index (built once per replay
+// from the graph records) until it meets an event of the unconflicted map.
 //
-// Replay, Resolver.Resolve and ResolveForwardExtremities read and write the
-// store and take a context.Context first: Replay checks it before each event,
-// Resolve before each resolution it computes (roomstate's package doc, "Contexts",
-// says which roomstate calls take one).
+// The entry points, by where the events are:
+//
+//   - in a roomstate store: Replay computes and stores the state before and after
+//     every event of a room; ResolveForwardExtremities measures one resolution of
+//     the room's current forward extremities.
+//   - anywhere, as whole state maps: ResolveMaps, the reference path, which reads
+//     every event of every map.
+//   - anywhere, as the conflicted part of the states plus an auth index:
+//     ResolveConflicts, and AuthGraph.ResolveWithGraph for a room whose DAG is held
+//     as a roomrecord.Graph (a server's own tables).
+//
+// Replay and ResolveForwardExtremities read and write the store and take a
+// context.Context first: Replay checks it before each event and before each
+// resolution it computes, ResolveForwardExtremities before its resolution
+// (roomstate's package doc, "Contexts", says which roomstate calls take one).
 package resolver
 
 import (
@@ -54,32 +65,37 @@ import (
 // events form a cycle, or gomatrixserverlib panicked.
 var ErrResolution = errors.New("resolver: state resolution failed")
 
-// Stats counts what resolutions cost.
+// Stats counts what state resolution cost: summed over the resolutions of a
+// replay (ReplayResult), or for one resolution (ResolutionStats, Resolution:
+// Resolutions is 1).
 type Stats struct {
-	Resolutions    int // calls with two or more distinct snapshots
-	ConflictedKeys int // conflicted keys over all resolutions
-	AuthDifference int // events in auth differences over all resolutions
-	FullConflicted int // events in full conflicted sets over all resolutions
-	EventsLoaded   int // PDUs read from the store and parsed (cache misses)
+	Resolutions    int // resolutions of two or more distinct states
+	ConflictedKeys int // keys not equal in every input state, summed over resolutions
+	AuthDifference int // events in auth differences, summed over resolutions
+	FullConflicted int // events in full conflicted sets, summed over resolutions
+	// EventsLoaded counts PDUs read from the store and parsed while what is counted
+	// ran: in a replay, authorisation's and the parsing ahead of the replay
+	// included (the room's event count when every PDU is parsed once, more when
+	// the bounded cache no longer holds a PDU asked again); 0 from
+	// ResolveConflicts, which reads its EventSource.
+	EventsLoaded int
 }
 
-// ResolutionStats describes one resolution of two or more distinct snapshots, for
-// Resolver.OnResolve.
+// ResolutionStats is what one resolution of two or more distinct stored states
+// cost (ReplayOptions.OnResolve): Stats with Resolutions 1, and what only one
+// resolution measures.
 type ResolutionStats struct {
-	InputStates    int
-	ConflictedKeys int
-	AuthDifference int
-	FullConflicted int
-	EventsLoaded   int // PDUs read from the store during this resolution
-	EventsTouched  int // distinct events whose PDU the resolution used (cached or loaded)
-	NodesRead      int // HAMT nodes read from the store during this resolution
-	Duration       time.Duration
+	Stats
+	InputStates   int           // distinct input states
+	EventsTouched int           // distinct events whose PDU the resolution used (cached or loaded)
+	NodesRead     int           // HAMT nodes read from the store
+	Duration      time.Duration // wall time
 }
 
-// Resolver resolves and authorises events of one room. It caches parsed PDUs (a
+// roomResolver resolves and authorises events of one room. It caches parsed PDUs (a
 // bounded LRU) and, from first use, the room's dense auth index (graph: ~250 bytes
 // per event) for its lifetime. Not safe for concurrent use.
-type Resolver struct {
+type roomResolver struct {
 	room *roomstate.Room
 	rd   *hamtstore.Reader
 	// w writes the states resolutions compute (rd is its reader).
@@ -126,15 +142,53 @@ type Resolver struct {
 	// keyMemo is the unconflicted-event memo of the current resolution (resView).
 	keyMemo keyMemo
 
-	// OnResolve, if set, is called after each resolution of two or more distinct
+	// onResolve, if set, is called after each resolution of two or more distinct
 	// snapshots with what it cost.
-	OnResolve func(ResolutionStats)
-	touched   map[string]bool // PDUs used by the current resolution, when OnResolve is set
-	// ResolutionTimes, if set, receives the wall time of every resolution computed
-	// (not answered from the memo).
-	ResolutionTimes *[]time.Duration
+	onResolve func(ResolutionStats)
+	// touch counts the events the current resolution uses while onResolve is set.
+	touch touchCount
 
-	Stats
+	// stats sums what the resolutions cost, and every PDU loaded.
+	stats Stats
+}
+
+// touchCount counts the distinct events (by graph index) one resolution uses:
+// an event is counted when its stamp is not the current resolution's epoch.
+type touchCount struct {
+	on    bool     // a resolution is being counted
+	epoch uint32   // the current resolution's stamp, from 1
+	at    []uint32 // per graph index, the epoch in which it was last counted
+	n     int      // events counted in the current epoch
+}
+
+// start begins counting one resolution over a graph of size events.
+func (t *touchCount) start(size int) {
+	if len(t.at) != size {
+		t.at, t.epoch = make([]uint32, size), 0
+	}
+	if t.epoch++; t.epoch == 0 { // wrapped: every stamp may look current
+		clear(t.at)
+		t.epoch = 1
+	}
+	t.on, t.n = true, 0
+}
+
+// mark counts event i once per resolution.
+func (t *touchCount) mark(i int32) {
+	if t.at[i] != t.epoch {
+		t.at[i] = t.epoch
+		t.n++
+	}
+}
+
+// markID counts an event by ID while a resolution is counted.
+func (r *roomResolver) markID(eventID string) {
+	if !r.touch.on {
+		return
+	}
+	if _, i, err := r.index(eventID); err == nil {
+		r.touch.mark(i)
+	}
 }
 
 const (
@@ -143,9 +197,9 @@ const (
 	rejRejected
 )
 
-// New returns a resolver for room. It fails for a room version gomatrixserverlib does
+// newRoomResolver returns a resolver for room. It fails for a room version gomatrixserverlib does
 // not know.
-func New(room *roomstate.Room) (*Resolver, error) {
+func newRoomResolver(room *roomstate.Room) (*roomResolver, error) {
 	verImpl, err := gomatrixserverlib.GetRoomVersion(gomatrixserverlib.RoomVersion(room.Head().RoomVersion))
 	if err != nil {
 		return nil, fmt.Errorf("%w: room %s: %q", pdu.ErrUnknownRoomVersion, room.ID(), room.Head().RoomVersion)
@@ -159,7 +213,7 @@ func New(room *roomstate.Room) (*Resolver, error) {
 		return nil, err
 	}
 	w := room.StateWriter(false)
-	return &Resolver{
+	return &roomResolver{
 		room:   room,
 		rd:     w.Reader(),
 		w:      w,
@@ -171,7 +225,7 @@ func New(room *roomstate.Room) (*Resolver, error) {
 	}, nil
 }
 
-// pduCacheSize bounds the parsed PDUs a Resolver keeps (a parsed PDU is about
+// pduCacheSize bounds the parsed PDUs a roomResolver keeps (a parsed PDU is about
 // 0.7-1.5 KB: 708 bytes of heap for a generated member event, 751 bytes of
 // JSON). Sizing it to a 1M-event room's 100,000 members (125,000 entries) cut
 // its parses from 1.65M to 1.14M but tripled the collector's marking (14 s ->
@@ -180,7 +234,7 @@ func New(room *roomstate.Room) (*Resolver, error) {
 // instead.
 const pduCacheSize = 20_000
 
-// otherCacheSize bounds Resolver.others. A generated 1M-event room has 4,760
+// otherCacheSize bounds roomResolver.others. A generated 1M-event room has 4,760
 // power levels and 3,916 join rules events.
 const otherCacheSize = 8192
 
@@ -188,23 +242,20 @@ const otherCacheSize = 8192
 // (set by tests, SetPDUCacheSize, to make every auth event a cache miss).
 var testPDUCache int
 
-// maxResolveMemo bounds Resolver.memo (an entry is ~50-100 bytes).
+// maxResolveMemo bounds roomResolver.memo (an entry is ~50-100 bytes).
 const maxResolveMemo = 1 << 16
 
 // writeInMemory makes resolutions keep the nodes of the states they compute in
 // memory over the room's stored ones, for resolving over a store opened
 // read-only (the walks of mtxdb stats --reads). Call it before the first
 // resolution.
-func (r *Resolver) writeInMemory() {
+func (r *roomResolver) writeInMemory() {
 	r.w = r.room.StateWriter(true)
 	r.rd = r.w.Reader()
 }
 
-// Reader returns the resolver's HAMT reader (its decoded nodes are shared).
-func (r *Resolver) Reader() *hamtstore.Reader { return r.rd }
-
 // graph returns the room's auth index, loading it on first use.
-func (r *Resolver) graph() (*graph, error) {
+func (r *roomResolver) graph() (*graph, error) {
 	if r.g == nil {
 		g, err := newGraph(r.room)
 		if err != nil {
@@ -225,7 +276,7 @@ func (r *Resolver) graph() (*graph, error) {
 }
 
 // index returns the graph index of an event of the room.
-func (r *Resolver) index(eventID string) (*graph, int32, error) {
+func (r *roomResolver) index(eventID string) (*graph, int32, error) {
 	g, err := r.graph()
 	if err != nil {
 		return nil, 0, err
@@ -235,16 +286,16 @@ func (r *Resolver) index(eventID string) (*graph, int32, error) {
 }
 
 // Event implements EventSource over the room's stored PDUs.
-func (r *Resolver) Event(eventID string) (gomatrixserverlib.PDU, error) { return r.pdu(eventID) }
+func (r *roomResolver) Event(eventID string) (gomatrixserverlib.PDU, error) { return r.pdu(eventID) }
 
 // Rejected implements EventSource: the event's rejection as replay recorded it.
-func (r *Resolver) Rejected(eventID string) bool {
+func (r *roomResolver) Rejected(eventID string) bool {
 	_, i, err := r.index(eventID)
 	return err == nil && r.rejectedAt(i)
 }
 
 // rejectedAt is Rejected by graph index.
-func (r *Resolver) rejectedAt(i int32) bool {
+func (r *roomResolver) rejectedAt(i int32) bool {
 	if r.rej[i] == rejUnknown {
 		st, ok, err := r.room.EventState(r.g.ids[i])
 		r.rej[i] = rejAccepted
@@ -255,17 +306,15 @@ func (r *Resolver) rejectedAt(i int32) bool {
 	return r.rej[i] == rejRejected
 }
 
-func (r *Resolver) setRejected(i int32, rejected bool) {
+func (r *roomResolver) setRejected(i int32, rejected bool) {
 	r.rej[i] = rejAccepted
 	if rejected {
 		r.rej[i] = rejRejected
 	}
 }
 
-func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
-	if r.touched != nil {
-		r.touched[eventID] = true
-	}
+func (r *roomResolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
+	r.markID(eventID)
 	if p, ok := r.cached(eventID); ok {
 		return p, nil
 	}
@@ -277,7 +326,7 @@ func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.EventsLoaded++
+	r.stats.EventsLoaded++
 	r.keep(p)
 	return p, nil
 }
@@ -285,7 +334,7 @@ func (r *Resolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
 // keep caches a parsed PDU: a non-state event in cur, an auth event whose content
 // the rules read (create, power levels, join rules, third-party invite) in others,
 // another state event in pdus.
-func (r *Resolver) keep(p gomatrixserverlib.PDU) {
+func (r *roomResolver) keep(p gomatrixserverlib.PDU) {
 	r.learn(p)
 	switch {
 	case p.StateKey() == nil:
@@ -298,12 +347,12 @@ func (r *Resolver) keep(p gomatrixserverlib.PDU) {
 }
 
 // holds reports whether the resolver caches the parsed PDU of an event.
-func (r *Resolver) holds(eventID string) bool {
+func (r *roomResolver) holds(eventID string) bool {
 	return r.cur != nil && r.cur.EventID() == eventID || r.pdus.Contains(eventID) || r.others.Contains(eventID)
 }
 
 // eventIDOf returns the event a snapshot value names.
-func (r *Resolver) eventIDOf(v hamtstore.Value) (string, error) {
+func (r *roomResolver) eventIDOf(v hamtstore.Value) (string, error) {
 	g, err := r.graph()
 	if err != nil {
 		return "", err
@@ -319,7 +368,7 @@ func (r *Resolver) eventIDOf(v hamtstore.Value) (string, error) {
 }
 
 // lookup returns the event at a key of a snapshot.
-func (r *Resolver) lookup(root hamtstore.NodeID, k Key) (string, bool, error) {
+func (r *roomResolver) lookup(root hamtstore.NodeID, k Key) (string, bool, error) {
 	v, ok, err := r.rd.Get(root, roomrecord.StateKey(k.Type, k.StateKey))
 	if err != nil || !ok {
 		return "", false, err
@@ -330,7 +379,7 @@ func (r *Resolver) lookup(root hamtstore.NodeID, k Key) (string, bool, error) {
 
 // authChain returns the union of the auth chains of the given events, read from
 // the auth index, not PDUs.
-func (r *Resolver) authChain(eventIDs []string) (map[string]bool, error) {
+func (r *roomResolver) authChain(eventIDs []string) (map[string]bool, error) {
 	w := &reachWalk{next: r.AuthEvents, seen: map[string]bool{}, stack: slices.Clone(eventIDs)}
 	for !w.done() {
 		if err := w.step(); err != nil {
@@ -357,11 +406,11 @@ type conflict struct {
 	events []string // per root
 }
 
-// Resolve returns the snapshot that resolves the given snapshots for this room's
+// resolveSnapshots returns the snapshot that resolves the given snapshots for this room's
 // version; equal inputs short-circuit without reading anything. The result is
 // written to the room's node store. ctx is checked before a resolution is
 // computed (not within one).
-func (r *Resolver) Resolve(ctx context.Context, roots []hamtstore.NodeID) (hamtstore.NodeID, error) {
+func (r *roomResolver) resolveSnapshots(ctx context.Context, roots []hamtstore.NodeID) (hamtstore.NodeID, error) {
 	uniq := uniqueRoots(roots)
 	switch len(uniq) {
 	case 0:
@@ -376,13 +425,9 @@ func (r *Resolver) Resolve(ctx context.Context, roots []hamtstore.NodeID) (hamts
 	if err := ctx.Err(); err != nil {
 		return hamtstore.NodeID{}, err
 	}
-	start := time.Now()
 	root, err := r.resolve(ctx, uniq)
 	if err != nil {
 		return root, err
-	}
-	if r.ResolutionTimes != nil {
-		*r.ResolutionTimes = append(*r.ResolutionTimes, time.Since(start))
 	}
 	if len(r.memo) >= maxResolveMemo {
 		clear(r.memo)
@@ -403,26 +448,25 @@ func rootSetKey(roots []hamtstore.NodeID) string {
 }
 
 // resolve resolves two or more distinct snapshots.
-func (r *Resolver) resolve(ctx context.Context, uniq []hamtstore.NodeID) (hamtstore.NodeID, error) {
-	r.Resolutions++
-	if r.OnResolve != nil {
-		start, before, nodes := time.Now(), r.Stats, r.rd.NodesRead()
-		r.touched = map[string]bool{}
+func (r *roomResolver) resolve(ctx context.Context, uniq []hamtstore.NodeID) (hamtstore.NodeID, error) {
+	if r.onResolve != nil {
+		g, err := r.graph()
+		if err != nil {
+			return hamtstore.NodeID{}, err
+		}
+		start, before, nodes := time.Now(), r.stats, r.rd.NodesRead()
+		r.touch.start(len(g.ids))
 		defer func() {
-			touched := len(r.touched)
-			r.touched = nil
-			r.OnResolve(ResolutionStats{
-				InputStates:    len(uniq),
-				ConflictedKeys: r.ConflictedKeys - before.ConflictedKeys,
-				AuthDifference: r.AuthDifference - before.AuthDifference,
-				FullConflicted: r.FullConflicted - before.FullConflicted,
-				EventsLoaded:   r.EventsLoaded - before.EventsLoaded,
-				EventsTouched:  touched,
-				NodesRead:      r.rd.NodesRead() - nodes,
-				Duration:       time.Since(start),
-			})
+			r.touch.on = false
+			now := r.stats
+			one := Stats{Resolutions: 1, ConflictedKeys: now.ConflictedKeys - before.ConflictedKeys,
+				AuthDifference: now.AuthDifference - before.AuthDifference,
+				FullConflicted: now.FullConflicted - before.FullConflicted, EventsLoaded: now.EventsLoaded - before.EventsLoaded}
+			r.onResolve(ResolutionStats{Stats: one, InputStates: len(uniq), EventsTouched: r.touch.n,
+				NodesRead: r.rd.NodesRead() - nodes, Duration: time.Since(start)})
 		}()
 	}
+	r.stats.Resolutions++
 	var conflicts []conflict
 	err := r.rd.DiffN(uniq, func(key []byte, vals []*hamtstore.Value) error {
 		t, sk, err := roomrecord.SplitStateKey(key)
@@ -443,7 +487,7 @@ func (r *Resolver) resolve(ctx context.Context, uniq []hamtstore.NodeID) (hamtst
 	if err != nil {
 		return hamtstore.NodeID{}, fmt.Errorf("%w: room %s: diff of %d states: %v", ErrResolution, r.room.ID(), len(uniq), err)
 	}
-	r.ConflictedKeys += len(conflicts)
+	r.stats.ConflictedKeys += len(conflicts)
 
 	var ch stateChanges
 	if r.algo == gomatrixserverlib.StateResV1 {
@@ -464,13 +508,12 @@ func (r *Resolver) resolve(ctx context.Context, uniq []hamtstore.NodeID) (hamtst
 
 // resolveV2 resolves the conflicted keys by state resolution v2 or v2.1 and returns
 // the changes to apply to base (one of the input snapshots).
-func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) (stateChanges, error) {
+func (r *roomResolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) (stateChanges, error) {
 	base := roots[0]
-	in := ConflictInput{Version: gomatrixserverlib.RoomVersion(r.room.Head().RoomVersion), PerState: make([][]string, len(roots)), Cache: r.cache}
+	in := ConflictInput{PerState: make([][]string, len(roots)), Cache: r.cache}
 	conflictedKey := make(map[Key]bool, len(conflicts))
 	for _, c := range conflicts {
 		conflictedKey[c.k] = true
-		in.ConflictedKeys = append(in.ConflictedKeys, c.k)
 		for i, id := range c.events {
 			if id != "" {
 				in.PerState[i] = append(in.PerState[i], id)
@@ -495,7 +538,7 @@ func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) (st
 	view := &resView{g: g, upTo: r.upTo, memo: &r.keyMemo, unconflicted: func(k int32) (int32, bool, error) {
 		// The HAMT value is the event's record ID, which the auth index maps to
 		// the event without going through its ID string (in a 1M-event replay
-		// unconflictedOf took 29.7 s of CPU samples through Resolver.lookup and
+		// unconflictedOf took 29.7 s of CPU samples through roomResolver.lookup and
 		// the ID table, 22.4 s this way; one run each).
 		if conflictedKey[g.keys[k]] {
 			return -1, false, nil
@@ -521,8 +564,8 @@ func (r *Resolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict) (st
 	if err != nil {
 		return stateChanges{}, fmt.Errorf("room %s: %w", r.room.ID(), err)
 	}
-	r.AuthDifference += res.AuthDifference
-	r.FullConflicted += res.FullConflicted
+	r.stats.AuthDifference += res.AuthDifference
+	r.stats.FullConflicted += res.FullConflicted
 	return stateChanges{set: res.Set, del: res.Delete}, nil
 }
 
@@ -537,7 +580,7 @@ type stateChanges struct {
 // without auth events, otherwise one more than the deepest of its auth events
 // (computed from the auth index and kept for the resolver's lifetime). It fails
 // for an event not in the room or whose auth chain has a cycle.
-func (r *Resolver) AuthOrder(eventID string) (int64, error) {
+func (r *roomResolver) AuthOrder(eventID string) (int64, error) {
 	g, i, err := r.index(eventID)
 	if err != nil {
 		return 0, err
@@ -546,7 +589,7 @@ func (r *Resolver) AuthOrder(eventID string) (int64, error) {
 }
 
 // AuthEvents implements GraphSource from the auth index.
-func (r *Resolver) AuthEvents(eventID string) ([]string, error) {
+func (r *roomResolver) AuthEvents(eventID string) ([]string, error) {
 	g, i, err := r.index(eventID)
 	if err != nil {
 		return nil, err
@@ -559,7 +602,7 @@ func (r *Resolver) AuthEvents(eventID string) ([]string, error) {
 // cite them as auth events, so they lead to no event of a state. During a replay,
 // events not replayed yet are left out too (they are in no state being resolved).
 // The returned slice must not be modified.
-func (r *Resolver) AuthChildren(eventID string) ([]string, error) {
+func (r *roomResolver) AuthChildren(eventID string) ([]string, error) {
 	g, i, err := r.index(eventID)
 	if err != nil {
 		return nil, err
@@ -574,7 +617,7 @@ func (r *Resolver) AuthChildren(eventID string) ([]string, error) {
 // spec v1.19, room version 2, "State resolution", "Mainline ordering"). The
 // mainline is pl's same-key lineage, so the closest mainline event of a power
 // levels event is where their lineages meet.
-func (r *Resolver) mainlineClosest(pl, x string) (int64, error) {
+func (r *roomResolver) mainlineClosest(pl, x string) (int64, error) {
 	g, i, err := r.index(pl)
 	if err != nil {
 		return 0, err
@@ -606,7 +649,7 @@ func (r *Resolver) mainlineClosest(pl, x string) (int64, error) {
 // powerLevelsAuthEvent returns the m.room.power_levels ("" state key) among an
 // event's auth_events, "" for none, from the auth index (the first in auth_events
 // order, as gomatrixserverlib's reading of the PDU gives it).
-func (r *Resolver) powerLevelsAuthEvent(eventID string) (string, error) {
+func (r *roomResolver) powerLevelsAuthEvent(eventID string) (string, error) {
 	g, i, err := r.index(eventID)
 	if err != nil {
 		return "", err
@@ -753,7 +796,7 @@ func (v *resView) StateKeyOfHandle(h int32) (Key, bool) {
 
 // createEvent returns the room's m.room.create, from a snapshot or else the arrival
 // log's first event.
-func (r *Resolver) createEvent(root hamtstore.NodeID) (gomatrixserverlib.PDU, error) {
+func (r *roomResolver) createEvent(root hamtstore.NodeID) (gomatrixserverlib.PDU, error) {
 	if r.create != nil {
 		return r.create, nil
 	}
@@ -786,7 +829,7 @@ func (r *Resolver) createEvent(root hamtstore.NodeID) (gomatrixserverlib.PDU, er
 // event (present in some, absent in others) keeps it; keys with two or more events
 // are resolved against the unconflicted auth state and the conflicted events' auth
 // chains.
-func (r *Resolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) (stateChanges, error) {
+func (r *roomResolver) resolveV1(base hamtstore.NodeID, conflicts []conflict) (stateChanges, error) {
 	changes := stateChanges{set: StateMap{}}
 	var conflicted, single []gomatrixserverlib.PDU
 	var conflictedIDs []string

@@ -38,8 +38,8 @@ type EventSource interface {
 // numbered under the full conflicted set's lowest, v2.1's conflicted subgraph
 // below none under the lowest conflicted event, and the subgraph walks
 // descendants through AuthChildren when that closes sooner). Without it,
-// auth_events come from the PDUs and both walks cover whole auth chains. Resolver
-// implements it over the room's auth index.
+// auth_events come from the PDUs and both walks cover whole auth chains. Replay's
+// resolver implements it over the room's auth index.
 type GraphSource interface {
 	EventSource
 	// AuthOrder numbers the room's events so that every event's number is
@@ -55,11 +55,11 @@ type GraphSource interface {
 }
 
 // newStateRes returns the state of one resolution over src, with its
-// GraphSource and Resolver forms when it has them.
+// GraphSource and roomResolver forms when it has them.
 func newStateRes(src EventSource) *stateRes {
 	st := &stateRes{src: src, pdus: map[string]gomatrixserverlib.PDU{}}
 	st.graph, _ = src.(GraphSource)
-	st.r, _ = src.(*Resolver)
+	st.r, _ = src.(*roomResolver)
 	return st
 }
 
@@ -209,14 +209,14 @@ type stateRes struct {
 	// graph is src when it is a GraphSource, else nil: auth events, auth children
 	// and event numbers then come from the PDUs and whole auth chains.
 	graph GraphSource
-	// r is src when it is the Resolver, else nil: ordering reads state events in
+	// r is src when it is the roomResolver, else nil: ordering reads state events in
 	// their light form (eventHead), the rules read auth events and checked events
 	// so, and mainline positions come from its auth index.
-	r       *Resolver
+	r       *roomResolver
 	in      v2Input
 	overlay map[Key]string                   // partial state on top of the starting map
 	pdus    map[string]gomatrixserverlib.PDU // parsed PDUs (full)
-	heads   map[string]gomatrixserverlib.PDU // events in a light form for ordering (Resolver.headOf), never checked by the rules
+	heads   map[string]gomatrixserverlib.PDU // events in a light form for ordering (roomResolver.headOf), never checked by the rules
 	plCache map[string]*gomatrixserverlib.PowerLevelContent
 
 	creators           []string
@@ -226,7 +226,7 @@ type stateRes struct {
 
 // event returns an event for what resolution's ordering reads of it (type, state
 // key, sender, origin_server_ts, auth_events, a member's membership): the parsed
-// PDU when there is one, else the Resolver's light form (headOf), else the PDU
+// PDU when there is one, else the roomResolver's light form (headOf), else the PDU
 // parsed. Its content is read only through full.
 func (st *stateRes) event(id string) (gomatrixserverlib.PDU, error) {
 	if p, ok := st.pdus[id]; ok {
@@ -262,15 +262,15 @@ func (st *stateRes) full(id string) (gomatrixserverlib.PDU, error) {
 }
 
 // checked returns an event to check against the authorization rules: the parsed
-// PDU, else the Resolver's form for checking (checkEvent), else the PDU parsed.
+// PDU, else the roomResolver's form for checking (checkEvent), else the PDU parsed.
 func (st *stateRes) checked(id string) (gomatrixserverlib.PDU, error) {
-	return st.lightOr(id, (*Resolver).checkEvent)
+	return st.lightOr(id, (*roomResolver).checkEvent)
 }
 
 // lightOr returns the parsed PDU of an event, else what get gives from the
-// Resolver (a light form where the authorization rules read no more of the
+// roomResolver (a light form where the authorization rules read no more of the
 // event: eventHead), else the PDU parsed.
-func (st *stateRes) lightOr(id string, get func(*Resolver, string) (gomatrixserverlib.PDU, error)) (gomatrixserverlib.PDU, error) {
+func (st *stateRes) lightOr(id string, get func(*roomResolver, string) (gomatrixserverlib.PDU, error)) (gomatrixserverlib.PDU, error) {
 	if p, ok := st.pdus[id]; ok {
 		return p, nil
 	}
@@ -285,11 +285,11 @@ func (st *stateRes) lightOr(id string, get func(*Resolver, string) (gomatrixserv
 }
 
 // authEvent returns an event to use only as an auth event of the event being
-// checked: the parsed PDU, else the Resolver's light form (authEvent; not kept,
+// checked: the parsed PDU, else the roomResolver's light form (authEvent; not kept,
 // so that event() never answers it for an event that is checked itself), else
 // the PDU parsed.
 func (st *stateRes) authEvent(id string) (gomatrixserverlib.PDU, error) {
-	return st.lightOr(id, (*Resolver).authEvent)
+	return st.lightOr(id, (*roomResolver).authEvent)
 }
 
 // lookup reads the partial state: the overlay, then (v2 only) the unconflicted map.
@@ -560,8 +560,8 @@ func (st *stateRes) reverseTopologicalPowerOrder(ids []string) ([]string, error)
 // the m.room.power_levels among its auth events, the mainline of a power levels
 // event, and the outcome of an authorization check of an event against a given set
 // of auth events (the rules are a pure function of the two; event IDs name one
-// PDU each in a room). A Resolver keeps one for its lifetime; callers of
-// ResolveConflicts may pass one (ConflictInput.Cache). Not safe for concurrent use.
+// PDU each in a room). Replay keeps one for the room; callers of ResolveConflicts
+// may pass one (ConflictInput.Cache). Not safe for concurrent use.
 type Cache struct {
 	// plParent: event ID -> its power levels auth event ("" if none). Cleared at
 	// maxPLParents entries.
@@ -734,7 +734,7 @@ func (c *Cache) allowedOnce(p gomatrixserverlib.PDU, authEvents []gomatrixserver
 }
 
 // note records the outcome of a check of p against authEvents made elsewhere
-// (Resolver.Authorize keeps gomatrixserverlib's reason for its error).
+// (roomResolver.authorize keeps the rules' reason for its error).
 func (c *Cache) note(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU, ok bool) {
 	if byKey, distinct := byStateKey(authEvents); distinct {
 		c.noteAllowed(authCheckKey(p.EventID(), byKey), ok)

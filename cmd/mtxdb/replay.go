@@ -66,7 +66,7 @@ are synced, the command prints its summary and how to continue, and exits 130
 			p50, p99 := percentile(durs, 0.50), percentile(durs, 0.99)
 			printLine(cmd.OutOrStdout(), asJSON, "replay", kv{"rooms", len(rooms)}, kv{"rooms_failed", problems.count()}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected},
 				kv{"outliers", tot.Outliers}, kv{"cyclic", tot.Cyclic}, kv{"state_not_kept", tot.NotKept}, kv{"rederived", tot.Rederived}, kv{"resolutions", tot.Resolutions},
-				kv{"conflicted_keys", tot.ConflictedKeys}, kv{"auth_difference", tot.AuthDifference}, kv{"pdus_parsed", tot.PDUsParsed},
+				kv{"conflicted_keys", tot.ConflictedKeys}, kv{"auth_difference", tot.AuthDifference}, kv{"pdus_parsed", tot.EventsLoaded},
 				kv{"resolution_p50_us", p50.Microseconds()}, kv{"resolution_p99_us", p99.Microseconds()})
 			if stopped {
 				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: replay: interrupted (%v): the state records of the %d events computed are stored and synced; %s\n", err, tot.Computed, replayResumeHint(store, room, force))
@@ -112,12 +112,16 @@ func replayRooms(ctx context.Context, rooms []*roomstate.Room, force bool, out i
 	done := 0 // events walked, for testStall
 	for _, r := range rooms {
 		walked := 0
-		res, err := resolver.Replay(ctx, r, resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { walked++; bar.add(1) }, ResolutionTimes: times, Stop: func() bool {
+		opts := resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { walked++; bar.add(1) }, Stop: func() bool {
 			if done++; done == 1001 { // asked before event 1001: 1000 walked
 				testStall("replay-1000")
 			}
 			return interrupted()
-		}})
+		}}
+		if times != nil {
+			opts.OnResolve = func(s resolver.ResolutionStats) { *times = append(*times, s.Duration) }
+		}
+		res, err := resolver.Replay(ctx, r, opts)
 		if err != nil && !errors.Is(err, resolver.ErrStopped) {
 			if lostStore(err) {
 				return tot, problems, fmt.Errorf("replay room %s: %w", r.ID(), err)
@@ -133,7 +137,7 @@ func replayRooms(ctx context.Context, rooms []*roomstate.Room, force bool, out i
 		tot.NotKept += res.NotKept
 		tot.Rederived += res.Rederived
 		tot.AuthDifference += res.AuthDifference
-		tot.PDUsParsed += res.PDUsParsed
+		tot.EventsLoaded += res.EventsLoaded
 		tot.Rejected += res.Rejected
 		tot.Resolutions += res.Resolutions
 		tot.ConflictedKeys += res.ConflictedKeys

@@ -15,7 +15,6 @@ import (
 	"github.com/mtxdb/mtxdb/authrules"
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/recorded"
-	"github.com/mtxdb/mtxdb/resolver"
 	"github.com/mtxdb/mtxdb/resolver/specres"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
@@ -296,17 +295,13 @@ func roomEvents(t *testing.T, dir string) (gomatrixserverlib.RoomVersion, []goma
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := resolver.New(room)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ids, err := room.EventIDs()
 	if err != nil {
 		t.Fatal(err)
 	}
 	events := make([]gomatrixserverlib.PDU, len(ids))
 	for i, id := range ids {
-		if events[i], err = r.Event(id); err != nil {
+		if events[i], err = room.Event(id); err != nil {
 			t.Fatal(err)
 		}
 	}

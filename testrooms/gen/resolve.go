@@ -149,14 +149,11 @@ func (r *room) resolveDistinct(states []pmap) pmap {
 	}
 
 	in := resolver.ConflictInput{
-		Version:        r.ver.Version(),
-		PerState:       make([][]string, len(states)),
-		ConflictedKeys: make([]resolver.Key, len(keys)),
-		Create:         r.events[0].pdu,
-		Cache:          r.resCache,
+		PerState: make([][]string, len(states)),
+		Create:   r.events[0].pdu,
+		Cache:    r.resCache,
 	}
-	for j, k := range keys {
-		in.ConflictedKeys[j] = splitKey(k)
+	for _, k := range keys {
 		for i, st := range states {
 			if v, ok := st.get(k); ok {
 				in.PerState[i] = append(in.PerState[i], r.events[v].id)

@@ -293,7 +293,7 @@ func ResolveSnapshots(version gomatrixserverlib.RoomVersion, st SnapshotStates, 
 	if err != nil {
 		return nil, err
 	}
-	in, err := g.conflictInput(version, st)
+	in, err := g.conflictInput(st)
 	if err != nil {
 		return nil, err
 	}
@@ -310,8 +310,8 @@ func ResolveSnapshots(version gomatrixserverlib.RoomVersion, st SnapshotStates, 
 
 // conflictInput turns the server's conflicted keys and events into the
 // resolver's, by the graph's NID maps; the caller holds g.mu.
-func (g *RoomGraph) conflictInput(version gomatrixserverlib.RoomVersion, st SnapshotStates) (resolver.ConflictInput, error) {
-	in := resolver.ConflictInput{Version: version, PerState: make([][]string, st.N)}
+func (g *RoomGraph) conflictInput(st SnapshotStates) (resolver.ConflictInput, error) {
+	in := resolver.ConflictInput{PerState: make([][]string, st.N)}
 	conflicted := make(map[resolver.Key]bool, len(st.Conflicts))
 	for _, c := range st.Conflicts {
 		k, ok := g.keyOf[c.Key]
@@ -322,7 +322,6 @@ func (g *RoomGraph) conflictInput(version gomatrixserverlib.RoomVersion, st Snap
 			return in, fmt.Errorf("roomrules: conflicted key %v has %d events for %d states", k, len(c.Events), st.N)
 		}
 		conflicted[k] = true
-		in.ConflictedKeys = append(in.ConflictedKeys, k)
 		for i, nid := range c.Events {
 			if nid == 0 {
 				continue
