@@ -207,7 +207,9 @@ func (r *roomResolver) cached(eventID string) (gomatrixserverlib.PDU, bool) {
 // one for that graph index; false when neither (the caller parses the PDU).
 func (r *roomResolver) light(eventID string, use func(i int32) bool) (gomatrixserverlib.PDU, bool) {
 	if p, ok := r.cached(eventID); ok {
-		r.markID(eventID)
+		if r.touch.on {
+			r.markID(eventID)
+		}
 		return p, true
 	}
 	if r.memb == nil {

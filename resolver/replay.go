@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/matrix-org/gomatrixserverlib"
 
@@ -114,6 +115,10 @@ type ReplayOptions struct {
 	// distinct states that the replay computes (one it has computed before, for
 	// the same states, is not computed again).
 	OnResolve func(ResolutionStats)
+	// ResolutionTimes, if set, receives the wall time of every resolution the replay
+	// computes, as OnResolve's Duration: cheaper than OnResolve, which counts the
+	// events each resolution uses.
+	ResolutionTimes *[]time.Duration
 	// Stop, if set, is asked before each event; when it returns true, Replay writes
 	// and syncs the state records computed so far and returns ErrStopped with the
 	// counts up to there. The head is not updated (the room stays not replayed), so
@@ -138,12 +143,11 @@ type ReplayResult struct {
 	Events   int // events walked
 	Computed int // events whose state was computed and written this run
 	Outliers int // events left out: a prev or auth event (or theirs) never arrived, or Cyclic
-	// Cyclic counts the events left out because they, or an ancestor, lie on a cycle of
-	// prev_events and auth_events (an event naming itself, two naming each other, an
-	// auth event that descends from the event): no topological order holds them.
-	// CyclicIDs names the first few of them by arrival (at most 5).
-	Cyclic    int
-	CyclicIDs []string
+	// Cyclic names, by arrival, the events left out because they, or an ancestor, lie
+	// on a cycle of prev_events and auth_events (an event naming itself, two naming
+	// each other, an auth event that descends from the event): no topological order
+	// holds them.
+	Cyclic []string
 	// NotKept counts events whose state record an every-k repack dropped: they keep
 	// having none. Rederived counts those whose state after was recomputed in memory
 	// because a computed event names them in prev_events.
@@ -156,7 +160,7 @@ type ReplayResult struct {
 // order over prev_events (ties by arrival, so an import in arrival order replays in
 // that order; events imported with AnyOrder are sorted), leaves out as outliers the
 // events whose prev or auth events are missing or lie on a cycle (and their
-// descendants; ReplayResult.Cyclic counts the cycle's), rejects
+// descendants; ReplayResult.Cyclic names the cycle's), rejects
 // what fails authorization, stores a state record per event, and sets the room's
 // forward extremities (the non-rejected events no non-rejected event points at) and
 // current state (the resolution of the states after them).
@@ -185,7 +189,7 @@ func Replay(ctx context.Context, room *roomstate.Room, opts ReplayOptions) (Repl
 	if err != nil {
 		return ReplayResult{}, err
 	}
-	r.onResolve = opts.OnResolve
+	r.onResolve, r.resolutionTimes = opts.OnResolve, opts.ResolutionTimes
 	// Load the auth index up front, so its one pass over the room is not charged
 	// to the first resolution.
 	g, err := r.graph()
@@ -719,18 +723,12 @@ func (rp *replay) replayOrder() ([]int32, error) {
 		// out like outliers, and named.
 		for i := range n {
 			if !outlier[i] && pending[i] > 0 {
-				rp.res.Cyclic++
-				if len(rp.res.CyclicIDs) < maxCyclicIDs {
-					rp.res.CyclicIDs = append(rp.res.CyclicIDs, g.ids[i])
-				}
+				rp.res.Cyclic = append(rp.res.Cyclic, g.ids[i])
 			}
 		}
 	}
 	return order, nil
 }
-
-// maxCyclicIDs bounds ReplayResult.CyclicIDs.
-const maxCyclicIDs = 5
 
 // indexHeap pops the event that arrived first (the lowest index).
 type indexHeap []int32

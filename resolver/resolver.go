@@ -147,6 +147,9 @@ type roomResolver struct {
 	onResolve func(ResolutionStats)
 	// touch counts the events the current resolution uses while onResolve is set.
 	touch touchCount
+	// resolutionTimes, if set, receives the wall time of every resolution computed
+	// (not answered from the memo).
+	resolutionTimes *[]time.Duration
 
 	// stats sums what the resolutions cost, and every PDU loaded.
 	stats Stats
@@ -181,11 +184,8 @@ func (t *touchCount) mark(i int32) {
 	}
 }
 
-// markID counts an event by ID while a resolution is counted.
+// markID counts an event by ID (while touch.on).
 func (r *roomResolver) markID(eventID string) {
-	if !r.touch.on {
-		return
-	}
 	if _, i, err := r.index(eventID); err == nil {
 		r.touch.mark(i)
 	}
@@ -314,7 +314,9 @@ func (r *roomResolver) setRejected(i int32, rejected bool) {
 }
 
 func (r *roomResolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
-	r.markID(eventID)
+	if r.touch.on {
+		r.markID(eventID)
+	}
 	if p, ok := r.cached(eventID); ok {
 		return p, nil
 	}
@@ -425,9 +427,13 @@ func (r *roomResolver) resolveSnapshots(ctx context.Context, roots []hamtstore.N
 	if err := ctx.Err(); err != nil {
 		return hamtstore.NodeID{}, err
 	}
+	start := time.Now()
 	root, err := r.resolve(ctx, uniq)
 	if err != nil {
 		return root, err
+	}
+	if r.resolutionTimes != nil {
+		*r.resolutionTimes = append(*r.resolutionTimes, time.Since(start))
 	}
 	if len(r.memo) >= maxResolveMemo {
 		clear(r.memo)

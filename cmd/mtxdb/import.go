@@ -358,7 +358,7 @@ func (r *importRun) replayAndRepack(ctx context.Context, opts repackplan.Options
 		return err
 	}
 	problems.print(r.out, r.asJSON)
-	printLine(r.out, r.asJSON, "replay", kv{"rooms", len(rooms)}, kv{"rooms_failed", problems.count()}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected}, kv{"outliers", tot.Outliers}, kv{"cyclic", tot.Cyclic})
+	printLine(r.out, r.asJSON, "replay", kv{"rooms", len(rooms)}, kv{"rooms_failed", problems.count()}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected}, kv{"outliers", tot.Outliers}, kv{"cyclic", len(tot.Cyclic)})
 	stopImport()
 	// The rooms replay skipped are not planned again (their problem is printed).
 	failed := problems.skipped()

@@ -39,12 +39,15 @@ func (ps roomProblems) skipped() map[string]bool {
 func (ps roomProblems) count() int { return len(ps.skipped()) }
 
 // cyclicProblem describes events replay left out because they or an ancestor lie
-// on a prev/auth cycle: how many, and the first few by arrival.
-func cyclicProblem(room string, n int, ids []string) roomProblem {
-	more := ""
-	if n > len(ids) {
-		more = fmt.Sprintf(" and %d more", n-len(ids))
+// on a prev/auth cycle (ids, by arrival): how many, and the first few.
+func cyclicProblem(room string, ids []string) roomProblem {
+	n, more := len(ids), ""
+	if n > maxCyclicShown {
+		ids, more = ids[:maxCyclicShown], fmt.Sprintf(" and %d more", n-maxCyclicShown)
 	}
 	return roomProblem{room: room, what: fmt.Sprintf("%d events left out as outliers: they or an ancestor lie on a cycle of prev_events and auth_events (%s%s)",
 		n, strings.Join(ids, ", "), more)}
 }
+
+// maxCyclicShown bounds the cyclic events a problem line names.
+const maxCyclicShown = 5

@@ -89,8 +89,8 @@ func TestReplayRoomsIsolatesBadRooms(t *testing.T) {
 	if err != nil {
 		t.Fatalf("replayRooms: %v", err)
 	}
-	if tot.Cyclic != 2 {
-		t.Errorf("cyclic = %d, want 2", tot.Cyclic)
+	if len(tot.Cyclic) != 2 {
+		t.Errorf("cyclic = %d, want 2", len(tot.Cyclic))
 	}
 	byRoom := map[string]roomProblem{}
 	for _, p := range problems {

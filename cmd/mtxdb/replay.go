@@ -65,7 +65,7 @@ are synced, the command prints its summary and how to continue, and exits 130
 			problems.print(cmd.OutOrStdout(), asJSON)
 			p50, p99 := percentile(durs, 0.50), percentile(durs, 0.99)
 			printLine(cmd.OutOrStdout(), asJSON, "replay", kv{"rooms", len(rooms)}, kv{"rooms_failed", problems.count()}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected},
-				kv{"outliers", tot.Outliers}, kv{"cyclic", tot.Cyclic}, kv{"state_not_kept", tot.NotKept}, kv{"rederived", tot.Rederived}, kv{"resolutions", tot.Resolutions},
+				kv{"outliers", tot.Outliers}, kv{"cyclic", len(tot.Cyclic)}, kv{"state_not_kept", tot.NotKept}, kv{"rederived", tot.Rederived}, kv{"resolutions", tot.Resolutions},
 				kv{"conflicted_keys", tot.ConflictedKeys}, kv{"auth_difference", tot.AuthDifference}, kv{"pdus_parsed", tot.EventsLoaded},
 				kv{"resolution_p50_us", p50.Microseconds()}, kv{"resolution_p99_us", p99.Microseconds()})
 			if stopped {
@@ -112,16 +112,12 @@ func replayRooms(ctx context.Context, rooms []*roomstate.Room, force bool, out i
 	done := 0 // events walked, for testStall
 	for _, r := range rooms {
 		walked := 0
-		opts := resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { walked++; bar.add(1) }, Stop: func() bool {
+		res, err := resolver.Replay(ctx, r, resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { walked++; bar.add(1) }, ResolutionTimes: times, Stop: func() bool {
 			if done++; done == 1001 { // asked before event 1001: 1000 walked
 				testStall("replay-1000")
 			}
 			return interrupted()
-		}}
-		if times != nil {
-			opts.OnResolve = func(s resolver.ResolutionStats) { *times = append(*times, s.Duration) }
-		}
-		res, err := resolver.Replay(ctx, r, opts)
+		}})
 		if err != nil && !errors.Is(err, resolver.ErrStopped) {
 			if lostStore(err) {
 				return tot, problems, fmt.Errorf("replay room %s: %w", r.ID(), err)
@@ -133,7 +129,7 @@ func replayRooms(ctx context.Context, rooms []*roomstate.Room, force bool, out i
 		tot.Events += res.Events
 		tot.Computed += res.Computed
 		tot.Outliers += res.Outliers
-		tot.Cyclic += res.Cyclic
+		tot.Cyclic = append(tot.Cyclic, res.Cyclic...)
 		tot.NotKept += res.NotKept
 		tot.Rederived += res.Rederived
 		tot.AuthDifference += res.AuthDifference
@@ -141,8 +137,8 @@ func replayRooms(ctx context.Context, rooms []*roomstate.Room, force bool, out i
 		tot.Rejected += res.Rejected
 		tot.Resolutions += res.Resolutions
 		tot.ConflictedKeys += res.ConflictedKeys
-		if res.Cyclic > 0 {
-			problems = append(problems, cyclicProblem(r.ID(), res.Cyclic, res.CyclicIDs))
+		if len(res.Cyclic) > 0 {
+			problems = append(problems, cyclicProblem(r.ID(), res.Cyclic))
 		}
 		if err != nil { // stopped: what it computed is synced
 			bar.finish()
