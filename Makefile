@@ -244,11 +244,12 @@ dendrite:
 
 # Stock and mtxdb Dendrite on loopback, SQLite and PostgreSQL, driven through the
 # client-server API with mautrix; answers compared, SQL state tables checked empty, a
-# PostgreSQL Dendrite's state rows found in mtxdb_records in its own database.
+# PostgreSQL Dendrite's state rows found in mtxdb_records in its own database; and the
+# patched server's /metrics scraped for the state store's and its engine's metrics.
 test-dendrite-e2e: dendrite
 	@set -e; url=$$(scripts/pgserver.sh start $(PG_DIR)); rc=0; \
 	  (cd integration/dendrite/server/e2e && MTXDB_DENDRITE_BIN=$(DENDRITE_BIN) MTXDB_PG_URL=$$url \
-	    $(GO) test -count=1 -v -run '^TestStockAndMtxdbAgree$$' .) || rc=$$?; \
+	    $(GO) test -count=1 -v -run '^(TestStockAndMtxdbAgree|TestMetricsScraped)$$' .) || rc=$$?; \
 	  scripts/pgserver.sh stop $(PG_DIR); exit $$rc
 
 # Room version 12 on the patched build (TestRoomV12Federation): two servers federating

@@ -3,6 +3,7 @@ package packstore
 import (
 	"bytes"
 	"errors"
+	dto "github.com/prometheus/client_model/go"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -246,19 +247,57 @@ func TestIndexStatsAndNeedsRepack(t *testing.T) {
 	}
 }
 
+// TestPrometheusCollector: a registry gathers every metric the collector
+// describes, with the shard sizes, the cache counters and one sync latency
+// sample per Sync.
 func TestPrometheusCollector(t *testing.T) {
 	s := openStore(t, Options{Dir: t.TempDir(), CacheBytes: 1 << 20})
 	defer s.Close()
 	s.Put(idN(1, 0), idN(2, 0), []byte("x"))
 	s.Get(idN(1, 0), idN(2, 0))
-	ch := make(chan prometheus.Metric, 100)
-	NewCollector(s).Collect(ch)
-	close(ch)
-	n := 0
-	for range ch {
-		n++
+	for range 3 {
+		if err := s.Sync(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if n < 8 {
-		t.Fatalf("%d metrics", n)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(s))
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*dto.MetricFamily{}
+	for _, f := range fams {
+		got[f.GetName()] = f
+	}
+	for _, name := range []string{"packstore_shard_bytes", "packstore_live_records", "packstore_cache_misses_total",
+		"packstore_index_load_factor", "packstore_collections", "packstore_sync_duration_seconds"} {
+		if got[name] == nil {
+			t.Errorf("no %s among %d families", name, len(fams))
+		}
+	}
+	if f := got["packstore_sync_duration_seconds"]; f != nil {
+		h := f.GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() != 3 || h.GetSampleSum() <= 0 || len(h.GetBucket()) != len(syncBuckets) {
+			t.Errorf("sync histogram: %d samples, sum %v, %d buckets", h.GetSampleCount(), h.GetSampleSum(), len(h.GetBucket()))
+		}
+	}
+}
+
+// TestLatencyHist: durations land in the first bucket whose bound they do not
+// exceed, cumulatively; one above every bound counts only in the total.
+func TestLatencyHist(t *testing.T) {
+	var h latencyHist
+	for _, d := range []time.Duration{50 * time.Microsecond, 100 * time.Microsecond, 150 * time.Microsecond, 3 * time.Millisecond, time.Minute} {
+		h.observe(d)
+	}
+	n, sum, cum := h.snapshot()
+	if n != 5 || sum < 60 || sum > 60.01 {
+		t.Fatalf("count %d sum %v", n, sum)
+	}
+	for ub, want := range map[float64]uint64{0.0001: 2, 0.0002: 3, 0.0016: 3, 0.0032: 4, syncBuckets[len(syncBuckets)-1]: 4} {
+		if cum[ub] != want {
+			t.Errorf("bucket <= %v: %d, want %d", ub, cum[ub], want)
+		}
 	}
 }

@@ -472,11 +472,13 @@ func (s *PackfileStorage) DeleteCollection(coll ID) error {
 // the directory when each shard was created. Every write that returned
 // before Sync is durable when it returns.
 func (s *PackfileStorage) Sync() error {
+	start := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.opts.ReadOnly && !s.closed.Load() {
 		return nil // nothing was written
 	}
+	defer func() { s.syncLatency.observe(time.Since(start)) }()
 	if err := s.writableLocked(); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ type Collector struct {
 	cacheHits, cacheMisses, cacheRatio     *prometheus.Desc
 	shardBytes, shardLive, repackProgress  *prometheus.Desc
 	needsRepack, liveRecords, collectionsD *prometheus.Desc
+	syncDuration                           *prometheus.Desc
 }
 
 // NewCollector returns a Collector for s.
@@ -37,13 +38,14 @@ func NewCollector(s *PackfileStorage) *Collector {
 		needsRepack:    d("collections_needing_repack", "Collections for which NeedsRepack holds."),
 		liveRecords:    d("live_records", "Records reachable through the indexes."),
 		collectionsD:   d("collections", "Collections with at least one live record."),
+		syncDuration:   d("sync_duration_seconds", "Wall time of Sync calls (lock wait, fsync and index delta), since open."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.load, c.probeMean, c.probeMax, c.collisions, c.cacheHits, c.cacheMisses,
-		c.cacheRatio, c.shardBytes, c.shardLive, c.repackProgress, c.needsRepack, c.liveRecords, c.collectionsD} {
+		c.cacheRatio, c.shardBytes, c.shardLive, c.repackProgress, c.needsRepack, c.liveRecords, c.collectionsD, c.syncDuration} {
 		ch <- d
 	}
 }
@@ -55,6 +57,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.collisions, prometheus.CounterValue, float64(c.s.collisions.Load()))
 	g(c.repackProgress, float64(c.s.repackProgress.Load()))
+	n, sum, buckets := c.s.syncLatency.snapshot()
+	ch <- prometheus.MustNewConstHistogram(c.syncDuration, n, sum, buckets)
 	if nc := c.s.cache; nc != nil {
 		h, m := nc.hits.Load(), nc.misses.Load()
 		ch <- prometheus.MustNewConstMetric(c.cacheHits, prometheus.CounterValue, float64(h))

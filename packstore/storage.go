@@ -228,6 +228,9 @@ type PackfileStorage struct {
 	// repackProgress is the index of the collection plan a running repack
 	// is copying, -1 when none (exported as a Prometheus gauge).
 	repackProgress atomic.Int64
+	// syncLatency is the wall time of each Sync that could write (exported as a
+	// Prometheus histogram).
+	syncLatency latencyHist
 	// testHookAfterMarkers, when set, runs after a repack appended its
 	// reset markers and before it syncs them (crash tests).
 	testHookAfterMarkers func()

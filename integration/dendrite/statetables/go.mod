@@ -11,6 +11,7 @@ require (
 	github.com/mtxdb/mtxdb/internal v0.0.0
 	github.com/mtxdb/mtxdb/packstore v0.0.0
 	github.com/mtxdb/mtxdb/pgstore v0.0.0
+	github.com/prometheus/client_golang v1.25.0
 )
 
 require (
@@ -49,7 +50,6 @@ require (
 	github.com/ncruces/go-strftime v0.1.9 // indirect
 	github.com/opentracing/opentracing-go v1.2.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
-	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect

@@ -14,6 +14,7 @@ import (
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/pgstore"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 const (
@@ -63,6 +64,11 @@ type Store struct {
 	// SQLite when eventsSQLite.
 	eventsDB     *sql.DB
 	eventsSQLite bool
+
+	// metricsReg and metricsColl: where RegisterMetrics registered the
+	// engine's collector (guarded by registryMu).
+	metricsReg  prometheus.Registerer
+	metricsColl prometheus.Collector
 }
 
 // records is what the store reads and writes its records through: the packstore
@@ -199,6 +205,10 @@ func (s *Store) Close() error {
 		return nil
 	}
 	delete(registry, s.dir)
+	if s.metricsReg != nil {
+		s.metricsReg.Unregister(s.metricsColl)
+		s.metricsReg, s.metricsColl = nil, nil
+	}
 	return s.eng.Close()
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/matrix-org/dendrite/roomserver/storage/tables"
 	"github.com/matrix-org/dendrite/roomserver/types"
 	"github.com/matrix-org/dendrite/setup/config"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Environment variables that place the store (see Swap and DirFor).
@@ -130,6 +131,10 @@ func Swap(ctx context.Context, d *shared.Database, opts *config.DatabaseOptions)
 	}
 	if f := os.Getenv(EnvLog); f != "" {
 		logOpen(f, s)
+	}
+	if err := RegisterMetrics(prometheus.DefaultRegisterer, s); err != nil {
+		_ = s.Close()
+		return fmt.Errorf("statetables: register metrics: %w", err)
 	}
 	s.SetEventsDB(d.DB, sqlite)
 	d.StateSnapshotTable = s

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/matrix-org/dendrite/roomserver/storage/tables"
 	"github.com/matrix-org/dendrite/roomserver/types"
@@ -214,6 +215,7 @@ func deltaChanges(entries []types.StateEntry) []hamtstore.Change {
 // the block and room: unknown block, block of another room, room NID out of range,
 // engine errors, ErrBroken.
 func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.RoomNID, stateBlockNIDs types.StateBlockNIDs) (types.StateSnapshotNID, error) {
+	start := time.Now()
 	if err := checkRoom(roomNID); err != nil {
 		return 0, err
 	}
@@ -272,6 +274,9 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 	}
 
 	if nid, ok, err := s.nidOf(ctx, txn, r, root); err != nil || ok {
+		if ok {
+			snapshotsInserted.WithLabelValues("existing").Inc()
+		}
 		return nid, err
 	}
 	seq, lease, leaseDone, err := s.nextSeq(ctx, r)
@@ -300,6 +305,7 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 	if err := s.durable(); err != nil {
 		return 0, err
 	}
+	observeWrite(start, recs)
 	leaseDone()
 	if s.cacheable(txn) {
 		s.roots.Add(nid, roomRoot{roomNID, root})

@@ -479,163 +479,173 @@ func pgDatabase(t *testing.T, base, name string) string {
 }
 
 func TestStockAndMtxdbAgree(t *testing.T) {
+	forBackends(t, "test-dendrite-e2e", func(t *testing.T, bin, backend, pg string) {
+		var stockURL, mtxdbURL string
+		var env []string
+		if backend == "postgres" {
+			stockURL, mtxdbURL = pgDatabase(t, pg, "e2e_stock"), pgDatabase(t, pg, "e2e_mtxdb")
+		}
+		stock := newServer(t, "stock", filepath.Join(bin, "stock"), stockURL, nil)
+		dir := t.TempDir()
+		legacyBase := filepath.Join(dir, "mtxdb-state")
+		if backend == "postgres" {
+			// A PostgreSQL Dendrite keeps its state in its database; where earlier
+			// versions put a store directory (under MTXDB_DENDRITE_STATE_BASE)
+			// nothing may appear.
+			env = []string{"MTXDB_DENDRITE_STATE_BASE=" + legacyBase, "MTXDB_DENDRITE_STATE_DIR="}
+		}
+		swapped := newServer(t, "mtxdb", bin, mtxdbURL, env)
+		results := map[string][2]map[string]string{}
+		var stockWorld []*world
+		for _, s := range []*server{stock, swapped} {
+			if err := s.start(); err != nil {
+				t.Fatal(err)
+			}
+			w := drive(t, s)
+			if s == stock {
+				stockWorld = append(stockWorld, w)
+			}
+			before := answers(t, w)
+			s.stop()
+			if err := s.start(); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []*mautrix.Client{w.alice, w.bob, w.carol} {
+				c.HomeserverURL, _ = url.Parse(s.url)
+			}
+			after := answers(t, w)
+			s.stop()
+			results[s.name] = [2]map[string]string{before, after}
+		}
+		n := 0
+		for name, want := range results["stock"][0] {
+			for i, label := range []string{"before restart", "after restart"} {
+				got := results["mtxdb"][i][name]
+				if got != want {
+					t.Errorf("%s %s:\n stock: %s\n mtxdb: %s", name, label, want, got)
+				}
+				if results["stock"][i][name] != want {
+					t.Errorf("stock %s changed across the restart", name)
+				}
+				n++
+			}
+		}
+		if len(results["mtxdb"][0]) != len(results["stock"][0]) {
+			t.Errorf("%d answers from mtxdb, %d from stock", len(results["mtxdb"][0]), len(results["stock"][0]))
+		}
+		t.Logf("%s: %d answers compared (%d kinds, before and after a restart), stock and mtxdb equal unless reported above", backend, n, len(results["stock"][0]))
+
+		stockSnap, stockBlocks := stateRows(t, stock, stockURL)
+		snap, blocks := stateRows(t, swapped, mtxdbURL)
+		t.Logf("%s: SQL roomserver_state_snapshots/roomserver_state_block rows: stock %d/%d, mtxdb %d/%d", backend, stockSnap, stockBlocks, snap, blocks)
+		if stockSnap == 0 || stockBlocks == 0 {
+			t.Errorf("stock server wrote no SQL state rows: the check below would prove nothing")
+		}
+		if snap != 0 || blocks != 0 {
+			t.Errorf("mtxdb server wrote state to SQL: %d snapshots, %d blocks", snap, blocks)
+		}
+		if backend == "postgres" {
+			rows, bytes := mtxdbRows(t, mtxdbURL)
+			t.Logf("%s: mtxdb state in the roomserver's own database: %d rows in mtxdb_records (%d payload bytes)", backend, rows, bytes)
+			if rows == 0 {
+				t.Errorf("the PostgreSQL Dendrite wrote no state rows to mtxdb_records in its database")
+			}
+			shared, total := sharedTransactions(t, mtxdbURL)
+			t.Logf("%s: %d of the %d transactions that wrote mtxdb_records rows (lease records aside) also wrote roomserver_events rows (same xmin): snapshots committed with Dendrite's rows", backend, shared, total)
+			if shared == 0 {
+				t.Errorf("no mtxdb_records row was written in a transaction of Dendrite's that also wrote roomserver_events: the state is not written in Dendrite's transactions")
+			}
+			if _, err := os.Stat(legacyBase); !os.IsNotExist(err) {
+				t.Errorf("the PostgreSQL Dendrite made a store directory %s (%v): its state belongs in its database", legacyBase, err)
+			}
+		} else {
+			storeDir := filepath.Join(swapped.dir, "dendrite_roomserver.db.mtxdb-state")
+			t.Logf("%s: mtxdb state store %s: %d bytes", backend, storeDir, dirBytes(t, storeDir))
+		}
+
+		// The refused changes are refused by mtxdb's rules (roomrules), and the
+		// mtxdb server's log names the rule (stock's log has none of it).
+		for _, s := range []*server{stock, swapped} {
+			b, err := os.ReadFile(filepath.Join(s.dir, "server.log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := strings.Count(string(b), "authorization rule ")
+			t.Logf("%s: %s's log names an authorization rule %d times", backend, s.name, n)
+			if s == swapped && n == 0 {
+				t.Errorf("the mtxdb server refused changes but its log names no authorization rule (mtxdb's rules not in effect?):\n%s", s.logTail())
+			}
+		}
+
+		// The startup guard: the mtxdb build refuses the stock server's database,
+		// whose state is in SQL, instead of failing every state request later.
+		// SQLite: a store directory of its own; PostgreSQL: the database itself.
+		migrated := filepath.Join(t.TempDir(), "migrated-state")
+		onStockEnv := []string{"MTXDB_DENDRITE_STATE_DIR=" + migrated}
+		if backend == "postgres" {
+			onStockEnv = env
+		}
+		onStock := &server{t: t, name: "mtxdb-on-stock-db", bin: bin, dir: stock.dir, env: onStockEnv}
+		t.Cleanup(onStock.stop)
+		err := onStock.start()
+		if err == nil {
+			onStock.stop()
+			t.Fatal("the mtxdb build started on an unmigrated database")
+		}
+		if !strings.Contains(err.Error(), "mtxdb-dendrite-migrate") {
+			t.Fatalf("unmigrated database: the server exited without naming the migration: %v", err)
+		}
+		t.Logf("%s: unmigrated database refused: %s", backend, regexp.MustCompile(`statetables: [^"]*`).FindString(err.Error()))
+
+		// The migration of the stock database: then the mtxdb build on it gives
+		// stock's answers.
+		args := []string{"-db", "file:" + filepath.Join(stock.dir, "dendrite_roomserver.db"), "-store", migrated}
+		if backend == "postgres" {
+			args = []string{"-db", stockURL} // into the database's own mtxdb tables
+		}
+		out := run(t, stock.dir, onStockEnv, filepath.Join(bin, "mtxdb-dendrite-migrate"), args...)
+		t.Logf("%s: %s", backend, strings.TrimSpace(out))
+		if backend == "postgres" {
+			rows, _ := mtxdbRows(t, stockURL)
+			t.Logf("%s: migrated into the stock database's mtxdb_records: %d rows", backend, rows)
+			if rows == 0 {
+				t.Errorf("the migration wrote no rows to the stock database's mtxdb_records")
+			}
+		}
+		if err := onStock.start(); err != nil {
+			t.Fatal(err)
+		}
+		w := stockWorld[0]
+		for _, c := range []*mautrix.Client{w.alice, w.bob, w.carol} {
+			c.HomeserverURL, _ = url.Parse(onStock.url)
+		}
+		got := answers(t, w)
+		onStock.stop()
+		for name, want := range results["stock"][0] {
+			if got[name] != want {
+				t.Errorf("after migration, %s:\n stock: %s\n mtxdb: %s", name, want, got[name])
+			}
+		}
+		t.Logf("%s: after migration, the mtxdb build on the stock database: %d answers compared with stock's", backend, len(got))
+	})
+}
+
+// forBackends runs f as a subtest per database, "sqlite" and "postgres", with the
+// patched build's directory (MTXDB_DENDRITE_BIN; the test is skipped without it)
+// and the PostgreSQL server's URL (MTXDB_PG_URL; the postgres subtest is skipped
+// without it). target names the make target that sets both.
+func forBackends(t *testing.T, target string, f func(t *testing.T, bin, backend, pg string)) {
 	bin := os.Getenv("MTXDB_DENDRITE_BIN")
 	if bin == "" {
-		t.Skip("MTXDB_DENDRITE_BIN is not set: make test-dendrite-e2e builds Dendrite (make dendrite) and runs this test")
+		t.Skipf("MTXDB_DENDRITE_BIN is not set: make %s builds Dendrite (make dendrite) and runs this test", target)
 	}
 	for _, backend := range []string{"sqlite", "postgres"} {
 		t.Run(backend, func(t *testing.T) {
 			pg := os.Getenv("MTXDB_PG_URL")
 			if backend == "postgres" && pg == "" {
-				t.Skip("MTXDB_PG_URL is not set: make test-dendrite-e2e starts a PostgreSQL (scripts/pgserver.sh) and sets it")
+				t.Skipf("MTXDB_PG_URL is not set: make %s starts a PostgreSQL (scripts/pgserver.sh) and sets it", target)
 			}
-			var stockURL, mtxdbURL string
-			var env []string
-			if backend == "postgres" {
-				stockURL, mtxdbURL = pgDatabase(t, pg, "e2e_stock"), pgDatabase(t, pg, "e2e_mtxdb")
-			}
-			stock := newServer(t, "stock", filepath.Join(bin, "stock"), stockURL, nil)
-			dir := t.TempDir()
-			legacyBase := filepath.Join(dir, "mtxdb-state")
-			if backend == "postgres" {
-				// A PostgreSQL Dendrite keeps its state in its database; where earlier
-				// versions put a store directory (under MTXDB_DENDRITE_STATE_BASE)
-				// nothing may appear.
-				env = []string{"MTXDB_DENDRITE_STATE_BASE=" + legacyBase, "MTXDB_DENDRITE_STATE_DIR="}
-			}
-			swapped := newServer(t, "mtxdb", bin, mtxdbURL, env)
-			results := map[string][2]map[string]string{}
-			var stockWorld []*world
-			for _, s := range []*server{stock, swapped} {
-				if err := s.start(); err != nil {
-					t.Fatal(err)
-				}
-				w := drive(t, s)
-				if s == stock {
-					stockWorld = append(stockWorld, w)
-				}
-				before := answers(t, w)
-				s.stop()
-				if err := s.start(); err != nil {
-					t.Fatal(err)
-				}
-				for _, c := range []*mautrix.Client{w.alice, w.bob, w.carol} {
-					c.HomeserverURL, _ = url.Parse(s.url)
-				}
-				after := answers(t, w)
-				s.stop()
-				results[s.name] = [2]map[string]string{before, after}
-			}
-			n := 0
-			for name, want := range results["stock"][0] {
-				for i, label := range []string{"before restart", "after restart"} {
-					got := results["mtxdb"][i][name]
-					if got != want {
-						t.Errorf("%s %s:\n stock: %s\n mtxdb: %s", name, label, want, got)
-					}
-					if results["stock"][i][name] != want {
-						t.Errorf("stock %s changed across the restart", name)
-					}
-					n++
-				}
-			}
-			if len(results["mtxdb"][0]) != len(results["stock"][0]) {
-				t.Errorf("%d answers from mtxdb, %d from stock", len(results["mtxdb"][0]), len(results["stock"][0]))
-			}
-			t.Logf("%s: %d answers compared (%d kinds, before and after a restart), stock and mtxdb equal unless reported above", backend, n, len(results["stock"][0]))
-
-			stockSnap, stockBlocks := stateRows(t, stock, stockURL)
-			snap, blocks := stateRows(t, swapped, mtxdbURL)
-			t.Logf("%s: SQL roomserver_state_snapshots/roomserver_state_block rows: stock %d/%d, mtxdb %d/%d", backend, stockSnap, stockBlocks, snap, blocks)
-			if stockSnap == 0 || stockBlocks == 0 {
-				t.Errorf("stock server wrote no SQL state rows: the check below would prove nothing")
-			}
-			if snap != 0 || blocks != 0 {
-				t.Errorf("mtxdb server wrote state to SQL: %d snapshots, %d blocks", snap, blocks)
-			}
-			if backend == "postgres" {
-				rows, bytes := mtxdbRows(t, mtxdbURL)
-				t.Logf("%s: mtxdb state in the roomserver's own database: %d rows in mtxdb_records (%d payload bytes)", backend, rows, bytes)
-				if rows == 0 {
-					t.Errorf("the PostgreSQL Dendrite wrote no state rows to mtxdb_records in its database")
-				}
-				shared, total := sharedTransactions(t, mtxdbURL)
-				t.Logf("%s: %d of the %d transactions that wrote mtxdb_records rows (lease records aside) also wrote roomserver_events rows (same xmin): snapshots committed with Dendrite's rows", backend, shared, total)
-				if shared == 0 {
-					t.Errorf("no mtxdb_records row was written in a transaction of Dendrite's that also wrote roomserver_events: the state is not written in Dendrite's transactions")
-				}
-				if _, err := os.Stat(legacyBase); !os.IsNotExist(err) {
-					t.Errorf("the PostgreSQL Dendrite made a store directory %s (%v): its state belongs in its database", legacyBase, err)
-				}
-			} else {
-				storeDir := filepath.Join(swapped.dir, "dendrite_roomserver.db.mtxdb-state")
-				t.Logf("%s: mtxdb state store %s: %d bytes", backend, storeDir, dirBytes(t, storeDir))
-			}
-
-			// The refused changes are refused by mtxdb's rules (roomrules), and the
-			// mtxdb server's log names the rule (stock's log has none of it).
-			for _, s := range []*server{stock, swapped} {
-				b, err := os.ReadFile(filepath.Join(s.dir, "server.log"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				n := strings.Count(string(b), "authorization rule ")
-				t.Logf("%s: %s's log names an authorization rule %d times", backend, s.name, n)
-				if s == swapped && n == 0 {
-					t.Errorf("the mtxdb server refused changes but its log names no authorization rule (mtxdb's rules not in effect?):\n%s", s.logTail())
-				}
-			}
-
-			// The startup guard: the mtxdb build refuses the stock server's database,
-			// whose state is in SQL, instead of failing every state request later.
-			// SQLite: a store directory of its own; PostgreSQL: the database itself.
-			migrated := filepath.Join(t.TempDir(), "migrated-state")
-			onStockEnv := []string{"MTXDB_DENDRITE_STATE_DIR=" + migrated}
-			if backend == "postgres" {
-				onStockEnv = env
-			}
-			onStock := &server{t: t, name: "mtxdb-on-stock-db", bin: bin, dir: stock.dir, env: onStockEnv}
-			t.Cleanup(onStock.stop)
-			err := onStock.start()
-			if err == nil {
-				onStock.stop()
-				t.Fatal("the mtxdb build started on an unmigrated database")
-			}
-			if !strings.Contains(err.Error(), "mtxdb-dendrite-migrate") {
-				t.Fatalf("unmigrated database: the server exited without naming the migration: %v", err)
-			}
-			t.Logf("%s: unmigrated database refused: %s", backend, regexp.MustCompile(`statetables: [^"]*`).FindString(err.Error()))
-
-			// The migration of the stock database: then the mtxdb build on it gives
-			// stock's answers.
-			args := []string{"-db", "file:" + filepath.Join(stock.dir, "dendrite_roomserver.db"), "-store", migrated}
-			if backend == "postgres" {
-				args = []string{"-db", stockURL} // into the database's own mtxdb tables
-			}
-			out := run(t, stock.dir, onStockEnv, filepath.Join(bin, "mtxdb-dendrite-migrate"), args...)
-			t.Logf("%s: %s", backend, strings.TrimSpace(out))
-			if backend == "postgres" {
-				rows, _ := mtxdbRows(t, stockURL)
-				t.Logf("%s: migrated into the stock database's mtxdb_records: %d rows", backend, rows)
-				if rows == 0 {
-					t.Errorf("the migration wrote no rows to the stock database's mtxdb_records")
-				}
-			}
-			if err := onStock.start(); err != nil {
-				t.Fatal(err)
-			}
-			w := stockWorld[0]
-			for _, c := range []*mautrix.Client{w.alice, w.bob, w.carol} {
-				c.HomeserverURL, _ = url.Parse(onStock.url)
-			}
-			got := answers(t, w)
-			onStock.stop()
-			for name, want := range results["stock"][0] {
-				if got[name] != want {
-					t.Errorf("after migration, %s:\n stock: %s\n mtxdb: %s", name, want, got[name])
-				}
-			}
-			t.Logf("%s: after migration, the mtxdb build on the stock database: %d answers compared with stock's", backend, len(got))
+			f(t, bin, backend, pg)
 		})
 	}
 }
