@@ -5,6 +5,7 @@
 // (blocks merged in their stored order, the last entry per state key winning).
 //
 //	mtxdb-dendrite-migrate -db CONNECTION [-store DIR]
+//	mtxdb-dendrite-migrate -check -db CONNECTION [-store DIR]
 //
 // CONNECTION: file:PATH or a plain PATH (SQLite; the file must exist), or a
 // PostgreSQL URL (postgres://...) or key=value string. Without -store the store is
@@ -12,6 +13,13 @@
 // directory (statetables.DirFor), a PostgreSQL database's own tables (pgstore's
 // mtxdb_records, created there). Stop Dendrite first. The SQL rows are left in
 // place; the store must hold no migrated NID of another database.
+//
+// With -check nothing is migrated: the database of a patched Dendrite is checked
+// against its store. Every snapshot NID its SQL names (roomserver_events and
+// roomserver_rooms state_snapshot_nid) must be in the store, and every event NID
+// in those states must be a row of roomserver_events. It prints a summary line
+// and exits 1 naming the first snapshots that fail. On SQLite, stop Dendrite
+// first (the store directory is locked while it runs).
 package main
 
 import (
@@ -33,12 +41,17 @@ import (
 func main() {
 	dbFlag := flag.String("db", "", "roomserver database: file:PATH or PATH (SQLite), or a PostgreSQL connection string")
 	storeFlag := flag.String("store", "", "mtxdb state store directory (default: where the patched Dendrite looks for it: beside a SQLite database, inside a PostgreSQL one)")
+	checkFlag := flag.Bool("check", false, "check a patched Dendrite's database against its store instead of migrating")
 	flag.Parse()
 	if *dbFlag == "" || flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: mtxdb-dendrite-migrate -db CONNECTION [-store DIR]")
+		fmt.Fprintln(os.Stderr, "usage: mtxdb-dendrite-migrate [-check] -db CONNECTION [-store DIR]")
 		os.Exit(2)
 	}
-	sum, err := migrate(context.Background(), *dbFlag, *storeFlag)
+	run := migrate
+	if *checkFlag {
+		run = check
+	}
+	sum, err := run(context.Background(), *dbFlag, *storeFlag)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mtxdb-dendrite-migrate:", err)
 		os.Exit(1)

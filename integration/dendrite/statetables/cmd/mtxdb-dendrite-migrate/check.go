@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/matrix-org/dendrite/roomserver/types"
+
+	"github.com/mtxdb/mtxdb/integration/dendrite/statetables"
+)
+
+// check checks the roomserver database conn of a patched Dendrite against its
+// store (-check): every snapshot NID the SQL names must be in the store, and
+// every event NID of those states a row of roomserver_events. It returns the
+// summary line, or an error naming the first failures.
+func check(ctx context.Context, conn, storeDir string) (string, error) {
+	db, sqlite, err := openDB(conn)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	if err := db.PingContext(ctx); err != nil {
+		return "", fmt.Errorf("-db: %w", err)
+	}
+	refs := map[types.StateSnapshotNID]string{}
+	for _, table := range []string{"roomserver_events", "roomserver_rooms"} {
+		rows, err := db.QueryContext(ctx, "SELECT DISTINCT state_snapshot_nid FROM "+table+" WHERE state_snapshot_nid != 0")
+		if err != nil {
+			return "", fmt.Errorf("-db %q is not a Dendrite roomserver database (%s.state_snapshot_nid: %v)", conn, table, err)
+		}
+		for rows.Next() {
+			var nid int64
+			if err := rows.Scan(&nid); err != nil {
+				rows.Close()
+				return "", fmt.Errorf("%s: %w", table, err)
+			}
+			refs[types.StateSnapshotNID(nid)] = table
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", table, err)
+		}
+	}
+	events := map[types.EventNID]bool{}
+	rows, err := db.QueryContext(ctx, "SELECT event_nid FROM roomserver_events")
+	if err != nil {
+		return "", fmt.Errorf("roomserver_events: %w", err)
+	}
+	for rows.Next() {
+		var nid int64
+		if err := rows.Scan(&nid); err != nil {
+			rows.Close()
+			return "", fmt.Errorf("roomserver_events: %w", err)
+		}
+		events[types.EventNID(nid)] = true
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return "", fmt.Errorf("roomserver_events: %w", err)
+	}
+
+	var s *statetables.Store
+	switch {
+	case storeDir == "" && !sqlite && os.Getenv(statetables.EnvDir) == "":
+		s, err = statetables.OpenPostgres(ctx, db)
+	default:
+		if storeDir == "" {
+			if storeDir, err = statetables.DirFor(ctx, db, sqlite); err != nil {
+				return "", err
+			}
+		}
+		s, err = statetables.Open(storeDir)
+	}
+	if err != nil {
+		return "", err
+	}
+	defer s.Close()
+	var failures []string
+	entries := 0
+	for nid, table := range refs {
+		st, err := s.State(nid)
+		if err != nil {
+			failures = append(failures, fmt.Sprintf("snapshot %d (named in %s): %v", nid, table, err))
+			continue
+		}
+		entries += len(st)
+		for _, e := range st {
+			if !events[e.EventNID] {
+				failures = append(failures, fmt.Sprintf("snapshot %d (named in %s): event NID %d of (%d, %d) is not in roomserver_events",
+					nid, table, e.EventNID, e.EventTypeNID, e.EventStateKeyNID))
+				break
+			}
+		}
+	}
+	sum := fmt.Sprintf("checked snapshots=%d entries=%d events=%d store=%q failures=%d", len(refs), entries, len(events), s.Where(), len(failures))
+	if len(failures) > 0 {
+		if len(failures) > 10 {
+			failures = append(failures[:10], fmt.Sprintf("... %d more", len(failures)-10))
+		}
+		return "", fmt.Errorf("%s:\n  %s", sum, strings.Join(failures, "\n  "))
+	}
+	return sum, nil
+}
