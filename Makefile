@@ -4,7 +4,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-v12 test-dendrite-partition test-dendrite-suite test-sytest test-complement bench-dendrite bench-replay bench-repack plots docs all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
+.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-kill test-dendrite-v12 test-dendrite-partition test-dendrite-suite test-sytest test-complement bench-dendrite bench-replay bench-repack plots docs all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -251,6 +251,17 @@ test-dendrite-e2e: dendrite
 	  (cd integration/dendrite/server/e2e && MTXDB_DENDRITE_BIN=$(DENDRITE_BIN) MTXDB_PG_URL=$$url \
 	    $(GO) test -count=1 -v -run '^(TestStockAndMtxdbAgree|TestMetricsScraped)$$' .) || rc=$$?; \
 	  scripts/pgserver.sh stop $(PG_DIR); exit $$rc
+
+# The patched build SIGKILLed at random moments during joins, leaves, renames, topic
+# and power level changes, DENDRITE_KILLS times on SQLite and on PostgreSQL; after
+# each kill mtxdb-dendrite-migrate -check must pass and every acknowledged state
+# change must be in /state after the restart (TestKillDuringStateChanges).
+DENDRITE_KILLS ?= 50
+test-dendrite-kill: dendrite
+	@set -e; url=$$(scripts/pgserver.sh start $(PG_DIR)-kill); rc=0; \
+	  (cd integration/dendrite/server/e2e && MTXDB_DENDRITE_BIN=$(DENDRITE_BIN) MTXDB_PG_URL=$$url MTXDB_KILLS=$(DENDRITE_KILLS) \
+	    $(GO) test -count=1 -v -timeout 120m -run '^TestKillDuringStateChanges$$' .) || rc=$$?; \
+	  scripts/pgserver.sh stop $(PG_DIR)-kill; exit $$rc
 
 # Room version 12 on the patched build (TestRoomV12Federation): two servers federating
 # over verified TLS on loopback, SQLite and PostgreSQL. A v12 room is created on one
