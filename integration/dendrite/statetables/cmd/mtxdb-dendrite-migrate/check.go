@@ -16,7 +16,7 @@ import (
 // every event NID of those states a row of roomserver_events. It returns the
 // summary line, or an error naming the first failures.
 func check(ctx context.Context, conn, storeDir string) (string, error) {
-	db, sqlite, err := openDB(conn)
+	db, sqlite, err := openDB(conn, true)
 	if err != nil {
 		return "", err
 	}

@@ -19,7 +19,8 @@
 // roomserver_rooms state_snapshot_nid) must be in the store, and every event NID
 // in those states must be a row of roomserver_events. It prints a summary line
 // and exits 1 naming the first snapshots that fail. On SQLite, stop Dendrite
-// first (the store directory is locked while it runs).
+// first (the store directory is locked while it runs); the database is opened
+// read-write, so that SQLite can roll back the journal a killed server left.
 package main
 
 import (
@@ -59,8 +60,10 @@ func main() {
 	fmt.Println(sum)
 }
 
-// openDB opens CONNECTION and says whether it is SQLite.
-func openDB(conn string) (*sql.DB, bool, error) {
+// openDB opens CONNECTION and says whether it is SQLite. A SQLite database is
+// opened read-only unless writable: SQLite itself must write to roll back the
+// hot journal a killed server leaves (-check).
+func openDB(conn string, writable bool) (*sql.DB, bool, error) {
 	switch {
 	case strings.HasPrefix(conn, "postgres://"), strings.HasPrefix(conn, "postgresql://"), strings.Contains(conn, "="):
 		db, err := sql.Open("postgres", conn)
@@ -73,7 +76,11 @@ func openDB(conn string) (*sql.DB, bool, error) {
 	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
 		return nil, true, fmt.Errorf("-db %q: no SQLite database file at %s (a PostgreSQL database needs a postgres:// URL or key=value string)", conn, path)
 	}
-	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro")
+	mode := "?mode=ro"
+	if writable {
+		mode = ""
+	}
+	db, err := sql.Open("sqlite3", "file:"+path+mode)
 	return db, true, err
 }
 
@@ -89,7 +96,7 @@ type snapshot struct {
 // snapshots), build (each snapshot's state), write (into the store) and check
 // (every snapshot read back from a fresh open). It returns the summary line.
 func migrate(ctx context.Context, conn, storeDir string) (string, error) {
-	db, sqlite, err := openDB(conn)
+	db, sqlite, err := openDB(conn, false)
 	if err != nil {
 		return "", err
 	}
