@@ -4,7 +4,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-kill test-dendrite-v12 test-dendrite-partition test-dendrite-suite test-sytest test-complement bench-dendrite bench-replay bench-repack plots docs all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
+.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-kill bench-state-cost test-dendrite-v12 test-dendrite-partition test-dendrite-suite test-sytest test-complement bench-dendrite bench-replay bench-repack plots docs all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -317,6 +317,13 @@ COMPLEMENT_RUN ?= state
 test-complement: dendrite
 	COMPLEMENT_TARBALL=$(COMPLEMENT_TARBALL) COMPLEMENT_RUN=$(COMPLEMENT_RUN) GO=$(GO) \
 	  integration/dendrite/server/complement/run.sh $(DENDRITE_BIN) $(DENDRITE_BIN)/stock $(CURDIR)/.build/complement
+
+# Bytes per state change, stock Dendrite's SQLite state tables against the mtxdb
+# store, rooms of 100, 1,000 and 10,000 members, the calls Dendrite's roomserver
+# makes (BenchmarkStateChangeBytes; no server; a few seconds).
+bench-state-cost:
+	cd integration/dendrite/statetables && $(GO) mod download && \
+	  $(GO) test -run '^$$' -bench 'BenchmarkStateChangeBytes' -benchtime=2000x .
 
 # The scripted workload (BENCH_DENDRITE_USERS users joining one room, state changes,
 # messages) on stock and mtxdb Dendrite, SQLite and PostgreSQL, one run each: state

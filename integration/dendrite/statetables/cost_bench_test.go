@@ -1,0 +1,165 @@
+package statetables
+
+import (
+	"database/sql"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/matrix-org/dendrite/roomserver/storage/sqlite3"
+	"github.com/matrix-org/dendrite/roomserver/storage/tables"
+	"github.com/matrix-org/dendrite/roomserver/types"
+)
+
+// stateTables is the part of Dendrite's roomserver storage a state change goes
+// through: stock's SQL tables or this package's Store.
+type stateTables interface {
+	tables.StateBlock
+	tables.StateSnapshot
+}
+
+// BenchmarkStateChangeBytes stores the state of a room of N members and then
+// b.N membership changes, each the way Dendrite v0.13.8's roomserver stores the
+// state after a state event with one prev event (roomserver/state/state.go,
+// CalculateAndStoreStateBeforeEvent and shared.Database.AddState): the previous
+// snapshot's blocks plus a block of the one changed entry, or, once a snapshot
+// lists 64 blocks, a block of the whole state. It reports the bytes the change
+// added on disk per change (B/change): stock's SQLite state tables (the database
+// file after a WAL checkpoint) against the mtxdb store (its directory, shards
+// and index, after Close). Run: make bench-state-cost.
+func BenchmarkStateChangeBytes(b *testing.B) {
+	for _, members := range []int{100, 1000, 10000} {
+		for _, build := range []string{"stock", "mtxdb"} {
+			b.Run(fmt.Sprintf("members=%d/%s", members, build), func(b *testing.B) {
+				dir := b.TempDir()
+				open, size := openStock, stockBytes
+				if build == "mtxdb" {
+					open, size = openMtxdb, dirBytes
+				}
+				st, done := open(b, dir)
+				state := make([]types.StateEntry, members)
+				for i := range state {
+					state[i] = memberEntry(i, types.EventNID(1+i))
+				}
+				snap := addState(b, st, 1, nil, state)
+				done()
+				before := size(b, dir)
+				st, done = open(b, dir)
+				next := types.EventNID(members + 1)
+				b.ResetTimer()
+				for i := range b.N {
+					k := (i * 7919) % members
+					state[k] = memberEntry(k, next)
+					next++
+					lists, err := st.BulkSelectStateBlockNIDs(ctx, nil, []types.StateSnapshotNID{snap})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if blocks := lists[0].StateBlockNIDs; len(blocks) < 64 {
+						snap = addState(b, st, 1, blocks, []types.StateEntry{state[k]})
+					} else {
+						snap = addState(b, st, 1, nil, state)
+					}
+				}
+				b.StopTimer()
+				done()
+				b.ReportMetric(float64(size(b, dir)-before)/float64(b.N), "B/change")
+			})
+		}
+	}
+}
+
+// memberEntry is the m.room.member entry of member i, set to event ev.
+func memberEntry(i int, ev types.EventNID) types.StateEntry {
+	return types.StateEntry{StateKeyTuple: types.StateKeyTuple{EventTypeNID: types.MRoomMemberNID,
+		EventStateKeyNID: types.EventStateKeyNID(100 + i)}, EventNID: ev}
+}
+
+// addState is shared.Database.AddState: the entries as a new block after blocks,
+// stored as one snapshot.
+func addState(b *testing.B, st stateTables, room types.RoomNID, blocks []types.StateBlockNID, entries []types.StateEntry) types.StateSnapshotNID {
+	blocks = append([]types.StateBlockNID(nil), blocks...)
+	if len(entries) > 0 {
+		nid, err := st.BulkInsertStateData(ctx, nil, entries)
+		if err != nil {
+			b.Fatal(err)
+		}
+		blocks = append(blocks, nid)
+	}
+	snap, err := st.InsertState(ctx, nil, room, blocks)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return snap
+}
+
+func openStock(b *testing.B, dir string) (stateTables, func()) {
+	db, err := sql.Open("sqlite3", "file:"+filepath.Join(dir, "roomserver.db")+"?_journal_mode=WAL")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, create := range []func(*sql.DB) error{sqlite3.CreateStateBlockTable, sqlite3.CreateStateSnapshotTable} {
+		if err := create(db); err != nil {
+			b.Fatal(err)
+		}
+	}
+	blocks, err := sqlite3.PrepareStateBlockTable(db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	snaps, err := sqlite3.PrepareStateSnapshotTable(db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return struct {
+		tables.StateBlock
+		tables.StateSnapshot
+	}{blocks, snaps}, func() {
+		if _, err := db.Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+			b.Fatal(err)
+		}
+		db.Close()
+	}
+}
+
+func openMtxdb(b *testing.B, dir string) (stateTables, func()) {
+	s, err := Open(filepath.Join(dir, "state"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s, func() {
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// stockBytes is the SQLite database file's size.
+func stockBytes(b *testing.B, dir string) int64 {
+	fi, err := os.Stat(filepath.Join(dir, "roomserver.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// dirBytes is the size of every file under dir/state.
+func dirBytes(b *testing.B, dir string) int64 {
+	var n int64
+	err := filepath.WalkDir(filepath.Join(dir, "state"), func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err == nil {
+			n += fi.Size()
+		}
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
