@@ -114,14 +114,14 @@ func openStock(b *testing.B, dir string) (stateTables, func()) {
 		b.Fatal(err)
 	}
 	return struct {
-		tables.StateBlock
-		tables.StateSnapshot
-	}{blocks, snaps}, func() {
-		if _, err := db.Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
-			b.Fatal(err)
+			tables.StateBlock
+			tables.StateSnapshot
+		}{blocks, snaps}, func() {
+			if _, err := db.Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+				b.Fatal(err)
+			}
+			db.Close()
 		}
-		db.Close()
-	}
 }
 
 func openMtxdb(b *testing.B, dir string) (stateTables, func()) {
