@@ -4,7 +4,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-kill bench-state-cost test-dendrite-v12 test-dendrite-partition test-dendrite-suite test-sytest test-complement bench-dendrite bench-replay bench-repack plots docs all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
+.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-kill bench-state-cost bench-dendrite-scale test-dendrite-v12 test-dendrite-partition test-dendrite-suite test-sytest test-complement bench-dendrite bench-replay bench-repack plots docs all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -317,6 +317,19 @@ COMPLEMENT_RUN ?= state
 test-complement: dendrite
 	COMPLEMENT_TARBALL=$(COMPLEMENT_TARBALL) COMPLEMENT_RUN=$(COMPLEMENT_RUN) GO=$(GO) \
 	  integration/dendrite/server/complement/run.sh $(DENDRITE_BIN) $(DENDRITE_BIN)/stock $(CURDIR)/.build/complement
+
+# Stock against mtxdb Dendrite by room size (TestBenchDendriteScale): rooms of
+# BENCH_MEMBERS members (joins in batches, display name and avatar changes, leaves
+# and rejoins, topic and power level edits, messages between), BENCH_RUNS runs per
+# (size, database, build), medians in docs/bench/dendrite-scale.{json,md,png}.
+BENCH_MEMBERS ?= 100,1000,10000
+BENCH_RUNS ?= 3
+bench-dendrite-scale: dendrite
+	@set -e; url=$$(scripts/pgserver.sh start $(PG_DIR)-scale); rc=0; \
+	  (cd integration/dendrite/server/e2e && MTXDB_DENDRITE_BIN=$(DENDRITE_BIN) MTXDB_PG_URL=$$url \
+	    MTXDB_BENCH_OUT=$(CURDIR)/docs/bench MTXDB_BENCH_MEMBERS=$(BENCH_MEMBERS) MTXDB_BENCH_RUNS=$(BENCH_RUNS) \
+	    $(GO) test -count=1 -v -timeout 720m -run '^TestBenchDendriteScale$$' .) || rc=$$?; \
+	  scripts/pgserver.sh stop $(PG_DIR)-scale; exit $$rc
 
 # Bytes per state change, stock Dendrite's SQLite state tables against the mtxdb
 # store, rooms of 100, 1,000 and 10,000 members, the calls Dendrite's roomserver

@@ -236,20 +236,8 @@ func TestBenchDendrite(t *testing.T) {
 	}
 	for _, backend := range workloadDBs {
 		for _, build := range []string{"stock", "mtxdb"} {
-			dbURL := ""
-			if backend == "postgres" {
-				dbURL = pgDatabase(t, pg, "bench_"+build)
-			}
-			b := bin
-			if build == "stock" {
-				b = filepath.Join(bin, "stock")
-			}
-			root := t.TempDir()
-			env := []string{"MTXDB_DENDRITE_STATE_BASE=" + filepath.Join(root, "mtxdb-state")}
-			s := newServer(t, build, b, dbURL, env)
-			if err := s.start(); err != nil {
-				t.Fatal(err)
-			}
+			env := []string{"MTXDB_DENDRITE_STATE_BASE=" + filepath.Join(t.TempDir(), "mtxdb-state")}
+			s, dbURL := startBuild(t, bin, pg, backend, build, "bench_", env)
 			reqs, lat, secs, last, alice, room := benchWorkload(t, s, users)
 			settle(t, &world{alice: alice, rooms: []id.RoomID{room}, last: []id.EventID{last}})
 			s.stop()
@@ -435,6 +423,11 @@ func writeBenchPlot(path string, runs []benchRun, forkRuns []forkRun) error {
 	for i, p := range panels {
 		p.Draw(canvases[0][i])
 	}
+	return writePNG(path, img)
+}
+
+// writePNG writes the canvas img to path as PNG.
+func writePNG(path string, img *vgimg.Canvas) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -444,4 +437,24 @@ func writeBenchPlot(path string, runs []benchRun, forkRuns []forkRun) error {
 		return err
 	}
 	return f.Close()
+}
+
+// startBuild starts a server of build ("stock" or "mtxdb", the patched build in
+// bin) on a fresh database of backend ("sqlite" files, or a new PostgreSQL
+// database named with prefix on the server pg) and returns it with the
+// database's URL ("" for SQLite).
+func startBuild(t *testing.T, bin, pg, backend, build, prefix string, env []string) (*server, string) {
+	dbURL := ""
+	if backend == "postgres" {
+		dbURL = pgDatabase(t, pg, prefix+build)
+	}
+	b := bin
+	if build == "stock" {
+		b = filepath.Join(bin, "stock")
+	}
+	s := newServer(t, build, b, dbURL, env)
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+	return s, dbURL
 }
