@@ -2,6 +2,7 @@ package roomstate_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"runtime"
@@ -129,4 +130,35 @@ func TestImportWrappedArray(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res.Refused, 1)
 	require.NotContains(t, res.Refused[0].Error(), "it opens a JSON object")
+}
+
+// TestImportOverLongPDU: a PDU on a line over the line limit opens with a PDU
+// field ("auth_events", first in canonical JSON, holds an array as a wrapper's
+// member does): it is refused as a PDU over the size limit, under its top-level
+// event_id (not one nested in its content), so that the PDUs naming it are
+// refused as following from it.
+func TestImportOverLongPDU(t *testing.T) {
+	lines := roomLines(t, "room003")
+	var ev map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[50]), &ev))
+	id := ev["event_id"].(string)
+	ev["content"] = map[string]any{"msgtype": "m.text", "event_id": "$nested:server1.test",
+		"body": `"quoted\"` + strings.Repeat("a", roomstate.MaxLineBytesForTest)}
+	long, err := json.Marshal(ev)
+	require.NoError(t, err)
+	require.True(t, bytes.HasPrefix(long, []byte(`{"auth_events":[`)), "%.40s", long)
+	in := strings.Join(lines[:50], "\n") + "\n" + string(long) + "\n" + strings.Join(lines[51:], "\n") + "\n"
+
+	st := roomstate.New(packstore.NewMemStorage())
+	res, err := st.Import(t.Context(), strings.NewReader(in), "long", roomstate.ImportOptions{KeepGoing: true})
+	require.NoError(t, err)
+	require.Equal(t, 50, res.Imported)
+	require.Len(t, res.Refused, len(lines)-50)
+	r := res.Refused[0]
+	require.ErrorIs(t, r, pdu.ErrTooLarge)
+	require.Equal(t, 51, r.Line)
+	require.Equal(t, id, r.EventID)
+	require.Contains(t, r.Error(), `its first member, "auth_events", is a PDU field: a PDU over the size limit`)
+	require.NotContains(t, r.Error(), "jq")
+	require.Equal(t, id, res.Refused[1].Missing)
 }

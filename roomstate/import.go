@@ -356,18 +356,14 @@ func (imp *importer) run(in io.Reader) error {
 	}
 	line := 0
 	for {
-		b, over, err := readLine(br)
-		if over > 0 {
+		b, long, err := readLine(br)
+		if long != nil {
 			line++
 			if derr := imp.drain(); derr != nil { // the lines before it come first
 				return derr
 			}
 			imp.res.Read++
-			lerr := fmt.Errorf("%w: a line of %d bytes, over the %d bytes a line may hold (not read whole)", pdu.ErrTooLarge, over, maxLineBytes)
-			if key := wrapperKeyOfHead(b); key != "" {
-				lerr = fmt.Errorf("%w; it opens a JSON object holding an array under %q, not a PDU: import the array itself (jq -c '.%s[]' gives its PDUs as lines)", lerr, key, key)
-			}
-			if perr := imp.refuse(&ImportError{Source: imp.source, Line: line, Err: lerr}); perr != nil {
+			if perr := imp.refuse(&ImportError{Source: imp.source, Line: line, EventID: long.eventID, Err: long.err()}); perr != nil {
 				return perr
 			}
 			if err == io.EOF {
@@ -451,64 +447,6 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 // maxQueuedBytes bounds the bytes of the PDUs queued for parsing: the queue is
 // parsed and stored when it reaches parseAhead PDUs or this many bytes.
 const maxQueuedBytes = 16 << 20
-
-// readLine reads the next line (up to and including '\n'). A line over
-// maxLineBytes is read to its end and dropped: over is then the count of its bytes
-// (more than maxLineBytes) and line is nil. err is io.EOF at the end of the input
-// (with the last line, if any) or the read error.
-func readLine(br *bufio.Reader) (line []byte, over int, err error) {
-	var b []byte
-	n := 0
-	for {
-		chunk, err := br.ReadSlice('\n')
-		n += len(chunk)
-		if n <= maxLineBytes {
-			b = append(b, chunk...)
-		} else if n == len(chunk) {
-			b = append(b[:0], chunk[:min(len(chunk), lineHeadBytes)]...) // the head is kept for the refusal's hint
-		} else if len(b) > lineHeadBytes {
-			b = b[:lineHeadBytes:lineHeadBytes]
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		if n > maxLineBytes {
-			return b, n, err
-		}
-		return b, 0, err
-	}
-}
-
-// lineHeadBytes is how much of an over-long line readLine keeps: enough to see
-// whether it opens a JSON object wrapping an array of events.
-const lineHeadBytes = 256
-
-// wrapperKeyOfHead returns key when head, the start of a line, opens a JSON object
-// whose first member is key with an array value ({"chunk": [ ...), key not
-// "type"; otherwise "".
-func wrapperKeyOfHead(head []byte) string {
-	h := bytes.TrimLeft(head, " \t\r\n")
-	if !bytes.HasPrefix(h, []byte("{")) {
-		return ""
-	}
-	h = bytes.TrimLeft(h[1:], " \t\r\n")
-	if !bytes.HasPrefix(h, []byte(`"`)) {
-		return ""
-	}
-	end := bytes.IndexByte(h[1:], '"')
-	if end < 0 {
-		return ""
-	}
-	key := string(h[1 : 1+end])
-	rest := bytes.TrimLeft(h[2+end:], " \t\r\n")
-	if key == "type" || !bytes.HasPrefix(rest, []byte(":")) {
-		return ""
-	}
-	if !bytes.HasPrefix(bytes.TrimLeft(rest[1:], " \t\r\n"), []byte("[")) {
-		return ""
-	}
-	return key
-}
 
 func peekNonSpace(br *bufio.Reader) (byte, error) {
 	for {

@@ -95,7 +95,9 @@ the largest real room, it runs each walk on the store before repack and on each
 repacked copy: the read budget by kind (counters of one run), and --runs cold runs
 (store closed, shard files evicted with posix_fadvise DONTNEED, reopened, evicted
 again, resident pages checked with mincore) and warm runs, alternating the layouts.
-It writes DIR/repack.json and DIR/repack.md.`,
+It writes DIR/repack.json and DIR/repack.md (repack<label>.* with --label). The
+default --out, docs/bench, is relative to the current directory: run from the
+repository root, it replaces the published docs/bench/repack.json and repack.md.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -126,7 +128,7 @@ It writes DIR/repack.json and DIR/repack.md.`,
 	c.Flags().StringSliceVar(&gens, "gen", nil, "generated room directory (mtxdb gen --backfill); repeatable")
 	c.Flags().StringVar(&real, "real", "", "directory of real rooms (testrooms/real)")
 	c.Flags().IntVar(&realRooms, "real-rooms", 0, "import only the first N real rooms (0: all)")
-	c.Flags().StringVar(&out, "out", "docs/bench", "directory for repack<label>.json and repack<label>.md")
+	c.Flags().StringVar(&out, "out", "docs/bench", "directory for repack<label>.json and repack<label>.md, relative to the current directory")
 	c.Flags().StringVar(&label, "label", "", "suffix of the output file names")
 	c.Flags().StringVar(&work, "work", "", "work directory for the stores (default: a temporary one, removed)")
 	c.Flags().StringVar(&plans, "plans", "reverse-topological,auth-chain,edges-first,mixed", "plan kinds to compare")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -28,7 +29,8 @@ func demoCmd() *cobra.Command {
 		Use:   "demo [--rooms DIR] [--store DIR] [--keep]",
 		Short: "The main job: import real rooms, replay, verify, repack, verify again",
 		Long: `Demo imports every room under --rooms (default testrooms/real, the bundled real
-rooms) into a fresh store in a temporary directory, replays them through state
+rooms: a path relative to the current directory, so run demo from the repository
+root or pass --rooms DIR) into a fresh store in a temporary directory, replays them through state
 resolution, compares the state after every event with what the origin server recorded,
 repacks all rooms through one output stream, reopens the store, checks and compares
 again, and prints one summary line of key=value pairs. Exit status 2 on mismatches.`,
@@ -86,16 +88,24 @@ again, and prints one summary line of key=value pairs. Exit status 2 on mismatch
 			return nil
 		},
 	}
-	c.Flags().StringVar(&roomsDir, "rooms", "testrooms/real", "directory of room directories (events.jsonl, expected_state.jsonl)")
+	c.Flags().StringVar(&roomsDir, "rooms", defaultDemoRooms, "directory of room directories (events.jsonl, expected_state.jsonl)")
 	c.Flags().StringVar(&store, "store", "", storeHelp+" (default: a new temporary directory, removed afterwards)")
 	c.Flags().BoolVar(&keep, "keep", false, "keep the temporary store")
 	return c
 }
 
+// defaultDemoRooms is demo's --rooms: the bundled real rooms, relative to the
+// repository root.
+const defaultDemoRooms = "testrooms/real"
+
 // demoRooms reads the recorded state of the rooms under dir, keyed by room ID, and
-// checks that each has events to import.
+// checks that each has events to import. When dir is the default and is not
+// there, the error says it is relative to the current directory.
 func demoRooms(dir string, warn io.Writer) (map[string][]*recorded.Expected, error) {
 	exps, err := loadExpectedDirs([]string{dir}, warn)
+	if err != nil && dir == defaultDemoRooms && errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("demo: rooms: %w (the default --rooms %s is relative to the current directory: run mtxdb demo from the repository root, or pass --rooms DIR)", err, dir)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("demo: rooms: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/mtxdb/mtxdb/pdu"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
@@ -16,6 +17,7 @@ type refusalTally struct {
 	order    int // a prev/auth event not stored before it, or no m.room.create first
 	version  int // with --any-order: a room whose version is not known yet
 	cascaded int // a prev/auth event that was itself refused
+	unnamed  int // refused as too large, its event ID not known (a line over the line limit)
 	refused  map[string]bool
 }
 
@@ -24,6 +26,9 @@ func (t *refusalTally) add(r *roomstate.ImportError) {
 		t.refused = map[string]bool{}
 	}
 	t.total++
+	if r.EventID == "" && errors.Is(r.Err, pdu.ErrTooLarge) {
+		t.unnamed++
+	}
 	switch {
 	case r.Missing != "" && t.refused[r.Missing]:
 		t.cascaded++
@@ -42,7 +47,11 @@ func (t *refusalTally) add(r *roomstate.ImportError) {
 func (t *refusalTally) hint() string {
 	var parts []string
 	if t.order > 0 {
-		parts = append(parts, fmt.Sprintf("%d refused for a prev or auth event not stored before it (or no m.room.create first): if the input is not in arrival order (a backfill, a shuffled export), import it with --any-order (and --room-version V for rooms whose m.room.create is not first)", t.order))
+		unnamed := ""
+		if t.unnamed > 0 {
+			unnamed = fmt.Sprintf(" (the event may be one of the %d refused as too large whose event ID could not be read)", t.unnamed)
+		}
+		parts = append(parts, fmt.Sprintf("%d refused for a prev or auth event not stored before it%s (or no m.room.create first): if the input is not in arrival order (a backfill, a shuffled export), import it with --any-order (and --room-version V for rooms whose m.room.create is not first)", t.order, unnamed))
 	}
 	if t.version > 0 {
 		parts = append(parts, fmt.Sprintf("%d refused because their room's m.room.create came later or not at all: give its room version with --room-version V", t.version))

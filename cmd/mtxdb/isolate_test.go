@@ -157,21 +157,7 @@ func hostileRooms(t *testing.T) ([]string, map[string]int) {
 				if stateKey != nil {
 					e["state_key"] = *stateKey
 				}
-				b, err := json.Marshal(e) // the content hash covers all but hashes, signatures, unsigned
-				if err != nil {
-					t.Fatal(err)
-				}
-				canon, err := gomatrixserverlib.CanonicalJSON(b)
-				if err != nil {
-					t.Fatal(err)
-				}
-				sum := sha256.Sum256(canon)
-				e["hashes"] = map[string]any{"sha256": base64.RawStdEncoding.EncodeToString(sum[:])}
-				e["signatures"] = map[string]any{}
-				if b, err = json.Marshal(e); err != nil {
-					t.Fatal(err)
-				}
-				lines = append(lines, string(b))
+				lines = append(lines, hashedPDU(t, e))
 			}
 			empty, member := "", user
 			base := []string{id("create"), id("join"), id("power")}
@@ -356,4 +342,25 @@ func TestCLIImportGarbageSummarised(t *testing.T) {
 	if n := strings.Count(string(jout), `{"kind":"refused"`); n != 1000 {
 		t.Errorf("--json: %d refusal objects, want 1000", n)
 	}
+}
+
+// hashedPDU is the PDU line of e (no hashes, signatures or unsigned) with its
+// content hash computed and empty signatures, so that import does not redact it.
+func hashedPDU(t *testing.T, e map[string]any) string {
+	t.Helper()
+	b, err := json.Marshal(e) // the content hash covers all but hashes, signatures, unsigned
+	if err != nil {
+		t.Fatal(err)
+	}
+	canon, err := gomatrixserverlib.CanonicalJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(canon)
+	e["hashes"] = map[string]any{"sha256": base64.RawStdEncoding.EncodeToString(sum[:])}
+	e["signatures"] = map[string]any{}
+	if b, err = json.Marshal(e); err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -39,9 +39,11 @@ func main() {
 	// stays its own.
 	signal.Ignore(syscall.SIGPIPE)
 	root := rootCmd()
-	defer pprof.StopCPUProfile() // a no-op when no profile was started
-	if err := root.Execute(); err != nil {
-		pprof.StopCPUProfile()
+	err := root.Execute()
+	if perr := profs.stop(); err == nil {
+		err = perr
+	}
+	if err != nil {
 		var ee exitError
 		if errors.As(err, &ee) {
 			os.Exit(int(ee)) // the command printed what was wrong
@@ -66,33 +68,67 @@ func rootCmd() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return plainFlagError(err) })
 	root.PersistentFlags().Var(&readAhead, "read-ahead", "access-pattern hint for the shard mappings: random (MADV_RANDOM plus read-ahead of forward runs) or kernel (no hint)")
 	root.PersistentFlags().Var(&memoryLimit, "memory-limit", "soft limit of the Go heap for import, replay, verify, repack and demo (e.g. 1.5GiB, 800MiB; none: the default of 60% of memory that gen and the other commands use); GOMEMLIMIT, when set, wins over the default but not over this flag")
-	var cpuProfile, memProfile string
-	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the command to this file (go tool pprof reads it)")
-	root.PersistentFlags().StringVar(&memProfile, "memprofile", "", "write a heap profile (live objects at the command's end) to this file")
-	root.PersistentPostRunE = func(*cobra.Command, []string) error {
-		if memProfile == "" {
-			return nil
-		}
-		f, err := os.Create(memProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		return pprof.Lookup("heap").WriteTo(f, 0)
-	}
+	root.PersistentFlags().StringVar(&profs.cpuPath, "cpuprofile", "", "write a CPU profile of the command to this file (go tool pprof reads it); created before the command runs")
+	root.PersistentFlags().StringVar(&profs.memPath, "memprofile", "", "write a heap profile (live objects at the command's end) to this file; created before the command runs")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		applyMemoryLimit(cmd)
-		if cpuProfile == "" {
-			return nil
-		}
-		f, err := os.Create(cpuProfile)
-		if err != nil {
-			return err
-		}
-		return pprof.StartCPUProfile(f)
+		return profs.start()
 	}
 	root.AddCommand(importCmd(), replayCmd(), verifyCmd(), repackCmd(), statsCmd(), roomsCmd(), benchRepackCmd(), demoCmd(), stateCmd(), benchResolverCmd(), genCmd())
 	return root
+}
+
+// profs are the profiles --cpuprofile and --memprofile ask for.
+var profs profiles
+
+// profiles are the files --cpuprofile and --memprofile name. start creates them
+// before the command runs, so that a path that cannot be written fails before
+// the work rather than after it; stop, after the command (failed or not), ends
+// the CPU profile and writes the heap profile.
+type profiles struct {
+	cpuPath, memPath string
+	cpu, mem         *os.File // nil until start creates them
+}
+
+func (p *profiles) start() error {
+	if p.memPath != "" {
+		f, err := os.Create(p.memPath)
+		if err != nil {
+			return fmt.Errorf("--memprofile: %w", err)
+		}
+		p.mem = f
+	}
+	if p.cpuPath != "" {
+		f, err := os.Create(p.cpuPath)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		p.cpu = f
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile %s: %w", p.cpuPath, err)
+		}
+	}
+	return nil
+}
+
+func (p *profiles) stop() error {
+	var errs []error
+	if p.cpu != nil {
+		pprof.StopCPUProfile() // a no-op when start failed to start it
+		if err := p.cpu.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("--cpuprofile: %w", err))
+		}
+	}
+	if p.mem != nil {
+		err := pprof.Lookup("heap").WriteTo(p.mem, 0)
+		if cerr := p.mem.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--memprofile %s: %w", p.memPath, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // isDataProblem reports whether err says the stored data is damaged: a store

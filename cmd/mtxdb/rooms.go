@@ -80,7 +80,7 @@ read-only.`,
 			return nil
 		},
 	}
-	c.Flags().StringVar(&store, "store", "", "store directory")
+	c.Flags().StringVar(&store, "store", "", storeHelp)
 	jsonFlag(c, &asJSON)
 	return c
 }

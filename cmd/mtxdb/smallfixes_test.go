@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -141,6 +142,53 @@ func TestCLIFlagValues(t *testing.T) {
 		got, code := run(t, tc.args...)
 		if code != 1 || !strings.Contains(got, tc.want) || strings.Contains(got, "strconv") {
 			t.Errorf("%v: exit %d, want 1 and %q\n%s", tc.args, code, tc.want, got)
+		}
+	}
+}
+
+// TestCLIDemoDefaultRoomsRelative: demo run outside the repository root, with the
+// default --rooms, says that --rooms is relative to the current directory.
+func TestCLIDemoDefaultRoomsRelative(t *testing.T) {
+	cmd := exec.Command(bin, "demo")
+	cmd.Dir = t.TempDir()
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 ||
+		!strings.Contains(string(out), "the default --rooms testrooms/real is relative to the current directory: run mtxdb demo from the repository root, or pass --rooms DIR") {
+		t.Errorf("demo outside the repository root: %v\n%s", err, out)
+	}
+}
+
+// TestCLIProfileOpenedFirst: a --memprofile or --cpuprofile path that cannot be
+// created fails, naming the flag, before the command imports anything; a good
+// path gets its profile.
+func TestCLIProfileOpenedFirst(t *testing.T) {
+	dir := t.TempDir()
+	for _, flag := range []string{"--memprofile", "--cpuprofile"} {
+		store := filepath.Join(dir, "s"+flag)
+		out, code := run(t, "import", "--store", store, room("room003"), flag, dir)
+		if code != 1 || !strings.Contains(out, "mtxdb: "+flag+": open "+dir+": is a directory") || strings.Contains(out, "imported=") {
+			t.Errorf("%s DIR: exit %d, want 1 naming the flag before any import\n%s", flag, code, out)
+		}
+		if _, err := os.Stat(store); !os.IsNotExist(err) {
+			t.Errorf("%s DIR: the store was created (%v)", flag, err)
+		}
+		prof := filepath.Join(dir, flag[2:]+".pprof")
+		if out, code := run(t, "import", "--store", store, room("room003"), flag, prof); code != 0 {
+			t.Fatalf("%s FILE: exit %d\n%s", flag, code, out)
+		}
+		if fi, err := os.Stat(prof); err != nil || fi.Size() == 0 {
+			t.Errorf("%s FILE: no profile written (%v)", flag, err)
+		}
+	}
+}
+
+// TestCLIStoreHelp: every command's --store help is the shared one: a store
+// directory or a postgres:// URL.
+func TestCLIStoreHelp(t *testing.T) {
+	for _, c := range rootCmd().Commands() {
+		if f := c.Flags().Lookup("store"); f != nil && !strings.HasPrefix(f.Usage, storeHelp) {
+			t.Errorf("%s --store: %q, want it to start with %q", c.Name(), f.Usage, storeHelp)
 		}
 	}
 }
