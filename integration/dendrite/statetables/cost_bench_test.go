@@ -33,42 +33,61 @@ func BenchmarkStateChangeBytes(b *testing.B) {
 	for _, members := range []int{100, 1000, 10000} {
 		for _, build := range []string{"stock", "mtxdb"} {
 			b.Run(fmt.Sprintf("members=%d/%s", members, build), func(b *testing.B) {
-				dir := b.TempDir()
 				open, size := openStock, stockBytes
 				if build == "mtxdb" {
-					open, size = openMtxdb, dirBytes
+					open, size = openMtxdb(ChainLimit), dirBytes
 				}
-				st, done := open(b, dir)
-				state := make([]types.StateEntry, members)
-				for i := range state {
-					state[i] = memberEntry(i, types.EventNID(1+i))
-				}
-				snap := addState(b, st, 1, nil, state)
-				done()
-				before := size(b, dir)
-				st, done = open(b, dir)
-				next := types.EventNID(members + 1)
-				b.ResetTimer()
-				for i := range b.N {
-					k := (i * 7919) % members
-					state[k] = memberEntry(k, next)
-					next++
-					lists, err := st.BulkSelectStateBlockNIDs(ctx, nil, []types.StateSnapshotNID{snap})
-					if err != nil {
-						b.Fatal(err)
-					}
-					if blocks := lists[0].StateBlockNIDs; len(blocks) < 64 {
-						snap = addState(b, st, 1, blocks, []types.StateEntry{state[k]})
-					} else {
-						snap = addState(b, st, 1, nil, state)
-					}
-				}
-				b.StopTimer()
-				done()
-				b.ReportMetric(float64(size(b, dir)-before)/float64(b.N), "B/change")
+				stateChanges(b, members, open, size)
 			})
 		}
 	}
+}
+
+// BenchmarkChainLimit is BenchmarkStateChangeBytes's mtxdb store with other
+// chain limits (K): B/change counts the checkpoints only once b.N reaches K, so
+// run it with -benchtime of a few times the largest K, e.g. 40000x.
+func BenchmarkChainLimit(b *testing.B) {
+	for _, members := range []int{1000, 10000} {
+		for _, limit := range []uint32{256, 1024, 4096, 16384} {
+			b.Run(fmt.Sprintf("members=%d/K=%d", members, limit), func(b *testing.B) {
+				stateChanges(b, members, openMtxdb(limit), dirBytes)
+			})
+		}
+	}
+}
+
+// stateChanges stores a room of members and then b.N membership changes the way
+// Dendrite's roomserver does (BenchmarkStateChangeBytes) and reports B/change.
+func stateChanges(b *testing.B, members int, open func(*testing.B, string) (stateTables, func()), size func(*testing.B, string) int64) {
+	dir := b.TempDir()
+	st, done := open(b, dir)
+	state := make([]types.StateEntry, members)
+	for i := range state {
+		state[i] = memberEntry(i, types.EventNID(1+i))
+	}
+	snap := addState(b, st, 1, nil, state)
+	done()
+	before := size(b, dir)
+	st, done = open(b, dir)
+	next := types.EventNID(members + 1)
+	b.ResetTimer()
+	for i := range b.N {
+		k := (i * 7919) % members
+		state[k] = memberEntry(k, next)
+		next++
+		lists, err := st.BulkSelectStateBlockNIDs(ctx, nil, []types.StateSnapshotNID{snap})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if blocks := lists[0].StateBlockNIDs; len(blocks) < 64 {
+			snap = addState(b, st, 1, blocks, []types.StateEntry{state[k]})
+		} else {
+			snap = addState(b, st, 1, nil, state)
+		}
+	}
+	b.StopTimer()
+	done()
+	b.ReportMetric(float64(size(b, dir)-before)/float64(b.N), "B/change")
 }
 
 // memberEntry is the m.room.member entry of member i, set to event ev.
@@ -124,14 +143,18 @@ func openStock(b *testing.B, dir string) (stateTables, func()) {
 		}
 }
 
-func openMtxdb(b *testing.B, dir string) (stateTables, func()) {
-	s, err := Open(filepath.Join(dir, "state"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	return s, func() {
-		if err := s.Close(); err != nil {
+// openMtxdb opens the store with chain limit K.
+func openMtxdb(limit uint32) func(*testing.B, string) (stateTables, func()) {
+	return func(b *testing.B, dir string) (stateTables, func()) {
+		s, err := Open(filepath.Join(dir, "state"))
+		if err != nil {
 			b.Fatal(err)
+		}
+		s.chainLimit = limit
+		return s, func() {
+			if err := s.Close(); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 }

@@ -42,7 +42,7 @@ func (s *Store) ImportSnapshot(roomNID types.RoomNID, nid types.StateSnapshotNID
 	if err != nil {
 		return fmt.Errorf("statetables: migrated snapshot NID %d: %w", nid, err)
 	}
-	recs, err := s.newNodes(rec, ov, rd, r, root)
+	recs, err := s.newNodes(rec, ov, rd, nil, r, root)
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func (s *Store) ImportSnapshot(roomNID types.RoomNID, nid types.StateSnapshotNID
 	if err := rec.PutMany(LegacyCollection, []packstore.Record{{ID: legacyRecordID(nid), Data: encodeU64('M', uint64(roomNID))}}); err != nil {
 		return fmt.Errorf("statetables: migrated snapshot NID %d: %w", nid, err)
 	}
-	s.roots.Add(nid, roomRoot{roomNID, root})
+	s.roots.Add(nid, snapRef{room: roomNID, root: root})
 	return nil
 }
 

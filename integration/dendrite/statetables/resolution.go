@@ -22,22 +22,26 @@ var ErrNoEventRows = errors.New("statetables: no roomserver database to read eve
 
 // stateAfter returns the HAMT root of the state after an event: the snapshot
 // before it, with the event's own entry when it is an accepted state event
-// (Dendrite's LoadCombinedStateAfterEvents). New nodes go to ov only. Snapshot
-// NID 0 is the empty state.
-func (s *Store) stateAfter(ctx context.Context, roomNID types.RoomNID, ov hamtstore.NodeStore, rd *hamtstore.Reader, st types.StateAtEvent) (hamtstore.NodeID, error) {
+// (Dendrite's LoadCombinedStateAfterEvents). The snapshot's nodes are made
+// readable through ns (ov's base); new nodes go to ov only. Snapshot NID 0 is the
+// empty state.
+func (s *Store) stateAfter(ctx context.Context, roomNID types.RoomNID, ns *roomNodes, ov hamtstore.NodeStore, rd *hamtstore.Reader, st types.StateAtEvent) (hamtstore.NodeID, error) {
 	root := hamtstore.EmptyRoot
 	if st.BeforeStateSnapshotNID != 0 {
-		room, r, ok, err := s.locate(ctx, nil, st.BeforeStateSnapshotNID)
+		ref, ok, err := s.ref(ctx, nil, st.BeforeStateSnapshotNID)
 		if err != nil {
 			return root, err
 		}
 		if !ok {
 			return root, types.MissingStateError(fmt.Sprintf("statetables: state snapshot NID %d missing from the mtxdb state store", st.BeforeStateSnapshotNID))
 		}
-		if room != roomNID {
-			return root, fmt.Errorf("statetables: state snapshot NID %d is of room NID %d, not %d", st.BeforeStateSnapshotNID, room, roomNID)
+		if ref.room != roomNID {
+			return root, fmt.Errorf("statetables: state snapshot NID %d is of room NID %d, not %d", st.BeforeStateSnapshotNID, ref.room, roomNID)
 		}
-		root = r
+		if err := s.use(ctx, nil, ns, ref); err != nil {
+			return root, err
+		}
+		root = ref.root
 	}
 	if st.IsStateEvent() && !st.IsRejected {
 		return hamtstore.Set(ov, rd, root, stateKey(st.StateKeyTuple), eventValue(st.EventNID))
@@ -55,12 +59,13 @@ func (s *Store) DiffStates(ctx context.Context, roomNID types.RoomNID, states []
 	if err := checkRoom(roomNID); err != nil {
 		return nil, nil, err
 	}
-	ov := hamtstore.NewOverlay(nodeStore{eng: s.at(ctx, nil), coll: RoomCollection(roomNID)})
+	ns := s.roomNodes(s.at(ctx, nil), roomNID)
+	ov := hamtstore.NewOverlay(ns)
 	rd := hamtstore.NewReader(ov)
 	roots := make([]hamtstore.NodeID, len(states))
 	for i, st := range states {
 		var err error
-		if roots[i], err = s.stateAfter(ctx, roomNID, ov, rd, st); err != nil {
+		if roots[i], err = s.stateAfter(ctx, roomNID, ns, ov, rd, st); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -97,9 +102,10 @@ func (s *Store) StateLookup(ctx context.Context, roomNID types.RoomNID, state ty
 	if err := checkRoom(roomNID); err != nil {
 		return nil, err
 	}
-	ov := hamtstore.NewOverlay(nodeStore{eng: s.at(ctx, nil), coll: RoomCollection(roomNID)})
+	ns := s.roomNodes(s.at(ctx, nil), roomNID)
+	ov := hamtstore.NewOverlay(ns)
 	rd := hamtstore.NewReader(ov)
-	root, err := s.stateAfter(ctx, roomNID, ov, rd, state)
+	root, err := s.stateAfter(ctx, roomNID, ns, ov, rd, state)
 	if err != nil {
 		return nil, err
 	}

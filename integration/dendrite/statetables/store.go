@@ -55,10 +55,14 @@ type Store struct {
 	mu    sync.Mutex
 	rooms map[types.RoomNID]*room
 
-	roots   *lru.Cache[types.StateSnapshotNID, roomRoot]
+	roots   *lru.Cache[types.StateSnapshotNID, snapRef]
 	seqs    *lru.Cache[roomRoot, types.StateSnapshotNID]
 	entries *lru.Cache[types.StateSnapshotNID, []types.EventNID]
+	layers  layerCache
 	deltas  deltaTable
+
+	// chainLimit is ChainLimit; tests lower it to reach checkpoints sooner.
+	chainLimit uint32
 
 	// eventsDB is the roomserver database EventRows reads (SetEventsDB), of
 	// SQLite when eventsSQLite.
@@ -163,10 +167,12 @@ func Open(dir string) (*Store, error) {
 func newStore() *Store {
 	s := &Store{rooms: map[types.RoomNID]*room{}}
 	s.commit.cond = sync.NewCond(&s.commit.mu)
-	s.roots, _ = lru.New[types.StateSnapshotNID, roomRoot](rootCacheSize)
+	s.roots, _ = lru.New[types.StateSnapshotNID, snapRef](rootCacheSize)
 	s.seqs, _ = lru.New[roomRoot, types.StateSnapshotNID](seqCacheSize)
 	s.entries, _ = lru.New[types.StateSnapshotNID, []types.EventNID](entriesCacheSize)
 	s.deltas.init(DeltaCapacity)
+	s.layers.init(layerCacheBytes)
+	s.chainLimit = ChainLimit
 	return s
 }
 
@@ -334,7 +340,7 @@ func encodeSnapshot(root hamtstore.NodeID) []byte {
 func decodeSnapshot(b []byte) (hamtstore.NodeID, error) {
 	var root hamtstore.NodeID
 	if len(b) != 2+len(root) || b[0] != 'S' || b[1] != recordVersion {
-		return root, fmt.Errorf("statetables: corrupt snapshot record (%d bytes, kind %q)", len(b), firstByte(b))
+		return root, fmt.Errorf("%w (%d bytes, kind %q)", ErrCorrupt, len(b), firstByte(b))
 	}
 	copy(root[:], b[2:])
 	return root, nil

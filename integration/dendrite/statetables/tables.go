@@ -126,46 +126,11 @@ func (s *Store) nextSeq(ctx context.Context, r *room) (seq uint32, lease []packs
 var leaseHook func()
 
 // locate returns the room and HAMT root of a snapshot NID; ok is false when there
-// is none (0, a delta NID, an unknown NID). It reads through s.at(ctx, txn).
+// is none (0, a delta NID, an unknown NID). It reads through s.at(ctx, txn). The
+// root's nodes may need materialising before they are read (use).
 func (s *Store) locate(ctx context.Context, txn *sql.Tx, nid types.StateSnapshotNID) (types.RoomNID, hamtstore.NodeID, bool, error) {
-	if rr, ok := s.roots.Get(nid); ok {
-		return rr.room, rr.root, true, nil
-	}
-	roomNID, seq := splitNID(int64(nid))
-	if nid <= 0 || roomNID == deltaRoom || (roomNID != 0 && seq == 0) {
-		return 0, hamtstore.NodeID{}, false, nil
-	}
-	rec := s.at(ctx, txn)
-	var root hamtstore.NodeID
-	recID := snapshotRecordID(seq)
-	if roomNID == 0 {
-		b, err := rec.Get(LegacyCollection, legacyRecordID(nid))
-		if errors.Is(err, packstore.ErrNotFound) {
-			return 0, root, false, nil
-		}
-		if err != nil {
-			return 0, root, false, fmt.Errorf("statetables: snapshot NID %d: %w", nid, err)
-		}
-		r, err := decodeU64('M', b)
-		if err != nil || r == 0 || r > MaxRoomNID {
-			return 0, root, false, fmt.Errorf("statetables: snapshot NID %d: corrupt migrated NID record (room %d, %v)", nid, r, err)
-		}
-		roomNID, recID = types.RoomNID(r), legacyRecordID(nid)
-	}
-	b, err := rec.Get(RoomCollection(roomNID), recID)
-	if errors.Is(err, packstore.ErrNotFound) {
-		return 0, root, false, nil
-	}
-	if err != nil {
-		return 0, root, false, fmt.Errorf("statetables: snapshot NID %d: %w", nid, err)
-	}
-	if root, err = decodeSnapshot(b); err != nil {
-		return 0, root, false, fmt.Errorf("snapshot NID %d: %w", nid, err)
-	}
-	if s.cacheable(txn) {
-		s.roots.Add(nid, roomRoot{roomNID, root})
-	}
-	return roomNID, root, true, nil
+	ref, ok, err := s.ref(ctx, txn, nid)
+	return ref.room, ref.root, ok, err
 }
 
 // nidOf returns the NID of a room's snapshot with this root; ok is false when none.
@@ -232,9 +197,14 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 	}()
 
 	rec := s.at(ctx, txn)
-	ov := &overlay{base: nodeStore{eng: rec, coll: r.coll}, nodes: map[hamtstore.NodeID][]byte{}}
+	ns := s.roomNodes(rec, roomNID)
+	ov := &overlay{base: ns, nodes: map[hamtstore.NodeID][]byte{}}
 	rd := hamtstore.NewReader(ov)
 	root := hamtstore.EmptyRoot
+	// prev is the first block when it is a snapshot of the room's own seqs and
+	// every other block a delta: then the new state may be chained to it.
+	var prev snapRef
+	chained := len(stateBlockNIDs) > 1
 	for i, b := range stateBlockNIDs {
 		if isDelta(int64(b)) {
 			entries, ok := s.deltas.get(b)
@@ -247,22 +217,30 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 			}
 			continue
 		}
-		blockRoom, broot, ok, err := s.locate(ctx, txn, types.StateSnapshotNID(b))
+		ref, ok, err := s.ref(ctx, txn, types.StateSnapshotNID(b))
 		if err != nil {
 			return 0, fmt.Errorf("InsertState room NID %d: %w", roomNID, err)
 		}
 		if !ok {
 			return 0, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) unknown", roomNID, b, i)
 		}
-		if blockRoom != roomNID {
-			return 0, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) belongs to room NID %d", roomNID, b, i, blockRoom)
+		if ref.room != roomNID {
+			return 0, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) belongs to room NID %d", roomNID, b, i, ref.room)
+		}
+		if err := s.use(ctx, txn, ns, ref); err != nil {
+			return 0, fmt.Errorf("InsertState room NID %d: block %d: %w", roomNID, b, err)
+		}
+		if i == 0 {
+			prev = ref
+		} else {
+			chained = false
 		}
 		if root == hamtstore.EmptyRoot {
-			root = broot
+			root = ref.root
 			continue
 		}
 		var changes []hamtstore.Change
-		if err := rd.Iterate(broot, func(k []byte, v hamtstore.Value) error {
+		if err := rd.Iterate(ref.root, func(k []byte, v hamtstore.Value) error {
 			changes = append(changes, hamtstore.Change{Key: slices.Clone(k), Value: v})
 			return nil
 		}); err != nil {
@@ -272,6 +250,7 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 			return 0, fmt.Errorf("statetables: InsertState room NID %d: fold block %d: %w", roomNID, b, err)
 		}
 	}
+	chained = chained && prev.seq != 0 && prev.pos+1 < s.chainLimit
 
 	if nid, ok, err := s.nidOf(ctx, txn, r, root); err != nil || ok {
 		if ok {
@@ -291,13 +270,22 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 		locked = false
 	}
 	nid := SnapshotNID(roomNID, seq)
-	recs, err := s.newNodes(rec, ov, rd, r, root)
-	if err != nil {
-		return 0, err
+	ref := snapRef{room: roomNID, root: root, seq: seq}
+	var recs []packstore.Record
+	var l *layer
+	if chained {
+		var data []byte
+		if ref, data, l, err = s.chain(ctx, txn, ns, rd, prev, ref); err != nil {
+			return 0, fmt.Errorf("InsertState room NID %d: %w", roomNID, err)
+		}
+		recs = append(recs, packstore.Record{ID: snapshotRecordID(seq), Data: data})
+	} else {
+		if recs, err = s.newNodes(rec, ov, rd, ns, r, root); err != nil {
+			return 0, err
+		}
+		recs = append(recs, packstore.Record{ID: snapshotRecordID(seq), Data: encodeSnapshot(root)})
 	}
-	recs = append(recs,
-		packstore.Record{ID: snapshotRecordID(seq), Data: encodeSnapshot(root)},
-		packstore.Record{ID: rootRecordID(root), Data: encodeU64('R', uint64(nid))})
+	recs = append(recs, packstore.Record{ID: rootRecordID(root), Data: encodeU64('R', uint64(nid))})
 	recs = append(recs, lease...)
 	if err := rec.PutMany(r.coll, recs); err != nil {
 		return 0, fmt.Errorf("statetables: InsertState room NID %d: %w", roomNID, err)
@@ -307,47 +295,106 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 	}
 	observeWrite(start, recs)
 	leaseDone()
+	if l != nil {
+		s.layers.add(nid, l) // as materialise would make it: see there why a transaction's may enter
+	}
 	if s.cacheable(txn) {
-		s.roots.Add(nid, roomRoot{roomNID, root})
+		s.roots.Add(nid, ref)
 		s.seqs.Add(roomRoot{roomNID, root}, nid)
 	}
 	return nid, nil
 }
 
-// newNodes returns the records of the overlay's nodes reachable from root that the
-// room's collection does not hold yet.
-func (s *Store) newNodes(rec records, ov *overlay, rd *hamtstore.Reader, r *room, root hamtstore.NodeID) ([]packstore.Record, error) {
-	if len(ov.nodes) == 0 {
-		return nil, nil
+// chain returns the version 2 record of a new snapshot (ref: room, root, seq)
+// whose state is prev's (readable through ns and rd) with deltas applied: its
+// changes against the snapshot at position chainBase(prev.pos+1) on prev's base
+// chain. The changes are applied to that base again and must give the new root;
+// the layer they make is returned for the cache.
+func (s *Store) chain(ctx context.Context, txn *sql.Tx, ns *roomNodes, rd *hamtstore.Reader, prev, ref snapRef) (snapRef, []byte, *layer, error) {
+	ref.pos = prev.pos + 1
+	base := prev
+	for base.pos != chainBase(ref.pos) {
+		next, ok, err := s.ref(ctx, txn, SnapshotNID(base.room, base.base))
+		if err != nil {
+			return ref, nil, nil, err
+		}
+		if !ok || next.pos >= base.pos {
+			return ref, nil, nil, fmt.Errorf("%w: snapshot NID %d: base seq %d missing or not below it in its chain", ErrCorrupt, SnapshotNID(base.room, base.seq), base.base)
+		}
+		base = next
 	}
+	ref.base = base.seq
+	var changes []hamtstore.Change
+	err := rd.Diff(base.root, ref.root, func(key []byte, _, v *hamtstore.Value) error {
+		c := hamtstore.Change{Key: slices.Clone(key), Delete: v == nil}
+		if v != nil {
+			c.Value = *v
+		}
+		changes = append(changes, c)
+		return nil
+	})
+	if err != nil {
+		return ref, nil, nil, fmt.Errorf("statetables: snapshot seq %d: diff against base snapshot NID %d: %w", ref.seq, SnapshotNID(base.room, base.seq), err)
+	}
+	data, err := encodeChained(ref.root, ref.base, ref.pos, changes)
+	if err != nil {
+		return ref, nil, nil, err
+	}
+	var below *layer
+	if base.pos > 0 {
+		if below, err = s.materialise(ctx, txn, base); err != nil {
+			return ref, nil, nil, err
+		}
+	}
+	l, root, err := applyLayer(ns, below, base.root, changes)
+	if err != nil {
+		return ref, nil, nil, fmt.Errorf("statetables: snapshot seq %d: %w", ref.seq, err)
+	}
+	if root != ref.root {
+		return ref, nil, nil, fmt.Errorf("statetables: snapshot seq %d: changes against its base give root %x, not %x", ref.seq, root[:], ref.root[:])
+	}
+	return ref, data, l, nil
+}
+
+// newNodes returns the records of the nodes reachable from root that the room's
+// collection does not hold yet: those the overlay made and those materialised
+// from chained snapshots (ns), less those the collection already has.
+func (s *Store) newNodes(rec records, ov *overlay, rd *hamtstore.Reader, ns *roomNodes, r *room, root hamtstore.NodeID) ([]packstore.Record, error) {
 	var ids []packstore.ID
+	var data [][]byte
 	if err := rd.Walk(root, func(id hamtstore.NodeID) (bool, error) {
-		if _, ok := ov.nodes[id]; !ok {
+		b, ok := ov.nodes[id]
+		if !ok && ns != nil {
+			b, ok = ns.materialised(id)
+		}
+		if !ok {
 			return false, nil
 		}
-		ids = append(ids, packstore.ID(id))
+		ids, data = append(ids, packstore.ID(id)), append(data, b)
 		return true, nil
 	}); err != nil {
 		return nil, fmt.Errorf("statetables: room NID %d: walk new state: %w", r.nid, err)
 	}
 	if len(ids) > 4 {
 		// A state built from nothing (Dendrite's full-state AddState) shares most
-		// nodes with states already stored: keep only the missing ones.
+		// nodes with states already stored, and a checkpoint's materialised nodes
+		// may be stored already: keep only the missing ones.
 		have, err := rec.GetMany(r.coll, ids)
 		if err != nil {
 			return nil, fmt.Errorf("statetables: room NID %d: %w", r.nid, err)
 		}
-		kept := ids[:0]
-		for i, id := range ids {
+		kept := 0
+		for i := range ids {
 			if have[i] == nil {
-				kept = append(kept, id)
+				ids[kept], data[kept] = ids[i], data[i]
+				kept++
 			}
 		}
-		ids = kept
+		ids, data = ids[:kept], data[:kept]
 	}
 	recs := make([]packstore.Record, len(ids))
 	for i, id := range ids {
-		recs[i] = packstore.Record{ID: id, Data: ov.nodes[hamtstore.NodeID(id)]}
+		recs[i] = packstore.Record{ID: id, Data: data[i]}
 	}
 	return recs, nil
 }
@@ -437,14 +484,18 @@ func (s *Store) blockEvents(ctx context.Context, txn *sql.Tx, b types.StateBlock
 	if ev, ok := s.entries.Get(nid); ok {
 		return slices.Clone(ev), nil
 	}
-	roomNID, root, ok, err := s.locate(ctx, txn, nid)
+	ref, ok, err := s.ref(ctx, txn, nid)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, fmt.Errorf("storage: state block NID %d missing from the mtxdb state store", b)
 	}
-	ev, err := s.stateEvents(s.at(ctx, txn), roomNID, root)
+	ns := s.roomNodes(s.at(ctx, txn), ref.room)
+	if err := s.use(ctx, txn, ns, ref); err != nil {
+		return nil, fmt.Errorf("storage: state block NID %d: %w", b, err)
+	}
+	ev, err := stateEvents(ns, ref.root)
 	if err != nil {
 		return nil, fmt.Errorf("storage: state block NID %d: %w", b, err)
 	}
@@ -454,10 +505,10 @@ func (s *Store) blockEvents(ctx context.Context, txn *sql.Tx, b types.StateBlock
 	return slices.Clone(ev), nil
 }
 
-// stateEvents returns the event NIDs of a room's state, ascending.
-func (s *Store) stateEvents(rec records, roomNID types.RoomNID, root hamtstore.NodeID) ([]types.EventNID, error) {
+// stateEvents returns the event NIDs of a state, ascending.
+func stateEvents(ns hamtstore.NodeStore, root hamtstore.NodeID) ([]types.EventNID, error) {
 	var ev []types.EventNID
-	rd := hamtstore.NewReader(nodeStore{eng: rec, coll: RoomCollection(roomNID)})
+	rd := hamtstore.NewReader(ns)
 	err := rd.Iterate(root, func(k []byte, v hamtstore.Value) error {
 		n, err := valueEvent(v)
 		if err != nil {
@@ -474,16 +525,20 @@ func (s *Store) stateEvents(rec records, roomNID types.RoomNID, root hamtstore.N
 // checks and the migration. Errors: unknown snapshot (types.MissingStateError),
 // corrupt records or nodes.
 func (s *Store) State(nid types.StateSnapshotNID) ([]types.StateEntry, error) {
-	roomNID, root, ok, err := s.locate(ctx0, nil, nid)
+	ref, ok, err := s.ref(ctx0, nil, nid)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, types.MissingStateError(fmt.Sprintf("storage: state snapshot NID %d missing from the mtxdb state store", nid))
 	}
+	ns := s.roomNodes(s.at(ctx0, nil), ref.room)
+	if err := s.use(ctx0, nil, ns, ref); err != nil {
+		return nil, fmt.Errorf("statetables: snapshot NID %d: %w", nid, err)
+	}
 	var out []types.StateEntry
-	rd := hamtstore.NewReader(nodeStore{eng: s.at(ctx0, nil), coll: RoomCollection(roomNID)})
-	err = rd.Iterate(root, func(k []byte, v hamtstore.Value) error {
+	rd := hamtstore.NewReader(ns)
+	err = rd.Iterate(ref.root, func(k []byte, v hamtstore.Value) error {
 		t, err := parseStateKey(k)
 		if err != nil {
 			return err
@@ -546,6 +601,7 @@ func (s *Store) PurgeRoom(ctx context.Context, txn *sql.Tx, roomNID types.RoomNI
 		}
 	}
 	s.entries.Purge()
+	s.layers.purge()
 	for _, k := range s.seqs.Keys() {
 		if k.room == roomNID {
 			s.seqs.Remove(k)

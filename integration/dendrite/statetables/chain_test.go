@@ -1,0 +1,321 @@
+package statetables
+
+import (
+	"encoding/binary"
+	"errors"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/matrix-org/dendrite/roomserver/types"
+	"github.com/mtxdb/mtxdb/hamtstore"
+	"github.com/mtxdb/mtxdb/packstore"
+)
+
+// recordOf returns the decoded snapshot record of a room's seq, read from the
+// records themselves (no cache).
+func recordOf(t *testing.T, s *Store, room types.RoomNID, seq uint32) snapRecord {
+	t.Helper()
+	b, err := s.at(ctx, nil).Get(RoomCollection(room), snapshotRecordID(seq))
+	if err != nil {
+		t.Fatalf("snapshot record seq %d: %v", seq, err)
+	}
+	sr, err := decodeSnapshotRecord(b, seq)
+	if err != nil {
+		t.Fatalf("snapshot record seq %d: %v", seq, err)
+	}
+	return sr
+}
+
+// coldCaches empties every cache of s, so that reads go to the records.
+func coldCaches(s *Store) {
+	s.roots.Purge()
+	s.seqs.Purge()
+	s.entries.Purge()
+	s.layers.purge()
+}
+
+// TestChainCheckpoints: with K = 8, a line of 3K+5 one-entry changes (each the
+// previous snapshot plus a delta, as Dendrite's AddState makes them) and a branch
+// off it are stored as chained records at positions 1..K-1 with a checkpoint at
+// every K-th; a chained snapshot's nodes are not written; every state reads back
+// right with cold caches, after a reopen, and through DiffStates and StateLookup.
+func TestChainCheckpoints(t *testing.T) {
+	eachPlace(t, func(t *testing.T, p place) {
+		const limit, room = 8, types.RoomNID(3)
+		s := p.open()
+		s.chainLimit = limit
+		want := map[types.StateSnapshotNID]state{}
+		var line []types.StateSnapshotNID
+		var prev types.StateBlockNIDs
+		cur := state{}
+		for i := range 3*limit + 5 {
+			e := types.StateEntry{StateKeyTuple: types.StateKeyTuple{EventTypeNID: 2, EventStateKeyNID: types.EventStateKeyNID(1 + i%11)}, EventNID: types.EventNID(100 + i)}
+			d, _ := s.BulkInsertStateData(ctx, nil, types.StateEntries{e})
+			nid, err := s.InsertState(ctx, nil, room, append(slices.Clone(prev), d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cur = applyDelta(cur, []types.StateEntry{e})
+			want[nid], line, prev = cur, append(line, nid), types.StateBlockNIDs{types.StateBlockNID(nid)}
+		}
+		// A branch: two children of the line's 10th snapshot.
+		for j := range 2 {
+			e := types.StateEntry{StateKeyTuple: types.StateKeyTuple{EventTypeNID: 3, EventStateKeyNID: 1}, EventNID: types.EventNID(900 + j)}
+			d, _ := s.BulkInsertStateData(ctx, nil, types.StateEntries{e})
+			nid, err := s.InsertState(ctx, nil, room, types.StateBlockNIDs{types.StateBlockNID(line[9]), d})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[nid] = applyDelta(want[line[9]], []types.StateEntry{e})
+		}
+		checkpoints := 0
+		for i, nid := range line {
+			_, seq := splitNID(int64(nid))
+			sr := recordOf(t, s, room, seq)
+			// The first snapshot is made of a delta alone: a checkpoint at 0.
+			if wantPos := uint32(i % limit); sr.pos != wantPos {
+				t.Fatalf("snapshot %d of the line: chain position %d, want %d", i, sr.pos, wantPos)
+			}
+			_, err := s.at(ctx, nil).Get(RoomCollection(room), packstore.ID(sr.root))
+			if sr.pos == 0 {
+				checkpoints++
+				if err != nil {
+					t.Fatalf("checkpoint %d: root node not written: %v", i, err)
+				}
+			} else if !errors.Is(err, packstore.ErrNotFound) {
+				t.Fatalf("chained snapshot %d: its root node is in the collection (err %v)", i, err)
+			}
+		}
+		if checkpoints != 4 {
+			t.Fatalf("%d checkpoints in a line of %d, want 4", checkpoints, len(line))
+		}
+		m := &model{byNID: want}
+		m.check(t, s)
+		coldCaches(s)
+		m.check(t, s)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s = p.open()
+		defer s.Close()
+		m.check(t, s)
+		// Resolution reads of chained snapshots, cold.
+		coldCaches(s)
+		a, b := line[len(line)-1], line[12]
+		keys, events, err := s.DiffStates(ctx, room, []types.StateAtEvent{{BeforeStateSnapshotNID: a}, {BeforeStateSnapshotNID: b}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		diff := 0
+		for k, v := range want[a] {
+			if want[b][k] != v {
+				diff++
+			}
+		}
+		if len(keys) != diff {
+			t.Fatalf("DiffStates: %d keys, want %d", len(keys), diff)
+		}
+		for i, k := range keys {
+			if events[i][0] != want[a][k] || events[i][1] != want[b][k] {
+				t.Fatalf("DiffStates key %v: %v, want %d, %d", k, events[i], want[a][k], want[b][k])
+			}
+		}
+		coldCaches(s)
+		look, err := s.StateLookup(ctx, room, types.StateAtEvent{BeforeStateSnapshotNID: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range want[a] {
+			if got, err := look(k); err != nil || got != v {
+				t.Fatalf("StateLookup %v: %d, %v; want %d", k, got, err, v)
+			}
+		}
+	})
+}
+
+// TestCorruptChained: a chained snapshot record damaged one way per row is
+// refused with ErrCorrupt naming the snapshot, by every read and by an
+// InsertState on top of it, never read as a wrong state.
+func TestCorruptChained(t *testing.T) {
+	const room = types.RoomNID(1)
+	for _, c := range []struct {
+		name string
+		mess func(b []byte, sr snapRecord, seq uint32) []byte
+		want string
+	}{
+		{"version", func(b []byte, _ snapRecord, _ uint32) []byte { b[1] = 3; return b }, "version 3"},
+		{"short header", func(b []byte, _ snapRecord, _ uint32) []byte { return b[:chainedHeaderLen] }, "corrupt snapshot record"},
+		{"base zero", func(b []byte, _ snapRecord, _ uint32) []byte { return setU32(b, 18, 0) }, "base seq 0 not in"},
+		{"base not below", func(b []byte, _ snapRecord, seq uint32) []byte { return setU32(b, 18, seq) }, "not in [1,"},
+		{"base missing", func(b []byte, _ snapRecord, _ uint32) []byte { return setU32(b, 18, 1) }, "missing"},
+		{"base at the wrong position", func(b []byte, _ snapRecord, _ uint32) []byte { return setU32(b, 18, 2) }, "want 2"},
+		{"position zero", func(b []byte, _ snapRecord, _ uint32) []byte { return setU32(b, 22, 0) }, "chain position 0"},
+		{"position too far", func(b []byte, _ snapRecord, _ uint32) []byte { return setU32(b, 22, MaxChainLimit) }, "chain position 65536"},
+		{"count too large", func(b []byte, _ snapRecord, _ uint32) []byte {
+			return append(binary.AppendUvarint(b[:chainedHeaderLen:chainedHeaderLen], 1<<40), b[chainedHeaderLen+1:]...)
+		}, "changes in"},
+		{"truncated change", func(b []byte, _ snapRecord, _ uint32) []byte { return b[:len(b)-1] }, "truncated"},
+		{"trailing bytes", func(b []byte, _ snapRecord, _ uint32) []byte { return append(b, 0) }, "bytes after"},
+		{"root mismatch", func(_ []byte, sr snapRecord, _ uint32) []byte {
+			ch := slices.Clone(sr.changes)
+			ch[0].Value = eventValue(777777)
+			b, _ := encodeChained(sr.root, sr.base, sr.pos, ch)
+			return b
+		}, "give root"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := Open(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			s.chainLimit = 8
+			// Seq 1 is handed out and never written; seq 2 is a checkpoint,
+			// seqs 3, 4, 5 are at positions 1, 2, 3.
+			r := s.room(room)
+			r.mu.Lock()
+			if _, _, _, err := s.nextSeq(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			r.mu.Unlock()
+			var prev types.StateBlockNIDs
+			rng := rand.New(rand.NewPCG(1, 2))
+			var nids []types.StateSnapshotNID
+			for i := range 4 {
+				d, _ := s.BulkInsertStateData(ctx, nil, randomDelta(rng, 1+i*3))
+				nid, err := s.InsertState(ctx, nil, room, append(slices.Clone(prev), d))
+				if err != nil {
+					t.Fatal(err)
+				}
+				nids, prev = append(nids, nid), types.StateBlockNIDs{types.StateBlockNID(nid)}
+			}
+			const seq = 5 // position 3, base seq 4 (position 2)
+			nid := nids[3]
+			b, err := s.eng.Get(RoomCollection(room), snapshotRecordID(seq))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sr, err := decodeSnapshotRecord(b, seq)
+			if _, got := splitNID(int64(nid)); got != seq || err != nil || sr.pos != 3 || sr.base != 4 || len(sr.changes) == 0 {
+				t.Fatalf("record seq %d of NID %d: %+v, %v; want position 3, base 4", seq, nid, sr, err)
+			}
+			if err := s.eng.Put(RoomCollection(room), snapshotRecordID(seq), c.mess(slices.Clone(b), sr, seq)); err != nil {
+				t.Fatal(err)
+			}
+			coldCaches(s)
+			d, _ := s.BulkInsertStateData(ctx, nil, randomDelta(rng, 2))
+			_, err1 := s.State(nid)
+			_, err2 := s.BulkSelectStateBlockEntries(ctx, nil, types.StateBlockNIDs{types.StateBlockNID(nid)})
+			_, err3 := s.InsertState(ctx, nil, room, types.StateBlockNIDs{types.StateBlockNID(nid), d})
+			_, _, err4 := s.DiffStates(ctx, room, []types.StateAtEvent{{BeforeStateSnapshotNID: nid}, {BeforeStateSnapshotNID: nids[0]}})
+			for i, err := range []error{err1, err2, err3, err4} {
+				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "snapshot NID") {
+					t.Errorf("call %d: err %v, want ErrCorrupt with %q naming the snapshot", i, err, c.want)
+				}
+			}
+		})
+	}
+}
+
+func setU32(b []byte, off int, v uint32) []byte {
+	binary.LittleEndian.PutUint32(b[off:], v)
+	return b
+}
+
+// TestReadVersion1Store: a store written as before chained records existed
+// (HAMT nodes, 'S' 1 snapshot, 'R' 1 root and 'L' 1 lease records, built here
+// by hand from the documented format) reads unchanged, is not rewritten, and new
+// snapshots chain onto its snapshots.
+func TestReadVersion1Store(t *testing.T) {
+	eachPlace(t, func(t *testing.T, p place) {
+		const room = types.RoomNID(4)
+		coll := RoomCollection(room)
+		s := p.open()
+		rec := s.at(ctx, nil)
+		// Three states, each the one before plus entries, as version 1 wrote them.
+		mem := collectNodes{}
+		root := hamtstore.EmptyRoot
+		want := map[types.StateSnapshotNID]state{}
+		cur := state{}
+		var recs []packstore.Record
+		for seq := uint32(1); seq <= 3; seq++ {
+			var ch []hamtstore.Change
+			for j := range 40 {
+				k := types.StateKeyTuple{EventTypeNID: types.EventTypeNID(seq), EventStateKeyNID: types.EventStateKeyNID(j + 1)}
+				cur[k] = types.EventNID(int(seq)*1000 + j)
+				ch = append(ch, hamtstore.Change{Key: stateKey(k), Value: eventValue(cur[k])})
+			}
+			var err error
+			if root, err = hamtstore.Apply(mem, nil, root, ch); err != nil {
+				t.Fatal(err)
+			}
+			nid := SnapshotNID(room, seq)
+			want[nid] = maps.Clone(cur)
+			recs = append(recs,
+				packstore.Record{ID: snapshotRecordID(seq), Data: append([]byte{'S', 1}, root[:]...)},
+				packstore.Record{ID: rootRecordID(root), Data: binary.LittleEndian.AppendUint64([]byte{'R', 1}, uint64(nid))})
+		}
+		for id, data := range mem {
+			recs = append(recs, packstore.Record{ID: packstore.ID(id), Data: data})
+		}
+		recs = append(recs, packstore.Record{ID: leaseRecordID, Data: binary.LittleEndian.AppendUint32([]byte{'L', 1}, 1+LeaseStep)})
+		if err := rec.PutMany(coll, recs); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close()
+		s = p.open()
+		defer s.Close()
+		m := &model{byNID: want}
+		m.check(t, s)
+		// New snapshots chain onto the old ones.
+		prev := types.StateBlockNIDs{types.StateBlockNID(SnapshotNID(room, 3))}
+		for i := range 5 {
+			e := types.StateEntry{StateKeyTuple: types.StateKeyTuple{EventTypeNID: 9, EventStateKeyNID: 1}, EventNID: types.EventNID(5000 + i)}
+			d, _ := s.BulkInsertStateData(ctx, nil, types.StateEntries{e})
+			nid, err := s.InsertState(ctx, nil, room, append(slices.Clone(prev), d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, seq := splitNID(int64(nid))
+			if sr := recordOf(t, s, room, seq); sr.pos != uint32(i+1) {
+				t.Fatalf("new snapshot %d: chain position %d, want %d", i, sr.pos, i+1)
+			}
+			cur = applyDelta(cur, []types.StateEntry{e})
+			want[nid], prev = maps.Clone(cur), types.StateBlockNIDs{types.StateBlockNID(nid)}
+		}
+		coldCaches(s)
+		m.check(t, s)
+		for _, r := range recs {
+			got, err := s.at(ctx, nil).Get(coll, r.ID)
+			if r.ID == leaseRecordID {
+				continue
+			}
+			if err != nil || !slices.Equal(got, r.Data) {
+				t.Fatalf("version 1 record %x changed: %x, %v", r.ID[:], got, err)
+			}
+		}
+	})
+}
+
+// collectNodes is a NodeStore that keeps every node put.
+type collectNodes map[hamtstore.NodeID][]byte
+
+func (c collectNodes) GetNode(id hamtstore.NodeID) ([]byte, error) {
+	if b, ok := c[id]; ok {
+		return b, nil
+	}
+	return nil, hamtstore.ErrNotFound
+}
+
+func (c collectNodes) PutNodes(nodes []hamtstore.EncodedNode) error {
+	for _, n := range nodes {
+		c[n.ID] = n.Data
+	}
+	return nil
+}
