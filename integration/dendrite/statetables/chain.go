@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -21,23 +22,30 @@ import (
 
 const (
 	// ChainLimit (K) is the position at which a chain of version 2 snapshots ends
-	// with a checkpoint: a snapshot at position n (1 .. ChainLimit-1 after its
-	// checkpoint) stores its changes against the snapshot at position n&(n-1), so
-	// a read applies the changes of at most log2(ChainLimit) = 12 records and at
-	// most ChainLimit-1 entries in all. A checkpoint writes the HAMT nodes the
-	// chain changed (about the whole state once the chain is long): at 10,000
-	// members that is ~75 B per change at this K, and the skip records average
-	// log2(ChainLimit)/2 entries. BenchmarkStateChangeBytes and
-	// BenchmarkChainLimit measure it.
-	ChainLimit = 1 << 12
+	// with a checkpoint. A snapshot at position n (1 .. K-1 after its checkpoint)
+	// stores its changes against the snapshot at position chainBase(n): n less
+	// ChainRadix^k, k the place of n's lowest nonzero base-16 digit. So a read
+	// materialises at most 15*3+3 = 48 records (position K-1 = 0x3fff) and K-1
+	// changed entries, and a record holds on average about 3.5 entries for a
+	// line of one-entry changes. A checkpoint writes the HAMT nodes the chain
+	// changed (about the whole state once the chain is long), so a larger K
+	// costs fewer bytes per change and a slower cold read. Measured at 10,000
+	// members (BenchmarkChainLimit, BenchmarkColdRead): K = 4096, 16384 give 233,
+	// 192 B/change with radix 16 (252, 212 with radix 2), and a cold read of the
+	// state at position K-1 takes ~0.1 s at K = 16384.
+	ChainLimit = 1 << 14
+
+	// ChainRadix is the digit base of chainBase (1 << chainRadixBits).
+	ChainRadix     = 1 << chainRadixBits
+	chainRadixBits = 4
 
 	// MaxChainLimit bounds ChainLimit and the position a version 2 record may
 	// carry: records of any K up to it decode.
 	MaxChainLimit = 1 << 16
 
 	snapshotVersionChained = 2
-	// chainedHeaderLen: kind, version, root, base seq, position.
-	chainedHeaderLen = 2 + 16 + 4 + 4
+	// chainedHeaderLen: kind, version, root; uvarints follow.
+	chainedHeaderLen = 2 + 16
 	// minChangeLen is the smallest encoded change: three one-byte uvarints.
 	minChangeLen = 3
 
@@ -66,13 +74,13 @@ type snapRecord struct {
 	changes []hamtstore.Change
 }
 
-// encodeChained encodes a version 2 snapshot record (doc.go "Records").
-func encodeChained(root hamtstore.NodeID, base, pos uint32, changes []hamtstore.Change) ([]byte, error) {
-	b := make([]byte, 0, chainedHeaderLen+binary.MaxVarintLen32+len(changes)*12)
+// encodeChained encodes the version 2 record of snapshot seq (doc.go "Records").
+func encodeChained(root hamtstore.NodeID, seq, base, pos uint32, changes []hamtstore.Change) ([]byte, error) {
+	b := make([]byte, 0, chainedHeaderLen+3*binary.MaxVarintLen32+len(changes)*12)
 	b = append(b, 'S', snapshotVersionChained)
 	b = append(b, root[:]...)
-	b = binary.LittleEndian.AppendUint32(b, base)
-	b = binary.LittleEndian.AppendUint32(b, pos)
+	b = binary.AppendUvarint(b, uint64(seq-base))
+	b = binary.AppendUvarint(b, uint64(pos))
 	b = binary.AppendUvarint(b, uint64(len(changes)))
 	for _, c := range changes {
 		t, err := parseStateKey(c.Key)
@@ -103,26 +111,42 @@ func decodeSnapshotRecord(b []byte, seq uint32) (snapRecord, error) {
 		r.root = root
 		return r, err
 	}
-	if len(b) < chainedHeaderLen+1 || b[0] != 'S' || b[1] != snapshotVersionChained {
+	if len(b) < chainedHeaderLen+3 || b[0] != 'S' || b[1] != snapshotVersionChained {
 		return r, fmt.Errorf("%w (%d bytes, kind %q, version %d)", ErrCorrupt, len(b), firstByte(b), byteAt(b, 1))
 	}
-	copy(r.root[:], b[2:18])
-	r.base = binary.LittleEndian.Uint32(b[18:22])
-	r.pos = binary.LittleEndian.Uint32(b[22:26])
-	switch {
-	case seq == 0:
+	if seq == 0 {
 		return r, fmt.Errorf("%w: a migrated NID's record is chained", ErrCorrupt)
-	case r.pos == 0 || r.pos >= MaxChainLimit:
-		return r, fmt.Errorf("%w: chain position %d outside [1, %d]", ErrCorrupt, r.pos, MaxChainLimit-1)
-	case r.base == 0 || r.base >= seq:
-		return r, fmt.Errorf("%w: base seq %d not in [1, %d)", ErrCorrupt, r.base, seq)
 	}
+	copy(r.root[:], b[2:chainedHeaderLen])
 	rest := b[chainedHeaderLen:]
-	count, n := binary.Uvarint(rest)
-	if n <= 0 {
-		return r, fmt.Errorf("%w: change count at offset %d", ErrCorrupt, chainedHeaderLen)
+	// next reads one canonical uvarint of rest.
+	next := func(what string) (uint64, error) {
+		v, n := binary.Uvarint(rest)
+		if n <= 0 || n != uvarintLen(v) {
+			return 0, fmt.Errorf("%w: %s at offset %d: truncated or overlong uvarint", ErrCorrupt, what, len(b)-len(rest))
+		}
+		rest = rest[n:]
+		return v, nil
 	}
-	rest = rest[n:]
+	dist, err := next("base distance")
+	if err != nil {
+		return r, err
+	}
+	pos, err := next("chain position")
+	if err != nil {
+		return r, err
+	}
+	switch {
+	case dist == 0 || dist >= uint64(seq):
+		return r, fmt.Errorf("%w: base seq %d not in [1, %d)", ErrCorrupt, int64(seq)-int64(min(dist, uint64(seq)+1)), seq)
+	case pos == 0 || pos >= MaxChainLimit:
+		return r, fmt.Errorf("%w: chain position %d outside [1, %d]", ErrCorrupt, pos, MaxChainLimit-1)
+	}
+	r.base, r.pos = seq-uint32(dist), uint32(pos)
+	count, err := next("change count")
+	if err != nil {
+		return r, err
+	}
 	if count > uint64(len(rest)/minChangeLen) {
 		return r, fmt.Errorf("%w: %d changes in %d bytes", ErrCorrupt, count, len(rest))
 	}
@@ -130,11 +154,9 @@ func decodeSnapshotRecord(b []byte, seq uint32) (snapRecord, error) {
 	for i := range r.changes {
 		var f [3]uint64
 		for j := range f {
-			v, n := binary.Uvarint(rest)
-			if n <= 0 {
-				return r, fmt.Errorf("%w: change %d: truncated at offset %d", ErrCorrupt, i, len(b)-len(rest))
+			if f[j], err = next(fmt.Sprintf("change %d", i)); err != nil {
+				return r, err
 			}
-			f[j], rest = v, rest[n:]
 		}
 		if f[0] > 1<<63-1 || f[1] > 1<<63-1 || f[2] > 1<<63 {
 			return r, fmt.Errorf("%w: change %d: NID out of range", ErrCorrupt, i)
@@ -153,6 +175,11 @@ func decodeSnapshotRecord(b []byte, seq uint32) (snapRecord, error) {
 	return r, nil
 }
 
+// uvarintLen is the length of v's canonical (shortest) uvarint.
+func uvarintLen(v uint64) int {
+	return len(binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64), v))
+}
+
 func byteAt(b []byte, i int) byte {
 	if len(b) <= i {
 		return 0
@@ -160,8 +187,13 @@ func byteAt(b []byte, i int) byte {
 	return b[i]
 }
 
-// chainBase is the position of the base of a chained snapshot at position pos.
-func chainBase(pos uint32) uint32 { return pos & (pos - 1) }
+// chainBase is the position of the base of a chained snapshot at position pos
+// (>= 1): pos less ChainRadix^k, k the place of its lowest nonzero digit in base
+// ChainRadix.
+func chainBase(pos uint32) uint32 {
+	k := bits.TrailingZeros32(pos) / chainRadixBits * chainRadixBits
+	return pos - 1<<k
+}
 
 // --- materialised nodes -----------------------------------------------------------
 

@@ -37,14 +37,16 @@ func coldCaches(s *Store) {
 	s.layers.purge()
 }
 
-// TestChainCheckpoints: with K = 8, a line of 3K+5 one-entry changes (each the
+// TestChainCheckpoints: with K = 40, a line of 3K+5 one-entry changes (each the
 // previous snapshot plus a delta, as Dendrite's AddState makes them) and a branch
 // off it are stored as chained records at positions 1..K-1 with a checkpoint at
-// every K-th; a chained snapshot's nodes are not written; every state reads back
-// right with cold caches, after a reopen, and through DiffStates and StateLookup.
+// every K-th, each based on the snapshot at chainBase of its position (positions
+// 16 and 32 skip to 0 and 16); a chained snapshot's nodes are not written; every
+// state reads back right with cold caches, after a reopen, and through
+// DiffStates and StateLookup.
 func TestChainCheckpoints(t *testing.T) {
 	eachPlace(t, func(t *testing.T, p place) {
-		const limit, room = 8, types.RoomNID(3)
+		const limit, room = 40, types.RoomNID(3)
 		s := p.open()
 		s.chainLimit = limit
 		want := map[types.StateSnapshotNID]state{}
@@ -71,10 +73,18 @@ func TestChainCheckpoints(t *testing.T) {
 			}
 			want[nid] = applyDelta(want[line[9]], []types.StateEntry{e})
 		}
-		checkpoints := 0
+		checkpoints, skips := 0, 0
 		for i, nid := range line {
 			_, seq := splitNID(int64(nid))
 			sr := recordOf(t, s, room, seq)
+			if sr.pos > 0 {
+				if base := recordOf(t, s, room, sr.base); base.pos != chainBase(sr.pos) {
+					t.Fatalf("snapshot %d at position %d: base seq %d at position %d, want %d", i, sr.pos, sr.base, base.pos, chainBase(sr.pos))
+				}
+				if sr.base != seq-1 {
+					skips++
+				}
+			}
 			// The first snapshot is made of a delta alone: a checkpoint at 0.
 			if wantPos := uint32(i % limit); sr.pos != wantPos {
 				t.Fatalf("snapshot %d of the line: chain position %d, want %d", i, sr.pos, wantPos)
@@ -89,8 +99,8 @@ func TestChainCheckpoints(t *testing.T) {
 				t.Fatalf("chained snapshot %d: its root node is in the collection (err %v)", i, err)
 			}
 		}
-		if checkpoints != 4 {
-			t.Fatalf("%d checkpoints in a line of %d, want 4", checkpoints, len(line))
+		if checkpoints != 4 || skips != 6 {
+			t.Fatalf("%d checkpoints and %d skipping bases in a line of %d, want 4 and 6", checkpoints, skips, len(line))
 		}
 		m := &model{byNID: want}
 		m.check(t, s)
@@ -104,7 +114,7 @@ func TestChainCheckpoints(t *testing.T) {
 		m.check(t, s)
 		// Resolution reads of chained snapshots, cold.
 		coldCaches(s)
-		a, b := line[len(line)-1], line[12]
+		a, b := line[len(line)-1], line[35]
 		keys, events, err := s.DiffStates(ctx, room, []types.StateAtEvent{{BeforeStateSnapshotNID: a}, {BeforeStateSnapshotNID: b}})
 		if err != nil {
 			t.Fatal(err)
@@ -147,23 +157,25 @@ func TestCorruptChained(t *testing.T) {
 		want string
 	}{
 		{"version", func(b []byte, _ snapRecord, _ uint32) []byte { b[1] = 3; return b }, "version 3"},
-		{"short header", func(b []byte, _ snapRecord, _ uint32) []byte { return b[:chainedHeaderLen] }, "corrupt snapshot record"},
-		{"base zero", func(b []byte, _ snapRecord, _ uint32) []byte { return setU32(b, 18, 0) }, "base seq 0 not in"},
-		{"base not below", func(b []byte, _ snapRecord, seq uint32) []byte { return setU32(b, 18, seq) }, "not in [1,"},
-		{"base missing", func(b []byte, _ snapRecord, _ uint32) []byte { return setU32(b, 18, 1) }, "missing"},
-		{"base at the wrong position", func(b []byte, _ snapRecord, _ uint32) []byte { return setU32(b, 18, 2) }, "want 2"},
-		{"position zero", func(b []byte, _ snapRecord, _ uint32) []byte { return setU32(b, 22, 0) }, "chain position 0"},
-		{"position too far", func(b []byte, _ snapRecord, _ uint32) []byte { return setU32(b, 22, MaxChainLimit) }, "chain position 65536"},
+		{"short header", func(b []byte, _ snapRecord, _ uint32) []byte { return b[:chainedHeaderLen+2] }, "corrupt snapshot record"},
+		{"base zero", func(_ []byte, sr snapRecord, seq uint32) []byte { return reencode(sr, seq, 0, sr.pos) }, "base seq 0 not in"},
+		{"base not below", func(_ []byte, sr snapRecord, seq uint32) []byte { return reencode(sr, seq, seq, sr.pos) }, "not in [1,"},
+		{"base missing", func(_ []byte, sr snapRecord, seq uint32) []byte { return reencode(sr, seq, 1, sr.pos) }, "missing"},
+		{"base at the wrong position", func(_ []byte, sr snapRecord, seq uint32) []byte { return reencode(sr, seq, 2, sr.pos) }, "want 2"},
+		{"position zero", func(_ []byte, sr snapRecord, seq uint32) []byte { return reencode(sr, seq, sr.base, 0) }, "chain position 0"},
+		{"position too far", func(_ []byte, sr snapRecord, seq uint32) []byte { return reencode(sr, seq, sr.base, MaxChainLimit) }, "chain position 65536"},
 		{"count too large", func(b []byte, _ snapRecord, _ uint32) []byte {
-			return append(binary.AppendUvarint(b[:chainedHeaderLen:chainedHeaderLen], 1<<40), b[chainedHeaderLen+1:]...)
+			return append(binary.AppendUvarint(b[:countAt:countAt], 1<<40), b[countAt+1:]...)
 		}, "changes in"},
 		{"truncated change", func(b []byte, _ snapRecord, _ uint32) []byte { return b[:len(b)-1] }, "truncated"},
+		{"overlong uvarint", func(b []byte, _ snapRecord, _ uint32) []byte {
+			return append(append(b[:countAt+1:countAt+1], b[countAt+1]|0x80, 0), b[countAt+2:]...)
+		}, "overlong"},
 		{"trailing bytes", func(b []byte, _ snapRecord, _ uint32) []byte { return append(b, 0) }, "bytes after"},
-		{"root mismatch", func(_ []byte, sr snapRecord, _ uint32) []byte {
-			ch := slices.Clone(sr.changes)
-			ch[0].Value = eventValue(777777)
-			b, _ := encodeChained(sr.root, sr.base, sr.pos, ch)
-			return b
+		{"root mismatch", func(_ []byte, sr snapRecord, seq uint32) []byte {
+			sr.changes = slices.Clone(sr.changes)
+			sr.changes[0].Value = eventValue(777777)
+			return reencode(sr, seq, sr.base, sr.pos)
 		}, "give root"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -199,7 +211,7 @@ func TestCorruptChained(t *testing.T) {
 				t.Fatal(err)
 			}
 			sr, err := decodeSnapshotRecord(b, seq)
-			if _, got := splitNID(int64(nid)); got != seq || err != nil || sr.pos != 3 || sr.base != 4 || len(sr.changes) == 0 {
+			if _, got := splitNID(int64(nid)); got != seq || err != nil || sr.pos != 3 || sr.base != 4 || len(sr.changes) == 0 || b[countAt] != byte(len(sr.changes)) {
 				t.Fatalf("record seq %d of NID %d: %+v, %v; want position 3, base 4", seq, nid, sr, err)
 			}
 			if err := s.eng.Put(RoomCollection(room), snapshotRecordID(seq), c.mess(slices.Clone(b), sr, seq)); err != nil {
@@ -220,8 +232,16 @@ func TestCorruptChained(t *testing.T) {
 	}
 }
 
-func setU32(b []byte, off int, v uint32) []byte {
-	binary.LittleEndian.PutUint32(b[off:], v)
+// countAt is the offset of the change count in TestCorruptChained's record:
+// its base distance (1) and position (3) take a byte each.
+const countAt = chainedHeaderLen + 2
+
+// reencode encodes sr as the record of seq with another base and position.
+func reencode(sr snapRecord, seq, base, pos uint32) []byte {
+	b, err := encodeChained(sr.root, seq, base, pos, sr.changes)
+	if err != nil {
+		panic(err)
+	}
 	return b
 }
 
@@ -318,4 +338,54 @@ func (c collectNodes) PutNodes(nodes []hamtstore.EncodedNode) error {
 		c[n.ID] = n.Data
 	}
 	return nil
+}
+
+// TestChainedRecordExample pins doc.go's example of a version 2 snapshot record.
+func TestChainedRecordExample(t *testing.T) {
+	var root hamtstore.NodeID
+	for i := range root {
+		root[i] = byte(0xa0 + i)
+	}
+	key := stateKey(types.StateKeyTuple{EventTypeNID: 5, EventStateKeyNID: 100})
+	b, err := encodeChained(root, 7, 6, 3, []hamtstore.Change{{Key: key, Value: eventValue(1000)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append(append([]byte{0x53, 0x02}, root[:]...), 0x01, 0x03, 0x01, 0x05, 0x64, 0xe9, 0x07)
+	if !slices.Equal(b, want) || len(b) != 25 {
+		t.Fatalf("record %x (%d bytes), want %x", b, len(b), want)
+	}
+	sr, err := decodeSnapshotRecord(b, 7)
+	if err != nil || sr.root != root || sr.base != 6 || sr.pos != 3 || len(sr.changes) != 1 ||
+		!slices.Equal(sr.changes[0].Key, key) || sr.changes[0].Value != eventValue(1000) {
+		t.Fatalf("decoded %+v, %v", sr, err)
+	}
+	del, _ := encodeChained(root, 7, 6, 3, []hamtstore.Change{{Key: key, Delete: true}})
+	if sr, err := decodeSnapshotRecord(del, 7); err != nil || !sr.changes[0].Delete {
+		t.Fatalf("delete: %+v, %v", sr, err)
+	}
+}
+
+// FuzzSnapshotRecord: any bytes decode to a record or an error, never a panic;
+// a chained record that decodes (canonical uvarints only) encodes back to the
+// same bytes.
+func FuzzSnapshotRecord(f *testing.F) {
+	var root hamtstore.NodeID
+	key := stateKey(types.StateKeyTuple{EventTypeNID: 5, EventStateKeyNID: 100})
+	b, _ := encodeChained(root, 7, 6, 3, []hamtstore.Change{{Key: key, Value: eventValue(1000)}, {Key: key, Delete: true}})
+	f.Add(b, uint32(7))
+	f.Add(encodeSnapshot(root), uint32(1))
+	f.Fuzz(func(t *testing.T, b []byte, seq uint32) {
+		sr, err := decodeSnapshotRecord(b, seq)
+		if err != nil || sr.pos == 0 {
+			return
+		}
+		again, err := encodeChained(sr.root, seq, sr.base, sr.pos, sr.changes)
+		if err != nil {
+			t.Fatalf("decoded record %x does not encode: %v", b, err)
+		}
+		if !slices.Equal(again, b) {
+			t.Fatalf("decoded %x, encodes as %x", b, again)
+		}
+	})
 }

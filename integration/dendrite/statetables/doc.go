@@ -21,7 +21,32 @@
 //     Inside one delta, as in Dendrite's SQL (entries sorted by event NID, the last
 //     per key winning), the highest event NID of a key wins;
 //   - InsertState folds its blocks in the order given (not sorted, unlike Dendrite's
-//     SQL: see README "Block order").
+//     SQL: see README "Block order");
+//   - a snapshot is stored in one of two ways ("Records"). A checkpoint (snapshot
+//     record version 1) has its HAMT nodes in the room's collection. A chained
+//     snapshot (version 2) is one InsertState made of exactly one earlier
+//     snapshot P of the room's own seqs followed by delta blocks only, at chain
+//     position n = P's position + 1 (a checkpoint is at position 0) while n <
+//     ChainLimit (K = 16384): its record holds the entries that turn the state of
+//     a base snapshot into its own, and none of its nodes are written. The base is
+//     the snapshot at position chainBase(n) = n - 16^k, k the place of n's lowest
+//     nonzero hexadecimal digit, on P's base chain (P, P's base, its base, ...:
+//     it is always on it). So a state is at most 48 records from its checkpoint
+//     (position 0x3fff: 15 + 15 + 15 + 3); for a line of one-entry changes the
+//     records of a state at position n hold n entries in all, and a record about
+//     3.5 on average. Any other snapshot (a delta alone, several snapshots, P a migrated
+//     NID, n = K) is a checkpoint, whose new nodes (those the chain made since the
+//     last checkpoint) are written then;
+//   - reading a chained snapshot materialises it: its base is materialised first
+//     (recursively, down to the checkpoint), then its entries are applied with
+//     hamtstore.Apply into an in-memory layer over the base's, and the result
+//     must be the root its record names (else ErrCorrupt naming the snapshot).
+//     Every read of a snapshot's nodes (State, BulkSelectStateBlockEntries,
+//     InsertState's folds, DiffStates, StateLookup) goes through the layers of
+//     the snapshots it reads, then the collection. A Store keeps materialised
+//     layers by snapshot NID in a cache bounded to 64 MiB of nodes (a node ID
+//     names its bytes, so a layer is valid wherever its snapshot is); nothing
+//     depends on a layer staying cached.
 //
 // NIDs (int64, never 0, never reused):
 //
@@ -40,13 +65,42 @@
 // || u64le(room NID))[:16]. It holds the room's HAMT nodes (record ID = node ID,
 // payload = hamtstore's node encoding) and three kinds of NID records, whose IDs are
 // SHA-256 over a domain-separated input truncated to 16 bytes; payloads start with a
-// kind byte and a version byte (1); integers are little-endian:
+// kind byte and a version byte (1, or 2 for a chained snapshot); integers are
+// little-endian:
 //
 //	record    ID                                                payload
-//	snapshot  H("mtxdb/dendrite/state/nid\x00"  || u32le(seq))        'S' 1 | root (16 B)
+//	snapshot  H("mtxdb/dendrite/state/nid\x00"  || u32le(seq))        'S' 1 | root (16 B)               (checkpoint)
+//	snapshot  H("mtxdb/dendrite/state/nid\x00"  || u32le(seq))        'S' 2 | root (16 B) | chained ... (chained)
 //	root      H("mtxdb/dendrite/state/root\x00" || root)              'R' 1 | snapshot NID u64
 //	lease     H("mtxdb/dendrite/state/lease")                         'L' 1 | end u32
 //	migrated  H("mtxdb/dendrite/state/legacy-nid\x00" || u64le(NID)) 'S' 1 | root (16 B)
+//
+// Snapshot record versions: 1, the root of a state whose nodes are in the
+// collection (every record of stores written before version 2 existed, read as
+// they are); 2 added chained snapshots ("Model"), laid out as
+//
+//	offset  size  field
+//	0       1     'S'
+//	1       1     2
+//	2       16    root: the HAMT root of the state (checked after materialising)
+//	18      1-5   uvarint(own seq - base seq): the base, the snapshot its changes
+//	              apply to, has seq 1 <= base < own seq
+//	..      1-3   uvarint(position): 1 .. MaxChainLimit-1 (2^16-1); the base's
+//	              position must be chainBase(position) (0: a checkpoint)
+//	..      1-10  change count, uvarint
+//	..      3-30  per change, in hamtstore key-hash order: uvarint(event type NID),
+//	              uvarint(state key NID), uvarint(v): v = 0 removes the key, v >= 1
+//	              sets it to event NID v-1
+//
+// and nothing after the last change. A decoder checks each field (count against
+// the bytes left, three bytes at least per change, before allocating). Example:
+// the snapshot of seq 7 at position 3 whose base is seq 6, changing member 100
+// (type NID 5, state key NID 100) to event 1000, is
+//
+//	53 02 <root: 16 B> 01 03 01 05 64 e907
+//
+// (25 bytes; v = 1001 = e9 07). Uvarints are canonical (shortest form). The root record is written for a chained snapshot
+// too, so that equal states of a room keep one NID.
 //
 // and one more collection, LegacyCollection = H("mtxdb/dendrite/state/legacy"),
 // holds per migrated NID a record of the same ID with payload 'M' 1 | room NID u64.
@@ -103,8 +157,9 @@
 // synchronous replicas). What is atomic with Dendrite's transaction txn (txn not
 // nil):
 //
-//   - InsertState writes the snapshot's new HAMT nodes, its snapshot record and its
-//     root record in txn: they commit or roll back with Dendrite's rows. Dendrite
+//   - InsertState writes the snapshot's new HAMT nodes (none for a chained
+//     snapshot), its snapshot record and its root record in txn; the base records a
+//     chained snapshot is made from are read through txn: they commit or roll back with Dendrite's rows. Dendrite
 //     v0.13.8 hands InsertState (through RoomUpdater.AddState) the room updater's
 //     transaction on its input path (roomserver/internal/input: the state before an
 //     event, given or calculated through the updater, then SetState, which writes
@@ -114,7 +169,10 @@
 //     BulkSelectStateBlockEntries) go through it, so a transaction sees the
 //     snapshots it wrote; what is read or written through a transaction does not
 //     enter the caches (the transaction may roll back), only what is read or written
-//     outside one.
+//     outside one. Materialised layers are the exception: a layer is found only by
+//     the NID of a snapshot record the caller's view holds, a NID is never handed
+//     out twice, and a layer's nodes follow from its records, so one made inside a
+//     transaction that rolls back is never used for another snapshot.
 //   - A room's purge (PurgeAfterSQL) deletes its rows but the lease record in
 //     Dendrite's purge transaction.
 //
@@ -142,8 +200,9 @@
 // Writers of different rooms do not share a lock (each room has its own mutex over
 // its seq counter and dedup; on PostgreSQL it is released before the write, which
 // may wait for another transaction's row locks, so no Go lock is held while the
-// database waits); the NID -> root and (room, root) -> NID caches and
-// the per-snapshot event NID cache are bounded LRUs.
+// database waits); the NID -> root and (room, root) -> NID caches,
+// the per-snapshot event NID cache and the materialised layer cache are bounded
+// LRUs.
 //
 // # Not supported
 //

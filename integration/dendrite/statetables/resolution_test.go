@@ -17,7 +17,7 @@ func TestDiffStatesModel(t *testing.T) {
 	eachPlace(t, func(t *testing.T, p place) {
 		rng := rand.New(rand.NewPCG(seed(t), 2))
 		s := p.open()
-		defer s.Close()
+		s.chainLimit = 4 // chained snapshots and checkpoints both
 		const room = types.RoomNID(5)
 		snaps := []types.StateSnapshotNID{0}
 		byNID := map[types.StateSnapshotNID]state{0: {}}
@@ -39,6 +39,12 @@ func TestDiffStatesModel(t *testing.T) {
 			snaps = append(snaps, nid)
 			byNID[nid] = applyDelta(byNID[base], d)
 		}
+		// A fresh Store: chained snapshots are materialised from their records.
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s = p.open()
+		defer s.Close()
 		for round := 0; round < 200; round++ {
 			n := 1 + rng.IntN(4)
 			states := make([]types.StateAtEvent, n)

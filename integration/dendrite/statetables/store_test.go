@@ -182,14 +182,25 @@ func pgDB(t *testing.T) *sql.DB {
 // on PostgreSQL also with every AddState in a Dendrite transaction (lib/pq), a
 // quarter of them rolled back: a rolled-back new NID must be invisible outside
 // (MissingStateError), the transaction must read its own snapshot, and no NID may
-// be handed out twice.
+// be handed out twice. It runs with chain limits K = 1 (no chained records), 3
+// (checkpoints every third snapshot of a chain) and ChainLimit.
 func TestModel(t *testing.T) {
-	eachPlace(t, func(t *testing.T, p place) {
-		testModel(t, p, false)
-		if p.db != nil {
-			t.Run("transactions", func(t *testing.T) { testModel(t, p, true) })
-		}
-	})
+	for _, limit := range []uint32{1, 3, ChainLimit} {
+		t.Run(fmt.Sprintf("K=%d", limit), func(t *testing.T) {
+			eachPlace(t, func(t *testing.T, p place) {
+				open := p.open
+				p.open = func() *Store {
+					s := open()
+					s.chainLimit = limit
+					return s
+				}
+				testModel(t, p, false)
+				if p.db != nil {
+					t.Run("transactions", func(t *testing.T) { testModel(t, p, true) })
+				}
+			})
+		})
+	}
 }
 
 func testModel(t *testing.T, p place, inTx bool) {

@@ -336,7 +336,7 @@ func (s *Store) chain(ctx context.Context, txn *sql.Tx, ns *roomNodes, rd *hamts
 	if err != nil {
 		return ref, nil, nil, fmt.Errorf("statetables: snapshot seq %d: diff against base snapshot NID %d: %w", ref.seq, SnapshotNID(base.room, base.seq), err)
 	}
-	data, err := encodeChained(ref.root, ref.base, ref.pos, changes)
+	data, err := encodeChained(ref.root, ref.seq, ref.base, ref.pos, changes)
 	if err != nil {
 		return ref, nil, nil, err
 	}
