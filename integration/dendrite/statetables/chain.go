@@ -54,7 +54,8 @@ const (
 )
 
 // ErrCorrupt is returned (wrapped, naming the snapshot) when a snapshot record
-// of the chained kind fails to decode or to reproduce its own root.
+// fails to decode or, chained, names a base that is missing or at the wrong
+// position, or does not reproduce its own root.
 var ErrCorrupt = errors.New("statetables: corrupt snapshot record")
 
 // snapRef is what a snapshot record says, but its changes.
