@@ -200,57 +200,10 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 	ns := s.roomNodes(rec, roomNID)
 	ov := &overlay{base: ns, nodes: map[hamtstore.NodeID][]byte{}}
 	rd := hamtstore.NewReader(ov)
-	root := hamtstore.EmptyRoot
-	// prev is the first block when it is a snapshot of the room's own seqs and
-	// every other block a delta: then the new state may be chained to it.
-	var prev snapRef
-	chained := len(stateBlockNIDs) > 1
-	for i, b := range stateBlockNIDs {
-		if isDelta(int64(b)) {
-			entries, ok := s.deltas.get(b)
-			if !ok {
-				return 0, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) unknown: delta blocks live in memory from BulkInsertStateData until InsertState, and this process has none of that NID", roomNID, b, i)
-			}
-			var err error
-			if root, err = hamtstore.Apply(ov, rd, root, deltaChanges(entries)); err != nil {
-				return 0, fmt.Errorf("statetables: InsertState room NID %d: fold block %d: %w", roomNID, b, err)
-			}
-			continue
-		}
-		ref, ok, err := s.ref(ctx, txn, types.StateSnapshotNID(b))
-		if err != nil {
-			return 0, fmt.Errorf("InsertState room NID %d: %w", roomNID, err)
-		}
-		if !ok {
-			return 0, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) unknown", roomNID, b, i)
-		}
-		if ref.room != roomNID {
-			return 0, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) belongs to room NID %d", roomNID, b, i, ref.room)
-		}
-		if err := s.use(ctx, txn, ns, ref); err != nil {
-			return 0, fmt.Errorf("InsertState room NID %d: block %d: %w", roomNID, b, err)
-		}
-		if i == 0 {
-			prev = ref
-		} else {
-			chained = false
-		}
-		if root == hamtstore.EmptyRoot {
-			root = ref.root
-			continue
-		}
-		var changes []hamtstore.Change
-		if err := rd.Iterate(ref.root, func(k []byte, v hamtstore.Value) error {
-			changes = append(changes, hamtstore.Change{Key: slices.Clone(k), Value: v})
-			return nil
-		}); err != nil {
-			return 0, fmt.Errorf("statetables: InsertState room NID %d: read block %d: %w", roomNID, b, err)
-		}
-		if root, err = hamtstore.Apply(ov, rd, root, changes); err != nil {
-			return 0, fmt.Errorf("statetables: InsertState room NID %d: fold block %d: %w", roomNID, b, err)
-		}
+	root, prev, chained, err := s.foldBlocks(ctx, txn, roomNID, stateBlockNIDs, ns, ov, rd)
+	if err != nil {
+		return 0, err
 	}
-	chained = chained && prev.seq != 0 && prev.pos+1 < s.chainLimit
 
 	if nid, ok, err := s.nidOf(ctx, txn, r, root); err != nil || ok {
 		if ok {
@@ -303,6 +256,63 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 		s.seqs.Add(roomRoot{roomNID, root}, nid)
 	}
 	return nid, nil
+}
+
+// foldBlocks folds InsertState's blocks, in the order given, into the root of the
+// state they make (new nodes in ov, read through rd). prev is the first block when
+// it is a snapshot of the room's own seqs and every other block a delta; chained
+// reports that the new state may then be chained to it (its chain position below
+// the limit). Errors name the block and room.
+func (s *Store) foldBlocks(ctx context.Context, txn *sql.Tx, roomNID types.RoomNID, stateBlockNIDs types.StateBlockNIDs,
+	ns *roomNodes, ov *overlay, rd *hamtstore.Reader) (root hamtstore.NodeID, prev snapRef, chained bool, err error) {
+	root = hamtstore.EmptyRoot
+	chained = len(stateBlockNIDs) > 1
+	for i, b := range stateBlockNIDs {
+		if isDelta(int64(b)) {
+			entries, ok := s.deltas.get(b)
+			if !ok {
+				return root, prev, false, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) unknown: delta blocks live in memory from BulkInsertStateData until InsertState, and this process has none of that NID", roomNID, b, i)
+			}
+			var err error
+			if root, err = hamtstore.Apply(ov, rd, root, deltaChanges(entries)); err != nil {
+				return root, prev, false, fmt.Errorf("statetables: InsertState room NID %d: fold block %d: %w", roomNID, b, err)
+			}
+			continue
+		}
+		ref, ok, err := s.ref(ctx, txn, types.StateSnapshotNID(b))
+		if err != nil {
+			return root, prev, false, fmt.Errorf("InsertState room NID %d: %w", roomNID, err)
+		}
+		if !ok {
+			return root, prev, false, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) unknown", roomNID, b, i)
+		}
+		if ref.room != roomNID {
+			return root, prev, false, fmt.Errorf("statetables: InsertState room NID %d: block %d (#%d) belongs to room NID %d", roomNID, b, i, ref.room)
+		}
+		if err := s.use(ctx, txn, ns, ref); err != nil {
+			return root, prev, false, fmt.Errorf("InsertState room NID %d: block %d: %w", roomNID, b, err)
+		}
+		if i == 0 {
+			prev = ref
+		} else {
+			chained = false
+		}
+		if root == hamtstore.EmptyRoot {
+			root = ref.root
+			continue
+		}
+		var changes []hamtstore.Change
+		if err := rd.Iterate(ref.root, func(k []byte, v hamtstore.Value) error {
+			changes = append(changes, hamtstore.Change{Key: slices.Clone(k), Value: v})
+			return nil
+		}); err != nil {
+			return root, prev, false, fmt.Errorf("statetables: InsertState room NID %d: read block %d: %w", roomNID, b, err)
+		}
+		if root, err = hamtstore.Apply(ov, rd, root, changes); err != nil {
+			return root, prev, false, fmt.Errorf("statetables: InsertState room NID %d: fold block %d: %w", roomNID, b, err)
+		}
+	}
+	return root, prev, chained && prev.seq != 0 && prev.pos+1 < s.chainLimit, nil
 }
 
 // chain returns the version 2 record of a new snapshot (ref: room, root, seq)
