@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -208,17 +207,7 @@ func TestBenchDendrite(t *testing.T) {
 	if bin == "" || out == "" || pg == "" {
 		t.Skip("MTXDB_DENDRITE_BIN, MTXDB_BENCH_OUT and MTXDB_PG_URL not all set: make bench-dendrite sets them")
 	}
-	knob := func(name string, def int) int {
-		v := os.Getenv(name)
-		if v == "" {
-			return def
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			t.Fatalf("%s=%q: not a non-negative number", name, v)
-		}
-		return n
-	}
+	knob := func(name string, def int) int { return envCount(t, name, def, 0) }
 	users := knob("MTXDB_BENCH_USERS", 100)
 	forks, members := knob("MTXDB_BENCH_FORKS", 20), knob("MTXDB_BENCH_FORK_MEMBERS", 1000)
 	forkDBs := []string{"sqlite", "postgres"}

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -648,4 +649,18 @@ func forBackends(t *testing.T, target string, f func(t *testing.T, bin, backend,
 			f(t, bin, backend, pg)
 		})
 	}
+}
+
+// envCount is the integer in environment variable name, def when it is unset;
+// the test fails on a value that is not an integer of at least min.
+func envCount(t *testing.T, name string, def, min int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min {
+		t.Fatalf("%s=%q: want an integer >= %d", name, v, min)
+	}
+	return n
 }

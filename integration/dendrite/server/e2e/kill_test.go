@@ -29,14 +29,7 @@ import (
 // client saw acknowledged is in the room's /state (or the change that was in
 // flight at the kill on the same key, which may or may not have been stored).
 func TestKillDuringStateChanges(t *testing.T) {
-	kills := 50
-	if v := os.Getenv("MTXDB_KILLS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("MTXDB_KILLS=%q: want a count >= 1", v)
-		}
-		kills = n
-	}
+	kills := envCount(t, "MTXDB_KILLS", 50, 1)
 	forBackends(t, "test-dendrite-kill", func(t *testing.T, bin, backend, pg string) {
 		seed := uint64(time.Now().UnixNano())
 		if v := os.Getenv("MTXDB_SEED"); v != "" {

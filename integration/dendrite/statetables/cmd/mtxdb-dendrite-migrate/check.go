@@ -3,12 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/matrix-org/dendrite/roomserver/types"
-
-	"github.com/mtxdb/mtxdb/integration/dendrite/statetables"
 )
 
 // check checks the roomserver database conn of a patched Dendrite against its
@@ -16,14 +13,11 @@ import (
 // every event NID of those states a row of roomserver_events. It returns the
 // summary line, or an error naming the first failures.
 func check(ctx context.Context, conn, storeDir string) (string, error) {
-	db, sqlite, err := openDB(conn, true)
+	db, sqlite, err := openDB(ctx, conn, true)
 	if err != nil {
 		return "", err
 	}
 	defer db.Close()
-	if err := db.PingContext(ctx); err != nil {
-		return "", fmt.Errorf("-db: %w", err)
-	}
 	refs := map[types.StateSnapshotNID]string{}
 	for _, table := range []string{"roomserver_events", "roomserver_rooms"} {
 		rows, err := db.QueryContext(ctx, "SELECT DISTINCT state_snapshot_nid FROM "+table+" WHERE state_snapshot_nid != 0")
@@ -63,18 +57,11 @@ func check(ctx context.Context, conn, storeDir string) (string, error) {
 		return "", fmt.Errorf("roomserver_events: %w", err)
 	}
 
-	var s *statetables.Store
-	switch {
-	case storeDir == "" && !sqlite && os.Getenv(statetables.EnvDir) == "":
-		s, err = statetables.OpenPostgres(ctx, db)
-	default:
-		if storeDir == "" {
-			if storeDir, err = statetables.DirFor(ctx, db, sqlite); err != nil {
-				return "", err
-			}
-		}
-		s, err = statetables.Open(storeDir)
+	open, err := storeOpener(ctx, db, sqlite, storeDir)
+	if err != nil {
+		return "", err
 	}
+	s, err := open()
 	if err != nil {
 		return "", err
 	}

@@ -60,10 +60,22 @@ func main() {
 	fmt.Println(sum)
 }
 
-// openDB opens CONNECTION and says whether it is SQLite. A SQLite database is
-// opened read-only unless writable: SQLite itself must write to roll back the
-// hot journal a killed server leaves (-check).
-func openDB(conn string, writable bool) (*sql.DB, bool, error) {
+// openDB opens CONNECTION, reaches it once, and says whether it is SQLite. A
+// SQLite database is opened read-only unless writable: SQLite itself must write
+// to roll back the hot journal a killed server leaves (-check).
+func openDB(ctx context.Context, conn string, writable bool) (*sql.DB, bool, error) {
+	db, sqlite, err := openConn(conn, writable)
+	if err != nil {
+		return nil, sqlite, err
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, sqlite, fmt.Errorf("-db: %w", err)
+	}
+	return db, sqlite, nil
+}
+
+func openConn(conn string, writable bool) (*sql.DB, bool, error) {
 	switch {
 	case strings.HasPrefix(conn, "postgres://"), strings.HasPrefix(conn, "postgresql://"), strings.Contains(conn, "="):
 		db, err := sql.Open("postgres", conn)
@@ -96,14 +108,11 @@ type snapshot struct {
 // snapshots), build (each snapshot's state), write (into the store) and check
 // (every snapshot read back from a fresh open). It returns the summary line.
 func migrate(ctx context.Context, conn, storeDir string) (string, error) {
-	db, sqlite, err := openDB(conn, false)
+	db, sqlite, err := openDB(ctx, conn, false)
 	if err != nil {
 		return "", err
 	}
 	defer db.Close()
-	if err := db.PingContext(ctx); err != nil {
-		return "", fmt.Errorf("-db: %w", err)
-	}
 	for _, table := range []string{"roomserver_state_snapshots", "roomserver_state_block", "roomserver_events"} {
 		var n int
 		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&n); err != nil {
@@ -127,13 +136,9 @@ func migrate(ctx context.Context, conn, storeDir string) (string, error) {
 		return "", err
 	}
 	// Only now, with the input read and understood, the store.
-	open := func() (*statetables.Store, error) { return statetables.Open(storeDir) }
-	if storeDir == "" && !sqlite && os.Getenv(statetables.EnvDir) == "" {
-		open = func() (*statetables.Store, error) { return statetables.OpenPostgres(ctx, db) }
-	} else if storeDir == "" {
-		if storeDir, err = statetables.DirFor(ctx, db, sqlite); err != nil {
-			return "", err
-		}
+	open, err := storeOpener(ctx, db, sqlite, storeDir)
+	if err != nil {
+		return "", err
 	}
 	if err := writeSnapshots(open, snaps, states); err != nil {
 		return "", err
@@ -330,4 +335,21 @@ func equal(a, b []types.StateEntry) bool {
 		}
 	}
 	return true
+}
+
+// storeOpener returns how to open the store of database db: the directory
+// storeDir, or without one where the patched Dendrite looks for it (inside a
+// PostgreSQL database unless statetables.EnvDir is set, else the directory
+// statetables.DirFor names).
+func storeOpener(ctx context.Context, db *sql.DB, sqlite bool, storeDir string) (func() (*statetables.Store, error), error) {
+	if storeDir == "" && !sqlite && os.Getenv(statetables.EnvDir) == "" {
+		return func() (*statetables.Store, error) { return statetables.OpenPostgres(ctx, db) }, nil
+	}
+	if storeDir == "" {
+		var err error
+		if storeDir, err = statetables.DirFor(ctx, db, sqlite); err != nil {
+			return nil, err
+		}
+	}
+	return func() (*statetables.Store, error) { return statetables.Open(storeDir) }, nil
 }
