@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -81,6 +82,17 @@ func rootCmd() *cobra.Command {
 // profs are the profiles --cpuprofile and --memprofile ask for.
 var profs profiles
 
+// inStoreDir reports whether path's directory holds a packstore store (its
+// LOCK file or a shard file).
+func inStoreDir(path string) bool {
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(filepath.Join(dir, "LOCK")); err == nil {
+		return true
+	}
+	shards, _ := filepath.Glob(filepath.Join(dir, "shard-*.mtdb"))
+	return len(shards) > 0
+}
+
 // profiles are the files --cpuprofile and --memprofile name. start creates them
 // before the command runs, so that a path that cannot be written fails before
 // the work rather than after it; stop, after the command (failed or not), ends
@@ -91,6 +103,11 @@ type profiles struct {
 }
 
 func (p *profiles) start() error {
+	for _, c := range []struct{ flag, path string }{{"--memprofile", p.memPath}, {"--cpuprofile", p.cpuPath}} {
+		if c.path != "" && inStoreDir(c.path) {
+			return fmt.Errorf("%s %s: that directory holds an mtxdb store, whose files the profile would overwrite: write it elsewhere", c.flag, c.path)
+		}
+	}
 	if p.memPath != "" {
 		f, err := os.Create(p.memPath)
 		if err != nil {

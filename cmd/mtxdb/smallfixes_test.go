@@ -183,6 +183,29 @@ func TestCLIProfileOpenedFirst(t *testing.T) {
 	}
 }
 
+// TestCLIProfileNotInStore: a profile path inside a store directory is refused
+// before anything is written, and the store's shard is left as it was.
+func TestCLIProfileNotInStore(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	if out, code := run(t, "import", "--store", store, room("room003")); code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, out)
+	}
+	shard := filepath.Join(store, "shard-00000.mtdb")
+	before, err := os.Stat(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{"--memprofile", "--cpuprofile"} {
+		out, code := run(t, "rooms", "--store", store, flag, shard)
+		if code != 1 || !strings.Contains(out, flag+" "+shard+": that directory holds an mtxdb store") {
+			t.Errorf("%s into the store: exit %d\n%s", flag, code, out)
+		}
+		if after, err := os.Stat(shard); err != nil || after.Size() != before.Size() {
+			t.Fatalf("%s: shard %d bytes, was %d (%v)", flag, after.Size(), before.Size(), err)
+		}
+	}
+}
+
 // TestCLIStoreHelp: every command's --store help is the shared one: a store
 // directory or a postgres:// URL.
 func TestCLIStoreHelp(t *testing.T) {
