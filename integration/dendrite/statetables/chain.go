@@ -39,6 +39,12 @@ const (
 	ChainRadix     = 1 << chainRadixBits
 	chainRadixBits = 4
 
+	// MergeChainLimit is the most entries in which a state not made from one
+	// snapshot (Dendrite's state after several prev events, or a whole state
+	// given as one block) may differ from the room's last snapshot and be
+	// chained to it rather than written as a checkpoint.
+	MergeChainLimit = 1024
+
 	// MaxChainLimit bounds ChainLimit and the position a version 2 record may
 	// carry: records of any K up to it decode.
 	MaxChainLimit = 1 << 16
@@ -49,8 +55,13 @@ const (
 	// minChangeLen is the smallest encoded change: three one-byte uvarints.
 	minChangeLen = 3
 
-	// layerCacheBytes bounds the materialised nodes a Store keeps.
+	// layerCacheBytes bounds the materialised nodes a Store keeps: a layer
+	// counts its own nodes, not those of the layers below it (counted under
+	// their own NIDs).
 	layerCacheBytes = 64 << 20
+	// nodeCacheBytes bounds the nodes read from the rooms' collections that a
+	// PostgreSQL Store keeps (packstore has its own cache).
+	nodeCacheBytes = 64 << 20
 )
 
 // ErrCorrupt is returned (wrapped, naming the snapshot) when a snapshot record
@@ -217,39 +228,39 @@ func (l *layer) get(id hamtstore.NodeID) ([]byte, bool) {
 	return nil, false
 }
 
-// layerCache keeps layers by snapshot NID, at most layerCacheBytes of nodes
-// (a layer's own nodes; the layers below it are counted under their own NIDs).
-// Safe for concurrent use.
-type layerCache struct {
+// sizedCache is an LRU bounded by the bytes of its values (size), not their
+// number. Safe for concurrent use.
+type sizedCache[K comparable, V any] struct {
 	mu    sync.Mutex // guards bytes and the order of adds and evictions
-	lru   *lru.Cache[types.StateSnapshotNID, *layer]
+	lru   *lru.Cache[K, V]
+	size  func(V) int
 	bytes int
 	limit int
 }
 
-func (c *layerCache) init(limit int) {
-	c.limit = limit
-	c.lru, _ = lru.NewWithEvict[types.StateSnapshotNID, *layer](1<<20, func(_ types.StateSnapshotNID, l *layer) {
-		c.bytes -= l.bytes // called with c.mu held: every change goes through add or purge
+func (c *sizedCache[K, V]) init(limit int, size func(V) int) {
+	c.limit, c.size = limit, size
+	c.lru, _ = lru.NewWithEvict[K, V](1<<22, func(_ K, v V) {
+		c.bytes -= size(v) // called with c.mu held: every change goes through add or purge
 	})
 }
 
-func (c *layerCache) get(nid types.StateSnapshotNID) (*layer, bool) { return c.lru.Get(nid) }
+func (c *sizedCache[K, V]) get(k K) (V, bool) { return c.lru.Get(k) }
 
-func (c *layerCache) add(nid types.StateSnapshotNID, l *layer) {
+func (c *sizedCache[K, V]) add(k K, v V) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.lru.Contains(nid) {
+	if c.lru.Contains(k) {
 		return
 	}
-	c.bytes += l.bytes
-	c.lru.Add(nid, l)
+	c.bytes += c.size(v)
+	c.lru.Add(k, v)
 	for c.bytes > c.limit && c.lru.Len() > 1 {
 		c.lru.RemoveOldest()
 	}
 }
 
-func (c *layerCache) purge() {
+func (c *sizedCache[K, V]) purge() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lru.Purge()
@@ -265,7 +276,7 @@ type roomNodes struct {
 }
 
 func (s *Store) roomNodes(rec records, roomNID types.RoomNID) *roomNodes {
-	return &roomNodes{coll: nodeStore{eng: rec, coll: RoomCollection(roomNID)}}
+	return &roomNodes{coll: nodeStore{eng: rec, coll: RoomCollection(roomNID), cache: s.nodes}}
 }
 
 func (n *roomNodes) GetNode(id hamtstore.NodeID) ([]byte, error) {
@@ -343,7 +354,7 @@ func (s *Store) materialise(ctx context.Context, txn *sql.Tx, ref snapRef) (*lay
 	if base.pos != chainBase(sr.pos) {
 		return nil, fmt.Errorf("%w: snapshot NID %d at chain position %d: base snapshot NID %d is at position %d, want %d", ErrCorrupt, nid, sr.pos, baseNID, base.pos, chainBase(sr.pos))
 	}
-	ns := &roomNodes{coll: nodeStore{eng: rec, coll: coll}}
+	ns := &roomNodes{coll: nodeStore{eng: rec, coll: coll, cache: s.nodes}}
 	var below *layer
 	if base.pos > 0 {
 		if below, err = s.materialise(ctx, txn, base); err != nil {
@@ -420,4 +431,33 @@ func (s *Store) ref(ctx context.Context, txn *sql.Tx, nid types.StateSnapshotNID
 		s.roots.Add(nid, ref)
 	}
 	return ref, true, nil
+}
+
+// errTooFar stops mergeBase's diff.
+var errTooFar = errors.New("more than MergeChainLimit entries differ")
+
+// mergeBase returns the snapshot a state (root, read through rd) that InsertState
+// could not chain to its first block may be chained to instead: the room's last
+// snapshot written by this Store (r.last), when the caller's view finds its
+// record, its chain position is below the limit and the two states differ in at
+// most MergeChainLimit entries. Its nodes are made readable through ns. The
+// caller holds r.mu. Any failure only means "no": the state is then written as
+// a checkpoint.
+func (s *Store) mergeBase(ctx context.Context, txn *sql.Tx, r *room, ns *roomNodes, rd *hamtstore.Reader, root hamtstore.NodeID) (snapRef, bool) {
+	last := r.last
+	if last.seq == 0 || last.pos+1 >= s.chainLimit {
+		return snapRef{}, false
+	}
+	found, ok, err := s.ref(ctx, txn, SnapshotNID(last.room, last.seq))
+	if err != nil || !ok || found != last || s.use(ctx, txn, ns, last) != nil {
+		return snapRef{}, false
+	}
+	n := 0
+	err = rd.Diff(last.root, root, func([]byte, *hamtstore.Value, *hamtstore.Value) error {
+		if n++; n > MergeChainLimit {
+			return errTooFar
+		}
+		return nil
+	})
+	return last, err == nil
 }

@@ -1,6 +1,7 @@
 package statetables
 
 import (
+	"database/sql"
 	"encoding/binary"
 	"errors"
 	"maps"
@@ -35,6 +36,24 @@ func coldCaches(s *Store) {
 	s.seqs.Purge()
 	s.entries.Purge()
 	s.layers.purge()
+	if s.nodes != nil {
+		s.nodes.purge()
+	}
+}
+
+// checkReopened checks every state of m in s, again with cold caches, closes s
+// and returns the store reopened after checking it there too.
+func checkReopened(t *testing.T, p place, s *Store, m *model) *Store {
+	t.Helper()
+	m.check(t, s)
+	coldCaches(s)
+	m.check(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = p.open()
+	m.check(t, s)
+	return s
 }
 
 // TestChainCheckpoints: with K = 40, a line of 3K+5 one-entry changes (each the
@@ -103,15 +122,8 @@ func TestChainCheckpoints(t *testing.T) {
 			t.Fatalf("%d checkpoints and %d skipping bases in a line of %d, want 4 and 6", checkpoints, skips, len(line))
 		}
 		m := &model{byNID: want}
-		m.check(t, s)
-		coldCaches(s)
-		m.check(t, s)
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		s = p.open()
+		s = checkReopened(t, p, s, m)
 		defer s.Close()
-		m.check(t, s)
 		// Resolution reads of chained snapshots, cold.
 		coldCaches(s)
 		a, b := line[len(line)-1], line[35]
@@ -388,4 +400,119 @@ func FuzzSnapshotRecord(f *testing.F) {
 			t.Fatalf("decoded %x, encodes as %x", b, again)
 		}
 	})
+}
+
+// TestMergeChained: a state not made of one snapshot and deltas (two snapshots
+// merged, as Dendrite stores the state after several prev events; a whole state
+// as one delta) is chained to the room's last snapshot when within
+// MergeChainLimit entries of it, and is a checkpoint when further; on
+// PostgreSQL a last snapshot whose transaction rolled back is never a base. Every
+// state reads back right with cold caches and after a reopen.
+func TestMergeChained(t *testing.T) {
+	eachPlace(t, func(t *testing.T, p place) {
+		const room = types.RoomNID(5)
+		s := p.open()
+		m := &model{byNID: map[types.StateSnapshotNID]state{}}
+		member := func(i int, ev types.EventNID) types.StateEntry {
+			return types.StateEntry{StateKeyTuple: types.StateKeyTuple{EventTypeNID: types.MRoomMemberNID, EventStateKeyNID: types.EventStateKeyNID(100 + i)}, EventNID: ev}
+		}
+		// insert stores blocks (snapshot NIDs, or entries as one delta) in txn and
+		// returns the NID and its record's chain position.
+		insert := func(txn *sql.Tx, want state, blocks ...any) (types.StateSnapshotNID, uint32) {
+			t.Helper()
+			var list types.StateBlockNIDs
+			for _, b := range blocks {
+				switch b := b.(type) {
+				case types.StateSnapshotNID:
+					list = append(list, types.StateBlockNID(b))
+				case []types.StateEntry:
+					d, _ := s.BulkInsertStateData(ctx, txn, b)
+					list = append(list, d)
+				}
+			}
+			nid, err := s.InsertState(ctx, txn, room, list)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if txn == nil {
+				m.byNID[nid] = want
+				_, seq := splitNID(int64(nid))
+				return nid, recordOf(t, s, room, seq).pos
+			}
+			return nid, 0
+		}
+		base := state{}
+		var entries []types.StateEntry
+		for i := range 50 {
+			e := member(i, types.EventNID(1+i))
+			entries, base[e.StateKeyTuple] = append(entries, e), e.EventNID
+		}
+		first, pos := insert(nil, base, entries)
+		if pos != 0 {
+			t.Fatalf("the first state: chain position %d, want a checkpoint", pos)
+		}
+		ea, eb := member(1, 1001), member(2, 1002)
+		a, _ := insert(nil, applyDelta(base, []types.StateEntry{ea}), first, []types.StateEntry{ea})
+		b, _ := insert(nil, applyDelta(base, []types.StateEntry{eb}), first, []types.StateEntry{eb})
+		merged := applyDelta(base, []types.StateEntry{ea, eb})
+		// Blocks are merged in order, the last entry of a key winning: b's own
+		// entry for member 1 replaces a's unless a delta sets it again.
+		if _, pos := insert(nil, merged, a, b, []types.StateEntry{ea}); pos != 2 {
+			t.Fatalf("two snapshots and a delta merged: chain position %d, want 2 (chained to the last snapshot, at 1)", pos)
+		}
+		whole := applyDelta(merged, []types.StateEntry{member(3, 1003)})
+		var wholeEntries []types.StateEntry
+		for k, v := range whole {
+			wholeEntries = append(wholeEntries, types.StateEntry{StateKeyTuple: k, EventNID: v})
+		}
+		if _, pos := insert(nil, whole, wholeEntries); pos != 3 {
+			t.Fatalf("a whole state one entry from the last: chain position %d, want 3", pos)
+		}
+		var far []types.StateEntry
+		for i := range MergeChainLimit + 1 {
+			far = append(far, member(1000+i, types.EventNID(5000+i)))
+		}
+		if _, pos := insert(nil, applyDelta(whole, far), wholeEntries, far); pos != 0 {
+			t.Fatalf("a state %d entries from the last: chain position %d, want a checkpoint", len(far), pos)
+		}
+		if p.db != nil {
+			// A last snapshot of a rolled-back transaction is not a base.
+			txn, err := p.db.Begin()
+			if err != nil {
+				t.Fatal(err)
+			}
+			eRolled := member(4, 1004)
+			insert(txn, nil, a, []types.StateEntry{eRolled})
+			if err := txn.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+			next := applyDelta(merged, []types.StateEntry{eRolled, member(5, 1005)})
+			if _, pos := insert(nil, next, a, b, []types.StateEntry{ea, eRolled, member(5, 1005)}); pos != 0 {
+				t.Fatalf("after a rolled-back last snapshot: chain position %d, want a checkpoint", pos)
+			}
+		}
+		s = checkReopened(t, p, s, m)
+		defer s.Close()
+	})
+}
+
+// TestReplaceSorted: the event NIDs of a state with entries replaced, and a NID
+// to remove that the list lacks reported.
+func TestReplaceSorted(t *testing.T) {
+	for _, c := range []struct {
+		ev, gone, added, want []types.EventNID
+		ok                    bool
+	}{
+		{[]types.EventNID{1, 3, 5}, []types.EventNID{3}, []types.EventNID{9}, []types.EventNID{1, 5, 9}, true},
+		{[]types.EventNID{1, 3, 5}, nil, []types.EventNID{0, 4}, []types.EventNID{0, 1, 3, 4, 5}, true},
+		{[]types.EventNID{1, 3, 5}, []types.EventNID{5, 1}, nil, []types.EventNID{3}, true},
+		{[]types.EventNID{1, 3, 5}, []types.EventNID{2}, nil, nil, false},
+		{[]types.EventNID{1, 3, 5}, []types.EventNID{7}, nil, nil, false},
+		{nil, nil, []types.EventNID{2, 1}, []types.EventNID{1, 2}, true},
+	} {
+		got, ok := replaceSorted(c.ev, slices.Clone(c.gone), slices.Clone(c.added))
+		if ok != c.ok || (ok && !slices.Equal(got, c.want)) {
+			t.Errorf("replaceSorted(%v, -%v, +%v) = %v, %v; want %v, %v", c.ev, c.gone, c.added, got, ok, c.want, c.ok)
+		}
+	}
 }

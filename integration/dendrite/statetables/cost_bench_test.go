@@ -6,11 +6,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
+	"github.com/matrix-org/dendrite/roomserver/storage/postgres"
 	"github.com/matrix-org/dendrite/roomserver/storage/sqlite3"
 	"github.com/matrix-org/dendrite/roomserver/storage/tables"
 	"github.com/matrix-org/dendrite/roomserver/types"
+	"github.com/mtxdb/mtxdb/pgstore/pgtest"
 )
 
 // stateTables is the part of Dendrite's roomserver storage a state change goes
@@ -61,10 +64,7 @@ func BenchmarkChainLimit(b *testing.B) {
 func stateChanges(b *testing.B, members int, open func(*testing.B, string) (stateTables, func()), size func(*testing.B, string) int64) {
 	dir := b.TempDir()
 	st, done := open(b, dir)
-	state := make([]types.StateEntry, members)
-	for i := range state {
-		state[i] = memberEntry(i, types.EventNID(1+i))
-	}
+	state := memberState(members)
 	snap := addState(b, st, 1, nil, state)
 	done()
 	before := size(b, dir)
@@ -72,7 +72,7 @@ func stateChanges(b *testing.B, members int, open func(*testing.B, string) (stat
 	next := types.EventNID(members + 1)
 	b.ResetTimer()
 	for i := range b.N {
-		k := (i * 7919) % members
+		k := changeMember(i, members)
 		state[k] = memberEntry(k, next)
 		next++
 		lists, err := st.BulkSelectStateBlockNIDs(ctx, nil, []types.StateSnapshotNID{snap})
@@ -88,6 +88,19 @@ func stateChanges(b *testing.B, members int, open func(*testing.B, string) (stat
 	b.StopTimer()
 	done()
 	b.ReportMetric(float64(size(b, dir)-before)/float64(b.N), "B/change")
+}
+
+// changeMember is the member whose entry change i of a benchmark sets: a
+// stride through the room.
+func changeMember(i, members int) int { return (i * 7919) % members }
+
+// memberState is the state of a room of members: member i set to event i+1.
+func memberState(members int) []types.StateEntry {
+	state := make([]types.StateEntry, members)
+	for i := range state {
+		state[i] = memberEntry(i, types.EventNID(1+i))
+	}
+	return state
 }
 
 // memberEntry is the m.room.member entry of member i, set to event ev.
@@ -115,32 +128,24 @@ func addState(b *testing.B, st stateTables, room types.RoomNID, blocks []types.S
 }
 
 func openStock(b *testing.B, dir string) (stateTables, func()) {
+	st, _, done := openStockDB(b, dir)
+	return st, done
+}
+
+// openStockDB is openStock that also returns the database.
+func openStockDB(b *testing.B, dir string) (stateTables, *sql.DB, func()) {
 	db, err := sql.Open("sqlite3", "file:"+filepath.Join(dir, "roomserver.db")+"?_journal_mode=WAL")
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, create := range []func(*sql.DB) error{sqlite3.CreateStateBlockTable, sqlite3.CreateStateSnapshotTable} {
-		if err := create(db); err != nil {
+	st := stockTables(b, db, []func(*sql.DB) error{sqlite3.CreateStateBlockTable, sqlite3.CreateStateSnapshotTable},
+		sqlite3.PrepareStateBlockTable, sqlite3.PrepareStateSnapshotTable)
+	return st, db, func() {
+		if _, err := db.Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 			b.Fatal(err)
 		}
+		db.Close()
 	}
-	blocks, err := sqlite3.PrepareStateBlockTable(db)
-	if err != nil {
-		b.Fatal(err)
-	}
-	snaps, err := sqlite3.PrepareStateSnapshotTable(db)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return struct {
-			tables.StateBlock
-			tables.StateSnapshot
-		}{blocks, snaps}, func() {
-			if _, err := db.Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
-				b.Fatal(err)
-			}
-			db.Close()
-		}
 }
 
 // openMtxdb opens the store with chain limit K.
@@ -195,10 +200,7 @@ func BenchmarkColdRead(b *testing.B) {
 	dir := b.TempDir()
 	st, done := openMtxdb(ChainLimit)(b, dir)
 	s := st.(*Store)
-	state := make([]types.StateEntry, members)
-	for i := range state {
-		state[i] = memberEntry(i, types.EventNID(1+i))
-	}
+	state := memberState(members)
 	snap := addState(b, st, 1, nil, state)
 	next := types.EventNID(members + 1)
 	for i := range ChainLimit - 1 {
@@ -226,4 +228,136 @@ func BenchmarkColdRead(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/read")
 	b.ReportMetric(float64(records), "records/read")
 	done()
+}
+
+// BenchmarkStateChangeLatency times one state change the way Dendrite v0.13.8's
+// input path makes it inside the room updater's transaction
+// (roomserver/internal/input and shared.Database.addState): the previous
+// snapshot's block list, its blocks' event NIDs (addState's duplicate check), a
+// delta block of the changed entry, the new snapshot, commit; then the event NIDs
+// of the new snapshot, as the next event's auth check reads them. Stock's SQL
+// tables against the mtxdb store, on SQLite (mtxdb: packstore) and on the
+// PostgreSQL server in MTXDB_TEST_POSTGRES (skipped when unset), in rooms of 1,000
+// and 10,000 members. ns/op is one change. Run: make bench-state-latency.
+func BenchmarkStateChangeLatency(b *testing.B) {
+	for _, members := range []int{1000, 10000} {
+		for _, database := range []string{"sqlite", "postgres"} {
+			for _, build := range []string{"stock", "mtxdb"} {
+				b.Run(fmt.Sprintf("members=%d/%s/%s", members, database, build), func(b *testing.B) {
+					st, db := openLatency(b, database, build)
+					latencyChanges(b, st, db, members)
+				})
+			}
+		}
+	}
+}
+
+// openLatency opens the state tables of one cell of BenchmarkStateChangeLatency
+// and the database whose transactions they are handed (nil: none).
+func openLatency(b *testing.B, database, build string) (stateTables, *sql.DB) {
+	switch {
+	case database == "sqlite" && build == "stock":
+		st, db, done := openStockDB(b, b.TempDir())
+		b.Cleanup(done)
+		return st, db
+	case database == "sqlite":
+		st, done := openMtxdb(ChainLimit)(b, b.TempDir())
+		b.Cleanup(done)
+		return st, nil
+	}
+	db, err := sql.Open("postgres", pgtest.NewDatabase(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	if build == "mtxdb" {
+		s, err := OpenPostgres(ctx, db)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		return s, db
+	}
+	// The snapshot table's statements name the events, event JSON and state key tables.
+	return stockTables(b, db, []func(*sql.DB) error{postgres.CreateEventsTable, postgres.CreateEventStateKeysTable,
+		postgres.CreateEventJSONTable, postgres.CreateStateBlockTable, postgres.CreateStateSnapshotTable},
+		postgres.PrepareStateBlockTable, postgres.PrepareStateSnapshotTable), db
+}
+
+// stockTables creates Dendrite's tables in db and prepares its state tables.
+func stockTables[B tables.StateBlock, S tables.StateSnapshot](b *testing.B, db *sql.DB, create []func(*sql.DB) error,
+	blocks func(*sql.DB) (B, error), snaps func(*sql.DB) (S, error)) stateTables {
+	for _, c := range create {
+		if err := c(db); err != nil {
+			b.Fatal(err)
+		}
+	}
+	bl, err := blocks(db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sn, err := snaps(db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return struct {
+		tables.StateBlock
+		tables.StateSnapshot
+	}{bl, sn}
+}
+
+// latencyChanges stores a room of members, then times b.N state changes
+// (BenchmarkStateChangeLatency), each in a transaction of db when db is not nil.
+func latencyChanges(b *testing.B, st stateTables, db *sql.DB, members int) {
+	state := memberState(members)
+	snap := addState(b, st, 1, nil, state)
+	next := types.EventNID(members + 1)
+	b.ResetTimer()
+	for i := range b.N {
+		k := changeMember(i, members)
+		state[k] = memberEntry(k, next)
+		next++
+		var txn *sql.Tx
+		if db != nil {
+			var err error
+			if txn, err = db.Begin(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		snap = latencyChange(b, st, txn, snap, state, state[k])
+		if txn != nil {
+			if err := txn.Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := st.BulkSelectStateBlockEntries(ctx, nil, []types.StateBlockNID{types.StateBlockNID(snap)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// latencyChange is one change of latencyChanges inside txn: the new snapshot of
+// snap's state with entry changed (state: the whole new state, stored as one
+// block once snap lists 64, as Dendrite does).
+func latencyChange(b *testing.B, st stateTables, txn *sql.Tx, snap types.StateSnapshotNID, state []types.StateEntry, entry types.StateEntry) types.StateSnapshotNID {
+	lists, err := st.BulkSelectStateBlockNIDs(ctx, txn, []types.StateSnapshotNID{snap})
+	if err != nil {
+		b.Fatal(err)
+	}
+	blocks := slices.Clone(lists[0].StateBlockNIDs)
+	entries := []types.StateEntry{entry}
+	if len(blocks) >= 64 {
+		blocks, entries = nil, state
+	} else if _, err := st.BulkSelectStateBlockEntries(ctx, txn, blocks); err != nil {
+		b.Fatal(err)
+	}
+	delta, err := st.BulkInsertStateData(ctx, txn, entries)
+	if err != nil {
+		b.Fatal(err)
+	}
+	nid, err := st.InsertState(ctx, txn, 1, append(blocks, delta))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return nid
 }

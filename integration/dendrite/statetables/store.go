@@ -58,8 +58,10 @@ type Store struct {
 	roots   *lru.Cache[types.StateSnapshotNID, snapRef]
 	seqs    *lru.Cache[roomRoot, types.StateSnapshotNID]
 	entries *lru.Cache[types.StateSnapshotNID, []types.EventNID]
-	layers  layerCache
-	deltas  deltaTable
+	layers  sizedCache[types.StateSnapshotNID, *layer]
+	// nodes: HAMT nodes read from the collections (PostgreSQL only, else nil).
+	nodes  *sizedCache[hamtstore.NodeID, []byte]
+	deltas deltaTable
 
 	// chainLimit is ChainLimit; tests lower it to reach checkpoints sooner.
 	chainLimit uint32
@@ -126,6 +128,11 @@ type room struct {
 	loaded   bool
 	next     uint32
 	leaseEnd uint32
+	// last is the snapshot this Store wrote last for the room (seq 0: none yet),
+	// which a state not made from one snapshot is chained to when close to it
+	// (mergeBase). On PostgreSQL its transaction may have rolled back: it is
+	// used only when the caller's view finds its record.
+	last snapRef
 }
 
 var (
@@ -171,7 +178,7 @@ func newStore() *Store {
 	s.seqs, _ = lru.New[roomRoot, types.StateSnapshotNID](seqCacheSize)
 	s.entries, _ = lru.New[types.StateSnapshotNID, []types.EventNID](entriesCacheSize)
 	s.deltas.init(DeltaCapacity)
-	s.layers.init(layerCacheBytes)
+	s.layers.init(layerCacheBytes, func(l *layer) int { return l.bytes })
 	s.chainLimit = ChainLimit
 	return s
 }
@@ -192,6 +199,8 @@ func OpenPostgres(ctx context.Context, db *sql.DB) (*Store, error) {
 	}
 	s := newStore()
 	s.db, s.where = db, "PostgreSQL database "+name+" (table mtxdb_records)"
+	s.nodes = &sizedCache[hamtstore.NodeID, []byte]{}
+	s.nodes.init(nodeCacheBytes, func(b []byte) int { return len(b) + len(hamtstore.NodeID{}) })
 	return s, nil
 }
 
@@ -454,16 +463,28 @@ func (d *deltaTable) get(nid types.StateBlockNID) ([]types.StateEntry, bool) {
 
 // --- nodes ------------------------------------------------------------------------
 
-// nodeStore reads a room's HAMT nodes from its collection.
+// nodeStore reads a room's HAMT nodes from its collection, through cache when
+// not nil. A node ID names its bytes, so a node read in any transaction (even
+// one that rolls back) may serve every later read; whether the collection holds
+// a node is never answered from the cache (newNodes asks the engine).
 type nodeStore struct {
-	eng  records
-	coll packstore.ID
+	eng   records
+	coll  packstore.ID
+	cache *sizedCache[hamtstore.NodeID, []byte]
 }
 
 func (n nodeStore) GetNode(id hamtstore.NodeID) ([]byte, error) {
+	if n.cache != nil {
+		if b, ok := n.cache.get(id); ok {
+			return b, nil
+		}
+	}
 	b, err := n.eng.Get(n.coll, packstore.ID(id))
 	if errors.Is(err, packstore.ErrNotFound) {
 		return nil, fmt.Errorf("statetables: HAMT node %x: %w", id[:], hamtstore.ErrNotFound)
+	}
+	if err == nil && n.cache != nil {
+		n.cache.add(id, b)
 	}
 	return b, err
 }

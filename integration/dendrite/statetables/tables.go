@@ -211,6 +211,11 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 		}
 		return nid, err
 	}
+	if !chained {
+		if last, ok := s.mergeBase(ctx, txn, r, ns, rd, root); ok {
+			prev, chained = last, true
+		}
+	}
 	seq, lease, leaseDone, err := s.nextSeq(ctx, r)
 	if err != nil {
 		return 0, err
@@ -238,6 +243,7 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 		}
 		recs = append(recs, packstore.Record{ID: snapshotRecordID(seq), Data: encodeSnapshot(root)})
 	}
+	nodes := len(recs) - 1 // a checkpoint's new nodes
 	recs = append(recs, packstore.Record{ID: rootRecordID(root), Data: encodeU64('R', uint64(nid))})
 	recs = append(recs, lease...)
 	if err := rec.PutMany(r.coll, recs); err != nil {
@@ -248,6 +254,18 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 	}
 	observeWrite(start, recs)
 	leaseDone()
+	if s.nodes != nil {
+		for _, n := range recs[:nodes] {
+			s.nodes.add(hamtstore.NodeID(n.ID), n.Data) // a node ID names its bytes: see nodeStore
+		}
+	}
+	if s.db != nil {
+		r.mu.Lock()
+	}
+	r.last = ref
+	if s.db != nil {
+		r.mu.Unlock()
+	}
 	if l != nil {
 		s.layers.add(nid, l) // as materialise would make it: see there why a transaction's may enter
 	}
@@ -255,7 +273,72 @@ func (s *Store) InsertState(ctx context.Context, txn *sql.Tx, roomNID types.Room
 		s.roots.Add(nid, ref)
 		s.seqs.Add(roomRoot{roomNID, root}, nid)
 	}
+	s.deriveEntries(prev, nid, rd, root)
 	return nid, nil
+}
+
+// deriveEntries caches the event NIDs of the new snapshot nid (state root, read
+// through rd) when those of prev, the snapshot its first block named, are
+// cached: prev's with the entries that differ replaced, so that Dendrite's next
+// read of the whole state (BulkSelectStateBlockEntries, once per event) does not
+// iterate the trie. Nothing is cached when the diff fails (the next read
+// iterates and reports it).
+func (s *Store) deriveEntries(prev snapRef, nid types.StateSnapshotNID, rd *hamtstore.Reader, root hamtstore.NodeID) {
+	if prev.seq == 0 {
+		return
+	}
+	before, ok := s.entries.Get(SnapshotNID(prev.room, prev.seq))
+	if !ok {
+		return
+	}
+	var gone, added []types.EventNID
+	err := rd.Diff(prev.root, root, func(_ []byte, old, new *hamtstore.Value) error {
+		for _, v := range []struct {
+			val  *hamtstore.Value
+			list *[]types.EventNID
+		}{{old, &gone}, {new, &added}} {
+			if v.val == nil {
+				continue
+			}
+			ev, err := valueEvent(*v.val)
+			if err != nil {
+				return err
+			}
+			*v.list = append(*v.list, ev)
+		}
+		return nil
+	})
+	if err != nil {
+		return
+	}
+	if ev, ok := replaceSorted(before, gone, added); ok {
+		s.entries.Add(nid, ev)
+	}
+}
+
+// replaceSorted returns the ascending list ev (not changed) with one occurrence
+// of each NID of gone removed and those of added inserted; ok is false when a NID
+// of gone is not in ev.
+func replaceSorted(ev, gone, added []types.EventNID) (out []types.EventNID, ok bool) {
+	slices.Sort(gone)
+	slices.Sort(added)
+	out = make([]types.EventNID, 0, len(ev)+len(added))
+	g, a := 0, 0
+	for _, n := range ev {
+		if g < len(gone) && gone[g] < n {
+			return nil, false
+		}
+		if g < len(gone) && gone[g] == n {
+			g++
+			continue
+		}
+		for a < len(added) && added[a] < n {
+			out = append(out, added[a])
+			a++
+		}
+		out = append(out, n)
+	}
+	return append(out, added[a:]...), g == len(gone)
 }
 
 // foldBlocks folds InsertState's blocks, in the order given, into the root of the
@@ -491,15 +574,19 @@ func (s *Store) blockEvents(ctx context.Context, txn *sql.Tx, b types.StateBlock
 		return ev, nil
 	}
 	nid := types.StateSnapshotNID(b)
-	if ev, ok := s.entries.Get(nid); ok {
-		return slices.Clone(ev), nil
-	}
+	// The record first: a NID's entries are cached only after its record is
+	// found through the caller's view, so a snapshot of a transaction that
+	// rolled back stays invisible; entries read through a transaction are
+	// cached (a NID is never handed out twice, so its entries never change).
 	ref, ok, err := s.ref(ctx, txn, nid)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, fmt.Errorf("storage: state block NID %d missing from the mtxdb state store", b)
+	}
+	if ev, ok := s.entries.Get(nid); ok {
+		return slices.Clone(ev), nil
 	}
 	ns := s.roomNodes(s.at(ctx, txn), ref.room)
 	if err := s.use(ctx, txn, ns, ref); err != nil {
@@ -509,9 +596,7 @@ func (s *Store) blockEvents(ctx context.Context, txn *sql.Tx, b types.StateBlock
 	if err != nil {
 		return nil, fmt.Errorf("storage: state block NID %d: %w", b, err)
 	}
-	if s.cacheable(txn) {
-		s.entries.Add(nid, ev)
-	}
+	s.entries.Add(nid, ev)
 	return slices.Clone(ev), nil
 }
 
@@ -612,6 +697,9 @@ func (s *Store) PurgeRoom(ctx context.Context, txn *sql.Tx, roomNID types.RoomNI
 	}
 	s.entries.Purge()
 	s.layers.purge()
+	if s.nodes != nil {
+		s.nodes.purge()
+	}
 	for _, k := range s.seqs.Keys() {
 		if k.room == roomNID {
 			s.seqs.Remove(k)
