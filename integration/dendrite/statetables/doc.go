@@ -34,9 +34,14 @@
 //     it is always on it). So a state is at most 48 records from its checkpoint
 //     (position 0x3fff: 15 + 15 + 15 + 3); for a line of one-entry changes the
 //     records of a state at position n hold n entries in all, and a record about
-//     3.5 on average. Any other snapshot (a delta alone, several snapshots, P a migrated
-//     NID, n = K) is a checkpoint, whose new nodes (those the chain made since the
-//     last checkpoint) are written then;
+//     3.5 on average. Any other InsertState (a delta alone, several snapshots: what
+//     Dendrite stores for the state after several prev events) is chained the same
+//     way to the room's snapshot this Store wrote last (P then) when the caller's
+//     view finds P's record (on PostgreSQL its transaction may have rolled back)
+//     and the two states differ in at most MergeChainLimit (1024) entries. What is
+//     left (P a migrated NID, n = K, a state further from the last, a Store's
+//     first snapshot of a room) is a checkpoint, whose new nodes (those the chain
+//     made since the last checkpoint) are written then;
 //   - reading a chained snapshot materialises it: its base is materialised first
 //     (recursively, down to the checkpoint), then its entries are applied with
 //     hamtstore.Apply into an in-memory layer over the base's, and the result
@@ -167,12 +172,14 @@
 //     the rows naming it commit together, and a crash leaves both or neither.
 //   - Reads with a txn (InsertState's folds, BulkSelectStateBlockNIDs,
 //     BulkSelectStateBlockEntries) go through it, so a transaction sees the
-//     snapshots it wrote; what is read or written through a transaction does not
-//     enter the caches (the transaction may roll back), only what is read or written
-//     outside one. Materialised layers are the exception: a layer is found only by
-//     the NID of a snapshot record the caller's view holds, a NID is never handed
-//     out twice, and a layer's nodes follow from its records, so one made inside a
-//     transaction that rolls back is never used for another snapshot.
+//     snapshots it wrote; which NIDs exist (snapshot records, and the (room, root)
+//     -> NID dedup) is cached only from what is read or written outside one (the
+//     transaction may roll back). What is cached by NID or node ID once the
+//     caller's view found the snapshot's record may come from inside one: the
+//     materialised layers, a snapshot's event NIDs, and the HAMT nodes read from
+//     PostgreSQL (64 MiB, as the layers; packstore has a cache of its own). A NID
+//     is never handed out twice and a node ID names its bytes, so what a
+//     transaction that rolled back left there is never used for another snapshot.
 //   - A room's purge (PurgeAfterSQL) deletes its rows but the lease record in
 //     Dendrite's purge transaction.
 //
