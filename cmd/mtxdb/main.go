@@ -75,7 +75,7 @@ func rootCmd() *cobra.Command {
 		applyMemoryLimit(cmd)
 		return profs.start()
 	}
-	root.AddCommand(importCmd(), replayCmd(), verifyCmd(), repackCmd(), statsCmd(), roomsCmd(), benchRepackCmd(), demoCmd(), stateCmd(), benchResolverCmd(), genCmd())
+	root.AddCommand(importCmd(), replayCmd(), verifyCmd(), auditCmd(), repackCmd(), statsCmd(), roomsCmd(), benchRepackCmd(), demoCmd(), stateCmd(), benchResolverCmd(), genCmd())
 	return root
 }
 

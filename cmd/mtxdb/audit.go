@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mtxdb/mtxdb/audit"
+	"github.com/mtxdb/mtxdb/recorded"
+	"github.com/mtxdb/mtxdb/roomstate"
+)
+
+// recordedSubdir is where, in a store directory, audit looks for the state the
+// rooms' servers recorded when no --expected is given.
+const recordedSubdir = "recorded"
+
+// auditCmd is mtxdb audit: where the state a server recorded departs from the
+// spec's, each difference classified (package audit).
+func auditCmd() *cobra.Command {
+	var store, room string
+	var expected []string
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "audit --store DIR [--room ROOM_ID] [--expected DIR]... [--json]",
+		Short: "Say where the state a server recorded departs from the spec's, and what it means",
+		Long: `Audit compares, room by room, the state the room's server recorded after every
+event (and its current state) with the state the spec gives for the same events:
+mtxdb replay's, which must have run. Each difference is a line
+"finding room=… event=… key=… kind=KIND ours=… recorded=…" (ours: the spec's
+entry; (none): no entry), KIND one of
+  accepted_rejected      the server's entry is an event the authorization rules reject
+  rejected_accepted      the spec's entry is an event the server did not apply (it
+                         rejected or soft-failed it), there and wherever that carries on
+  ban_undone             the spec has the member banned, the server does not
+  member_removed         the spec has a membership for the user, the server none
+  power_levels_reverted  the server's power levels arrived before the spec's
+  join_rules_reverted    the same for the join rules
+  reverted               the same for any other key
+  lost                   the spec has an entry, the server none
+  extra                  the server has an entry, the spec none
+  differs                both have one; the server's arrived later
+tried in that order. Then a line per room with its counts by kind, and a total.
+
+The recorded state is read from the store directory's recorded/ subdirectory
+(where mtxdb import --from writes it), or from --expected (room directories with
+expected_state.jsonl and meta.json, as mtxdb verify --expected reads them).
+
+Exit status 2 when anything differs or a recorded room is not in the store or not
+replayed; 1 for usage and I/O errors; 0 when every room agrees with the spec.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if err := nonEmptyFlag(cmd, "room", room); err != nil {
+				return err
+			}
+			if len(expected) == 0 {
+				dir := filepath.Join(store, recordedSubdir)
+				if _, err := os.Stat(dir); err != nil {
+					return fmt.Errorf("no recorded state to audit: %s does not exist (mtxdb import --from writes it) and no --expected was given", dir)
+				}
+				expected = []string{dir}
+			}
+			eng, rooms, err := openRooms(ctx, store, room, true)
+			if err != nil {
+				return err
+			}
+			defer eng.Close()
+			exps, err := loadExpectedDirs(expected, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer catchInterrupts("audit", func() string { return "stopped; audit writes nothing" })()
+			t, err := auditRooms(ctx, rooms, exps, room, cmd.OutOrStdout(), asJSON)
+			if err != nil {
+				return err
+			}
+			if t.findings > 0 || t.problems > 0 {
+				return exitError(2)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&store, "store", "", storeHelp)
+	c.Flags().StringVar(&room, "room", "", "audit only this room ID")
+	c.Flags().StringArrayVar(&expected, "expected", nil, "room directory, or directory of rooms, with recorded state (default: the store's recorded/)")
+	jsonFlag(c, &asJSON)
+	return c
+}
+
+type auditTotals struct {
+	rooms, events, findings, problems int
+	differing                         int // events whose state differs
+	kinds                             map[audit.Kind]int
+}
+
+// auditRooms audits every recorded room of exps (only room, when not empty)
+// against the store's rooms and prints the findings, a line per room and the
+// total.
+func auditRooms(ctx context.Context, rooms []*roomstate.Room, exps map[string][]*recorded.Expected, room string, out io.Writer, asJSON bool) (auditTotals, error) {
+	t := auditTotals{kinds: map[audit.Kind]int{}}
+	byID := map[string]*roomstate.Room{}
+	for _, r := range rooms {
+		byID[r.ID()] = r
+	}
+	for _, exp := range sortedExpected(exps) {
+		if room != "" && exp.RoomID != room {
+			continue
+		}
+		r := byID[exp.RoomID]
+		switch {
+		case r == nil:
+			t.problems++
+			printProblem(out, asJSON, exp.RoomID, fmt.Sprintf("recorded in %s but not in the store", exp.Dir))
+			continue
+		case !r.Head().Replayed:
+			t.problems++
+			printProblem(out, asJSON, exp.RoomID, "not replayed: run mtxdb replay first")
+			continue
+		}
+		rt, err := auditRoom(ctx, r, exp, out, asJSON)
+		if err != nil {
+			return t, err
+		}
+		t.rooms++
+		t.events += rt.events
+		t.findings += rt.findings
+		for k, n := range rt.kinds {
+			t.kinds[k] += n
+		}
+		printLine(out, asJSON, "room", append([]kv{{"room", exp.RoomID}, {"events", rt.events}, {"differing_events", rt.differing}, {"findings", rt.findings}}, kindFields(rt.kinds)...)...)
+	}
+	printLine(out, asJSON, "audit", append([]kv{{"rooms", t.rooms}, {"events", t.events}, {"findings", t.findings}, {"problems", t.problems}}, kindFields(t.kinds)...)...)
+	return t, nil
+}
+
+// auditRoom compares one replayed room with its recording and prints each
+// finding.
+func auditRoom(ctx context.Context, r *roomstate.Room, exp *recorded.Expected, out io.Writer, asJSON bool) (auditTotals, error) {
+	t := auditTotals{kinds: map[audit.Kind]int{}}
+	c := audit.NewClassifier(audit.RoomEvents{Room: r})
+	var classifyErr error
+	lastEvent := ""
+	res, err := recorded.Compare(ctx, r, exp, func(m recorded.Mismatch) {
+		if classifyErr != nil {
+			return
+		}
+		f, err := c.Classify(m)
+		if err != nil {
+			classifyErr = err
+			return
+		}
+		if m.Event != lastEvent {
+			t.differing++
+			lastEvent = m.Event
+		}
+		t.findings++
+		t.kinds[f.Kind]++
+		if asJSON {
+			printLine(out, true, "finding", kv{"room", f.Room}, kv{"event", f.Event}, kv{"key", f.Key}, kv{"finding", string(f.Kind)}, kv{"ours", f.Ours}, kv{"recorded", f.Recorded})
+		} else {
+			fmt.Fprintln(out, f)
+		}
+	})
+	if err == nil {
+		err = classifyErr
+	}
+	if err != nil {
+		return t, fmt.Errorf("audit room %s against %s: %w", r.ID(), exp.Dir, err)
+	}
+	t.events = res.Events
+	return t, nil
+}
+
+// kindFields gives the non-zero counts by kind, in audit.Kinds order.
+func kindFields(kinds map[audit.Kind]int) []kv {
+	var out []kv
+	for _, k := range audit.Kinds {
+		if n := kinds[k]; n > 0 {
+			out = append(out, kv{string(k), n})
+		}
+	}
+	return out
+}
