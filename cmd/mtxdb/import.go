@@ -61,12 +61,20 @@ imported, with --plan, --liveness and --every as in mtxdb repack.
 Ctrl-C (SIGINT) or SIGTERM stops at the next read: what was imported is synced,
 the command says where it stopped and exits 130 (143); run the same import again
 to continue. A second signal stops at once.`,
-		Args: cobra.MinimumNArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if f.from != "" {
+				return noArgs(cmd, args)
+			}
+			return cobra.MinimumNArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) (rerr error) {
 			ctx := cmd.Context()
 			opts, err := f.validate(cmd)
 			if err != nil {
 				return err
+			}
+			if f.from != "" {
+				return f.runFrom(cmd, opts)
 			}
 			paths, keys, err := f.inputs(cmd, args)
 			if err != nil {
@@ -97,6 +105,8 @@ to continue. A second signal stops at once.`,
 	c.Flags().BoolVar(&f.strict, "strict", false, "exit with status 2 when any PDU was refused (they are refused and reported either way)")
 	c.Flags().BoolVar(&f.repack, "repack", false, "after importing, replay the rooms imported and repack them (an exported room)")
 	f.rf.register(c, "plan kind for --repack: "+planKinds())
+	c.Flags().StringVar(&f.from, "from", "", "import a server's database instead of PATHs: synapse:PATH_OR_URL (read-only; the recorded state goes to the store's recorded/)")
+	c.Flags().StringVar(&f.fromRoom, "room", "", "with --from: import only this room ID")
 	c.Flags().StringVar(&f.roomVersion, "room-version", "", "room version of rooms whose m.room.create is not first (with --any-order)")
 	jsonFlag(c, &f.asJSON)
 	return c
@@ -105,6 +115,7 @@ to continue. A second signal stops at once.`,
 // importFlags are the flags of mtxdb import.
 type importFlags struct {
 	store, roomVersion, keysFile     string
+	from, fromRoom                   string // --from and its --room
 	rf                               repackFlags
 	batch                            int
 	anyOrder, repack, asJSON, strict bool
@@ -125,6 +136,9 @@ func (f *importFlags) validate(cmd *cobra.Command) (repackplan.Options, error) {
 		}
 	}
 	if err := needFlag(cmd, "repack", f.repack, "plan", "liveness", "every"); err != nil {
+		return repackplan.Options{}, err
+	}
+	if err := needFlag(cmd, "from", f.from != "", "room"); err != nil {
 		return repackplan.Options{}, err
 	}
 	return f.rf.options(cmd)

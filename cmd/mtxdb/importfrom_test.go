@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mtxdb/mtxdb/testrooms"
+	"github.com/mtxdb/mtxdb/testrooms/synapsedb"
+)
+
+// TestCLIImportFromSynapse: the 190 real rooms as Synapse databases (189 in
+// one; room004_union, another version of room004's room, in a second) are
+// imported with --from synapse:, replayed and audited clean, and the databases
+// are not changed. A copy with three injected departures (a join rule row
+// deleted from a state group, a ban undone and a member removed in the current
+// state) audits to exactly those findings. What is not a Synapse database, a
+// server kind not read, a PostgreSQL store and PATHs beside --from are refused.
+func TestCLIImportFromSynapse(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(testrooms.Dir(), "real")
+	all, err := filepath.Glob(filepath.Join(real, "room*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	union := filepath.Join(real, "room004_union")
+	dbA, dbB := filepath.Join(dir, "a.db"), filepath.Join(dir, "b.db")
+	if _, err := synapsedb.Build(dbA, slices.DeleteFunc(slices.Clone(all), func(d string) bool { return d == union })); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := synapsedb.Build(dbB, []string{union}); err != nil {
+		t.Fatal(err)
+	}
+	rooms := 0
+	for _, db := range []string{dbA, dbB} {
+		before, _ := os.ReadFile(db)
+		store := db + ".store"
+		o, code := importReplayAudit(t, store, db)
+		if code != 0 || !strings.Contains(o, " findings=0 problems=0") {
+			t.Fatalf("%s: audit exit %d\n%s", db, code, o)
+		}
+		var n int
+		fmt.Sscanf(o[strings.LastIndex(o, "audit: rooms="):], "audit: rooms=%d", &n)
+		rooms += n
+		if after, _ := os.ReadFile(db); !bytes.Equal(before, after) {
+			t.Errorf("%s changed by the import", db)
+		}
+	}
+	if rooms != 190 {
+		t.Errorf("%d rooms audited, want 190", rooms)
+	}
+
+	injected := filepath.Join(dir, "injected.db")
+	b, _ := os.ReadFile(dbA)
+	os.WriteFile(injected, b, 0o644)
+	want := injectSynapse(t, injected)
+	o, code := importReplayAudit(t, injected+".store", injected, "--json")
+	if code != 2 {
+		t.Fatalf("injected: audit exit %d, want 2\n%s", code, o)
+	}
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(o), "\n") {
+		var f map[string]any
+		if json.Unmarshal([]byte(line), &f) == nil && f["kind"] == "finding" {
+			got = append(got, fmt.Sprintf("%s %s %s", f["event"], f["key"], f["finding"]))
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("findings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	foreign := filepath.Join(dir, "foreign.db")
+	os.WriteFile(foreign, []byte("SQLite format 3\x00 but not really"), 0o644)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--from", "synapse:" + foreign}, "not a Synapse database"},
+		{[]string{"--from", "synapse:" + filepath.Join(dir, "missing.db")}, "missing.db"},
+		{[]string{"--from", "dendrite:" + dbA}, "not supported"},
+		{[]string{"--from", "matrix:" + dbA}, "unknown server kind"},
+		{[]string{"--from", "synapse:" + dbA, real}, "takes no arguments"},
+		{[]string{"--room", "!r:s", real}, "--room"},
+	} {
+		o, code := run(t, append([]string{"import", "--store", filepath.Join(dir, "refused")}, c.args...)...)
+		if code != 1 || !strings.Contains(o, c.want) {
+			t.Errorf("import %v: exit %d, want 1 and %q\n%s", c.args, code, c.want, o)
+		}
+	}
+	if o, code := run(t, "import", "--store", "postgres://u@127.0.0.1:1/db", "--from", "synapse:"+dbA); code != 1 || !strings.Contains(o, "directory") {
+		t.Errorf("--from into a PostgreSQL store: exit %d\n%s", code, o)
+	}
+}
+
+// importReplayAudit imports a Synapse database into store, replays and audits
+// it, and returns audit's output and exit status.
+func importReplayAudit(t *testing.T, store, db string, auditArgs ...string) (string, int) {
+	t.Helper()
+	if o, code := run(t, "import", "--store", store, "--from", "synapse:"+db); code != 0 {
+		t.Fatalf("import --from %s: exit %d\n%s", db, code, o)
+	}
+	if o, code := run(t, "replay", "--store", store); code != 0 {
+		t.Fatalf("replay: exit %d\n%s", code, o)
+	}
+	return run(t, append([]string{"audit", "--store", store}, auditArgs...)...)
+}
+
+// injectSynapse changes the Synapse database of the real rooms at path and
+// returns the findings audit must report ("EVENT KEY KIND"): room163's join
+// rules row deleted from its state group (so the five events from the join
+// rules event on lack them: the server did not apply that event), room163's
+// ban of @user2 undone in the current state, and room001's only member removed
+// from the current state.
+func injectSynapse(t *testing.T, path string) []string {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ids := func(room string) []string {
+		var out []string
+		b, err := os.ReadFile(filepath.Join(testrooms.Dir(), "real", room, "events.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var e struct {
+				ID string `json:"event_id"`
+			}
+			json.Unmarshal([]byte(l), &e)
+			out = append(out, e.ID)
+		}
+		return out
+	}
+	r163, r001 := ids("room163"), ids("room001")
+	joinRules, join2, ban := r163[3], r163[6], r163[7]
+	for _, stmt := range []string{
+		fmt.Sprintf("DELETE FROM state_groups_state WHERE event_id = '%s'", joinRules),
+		fmt.Sprintf("UPDATE current_state_events SET event_id = '%s' WHERE event_id = '%s'", join2, ban),
+		fmt.Sprintf("DELETE FROM current_state_events WHERE event_id = '%s'", r001[1]),
+	} {
+		if res, err := db.Exec(stmt); err != nil {
+			t.Fatal(err)
+		} else if n, _ := res.RowsAffected(); n != 1 {
+			t.Fatalf("%s: %d rows", stmt, n)
+		}
+	}
+	var want []string
+	for _, ev := range r163[3:] {
+		want = append(want, ev+" m.room.join_rules| rejected_accepted")
+	}
+	return append(want, "current state m.room.member|@user2:server1.test ban_undone",
+		"current state m.room.member|@user1:server1.test member_removed")
+}
