@@ -5,14 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
 	"strconv"
-	"strings"
 
 	lru "github.com/hashicorp/golang-lru/v2"
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
-	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
 )
 
 // The Synapse main schema versions read (schema_version.version).
@@ -34,10 +29,7 @@ type Room struct {
 
 // Synapse is an open Synapse database. Not safe for concurrent use.
 type Synapse struct {
-	db     *sql.DB
-	tx     *sql.Tx
-	pg     bool
-	where  string
+	database
 	schema int
 }
 
@@ -46,51 +38,15 @@ type Synapse struct {
 // read, or is not Synapse's (ErrNotSynapse, naming the missing table or
 // column, or the unsupported version).
 func OpenSynapse(ctx context.Context, target string) (*Synapse, error) {
-	s := &Synapse{where: target}
-	var err error
-	if strings.HasPrefix(target, "postgres://") || strings.HasPrefix(target, "postgresql://") {
-		s.pg = true
-		s.where = redactURL(target)
-		s.db, err = sql.Open("pgx", target)
-	} else {
-		if _, err := os.Stat(target); err != nil {
-			return nil, fmt.Errorf("serverdb: Synapse database %s: %w", target, err)
-		}
-		s.db, err = sql.Open("sqlite", "file:"+target+"?mode=ro&_pragma=query_only(1)&_pragma=busy_timeout(10000)")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("serverdb: %s: %w", s.where, err)
-	}
-	opts := &sql.TxOptions{ReadOnly: true}
-	if s.pg {
-		opts.Isolation = sql.LevelRepeatableRead
-	}
-	if s.tx, err = s.db.BeginTx(ctx, opts); err != nil {
-		s.db.Close()
-		return nil, fmt.Errorf("serverdb: %s: %w", s.where, err)
+	s := &Synapse{}
+	if err := s.open(ctx, "Synapse", target); err != nil {
+		return nil, err
 	}
 	if err := s.check(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
-}
-
-// redactURL drops the password of a URL for messages.
-func redactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "a PostgreSQL URL"
-	}
-	return p.Redacted()
-}
-
-// Close ends the read transaction and closes the database.
-func (s *Synapse) Close() error {
-	if s.tx != nil {
-		s.tx.Rollback()
-	}
-	return s.db.Close()
 }
 
 // Schema is the database's main schema version.
@@ -122,32 +78,7 @@ func (s *Synapse) check(ctx context.Context) error {
 	if n < SynapseMinSchema || n > SynapseMaxSchema {
 		return fmt.Errorf("%w: %s: main schema version %d, this version of mtxdb reads %d to %d", ErrNotSynapse, s.where, n, SynapseMinSchema, SynapseMaxSchema)
 	}
-	for _, tc := range synapseColumns {
-		rows, err := s.tx.QueryContext(ctx, "SELECT "+tc[1]+" FROM "+tc[0]+" LIMIT 0")
-		if err != nil {
-			return fmt.Errorf("%w: %s: table %s (%s): %v", ErrNotSynapse, s.where, tc[0], tc[1], err)
-		}
-		rows.Close()
-	}
-	return nil
-}
-
-// q adapts a query written with ? placeholders to the database.
-func (s *Synapse) q(query string) string {
-	if !s.pg {
-		return query
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
+	return s.probe(ctx, ErrNotSynapse, synapseColumns)
 }
 
 // Rooms lists the database's rooms with their versions and event counts, by

@@ -105,7 +105,7 @@ to continue. A second signal stops at once.`,
 	c.Flags().BoolVar(&f.strict, "strict", false, "exit with status 2 when any PDU was refused (they are refused and reported either way)")
 	c.Flags().BoolVar(&f.repack, "repack", false, "after importing, replay the rooms imported and repack them (an exported room)")
 	f.rf.register(c, "plan kind for --repack: "+planKinds())
-	c.Flags().StringVar(&f.from, "from", "", "import a server's database instead of PATHs: synapse:PATH_OR_URL (read-only; the recorded state goes to the store's recorded/)")
+	c.Flags().StringVar(&f.from, "from", "", "import a server's database instead of PATHs: synapse:PATH_OR_URL or dendrite:PATH_OR_URL (read-only; the recorded state goes to the store's recorded/)")
 	c.Flags().StringVar(&f.fromRoom, "room", "", "with --from: import only this room ID")
 	c.Flags().StringVar(&f.roomVersion, "room-version", "", "room version of rooms whose m.room.create is not first (with --any-order)")
 	jsonFlag(c, &f.asJSON)

@@ -17,13 +17,14 @@ import (
 	"github.com/mtxdb/mtxdb/serverdb"
 )
 
-// fromSource opens what --from names: "synapse:PATH_OR_URL". The store must be
+// fromSource opens what --from names: "synapse:PATH_OR_URL" or
+// "dendrite:PATH_OR_URL" (a roomserver database). The store must be
 // a directory: the recordings are written beside its rooms (recordedSubdir).
 func (f *importFlags) fromSource(ctx context.Context) (serverdb.Source, func() error, string, error) {
 	kind, target, ok := strings.Cut(f.from, ":")
 	switch {
 	case !ok || target == "":
-		return nil, nil, "", fmt.Errorf("--from %q: want synapse:PATH_OR_URL (a Synapse SQLite file or postgres:// URL)", f.from)
+		return nil, nil, "", fmt.Errorf("--from %q: want synapse:PATH_OR_URL or dendrite:PATH_OR_URL (a SQLite file or postgres:// URL)", f.from)
 	case pgstore.IsURL(f.store):
 		return nil, nil, "", fmt.Errorf("--from needs --store to be a directory: the recorded state is written to its %s/ (a PostgreSQL store has no directory)", recordedSubdir)
 	case kind == "synapse":
@@ -33,9 +34,13 @@ func (f *importFlags) fromSource(ctx context.Context) (serverdb.Source, func() e
 		}
 		return s, s.Close, fmt.Sprintf("synapse (main schema %d)", s.Schema()), nil
 	case kind == "dendrite":
-		return nil, nil, "", fmt.Errorf("--from dendrite: is not supported by this version (synapse: is)")
+		d, err := serverdb.OpenDendrite(ctx, target)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		return d, d.Close, "dendrite", nil
 	}
-	return nil, nil, "", fmt.Errorf("--from %q: unknown server kind %q (synapse)", f.from, kind)
+	return nil, nil, "", fmt.Errorf("--from %q: unknown server kind %q (synapse, dendrite)", f.from, kind)
 }
 
 // importFrom imports every room of src (or --room) and writes what the server

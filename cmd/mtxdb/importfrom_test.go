@@ -85,7 +85,7 @@ func TestCLIImportFromSynapse(t *testing.T) {
 	}{
 		{[]string{"--from", "synapse:" + foreign}, "not a Synapse database"},
 		{[]string{"--from", "synapse:" + filepath.Join(dir, "missing.db")}, "missing.db"},
-		{[]string{"--from", "dendrite:" + dbA}, "not supported"},
+		{[]string{"--from", "dendrite:" + dbA}, "not a Dendrite roomserver database"},
 		{[]string{"--from", "matrix:" + dbA}, "unknown server kind"},
 		{[]string{"--from", "synapse:" + dbA, real}, "takes no arguments"},
 		{[]string{"--room", "!r:s", real}, "--room"},

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,15 @@ func (p *partitionReport) detail(c *fedCluster, r *scenarioRun) []string {
 			vals = append(vals, "replay: "+c.describe(r, replay[key]))
 		}
 		out = append(out, fmt.Sprintf("contested %s/%s: %s", w[0], w[1], strings.Join(vals, "; ")))
+	}
+	for i, a := range r.audits {
+		var cur []string
+		for k, kind := range a.current {
+			typ, key, _ := strings.Cut(k, "\x00")
+			cur = append(cur, fmt.Sprintf("%s/%s %s", typ, c.who(key), kind))
+		}
+		sort.Strings(cur)
+		out = append(out, fmt.Sprintf("mtxdb audit of %s's database: %d findings at %d events, current state: %s", c.nodes[i].label, a.findings, a.events, orNone(cur)))
 	}
 	labels := []string{c.nodes[0].label, c.nodes[1].label, c.nodes[2].label}
 	for _, d := range c.diffKeys(r, labels, r.states) {

@@ -414,7 +414,8 @@ type scenarioRun struct {
 	states   []map[string]string
 	exports  []*roomExport
 	replays  []*replayResult
-	replayOK []bool // node i's state equals the replay of node A's export
+	replayOK []bool         // node i's state equals the replay of node A's export
+	audits   []*auditResult // stock: mtxdb audit of each node's database (auditScenario)
 	notes    []string
 }
 
@@ -776,6 +777,7 @@ func TestFederationPartition(t *testing.T) {
 			c.stop()
 			for _, r := range runs {
 				replayScenario(t, c, r, cli, filepath.Join(dir, "replay"))
+				auditScenario(t, c, r, cli, filepath.Join(dir, "replay"))
 				rep.add(c, r)
 				for _, line := range rep.detail(c, r) {
 					t.Logf("%s %s: %s", build, r.sc.name, line)
