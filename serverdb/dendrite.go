@@ -359,4 +359,3 @@ func (d *Dendrite) ForwardExtremities(ctx context.Context, roomID string) ([]str
 	slices.Sort(out)
 	return out, nil
 }
-
