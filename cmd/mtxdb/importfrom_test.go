@@ -161,3 +161,51 @@ func injectSynapse(t *testing.T, path string) []string {
 	return append(want, "current state m.room.member|@user2:server1.test ban_undone",
 		"current state m.room.member|@user1:server1.test member_removed")
 }
+
+// TestCLIImportFromDendrite: a stock Dendrite's roomserver database after the
+// federation partition scenarios (testrooms/dendrite/README.md) imports with
+// --from dendrite:, replays, and audits to exactly the findings recorded
+// beside it: the three rooms where stock's state departed from the spec, each
+// at the contested member, and nothing in the fourth; the database unchanged.
+// A patched build's database, whose state is in mtxdb, is refused.
+func TestCLIImportFromDendrite(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "roomserver.db")
+	src := filepath.Join(testrooms.Dir(), "dendrite", "partition-stock-A.db")
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(db, b, 0o644)
+	store := filepath.Join(dir, "s")
+	for _, args := range [][]string{{"import", "--store", store, "--from", "dendrite:" + db}, {"replay", "--store", store}} {
+		if o, code := run(t, args...); code != 0 {
+			t.Fatalf("%v: exit %d\n%s", args, code, o)
+		}
+	}
+	o, code := run(t, "audit", "--store", store)
+	want, err := os.ReadFile(filepath.Join(testrooms.Dir(), "dendrite", "partition-stock-A.audit.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 2 || o != string(want) {
+		t.Errorf("audit: exit %d, want 2; output:\n%s\nwant:\n%s", code, o, want)
+	}
+	if after, _ := os.ReadFile(db); !bytes.Equal(after, b) {
+		t.Errorf("the database changed")
+	}
+	// A patched build's database: its events name snapshots only mtxdb holds.
+	patched := filepath.Join(dir, "patched.db")
+	os.WriteFile(patched, b, 0o644)
+	sdb, err := sql.Open("sqlite", "file:"+patched)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sdb.Exec("DELETE FROM roomserver_state_snapshots"); err != nil {
+		t.Fatal(err)
+	}
+	sdb.Close()
+	if o, code := run(t, "import", "--store", filepath.Join(dir, "p"), "--from", "dendrite:"+patched); code != 1 || !strings.Contains(o, "keeps its state in mtxdb") {
+		t.Errorf("a patched build's database: exit %d\n%s", code, o)
+	}
+}
