@@ -8,6 +8,9 @@ import (
 	"sort"
 	"strings"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/roomrecord"
 
 	"github.com/mtxdb/mtxdb/packstore"
@@ -35,6 +38,15 @@ func (m Mismatch) String() string {
 	}
 	return fmt.Sprintf("mismatch room=%s event=%s key=%s ours=%s recorded=%s", m.Room, m.Event, m.Key, or(m.Ours), or(m.Recorded))
 }
+
+// rootGroup is a state of ours and a recorded state group.
+type rootGroup struct {
+	root  hamtstore.NodeID
+	group int64
+}
+
+// pairCacheSize bounds the (state, group) pairs whose differences Compare keeps.
+const pairCacheSize = 1024
 
 // CompareResult counts what Compare checked.
 type CompareResult struct {
@@ -70,7 +82,7 @@ func CompareProgress(ctx context.Context, room *roomstate.Room, exp *Expected, r
 		t, sk, _ := strings.Cut(k, "\x00")
 		return roomrecord.StatePair{Type: t, StateKey: sk}
 	}
-	cmp := func(event string, ours map[roomrecord.StatePair]string, rec map[string]string) {
+	cmp := func(event string, ours map[roomrecord.StatePair]string, rec map[string]string, emit func(Mismatch)) {
 		if len(ours) == len(rec) {
 			same := true
 			for k, v := range rec {
@@ -97,11 +109,12 @@ func CompareProgress(ctx context.Context, room *roomstate.Room, exp *Expected, r
 		sort.Strings(sorted)
 		for _, k := range sorted {
 			if o := ours[pair(k)]; o != rec[k] {
-				res.Mismatches++
-				report(Mismatch{Room: room.ID(), Event: event, Key: strings.Replace(k, "\x00", "|", 1), Ours: o, Recorded: rec[k]})
+				emit(Mismatch{Room: room.ID(), Event: event, Key: strings.Replace(k, "\x00", "|", 1), Ours: o, Recorded: rec[k]})
 			}
 		}
 	}
+	// pairs: the differences of the last (state of ours, recorded group) pairs.
+	pairs, _ := lru.New[rootGroup, []Mismatch](pairCacheSize)
 	n := 0 // recorded states compared so far, for progress
 	// lineOf: a hash of each recorded event ID -> its line (of non-blank lines):
 	// an event recorded twice means the file lost another's state. Hashes keep
@@ -141,12 +154,40 @@ func CompareProgress(ctx context.Context, room *roomstate.Room, exp *Expected, r
 		if err != nil {
 			return err
 		}
-		ours, err := room.StateMemo(ctx, rd, root, memo)
-		if err != nil {
-			return err
-		}
-		cmp(es.EventID, ours, es.State)
 		res.Events++
+		emit := func(m Mismatch) {
+			res.Mismatches++
+			report(m)
+		}
+		if es.State != nil {
+			ours, err := room.StateMemo(ctx, rd, root, memo)
+			if err != nil {
+				return err
+			}
+			cmp(es.EventID, ours, es.State, emit)
+			return nil
+		}
+		// A grouped recording: events of one group and one state of ours
+		// (every event that leaves the state as it is) are compared once.
+		pk := rootGroup{root, es.StateGroup}
+		ms, ok := pairs.Get(pk)
+		if !ok {
+			rec, err := exp.groups.state(es.StateGroup)
+			if err != nil {
+				return malformed("recorded: %s: event %s: %w", exp.Dir, es.EventID, err)
+			}
+			ours, err := room.StateMemo(ctx, rd, root, memo)
+			if err != nil {
+				return err
+			}
+			ms = []Mismatch{}
+			cmp(es.EventID, ours, rec, func(m Mismatch) { ms = append(ms, m) })
+			pairs.Add(pk, ms)
+		}
+		for _, m := range ms {
+			m.Event = es.EventID
+			emit(m)
+		}
 		return nil
 	})
 	if err != nil {
@@ -171,7 +212,10 @@ func CompareProgress(ctx context.Context, room *roomstate.Room, exp *Expected, r
 		if err != nil {
 			return res, err
 		}
-		cmp("current state", ours, exp.Current)
+		cmp("current state", ours, exp.Current, func(m Mismatch) {
+			res.Mismatches++
+			report(m)
+		})
 		res.Current = true
 	}
 	return res, nil

@@ -9,7 +9,10 @@
 // state after that event), current_state.json (the server's current state, in
 // the same form) and meta.json (room_id, forward_extremities, counts.events,
 // counts.outliers, and for generated rooms expected_state.lines). A recording
-// needs no events.jsonl to be compared.
+// needs no events.jsonl to be compared. A recording written from a server's
+// database (mtxdb import --from) holds state_groups.jsonl instead of whole states:
+// each line of expected_state.jsonl names the group of the state after its event
+// (Group).
 package recorded
 
 import (
@@ -150,12 +153,17 @@ type Expected struct {
 	// States is the number of recorded states (lines of expected_state.jsonl),
 	// also when After was not loaded (Open).
 	States int
+	// groups: the recording's state_groups.jsonl, when it has one (Group).
+	groups *groups
 }
 
-// ExpectedState is one line of expected_state.jsonl.
+// ExpectedState is one line of expected_state.jsonl: the state after an event,
+// whole (State) or, in a recording with state_groups.jsonl, as the group that
+// holds it (StateGroup; State then absent).
 type ExpectedState struct {
-	EventID string            `json:"event_id"`
-	State   map[string]string `json:"state"`
+	EventID    string            `json:"event_id"`
+	State      map[string]string `json:"state"`
+	StateGroup int64             `json:"state_group,omitempty"`
 }
 
 // Load reads expected_state.jsonl, current_state.json and meta.json of a room
@@ -183,12 +191,12 @@ func (exp *Expected) eachState(fn func(ExpectedState) error) error {
 		}
 		return nil
 	}
-	return scanExpected(exp.Dir, true, fn)
+	return scanExpected(exp.Dir, true, exp.groups != nil, fn)
 }
 
 // scanExpected calls fn for each non-blank line of dir's expected_state.jsonl,
 // decoded when decode is set (fn then gets the state; otherwise a zero value).
-func scanExpected(dir string, decode bool, fn func(ExpectedState) error) error {
+func scanExpected(dir string, decode bool, grouped bool, fn func(ExpectedState) error) error {
 	f, err := os.Open(filepath.Join(dir, "expected_state.jsonl"))
 	if err != nil {
 		return err
@@ -205,8 +213,8 @@ func scanExpected(dir string, decode bool, fn func(ExpectedState) error) error {
 			if err := json.Unmarshal(sc.Bytes(), &es); err != nil {
 				return malformed("recorded: %s/expected_state.jsonl line %d: %w", dir, line, err)
 			}
-			if es.EventID == "" || es.State == nil {
-				return malformed("recorded: %s/expected_state.jsonl line %d: not a recorded state: want an object with event_id and state", dir, line)
+			if es.EventID == "" || (es.State == nil && (!grouped || es.StateGroup == 0)) {
+				return malformed("recorded: %s/expected_state.jsonl line %d: not a recorded state: want an object with event_id and state (or state_group, with state_groups.jsonl)", dir, line)
 			}
 			if err := checkStateKeys(es.State); err != nil {
 				return malformed("recorded: %s/expected_state.jsonl line %d: %w", dir, line, err)
@@ -226,7 +234,11 @@ func scanExpected(dir string, decode bool, fn func(ExpectedState) error) error {
 
 func loadExpected(dir string, hold bool) (*Expected, error) {
 	exp := &Expected{Dir: dir}
-	if err := scanExpected(dir, hold, func(es ExpectedState) error {
+	var err error
+	if exp.groups, err = loadGroups(dir); err != nil {
+		return nil, err
+	}
+	if err := scanExpected(dir, hold, exp.groups != nil, func(es ExpectedState) error {
 		exp.States++
 		if hold {
 			exp.After = append(exp.After, es)

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/mtxdb/mtxdb/recorded"
 )
 
 // ErrNotDendrite is returned (wrapped, saying what is missing) for a database
@@ -203,10 +205,17 @@ func (d *Dendrite) loadRoom(ctx context.Context, roomID string) (int64, error) {
 	return nid, rows.Err()
 }
 
-// RecordedState calls fn, by event NID, with each event of the room that has
-// a state snapshot and the state after it; group is the snapshot NID of the
-// state before the event (the map is shared: not to be changed).
-func (d *Dendrite) RecordedState(ctx context.Context, roomID string, fn func(eventID string, group int64, state map[string]string) error) error {
+// fullGroupEvery: every this many snapshot groups RecordedGroups gives one whole
+// rather than as differences, so that no chain of differences grows long.
+const fullGroupEvery = 256
+
+// RecordedGroups gives, by event NID, each event with a state snapshot and the
+// group of the state after it (Source): the snapshot of the state before it
+// (group ID: the snapshot NID; given as its differences from the snapshot
+// given before it, or whole every fullGroupEvery-th), or, for a state event
+// Dendrite did not reject that changes its key, a group of its own (ID: minus
+// its event NID) setting the event over that snapshot.
+func (d *Dendrite) RecordedGroups(ctx context.Context, roomID string, group func(recorded.Group) error, event func(eventID string, group int64) error) error {
 	nid, err := d.loadRoom(ctx, roomID)
 	if err != nil {
 		return err
@@ -233,24 +242,54 @@ func (d *Dendrite) RecordedState(ctx context.Context, roomID string, fn func(eve
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	given := map[int64]bool{}
+	var last map[string]string
+	var lastID int64
 	for _, r := range evs {
+		e := d.events[r.ev]
 		before, err := d.snapshotState(ctx, r.snap)
 		if err != nil {
-			return fmt.Errorf("serverdb: %s: room %s, event %s: %w", d.where, roomID, d.events[r.ev].id, err)
+			return fmt.Errorf("serverdb: %s: room %s, event %s: %w", d.where, roomID, e.id, err)
 		}
-		after := before
-		if e := d.events[r.ev]; e.key != "" && !r.rejected && before[e.key] != e.id {
-			after = make(map[string]string, len(before)+1)
-			for k, v := range before {
-				after[k] = v
+		if !given[r.snap] {
+			g := recorded.Group{ID: r.snap, Set: before}
+			if last != nil && len(given)%fullGroupEvery != 0 {
+				g = diffGroup(r.snap, lastID, last, before)
 			}
-			after[e.key] = e.id
+			if err := group(g); err != nil {
+				return err
+			}
+			given[r.snap], last, lastID = true, before, r.snap
 		}
-		if err := fn(d.events[r.ev].id, r.snap, after); err != nil {
+		g := r.snap
+		if e.key != "" && !r.rejected && before[e.key] != e.id {
+			g = -r.ev
+			if err := group(recorded.Group{ID: g, Prev: r.snap, Set: map[string]string{e.key: e.id}}); err != nil {
+				return err
+			}
+		}
+		if err := event(e.id, g); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// diffGroup is the group id holding state as its differences from prev's.
+func diffGroup(id, prevID int64, prev, state map[string]string) recorded.Group {
+	g := recorded.Group{ID: id, Prev: prevID, Set: map[string]string{}}
+	for k, v := range state {
+		if prev[k] != v {
+			g.Set[k] = v
+		}
+	}
+	for k := range prev {
+		if _, ok := state[k]; !ok {
+			g.Removed = append(g.Removed, k)
+		}
+	}
+	slices.Sort(g.Removed)
+	return g
 }
 
 // snapshotState expands a state snapshot of the current room.

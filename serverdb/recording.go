@@ -8,13 +8,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mtxdb/mtxdb/recorded"
 )
 
 // Source is a server's database as import --from reads it: OpenSynapse's.
 type Source interface {
 	Rooms(ctx context.Context) ([]Room, error)
 	PDUs(ctx context.Context, roomID string, fn func(eventID string, pdu []byte) error) error
-	RecordedState(ctx context.Context, roomID string, fn func(eventID string, group int64, state map[string]string) error) error
+	// RecordedGroups calls group for each state group the first time an event
+	// names it or a group builds on it (before that), then event for each event
+	// with a recorded state, in the server's order.
+	RecordedGroups(ctx context.Context, roomID string, group func(recorded.Group) error, event func(eventID string, group int64) error) error
 	CurrentState(ctx context.Context, roomID string) (map[string]string, error)
 	ForwardExtremities(ctx context.Context, roomID string) ([]string, error)
 }
@@ -34,9 +39,10 @@ func RecordingDir(roomID string) string {
 }
 
 // WriteRecording writes what the server recorded for a room into dir, as
-// package recorded reads it: expected_state.jsonl (a line per event with a
-// state group, in stream order: {"event_id", "state_group", "state"}),
-// current_state.json and meta.json (room_id, room_version,
+// package recorded reads it: state_groups.jsonl (each state group once, as its
+// differences from an earlier one: recorded.Group), expected_state.jsonl (a
+// line per event with a recorded state, in the server's order: {"event_id",
+// "state_group"}), current_state.json and meta.json (room_id, room_version,
 // forward_extremities, counts.events, expected_state.lines, source). It
 // returns the number of states written. The files are written to dir.tmp and
 // renamed, so a failed run leaves no partial recording at dir.
@@ -48,7 +54,7 @@ func WriteRecording(ctx context.Context, src Source, room Room, source, dir stri
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return 0, err
 	}
-	states, err := writeStates(ctx, src, room.ID, filepath.Join(tmp, "expected_state.jsonl"))
+	states, err := writeStates(ctx, src, room.ID, tmp)
 	if err != nil {
 		os.RemoveAll(tmp)
 		return 0, err
@@ -85,28 +91,35 @@ func WriteRecording(ctx context.Context, src Source, room Room, source, dir stri
 	return states, nil
 }
 
-func writeStates(ctx context.Context, src Source, roomID, path string) (int, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return 0, err
+func writeStates(ctx context.Context, src Source, roomID, dir string) (int, error) {
+	var files [2]*os.File
+	var ws [2]*bufio.Writer
+	for i, name := range []string{"state_groups.jsonl", "expected_state.jsonl"} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return 0, err
+		}
+		defer f.Close()
+		files[i], ws[i] = f, bufio.NewWriterSize(f, 1<<20)
 	}
-	defer f.Close()
-	w := bufio.NewWriterSize(f, 1<<20)
-	enc := json.NewEncoder(w)
+	groups, lines := json.NewEncoder(ws[0]), json.NewEncoder(ws[1])
 	n := 0
-	err = src.RecordedState(ctx, roomID, func(eventID string, group int64, state map[string]string) error {
+	err := src.RecordedGroups(ctx, roomID, func(g recorded.Group) error {
+		return groups.Encode(g)
+	}, func(eventID string, group int64) error {
 		n++
-		return enc.Encode(struct {
-			EventID    string            `json:"event_id"`
-			StateGroup int64             `json:"state_group"`
-			State      map[string]string `json:"state"`
-		}{eventID, group, state})
+		return lines.Encode(struct {
+			EventID    string `json:"event_id"`
+			StateGroup int64  `json:"state_group"`
+		}{eventID, group})
 	})
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = f.Sync()
+	for i := range files {
+		if err == nil {
+			err = ws[i].Flush()
+		}
+		if err == nil {
+			err = files[i].Sync()
+		}
 	}
 	return n, err
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/mtxdb/mtxdb/recorded"
 )
 
 // The Synapse main schema versions read (schema_version.version).
@@ -135,28 +137,9 @@ func (s *Synapse) PDUs(ctx context.Context, roomID string, fn func(eventID strin
 // Memory: the room's (event, group) pairs and at most groupCacheSize states.
 // Errors name the group: a cycle of edges, a group without rows or edge.
 func (s *Synapse) RecordedState(ctx context.Context, roomID string, fn func(eventID string, group int64, state map[string]string) error) error {
-	rows, err := s.tx.QueryContext(ctx, s.q(`SELECT e.event_id, g.state_group FROM events e
-		JOIN event_to_state_groups g ON g.event_id = e.event_id
-		WHERE e.room_id = ? ORDER BY e.stream_ordering`), roomID)
+	evs, err := s.eventGroups(ctx, roomID)
 	if err != nil {
-		return fmt.Errorf("serverdb: %s: state groups of room %s: %w", s.where, roomID, err)
-	}
-	type ev struct {
-		id    string
-		group int64
-	}
-	var evs []ev
-	for rows.Next() {
-		var e ev
-		if err := rows.Scan(&e.id, &e.group); err != nil {
-			rows.Close()
-			return fmt.Errorf("serverdb: %s: state groups of room %s: %w", s.where, roomID, err)
-		}
-		evs = append(evs, e)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("serverdb: %s: state groups of room %s: %w", s.where, roomID, err)
+		return err
 	}
 	groups, _ := lru.New[int64, map[string]string](groupCacheSize)
 	for _, e := range evs {
@@ -269,4 +252,76 @@ func (s *Synapse) ForwardExtremities(ctx context.Context, roomID string) ([]stri
 		out = append(out, id)
 	}
 	return out, rows.Err()
+}
+
+// RecordedGroups gives the room's state groups as Synapse stores them (a group
+// with an edge: its rows are its differences from the previous group; without:
+// its whole state) and each event's group, in stream order (Source). Memory:
+// the room's (event, group) pairs and the set of groups given.
+func (s *Synapse) RecordedGroups(ctx context.Context, roomID string, group func(recorded.Group) error, event func(eventID string, group int64) error) error {
+	evs, err := s.eventGroups(ctx, roomID)
+	if err != nil {
+		return err
+	}
+	given := map[int64]bool{}
+	var give func(g int64, depth int) error
+	give = func(g int64, depth int) error {
+		if given[g] {
+			return nil
+		}
+		if depth > 10000 {
+			return fmt.Errorf("state group %d: more than 10,000 edges below it (a cycle?)", g)
+		}
+		var prev int64
+		err := s.tx.QueryRowContext(ctx, s.q("SELECT prev_state_group FROM state_group_edges WHERE state_group = ?"), g).Scan(&prev)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("state group %d: edges: %w", g, err)
+		}
+		if prev != 0 {
+			if err := give(prev, depth+1); err != nil {
+				return err
+			}
+		}
+		set := map[string]string{}
+		if err := s.groupRows(ctx, g, set); err != nil {
+			return err
+		}
+		given[g] = true
+		return group(recorded.Group{ID: g, Prev: prev, Set: set})
+	}
+	for _, e := range evs {
+		if err := give(e.group, 0); err != nil {
+			return fmt.Errorf("serverdb: %s: room %s, event %s: %w", s.where, roomID, e.id, err)
+		}
+		if err := event(e.id, e.group); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eventGroup is an event and its state group.
+type eventGroup struct {
+	id    string
+	group int64
+}
+
+// eventGroups reads the room's events with a state group, in stream order.
+func (s *Synapse) eventGroups(ctx context.Context, roomID string) ([]eventGroup, error) {
+	rows, err := s.tx.QueryContext(ctx, s.q(`SELECT e.event_id, g.state_group FROM events e
+		JOIN event_to_state_groups g ON g.event_id = e.event_id
+		WHERE e.room_id = ? ORDER BY e.stream_ordering`), roomID)
+	if err != nil {
+		return nil, fmt.Errorf("serverdb: %s: state groups of room %s: %w", s.where, roomID, err)
+	}
+	defer rows.Close()
+	var evs []eventGroup
+	for rows.Next() {
+		var e eventGroup
+		if err := rows.Scan(&e.id, &e.group); err != nil {
+			return nil, fmt.Errorf("serverdb: %s: state groups of room %s: %w", s.where, roomID, err)
+		}
+		evs = append(evs, e)
+	}
+	return evs, rows.Err()
 }

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,6 +110,7 @@ type rebinder struct {
 	// group is the last state group ID given: each room's groups are numbered
 	// anew, for the same reason.
 	group int64
+	stmts map[string]*sql.Stmt // prepared, by query
 }
 
 func (r *rebinder) Exec(query string, args ...any) (sql.Result, error) {
@@ -151,19 +153,25 @@ func addRoom(tx *rebinder, dir string) (string, error) {
 	if _, err := tx.Exec("INSERT INTO rooms(room_id, room_version) VALUES (?, ?)", m.RoomID, m.RoomVersion); err != nil {
 		return "", err
 	}
-	in := map[string]internal{}
-	if err := eachLine(filepath.Join(dir, "events_internal.jsonl"), func(b []byte) error {
-		var e internal
-		err := json.Unmarshal(b, &e)
-		in[e.EventID] = e
-		return err
-	}); err != nil {
+	// events_internal.jsonl (the real rooms'): outliers and rejections; a
+	// generated room has none, and its events are neither.
+	var in map[string]internal
+	if _, err := os.Stat(filepath.Join(dir, "events_internal.jsonl")); err == nil {
+		in = map[string]internal{}
+		if err := eachLine(filepath.Join(dir, "events_internal.jsonl"), func(b []byte) error {
+			var e internal
+			err := json.Unmarshal(b, &e)
+			in[e.EventID] = e
+			return err
+		}); err != nil {
+			return "", err
+		}
+	}
+	groups, err := addStateGroups(tx, dir, m.RoomID)
+	if err != nil {
 		return "", err
 	}
-	if err := addEvents(tx, dir, m, in); err != nil {
-		return "", err
-	}
-	if err := addStateGroups(tx, dir, m.RoomID); err != nil {
+	if err := addEvents(tx, dir, m, in, groups); err != nil {
 		return "", err
 	}
 	var cur map[string]string // none: the server had left the room (room004_union)
@@ -184,9 +192,15 @@ func addRoom(tx *rebinder, dir string) (string, error) {
 	return m.RoomID, nil
 }
 
-// addEvents writes events, event_json and rejections; for room versions 3 and
-// later the PDU is stored without the event_id the room directory adds.
-func addEvents(tx *rebinder, dir string, m meta, in map[string]internal) error {
+// addEvents writes events, event_json, rejections and event_to_state_groups;
+// for room versions 3 and later the PDU is stored without the event_id the room
+// directory adds. An event without a recorded state (groups) has no state group,
+// except in a generated room (no events_internal.jsonl), which records the state
+// of every k-th event only: there an event takes the group of the last event
+// before it that has one, so that every event is mapped as in Synapse (the
+// database then serves to measure import, not to audit).
+func addEvents(tx *rebinder, dir string, m meta, in map[string]internal, groups map[string]int64) error {
+	var last int64
 	return eachLine(filepath.Join(dir, "events.jsonl"), func(b []byte) error {
 		var pdu map[string]json.RawMessage
 		if err := json.Unmarshal(b, &pdu); err != nil {
@@ -200,7 +214,7 @@ func addEvents(tx *rebinder, dir string, m meta, in map[string]internal) error {
 		json.Unmarshal(pdu["state_key"], &stateKey)
 		json.Unmarshal(pdu["depth"], &depth)
 		e, ok := in[id]
-		if !ok {
+		if !ok && in != nil {
 			return fmt.Errorf("event %s not in events_internal.jsonl", id)
 		}
 		if m.RoomVersion != "1" && m.RoomVersion != "2" {
@@ -218,6 +232,17 @@ func addEvents(tx *rebinder, dir string, m meta, in map[string]internal) error {
 		if _, err := tx.Exec("INSERT INTO event_json(event_id, room_id, internal_metadata, json, format_version) VALUES (?, ?, '{}', ?, 3)", id, m.RoomID, string(js)); err != nil {
 			return err
 		}
+		if g, ok := groups[id]; ok {
+			last = g
+		}
+		if g, ok := groups[id]; ok || (in == nil && last != 0) {
+			if !ok {
+				g = last
+			}
+			if _, err := tx.Exec("INSERT INTO event_to_state_groups(event_id, state_group) VALUES (?, ?)", id, g); err != nil {
+				return err
+			}
+		}
 		if e.Rejected != nil {
 			if _, err := tx.Exec("INSERT INTO rejections(event_id, reason, last_check) VALUES (?, ?, '')", id, fmt.Sprint(e.Rejected)); err != nil {
 				return err
@@ -228,13 +253,15 @@ func addEvents(tx *rebinder, dir string, m meta, in map[string]internal) error {
 }
 
 // addStateGroups writes each distinct state group of expected_state.jsonl and
-// the events' mappings to them.
-func addStateGroups(tx *rebinder, dir, roomID string) error {
+// returns the group of each event recorded there.
+func addStateGroups(tx *rebinder, dir, roomID string) (map[string]int64, error) {
+	groups := map[string]int64{}
 	var prev map[string]string
 	var prevGroup int64
 	hops := 0
 	ids := map[int64]int64{} // the room's own group -> the database's
-	return eachLine(filepath.Join(dir, "expected_state.jsonl"), func(b []byte) error {
+	var own int64            // groups of lines without one: -1, -2, ...
+	return groups, eachLine(filepath.Join(dir, "expected_state.jsonl"), func(b []byte) error {
 		var l struct {
 			EventID    string            `json:"event_id"`
 			StateGroup int64             `json:"state_group"`
@@ -243,15 +270,19 @@ func addStateGroups(tx *rebinder, dir, roomID string) error {
 		if err := json.Unmarshal(b, &l); err != nil {
 			return err
 		}
+		if l.StateGroup == 0 { // a generated room's lines name no group: one per distinct state in a row
+			if prev == nil || !maps.Equal(prev, l.State) {
+				own--
+			}
+			l.StateGroup = own
+		}
 		id, written := ids[l.StateGroup]
 		if !written {
 			tx.group++
 			id, ids[l.StateGroup] = tx.group, tx.group
 		}
 		l.StateGroup = id
-		if _, err := tx.Exec("INSERT INTO event_to_state_groups(event_id, state_group) VALUES (?, ?)", l.EventID, l.StateGroup); err != nil {
-			return err
-		}
+		groups[l.EventID] = id
 		if written {
 			return nil
 		}
@@ -279,7 +310,7 @@ func addStateGroups(tx *rebinder, dir, roomID string) error {
 				return err
 			}
 		}
-		prev, prevGroup = l.State, l.StateGroup
+		prev, prevGroup = l.State, id
 		return nil
 	})
 }
