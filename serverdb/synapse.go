@@ -70,7 +70,10 @@ var synapseColumns = [][2]string{
 func (s *Synapse) check(ctx context.Context) error {
 	var v string
 	if err := s.tx.QueryRowContext(ctx, "SELECT version FROM schema_version").Scan(&v); err != nil {
-		return fmt.Errorf("%w: %s: schema_version: %v", ErrNotSynapse, s.where, err)
+		if notTheSchema(err) || errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: %s: schema_version: %v", ErrNotSynapse, s.where, err)
+		}
+		return fmt.Errorf("serverdb: %s: cannot read schema_version: %w", s.where, err)
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil {

@@ -1,4 +1,4 @@
-package serverdb
+package serverdb_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/mtxdb/mtxdb/pgstore/pgtest"
+	"github.com/mtxdb/mtxdb/serverdb"
 	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/testrooms"
 	"github.com/mtxdb/mtxdb/testrooms/synapsedb"
@@ -53,7 +54,7 @@ func eachDatabase(t *testing.T, rooms []string, f func(t *testing.T, target stri
 // extremities too.
 func TestSynapseReadsWhatWasRecorded(t *testing.T) {
 	eachDatabase(t, realRooms, func(t *testing.T, target string) {
-		s, err := OpenSynapse(ctx, target)
+		s, err := serverdb.OpenSynapse(ctx, target)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,17 +142,17 @@ func TestSynapseRefusesForeign(t *testing.T) {
 		{build("dendrite.db", "CREATE TABLE roomserver_events(event_nid INTEGER)"), "schema_version", true},
 		{dropped, "state_group_edges", true},
 		{newer, "version 999", true},
-		{garbage, "garbage.db", true},
+		{garbage, "file is not a database", false},
 		{filepath.Join(dir, "missing.db"), "missing.db", false},
 	} {
 		before, _ := os.ReadFile(c.target)
-		s, err := OpenSynapse(ctx, c.target)
+		s, err := serverdb.OpenSynapse(ctx, c.target)
 		if err == nil {
 			s.Close()
 			t.Errorf("%s: opened", c.target)
 			continue
 		}
-		if !strings.Contains(err.Error(), c.want) || errors.Is(err, ErrNotSynapse) != c.notSynapse {
+		if !strings.Contains(err.Error(), c.want) || errors.Is(err, serverdb.ErrNotSynapse) != c.notSynapse {
 			t.Errorf("%s: %v; want an error naming %q (ErrNotSynapse: %v)", c.target, err, c.want, c.notSynapse)
 		}
 		if after, _ := os.ReadFile(c.target); string(after) != string(before) {

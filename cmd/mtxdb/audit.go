@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mtxdb/mtxdb/audit"
+	"github.com/mtxdb/mtxdb/pgstore"
 	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
@@ -49,8 +50,16 @@ The recorded state is read from the store directory's recorded/ subdirectory
 (where mtxdb import --from writes it), or from --expected (room directories with
 expected_state.jsonl and meta.json, as mtxdb verify --expected reads them).
 
-Exit status 2 when anything differs or a recorded room is not in the store or not
-replayed; 1 for usage and I/O errors; 0 when every room agrees with the spec.`,
+A recorded event the store lacks or has no state for (refused at import: its
+content does not give the event ID the server knows it by, say), a room that
+cannot be audited, and --room naming a room without a recording are "problem"
+lines; the other rooms are audited all the same. With --json each line is one
+object: {"kind":"finding","room","event","key","finding":KIND,"ours","recorded"},
+"room", "problem" and "audit" lines likewise.
+
+Exit status 2 when anything differs or there is a problem (a recorded room not
+in the store or not replayed, among them); 1 for usage and I/O errors; 0 when
+every room agrees with the spec.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -58,6 +67,9 @@ replayed; 1 for usage and I/O errors; 0 when every room agrees with the spec.`,
 				return err
 			}
 			if len(expected) == 0 {
+				if pgstore.IsURL(store) {
+					return fmt.Errorf("a PostgreSQL store has no recorded/ directory: give the recorded state with --expected DIR")
+				}
 				dir := filepath.Join(store, recordedSubdir)
 				if _, err := os.Stat(dir); err != nil {
 					return fmt.Errorf("no recorded state to audit: %s does not exist (mtxdb import --from writes it) and no --expected was given", dir)
@@ -106,6 +118,10 @@ func auditRooms(ctx context.Context, rooms []*roomstate.Room, exps map[string][]
 	for _, r := range rooms {
 		byID[r.ID()] = r
 	}
+	if room != "" && len(exps[room]) == 0 {
+		t.problems++
+		printProblem(out, asJSON, room, "no recorded state for this room (mtxdb import --from records the rooms it imports)")
+	}
 	for _, exp := range sortedExpected(exps) {
 		if room != "" && exp.RoomID != room {
 			continue
@@ -122,8 +138,14 @@ func auditRooms(ctx context.Context, rooms []*roomstate.Room, exps map[string][]
 			continue
 		}
 		rt, err := auditRoom(ctx, r, exp, out, asJSON)
-		if err != nil {
+		t.problems += rt.problems
+		if err != nil && lostStore(err) {
 			return t, err
+		}
+		if err != nil {
+			t.problems++
+			printProblem(out, asJSON, exp.RoomID, fmt.Sprintf("audit stopped in this room: %v", err))
+			continue
 		}
 		t.rooms++
 		t.events += rt.events
@@ -146,6 +168,13 @@ func auditRoom(ctx context.Context, r *roomstate.Room, exp *recorded.Expected, o
 	lastEvent := ""
 	res, err := recorded.Compare(ctx, r, exp, func(m recorded.Mismatch) {
 		if classifyErr != nil {
+			return
+		}
+		if m.Key == "-" {
+			// Not a state difference: an event the store lacks or has no state
+			// for, or one recorded twice (recorded.Compare).
+			t.problems++
+			printProblem(out, asJSON, m.Room, fmt.Sprintf("event %s: ours %s, recorded %s", m.Event, m.Ours, m.Recorded))
 			return
 		}
 		f, err := c.Classify(m)

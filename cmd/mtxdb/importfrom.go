@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"context"
 	"errors"
 	"fmt"
@@ -41,6 +43,12 @@ func (f *importFlags) fromSource(ctx context.Context) (serverdb.Source, func() e
 		return d, d.Close, "dendrite", nil
 	}
 	return nil, nil, "", fmt.Errorf("--from %q: unknown server kind %q (synapse, dendrite)", f.from, kind)
+}
+
+// source2 is --from for meta.json and messages: a URL's password masked.
+func sourceLabel(from string) string {
+	kind, target, _ := strings.Cut(from, ":")
+	return kind + ":" + serverdb.Redact(target)
 }
 
 // importFrom imports every room of src (or --room) and writes what the server
@@ -88,7 +96,7 @@ func (r *importRun) importFrom(ctx context.Context, src serverdb.Source, what st
 		if err != nil {
 			return err
 		}
-		n, err := serverdb.WriteRecording(ctx, src, rm, r.from, filepath.Join(r.store, recordedSubdir, serverdb.RecordingDir(rm.ID)))
+		n, err := serverdb.WriteRecording(ctx, src, rm, sourceLabel(r.from), filepath.Join(r.store, recordedSubdir, serverdb.RecordingDir(rm.ID)))
 		if err != nil {
 			return err
 		}
@@ -106,13 +114,60 @@ func (r *importRun) importFrom(ctx context.Context, src serverdb.Source, what st
 	return nil
 }
 
+// withEventID returns a PDU that carries the event ID its server's database
+// names it by: as it is when it has an event_id field (room versions 1 and 2
+// store one), else with a top-level event_id added, which import checks against
+// the reference hash (pdu.ErrEventIDMismatch refuses a PDU whose content no
+// longer gives the ID the server knows it by).
+func withEventID(pdu []byte, eventID string) []byte {
+	trimmed := bytes.TrimLeft(pdu, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' || hasTopLevelKey(trimmed, "event_id") {
+		return pdu
+	}
+	id, _ := json.Marshal(eventID)
+	out := make([]byte, 0, len(trimmed)+len(id)+16)
+	out = append(out, `{"event_id":`...)
+	out = append(out, id...)
+	rest := bytes.TrimLeft(trimmed[1:], " \t\r\n")
+	if len(rest) > 0 && rest[0] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, rest...)
+}
+
+// hasTopLevelKey reports whether the JSON object obj has key at its top level
+// (false for JSON that does not decode: import refuses it then).
+func hasTopLevelKey(obj []byte, key string) bool {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return false
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if t == key {
+			return true
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return false
+		}
+	}
+	return false
+}
+
 // importRoomPDUs streams a room's PDUs from src into the store as JSON lines.
 func importRoomPDUs(ctx context.Context, st *roomstate.Store, src serverdb.Source, roomID string, opts roomstate.ImportOptions) (roomstate.ImportResult, error) {
 	pr, pw := io.Pipe()
 	go func() {
 		w := bufio.NewWriterSize(pw, 1<<20)
-		err := src.PDUs(ctx, roomID, func(_ string, pdu []byte) error {
-			if _, err := w.Write(pdu); err != nil {
+		err := src.PDUs(ctx, roomID, func(eventID string, pdu []byte) error {
+			if interrupted() {
+				return errInterrupted // Import stops at this read, as a file import does
+			}
+			if _, err := w.Write(withEventID(pdu, eventID)); err != nil {
 				return err
 			}
 			return w.WriteByte('\n')
@@ -131,6 +186,9 @@ func importRoomPDUs(ctx context.Context, st *roomstate.Store, src serverdb.Sourc
 // room of the server's database imported with its recording, then --repack.
 func (f *importFlags) runFrom(cmd *cobra.Command, opts repackplan.Options) (rerr error) {
 	ctx := cmd.Context()
+	if err := nonEmptyFlag(cmd, "room", f.fromRoom); err != nil {
+		return err
+	}
 	if f.anyOrder || f.roomVersion != "" || f.keysFile != "" {
 		return fmt.Errorf("--from takes each room's version from the database and imports in any order; --any-order, --room-version and --keys do not apply")
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mtxdb/mtxdb/serverdb"
 	"github.com/mtxdb/mtxdb/testrooms"
 	"github.com/mtxdb/mtxdb/testrooms/synapsedb"
 )
@@ -83,7 +84,7 @@ func TestCLIImportFromSynapse(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--from", "synapse:" + foreign}, "not a Synapse database"},
+		{[]string{"--from", "synapse:" + foreign}, "file is not a database"},
 		{[]string{"--from", "synapse:" + filepath.Join(dir, "missing.db")}, "missing.db"},
 		{[]string{"--from", "dendrite:" + dbA}, "not a Dendrite roomserver database"},
 		{[]string{"--from", "matrix:" + dbA}, "unknown server kind"},
@@ -207,5 +208,85 @@ func TestCLIImportFromDendrite(t *testing.T) {
 	sdb.Close()
 	if o, code := run(t, "import", "--store", filepath.Join(dir, "p"), "--from", "dendrite:"+patched); code != 1 || !strings.Contains(o, "keeps its state in mtxdb") {
 		t.Errorf("a patched build's database: exit %d\n%s", code, o)
+	}
+}
+
+// TestCLIImportFromDamaged: a PDU whose content was changed in the database
+// (so that it no longer gives the event ID the database names it by) is refused
+// at import, and audit reports that room's events it cannot compare as problem
+// lines while it audits the other rooms (exit 2); a database path with '#', '%'
+// and '?' is opened as named, read-only; --room naming a room without a
+// recording is a problem.
+func TestCLIImportFromDamaged(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "a#b %41?.db")
+	real := filepath.Join(testrooms.Dir(), "real")
+	ids, err := synapsedb.Build(db, []string{filepath.Join(real, "room001"), filepath.Join(real, "room163")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdb, err := sql.Open("sqlite", "file:"+serverdb.SQLitePath(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var victim, js string
+	if err := sdb.QueryRow("SELECT event_id, json FROM event_json WHERE room_id = ? ORDER BY event_id LIMIT 1 OFFSET 300", ids[0]).Scan(&victim, &js); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sdb.Exec("UPDATE event_json SET json = ? WHERE event_id = ?", strings.Replace(js, `"depth":`, `"depth":9`, 1), victim); err != nil {
+		t.Fatal(err)
+	}
+	sdb.Close()
+	before, _ := os.ReadFile(db)
+	store := filepath.Join(dir, "s")
+	o, code := run(t, "import", "--store", store, "--from", "synapse:"+db)
+	if code != 0 || !strings.Contains(o, "refused=1") || !strings.Contains(o, victim) || !strings.Contains(o, "event_id does not match") {
+		t.Fatalf("import: exit %d, want 0 and the changed PDU refused\n%s", code, o)
+	}
+	if after, _ := os.ReadFile(db); !bytes.Equal(before, after) {
+		t.Errorf("the database changed")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "a")); err == nil {
+		t.Errorf("a file %s/a was created: the path was cut at '#'", dir)
+	}
+	if o, code := run(t, "replay", "--store", store); code != 0 {
+		t.Fatalf("replay: exit %d\n%s", code, o)
+	}
+	o, code = run(t, "audit", "--store", store)
+	if code != 2 || !strings.Contains(o, "problem room="+ids[0]+": event "+victim+": ours (event not imported)") ||
+		!strings.Contains(o, "room: room="+ids[1]+" events=8 differing_events=0 findings=0") {
+		t.Errorf("audit: exit %d, want 2, a problem for the refused event and room163 audited clean\n%s", code, o[max(0, len(o)-3000):])
+	}
+	if err := os.RemoveAll(filepath.Join(store, "recorded", serverdb.RecordingDir(ids[1]))); err != nil {
+		t.Fatal(err)
+	}
+	if o, code := run(t, "audit", "--store", store, "--room", ids[1]); code != 2 || !strings.Contains(o, "no recorded state for this room") {
+		t.Errorf("audit --room without a recording: exit %d\n%s", code, o)
+	}
+	if o, code := run(t, "import", "--store", store, "--from", "synapse:"+db, "--room", ""); code != 1 || !strings.Contains(o, "--room is empty") {
+		t.Errorf("import --from --room '': exit %d\n%s", code, o)
+	}
+}
+
+// TestFromHelpers: the event ID added to a PDU without one at its top level
+// (and not to one with it, nor for an event_id inside content), and a URL's
+// password masked in what is written of --from.
+func TestFromHelpers(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"type":"m.room.message"}`, `{"event_id":"$e","type":"m.room.message"}`},
+		{` { } `, `{"event_id":"$e"} `},
+		{`{"event_id":"$x","type":"t"}`, `{"event_id":"$x","type":"t"}`},
+		{`{"content":{"m.relates_to":{"event_id":"$y"}}}`, `{"event_id":"$e","content":{"m.relates_to":{"event_id":"$y"}}}`},
+		{`not json`, `not json`},
+	} {
+		if got := string(withEventID([]byte(c.in), "$e")); got != c.want {
+			t.Errorf("withEventID(%s) = %s, want %s", c.in, got, c.want)
+		}
+	}
+	if got := sourceLabel("synapse:postgres://u:secret@h:5432/db?sslmode=disable"); strings.Contains(got, "secret") || !strings.HasPrefix(got, "synapse:postgres://u:") {
+		t.Errorf("sourceLabel: %q", got)
+	}
+	if got := sourceLabel("dendrite:/var/lib/d.db"); got != "dendrite:/var/lib/d.db" {
+		t.Errorf("sourceLabel of a path: %q", got)
 	}
 }

@@ -148,7 +148,7 @@ func loadExpectedDirs(paths []string, warn io.Writer) (map[string][]*recorded.Ex
 				// A room without its recording is a data problem: exit 2.
 				return nil, corruptError{fmt.Errorf("%s is a room directory without expected_state.jsonl: no state its server recorded to compare with", p)}
 			}
-			return nil, fmt.Errorf("%s holds no recorded room: a recorded room's directory holds events.jsonl, expected_state.jsonl and meta.json", p)
+			return nil, fmt.Errorf("%s holds no recorded room: a recorded room's directory holds expected_state.jsonl and meta.json (and events.jsonl, or state_groups.jsonl)", p)
 		}
 		for _, d := range dirs {
 			abs, err := filepath.Abs(d)

@@ -25,8 +25,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
-	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
+	"github.com/mtxdb/mtxdb/serverdb" // and the database/sql drivers it registers: "pgx", "sqlite"
 )
 
 // SchemaVersion is the main schema version the databases say they are.
@@ -56,7 +55,7 @@ CREATE INDEX events_room_stream on events(room_id, stream_ordering);
 // PostgreSQL database's postgres:// URL, with the rooms of roomDirs (distinct
 // room IDs), and returns the room IDs in the order given.
 func Build(target string, roomDirs []string) ([]string, error) {
-	driver, dsn := "sqlite", "file:"+target
+	driver, dsn := "sqlite", "file:"+serverdb.SQLitePath(target)
 	pg := strings.HasPrefix(target, "postgres://") || strings.HasPrefix(target, "postgresql://")
 	if pg {
 		driver, dsn = "pgx", target
@@ -114,20 +113,22 @@ type rebinder struct {
 }
 
 func (r *rebinder) Exec(query string, args ...any) (sql.Result, error) {
-	if r.pg {
-		var b strings.Builder
-		n := 0
-		for _, c := range query {
-			if c == '?' {
-				n++
-				fmt.Fprintf(&b, "$%d", n)
-				continue
-			}
-			b.WriteRune(c)
+	st, ok := r.stmts[query]
+	if !ok {
+		q := query
+		if r.pg {
+			q = serverdb.Placeholders(query)
 		}
-		query = b.String()
+		var err error
+		if st, err = r.tx.Prepare(q); err != nil {
+			return nil, err
+		}
+		if r.stmts == nil {
+			r.stmts = map[string]*sql.Stmt{}
+		}
+		r.stmts[query] = st
 	}
-	return r.tx.Exec(query, args...)
+	return st.Exec(args...)
 }
 
 // meta is what Build reads of meta.json.
