@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/mtxdb/mtxdb/pgstore/pgtest"
-	"github.com/mtxdb/mtxdb/serverdb"
 	"github.com/mtxdb/mtxdb/recorded"
+	"github.com/mtxdb/mtxdb/serverdb"
 	"github.com/mtxdb/mtxdb/testrooms"
 	"github.com/mtxdb/mtxdb/testrooms/synapsedb"
 )
