@@ -80,22 +80,7 @@ to continue. A second signal stops at once.`,
 			if err != nil {
 				return err
 			}
-			r, err := f.open(cmd)
-			if err != nil {
-				return err
-			}
-			defer r.removeIfEmpty()
-			defer r.eng.Close()
-			defer func() { rerr = r.exitStatus(rerr) }()
-			stop := catchInterrupts("import", nil)
-			defer stop()
-			if err := r.importAll(ctx, paths, keys); err != nil {
-				return err
-			}
-			if err := r.report(len(paths)); err != nil || !f.repack {
-				return err
-			}
-			return r.replayAndRepack(ctx, opts, stop)
+			return f.run(cmd, opts, len(paths), func(r *importRun) error { return r.importAll(ctx, paths, keys) })
 		},
 	}
 	c.Flags().StringVar(&f.store, "store", "", storeHelp+" (created if missing)")
@@ -163,6 +148,28 @@ func (f *importFlags) inputs(cmd *cobra.Command, args []string) ([]string, pdu.K
 		}
 	}
 	return paths, keys, nil
+}
+
+// run opens the store, imports through importInputs (inputs: how many inputs it
+// reads, for the totals line), reports, and replays and repacks with --repack;
+// the store is removed when this run created it and stored nothing.
+func (f *importFlags) run(cmd *cobra.Command, opts repackplan.Options, inputs int, importInputs func(*importRun) error) (rerr error) {
+	r, err := f.open(cmd)
+	if err != nil {
+		return err
+	}
+	defer r.removeIfEmpty()
+	defer r.eng.Close()
+	defer func() { rerr = r.exitStatus(rerr) }()
+	stop := catchInterrupts("import", nil)
+	defer stop()
+	if err := importInputs(r); err != nil {
+		return err
+	}
+	if err := r.report(inputs); err != nil || !f.repack {
+		return err
+	}
+	return r.replayAndRepack(cmd.Context(), opts, stop)
 }
 
 // importRun is one run of mtxdb import: its store and what its inputs have added

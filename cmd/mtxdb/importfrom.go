@@ -184,7 +184,7 @@ func importRoomPDUs(ctx context.Context, st *roomstate.Store, src serverdb.Sourc
 
 // runFrom is mtxdb import --from: the store opened (created if missing), every
 // room of the server's database imported with its recording, then --repack.
-func (f *importFlags) runFrom(cmd *cobra.Command, opts repackplan.Options) (rerr error) {
+func (f *importFlags) runFrom(cmd *cobra.Command, opts repackplan.Options) error {
 	ctx := cmd.Context()
 	if err := nonEmptyFlag(cmd, "room", f.fromRoom); err != nil {
 		return err
@@ -197,20 +197,5 @@ func (f *importFlags) runFrom(cmd *cobra.Command, opts repackplan.Options) (rerr
 		return err
 	}
 	defer closeSrc()
-	r, err := f.open(cmd)
-	if err != nil {
-		return err
-	}
-	defer r.removeIfEmpty()
-	defer r.eng.Close()
-	defer func() { rerr = r.exitStatus(rerr) }()
-	stop := catchInterrupts("import", nil)
-	defer stop()
-	if err := r.importFrom(ctx, src, what); err != nil {
-		return err
-	}
-	if err := r.report(1); err != nil || !f.repack {
-		return err
-	}
-	return r.replayAndRepack(ctx, opts, stop)
+	return f.run(cmd, opts, 1, func(r *importRun) error { return r.importFrom(ctx, src, what) })
 }
