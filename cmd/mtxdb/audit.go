@@ -66,6 +66,11 @@ every room agrees with the spec.`,
 			if err := nonEmptyFlag(cmd, "room", room); err != nil {
 				return err
 			}
+			eng, rooms, err := openRooms(ctx, store, room, true)
+			if err != nil {
+				return err
+			}
+			defer eng.Close()
 			if len(expected) == 0 {
 				if pgstore.IsURL(store) {
 					return fmt.Errorf("a PostgreSQL store has no recorded/ directory: give the recorded state with --expected DIR")
@@ -76,11 +81,6 @@ every room agrees with the spec.`,
 				}
 				expected = []string{dir}
 			}
-			eng, rooms, err := openRooms(ctx, store, room, true)
-			if err != nil {
-				return err
-			}
-			defer eng.Close()
 			exps, err := loadExpectedDirs(expected, cmd.ErrOrStderr())
 			if err != nil {
 				return err

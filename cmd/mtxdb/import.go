@@ -62,7 +62,7 @@ Ctrl-C (SIGINT) or SIGTERM stops at the next read: what was imported is synced,
 the command says where it stopped and exits 130 (143); run the same import again
 to continue. A second signal stops at once.`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if f.from != "" {
+			if cmd.Flags().Changed("from") {
 				return noArgs(cmd, args)
 			}
 			return cobra.MinimumNArgs(1)(cmd, args)
@@ -73,7 +73,7 @@ to continue. A second signal stops at once.`,
 			if err != nil {
 				return err
 			}
-			if f.from != "" {
+			if cmd.Flags().Changed("from") {
 				return f.runFrom(cmd, opts)
 			}
 			paths, keys, err := f.inputs(cmd, args)
