@@ -4,7 +4,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 FUZZMINTIME ?= 3s
 
-.PHONY: mutate-resolver dendrite test-dendrite-e2e test-dendrite-kill bench-state-cost bench-state-latency bench-dendrite-scale test-dendrite-v12 test-dendrite-partition test-dendrite-suite test-sytest test-complement bench-dendrite bench-replay bench-repack plots docs all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
+.PHONY: bench-import-synapse mutate-resolver dendrite test-dendrite-e2e test-dendrite-kill bench-state-cost bench-state-latency bench-dendrite-scale test-dendrite-v12 test-dendrite-partition test-dendrite-suite test-sytest test-complement bench-dendrite bench-replay bench-repack plots docs all deps deps-all build demo test test-pgserver-install test-dendrite vet fuzz fuzz-resolver bench bench-micro bench-resolver crash crash-bitflips clean
 
 all: build
 
@@ -220,6 +220,22 @@ bench-replay: build
 	trap 'scripts/pgserver.sh stop "'"$$dir"'" >/dev/null 2>&1 || true; rm -rf "'"$$dir"'"' EXIT; trap 'exit 1' HUP INT TERM; \
 	pg=; if [ -n "$(BENCH_REPLAY_PG_ROOMS)" ]; then pg="-postgres $$(scripts/pgserver.sh start "$$dir") -postgres-rooms $(BENCH_REPLAY_PG_ROOMS)"; fi; \
 	cd bench && $(GO) run ./cmd/benchreplay -mtxdb ../bin/mtxdb -rooms $(BENCH_REPLAY_ROOMS) -out ../$(BENCH_REPLAY_OUT) $$pg
+
+# bench-import-synapse: mtxdb import --from synapse: on a Synapse-layout SQLite
+# database of about 1 GB (39 generated v12 rooms of 10,000 events, seed 100;
+# built once into BENCH_IMPORT_DB by mtxdb gen and
+# testrooms/synapsedb/cmd/synapsedb-build, about 3 minutes), BENCH_IMPORT_RUNS
+# runs into fresh stores: docs/bench/import-synapse.{md,json}.
+BENCH_IMPORT_DB   ?= bench/.work/synapse-390k.db
+BENCH_IMPORT_RUNS ?= 3
+bench-import-synapse: build
+	@set -e; if [ ! -f $(BENCH_IMPORT_DB) ]; then \
+	  mkdir -p $$(dirname $(BENCH_IMPORT_DB)); rooms=$$(mktemp -d "$$(pwd)/bench/.work/synapse-rooms.XXXXXX"); \
+	  trap 'rm -rf "'"$$rooms"'"' EXIT; \
+	  ./bin/mtxdb gen --out $$rooms --rooms 39 --events 10000 --no-reference --seed 100; \
+	  $(GO) run ./testrooms/synapsedb/cmd/synapsedb-build $(BENCH_IMPORT_DB).tmp $$rooms/room*; \
+	  mv $(BENCH_IMPORT_DB).tmp $(BENCH_IMPORT_DB); fi
+	cd bench && $(GO) run ./cmd/benchimport -mtxdb ../bin/mtxdb -db ../$(BENCH_IMPORT_DB) -runs $(BENCH_IMPORT_RUNS) -out ../docs/bench
 
 bench-repack: build
 	test -f $(REPACK_GEN)/backfill_order.jsonl || ./bin/mtxdb gen --out $(REPACK_GEN) --events $(REPACK_EVENTS) --seed 1 --backfill

@@ -1,12 +1,16 @@
 package pdu
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 )
 
 // Errors of PDU parsing.
@@ -33,16 +37,65 @@ type Header struct {
 	Sender   string          `json:"sender"` // for the field limits (CheckFieldLimits)
 }
 
-// ReadHeader reads a PDU's Header; bad JSON or no type is ErrMalformedPDU.
+// ReadHeader reads a PDU's Header from its top-level keys (a key given twice:
+// the last); bad JSON, a field of the wrong JSON type or no type is
+// ErrMalformedPDU. A null field is as if absent.
 func ReadHeader(raw []byte) (Header, error) {
 	var h Header
-	if err := json.Unmarshal(raw, &h); err != nil {
-		return h, fmt.Errorf("%w: %v", ErrMalformedPDU, err)
+	if !gjson.ValidBytes(raw) {
+		err := json.Unmarshal(raw, &h) // for its description of what is wrong
+		if err == nil {
+			err = errors.New("not valid JSON")
+		}
+		return Header{}, fmt.Errorf("%w: %v", ErrMalformedPDU, err)
+	}
+	root := gjson.ParseBytes(raw)
+	if !root.IsObject() {
+		return h, fmt.Errorf("%w: not a JSON object", ErrMalformedPDU)
+	}
+	var err error
+	root.ForEach(func(k, v gjson.Result) bool {
+		key := k.String()
+		switch key {
+		case "room_id":
+			err = headerString(&h.RoomID, key, v)
+		case "type":
+			err = headerString(&h.Type, key, v)
+		case "event_id":
+			err = headerString(&h.EventID, key, v)
+		case "sender":
+			err = headerString(&h.Sender, key, v)
+		case "state_key":
+			h.StateKey = nil
+			if v.Type != gjson.Null {
+				var sk string
+				err, h.StateKey = headerString(&sk, key, v), &sk
+			}
+		case "content":
+			h.Content = json.RawMessage(v.Raw)
+		}
+		return err == nil
+	})
+	if err != nil {
+		return h, err
 	}
 	if h.Type == "" {
 		return h, fmt.Errorf("%w: no type", ErrMalformedPDU)
 	}
 	return h, nil
+}
+
+// headerString sets *dst to a header field's string (to "" for null).
+func headerString(dst *string, key string, v gjson.Result) error {
+	switch v.Type {
+	case gjson.String:
+		*dst = v.String()
+	case gjson.Null:
+		*dst = ""
+	default:
+		return fmt.Errorf("%w: %s is not a string", ErrMalformedPDU, key)
+	}
+	return nil
 }
 
 // CreateRoomVersion reads content.room_version of an m.room.create; absent means "1"
@@ -92,20 +145,27 @@ func Parse(version gomatrixserverlib.RoomVersion, raw []byte) (pdu gomatrixserve
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformedPDU, err)
 	}
+	if verImpl.EventFormat() != gomatrixserverlib.EventFormatV1 {
+		id, err := referenceHashID(verImpl, pdu.JSON())
+		if err != nil {
+			return nil, fmt.Errorf("%w: reference hash: %v", ErrMalformedPDU, err)
+		}
+		pdu = identified{pdu, id}
+	}
+	declared, err := declaredEventIDs(raw)
+	if err != nil {
+		return nil, err
+	}
 	if verImpl.EventFormat() == gomatrixserverlib.EventFormatV1 {
 		// v1/v2 events name themselves; gomatrixserverlib would accept a missing one.
-		var h struct {
-			EventID string `json:"event_id"`
-		}
-		if err := json.Unmarshal(raw, &h); err != nil || h.EventID == "" || h.EventID != pdu.EventID() {
+		if len(declared) == 0 || declared[len(declared)-1] == "" || declared[len(declared)-1] != pdu.EventID() {
 			return nil, fmt.Errorf("%w: room version %s event without a valid event_id", ErrMalformedPDU, version)
 		}
 	} else {
-		var h struct {
-			EventID *string `json:"event_id"`
-		}
-		if err := json.Unmarshal(raw, &h); err == nil && h.EventID != nil && *h.EventID != pdu.EventID() {
-			return nil, fmt.Errorf("%w: declared %s, computed %s", ErrEventIDMismatch, *h.EventID, pdu.EventID())
+		for _, id := range declared {
+			if id != pdu.EventID() {
+				return nil, fmt.Errorf("%w: declared %s, computed %s", ErrEventIDMismatch, id, pdu.EventID())
+			}
 		}
 	}
 	// Touch the accessors that can panic on hostile input, inside the recover.
@@ -118,4 +178,63 @@ func Parse(version gomatrixserverlib.RoomVersion, raw []byte) (pdu gomatrixserve
 // sender IDs (all versions this module supports): the sender is the user ID.
 func UserIDForSender(_ spec.RoomID, senderID spec.SenderID) (*spec.UserID, error) {
 	return spec.NewUserID(string(senderID), true)
+}
+
+// declaredEventIDs returns the values of every top-level "event_id" key of the
+// PDU JSON raw, in order (a key repeated is checked each time); a value that
+// is not a string is ErrMalformedPDU.
+func declaredEventIDs(raw []byte) ([]string, error) {
+	var ids []string
+	var err error
+	gjson.ParseBytes(raw).ForEach(func(k, v gjson.Result) bool {
+		if k.String() != "event_id" {
+			return true
+		}
+		if v.Type != gjson.String {
+			err = fmt.Errorf("%w: event_id is not a string", ErrMalformedPDU)
+			return false
+		}
+		ids = append(ids, v.String())
+		return true
+	})
+	return ids, err
+}
+
+// identified is a v3+ PDU with its event ID computed by Parse: the event ID
+// gomatrixserverlib's PDU would compute on first use, at about half its cost.
+type identified struct {
+	gomatrixserverlib.PDU
+	id string
+}
+
+// EventID is the PDU's reference hash event ID.
+func (p identified) EventID() string { return p.id }
+
+// referenceHashID is the event ID of a v3+ PDU whose JSON gomatrixserverlib
+// parsed (event_id already removed): "$" and the unpadded base64 (URL-safe
+// from room version 4) of the SHA-256 of the event redacted for its room
+// version (gomatrixserverlib's redaction), without signatures, unsigned and
+// event_id, as canonical JSON (Matrix spec v1.19, Server-Server API, "Calculating the
+// reference hash for an event"). It is gomatrixserverlib's computation
+// without its decoding of the redacted event into a map and encoding it back.
+func referenceHashID(verImpl gomatrixserverlib.IRoomVersion, eventJSON []byte) (string, error) {
+	red, err := verImpl.RedactEventJSON(eventJSON)
+	if err != nil {
+		return "", err
+	}
+	// event_id too: no v3+ event holds one, but gomatrixserverlib's redaction
+	// decodes keys in any case, and "event_iD" comes out as event_id.
+	for _, key := range []string{"signatures", "unsigned", "event_id"} {
+		if red, err = sjson.DeleteBytes(red, key); err != nil {
+			return "", err
+		}
+	}
+	if red, err = gomatrixserverlib.CanonicalJSON(red); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(red)
+	if verImpl.EventIDFormat() == gomatrixserverlib.EventIDFormatV2 {
+		return "$" + base64.RawStdEncoding.EncodeToString(sum[:]), nil
+	}
+	return "$" + base64.RawURLEncoding.EncodeToString(sum[:]), nil
 }

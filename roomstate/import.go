@@ -30,6 +30,9 @@ type ImportError struct {
 	Source  string
 	Line    int
 	Element bool // Line counts JSON array elements, not lines
+	// Unit is what Line counts when neither lines nor elements: "PDU" for
+	// ImportPDUs ("" otherwise).
+	Unit    string
 	EventID string
 	// Missing is the prev or auth event that is not stored, for ErrMissingPrevEvent
 	// and ErrMissingAuthEvent: when it was refused itself, this refusal follows
@@ -42,7 +45,10 @@ type ImportError struct {
 // the refusal: "import rooms.jsonl line 12 (event $x): <Err>".
 func (e *ImportError) Error() string {
 	where := "line"
-	if e.Element {
+	switch {
+	case e.Unit != "":
+		where = e.Unit
+	case e.Element:
 		where = "element"
 	}
 	ev := ""
@@ -141,19 +147,71 @@ type pendingRoom struct {
 // is. Store and I/O errors always stop it, and so does ctx, checked before each
 // group of PDUs parsed together (parseAhead): what was stored before is synced.
 func (s *Store) Import(ctx context.Context, in io.Reader, source string, opts ImportOptions) (ImportResult, error) {
+	imp := s.newImporter(ctx, source, opts)
+	return imp.result(imp.run(in))
+}
+
+func (s *Store) newImporter(ctx context.Context, source string, opts ImportOptions) *importer {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 1000
 	}
-	imp := &importer{ctx: ctx, s: s, source: source, rooms: map[string]*pendingRoom{}, opts: opts}
-	err := imp.run(in)
+	return &importer{ctx: ctx, s: s, source: source, rooms: map[string]*pendingRoom{}, opts: opts}
+}
+
+// result flushes what is pending after the input ended with err and returns
+// the counts and the first error.
+func (imp *importer) result(err error) (ImportResult, error) {
 	if ferr := imp.flush(); ferr != nil && err == nil {
 		err = ferr
+	}
+	if serr := imp.waitSync(); serr != nil && err == nil {
+		err = serr
 	}
 	for id := range imp.rooms {
 		imp.res.Rooms = append(imp.res.Rooms, id)
 	}
 	sort.Strings(imp.res.Rooms)
 	return imp.res, err
+}
+
+// SourcePDU is one PDU for ImportPDUs: its JSON and the event ID its source
+// knows it by ("" when the source names none).
+type SourcePDU struct {
+	EventID string
+	JSON    []byte
+}
+
+// ImportPDUs is Import for PDUs the caller reads itself (a server's database,
+// room by room): next returns them one at a time, and io.EOF after the last;
+// any other error of next stops the import there (what came before is stored
+// and synced) and is returned wrapped in an *ImportError. A PDU whose
+// SourcePDU.EventID is not its own event ID (the reference hash from room
+// version 3, its event_id field before) is refused with
+// pdu.ErrEventIDMismatch. ImportError.Line counts the PDUs from 1, with Unit
+// "PDU".
+func (s *Store) ImportPDUs(ctx context.Context, next func() (SourcePDU, error), source string, opts ImportOptions) (ImportResult, error) {
+	imp := s.newImporter(ctx, source, opts)
+	imp.unit = "PDU"
+	return imp.result(imp.runPDUs(next))
+}
+
+// runPDUs queues next's PDUs until io.EOF.
+func (imp *importer) runPDUs(next func() (SourcePDU, error)) error {
+	for n := 1; ; n++ {
+		p, err := next()
+		if err == io.EOF {
+			return imp.drain()
+		}
+		if err != nil {
+			if derr := imp.drain(); derr != nil {
+				return derr
+			}
+			return &ImportError{Source: imp.source, Line: n, Unit: imp.unit, Err: err}
+		}
+		if err := imp.queuePDU(queuedPDU{raw: p.JSON, line: n, declared: p.EventID}); err != nil {
+			return err
+		}
+	}
 }
 
 type importer struct {
@@ -166,10 +224,22 @@ type importer struct {
 	pending int
 	// pendingRedacted counts the redacted PDUs among the pending ones.
 	pendingRedacted int
-	// queued PDUs, parsed on several goroutines (prepare) before one stores
-	// them in order.
+	// queued PDUs, parsed on several goroutines (prepare) while the batch
+	// before them (parsed, once parseDone is closed) is stored in order.
 	queued      []queuedPDU
 	queuedBytes int // of the queued PDUs' raw bytes
+	parsed      []queuedPDU
+	parseDone   chan struct{}
+	// versions: roomID -> the room version of each room in rooms, for prepare
+	// (which runs beside the goroutine that adds rooms).
+	versions sync.Map
+	// unit: what ImportError.Line counts for ImportPDUs ("" for Import)
+	unit string
+	// syncing: the written batch being synced (flush), its result to come;
+	// syncN and syncRedacted are its counts.
+	syncing      chan error
+	syncN        int
+	syncRedacted int
 	// stored: the store's rooms, listed when roomOf first needs them
 	stored []*Room
 }
@@ -179,6 +249,8 @@ type queuedPDU struct {
 	raw     []byte
 	line    int
 	element bool
+	// declared: the event ID the source names the PDU by (ImportPDUs), "" if none
+	declared string
 	// header as prepare read it (headerRead), so that one does not decode it again
 	header     pdu.Header
 	headerErr  error
@@ -194,33 +266,72 @@ type queuedPDU struct {
 // parseAhead is how many PDUs are parsed together, spread over the cores.
 const parseAhead = 256
 
-// queue adds a PDU; every parseAhead PDUs the queue is parsed and stored.
+// queue adds a PDU; every parseAhead PDUs the queue is parsed, and the batch
+// before it stored (advance).
 func (imp *importer) queue(raw []byte, line int, element bool) error {
-	imp.queued = append(imp.queued, queuedPDU{raw: raw, line: line, element: element})
-	imp.queuedBytes += len(raw)
+	return imp.queuePDU(queuedPDU{raw: raw, line: line, element: element})
+}
+
+func (imp *importer) queuePDU(q queuedPDU) error {
+	imp.queued = append(imp.queued, q)
+	imp.queuedBytes += len(q.raw)
 	if len(imp.queued) >= parseAhead || imp.queuedBytes >= maxQueuedBytes {
-		return imp.drain()
+		return imp.advance()
 	}
 	return nil
 }
 
-// drain parses the queued PDUs in parallel (JSON decoding and the content and
-// reference hashes: most of an import's CPU), then stores them in input order
-// exactly as one PDU at a time would: a PDU's errors are reported when its turn
-// comes, after everything before it was stored.
-func (imp *importer) drain() error {
+// advance starts parsing the queued PDUs (JSON decoding and the content and
+// reference hashes: most of an import's CPU, spread over the cores) and, while
+// they are parsed, stores the batch parsed before them.
+func (imp *importer) advance() error {
 	if err := imp.ctx.Err(); err != nil {
+		imp.waitParsed()
 		return err
 	}
 	q := imp.queued
-	imp.queued, imp.queuedBytes = imp.queued[:0:0], 0
-	imp.prepare(q)
+	imp.queued, imp.queuedBytes = nil, 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		imp.prepare(q)
+	}()
+	err := imp.storeParsed()
+	imp.parsed, imp.parseDone = q, done
+	if err != nil {
+		imp.waitParsed()
+	}
+	return err
+}
+
+// waitParsed waits until the batch being parsed is parsed.
+func (imp *importer) waitParsed() {
+	if imp.parseDone != nil {
+		<-imp.parseDone
+	}
+}
+
+// storeParsed stores the parsed batch in input order exactly as one PDU at a
+// time would: a PDU's errors are reported when its turn comes, after
+// everything before it was stored.
+func (imp *importer) storeParsed() error {
+	imp.waitParsed()
+	q := imp.parsed
+	imp.parsed, imp.parseDone = nil, nil
 	for i := range q {
 		if err := imp.refuse(imp.one(&q[i])); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// drain parses and stores every queued PDU.
+func (imp *importer) drain() error {
+	if err := imp.advance(); err != nil {
+		return err
+	}
+	return imp.storeParsed()
 }
 
 // refuse records a PDU's refusal and returns nil when the import keeps going
@@ -270,8 +381,8 @@ func (imp *importer) prepare(q []queuedPDU) {
 					continue
 				}
 				var v gomatrixserverlib.RoomVersion
-				if pr, ok := imp.rooms[h.RoomID]; ok && pr != nil {
-					v = gomatrixserverlib.RoomVersion(pr.head.RoomVersion)
+				if rv, ok := imp.versions.Load(h.RoomID); ok {
+					v = rv.(gomatrixserverlib.RoomVersion)
 				} else if h.Type == "m.room.create" && h.StateKey != nil && *h.StateKey == "" {
 					if v, err = pdu.CreateRoomVersion(h); err != nil {
 						continue
@@ -488,6 +599,9 @@ func (imp *importer) one(q *queuedPDU) error {
 		return imp.fail(q, h.EventID, err)
 	}
 	eventID, roomID := pd.EventID(), pd.RoomID().String()
+	if q.declared != "" && q.declared != eventID {
+		return imp.fail(q, q.declared, fmt.Errorf("%w: the source names it %s, its own event ID is %s", pdu.ErrEventIDMismatch, q.declared, eventID))
+	}
 	if pr, err = imp.joinRoom(q, h, pr, version, eventID, roomID, isCreate); err != nil {
 		return err
 	}
@@ -499,7 +613,7 @@ func (imp *importer) one(q *queuedPDU) error {
 
 // fail is the ImportError refusing the PDU q.
 func (imp *importer) fail(q *queuedPDU, eventID string, err error) error {
-	return &ImportError{Source: imp.source, Line: q.line, Element: q.element, EventID: eventID, Err: err}
+	return &ImportError{Source: imp.source, Line: q.line, Element: q.element, Unit: imp.unit, EventID: eventID, Err: err}
 }
 
 // check reads the PDU's header (unless prepare did) and refuses a PDU over the
@@ -589,7 +703,7 @@ func (imp *importer) joinRoom(q *queuedPDU, h pdu.Header, pr *pendingRoom, versi
 				isNew: true,
 			}
 			pr.room = imp.s.newRoom(roomrecord.CollectionID(roomID), pr.head, nil) // no head stored yet
-			imp.rooms[roomID] = pr
+			imp.addRoom(roomID, pr)
 		}
 	}
 	if h.RoomID != "" && roomID != h.RoomID {
@@ -796,16 +910,28 @@ func (imp *importer) room(roomID string) (*pendingRoom, error) {
 		}
 		pr.sawCreate = m.Type == "m.room.create" && m.StateKey == ""
 	}
-	imp.rooms[roomID] = pr
+	imp.addRoom(roomID, pr)
 	return pr, nil
 }
 
+// addRoom enters a room in rooms and its version in versions.
+func (imp *importer) addRoom(roomID string, pr *pendingRoom) {
+	imp.rooms[roomID] = pr
+	imp.versions.Store(roomID, gomatrixserverlib.RoomVersion(pr.head.RoomVersion))
+}
+
 // flush writes each room's batch (events, metadata, one arrival-log chunk, then the
-// head) and syncs. The head goes last: if the batch is torn, the old head still
-// describes a consistent prefix, and the orphaned records are re-imported later.
+// head) and starts syncing it; the next batch is written after that sync ends
+// (waitSync), and its PDUs are parsed and staged meanwhile. The head goes last:
+// if the batch is torn, the old head still describes a consistent prefix, and
+// the orphaned records are re-imported later.
 func (imp *importer) flush() error {
 	if imp.pending == 0 {
 		return nil
+	}
+	if err := imp.waitSync(); err != nil {
+		imp.dropBatch()
+		return err
 	}
 	ids := make([]string, 0, len(imp.rooms))
 	for id, pr := range imp.rooms {
@@ -837,11 +963,26 @@ func (imp *importer) flush() error {
 		pr.head = h
 		pr.batch, pr.batchID, pr.raw, pr.graph = nil, nil, nil, nil
 	}
-	n, nr := imp.pending, imp.pendingRedacted
+	imp.syncN, imp.syncRedacted = imp.pending, imp.pendingRedacted
 	imp.pending, imp.pendingRedacted = 0, 0
-	if err := imp.s.eng.Sync(); err != nil {
-		imp.res.Imported -= n // written, but not known to be durable
-		imp.res.Redacted -= nr
+	done := make(chan error, 1)
+	imp.syncing = done
+	go func() { done <- imp.s.eng.Sync() }()
+	return nil
+}
+
+// waitSync waits for the sync of the batch written last; when it failed, that
+// batch's PDUs are not counted as imported (written, but not known to be
+// durable).
+func (imp *importer) waitSync() error {
+	if imp.syncing == nil {
+		return nil
+	}
+	err := <-imp.syncing
+	imp.syncing = nil
+	if err != nil {
+		imp.res.Imported -= imp.syncN
+		imp.res.Redacted -= imp.syncRedacted
 		return fmt.Errorf("roomstate: import %s: sync: %w", imp.source, err)
 	}
 	return nil

@@ -44,7 +44,7 @@ func (f *failingPuts) Sync() error {
 
 // TestImportFailedBatchNotCounted: when a batch's write or sync fails, Import
 // returns the error and ImportResult.Imported counts only the batches stored
-// and synced before it, not the failed batch.
+// and synced before it, not the failed batch (nor the one staged behind it).
 func TestImportFailedBatchNotCounted(t *testing.T) {
 	ctx := t.Context()
 	b, err := os.ReadFile(filepath.Join(testrooms.Dir(), "real", "room003", "events.jsonl"))
@@ -57,7 +57,10 @@ func TestImportFailedBatchNotCounted(t *testing.T) {
 		res, err := st.Import(ctx, strings.NewReader(string(b)), "room003", roomstate.ImportOptions{BatchSize: 10})
 		require.ErrorIs(t, err, errInjected, "failSync %v", failSync)
 		require.Equal(t, 20, res.Imported, "failSync %v: two batches of 10 stored before the failure", failSync)
-		require.Equal(t, 30, res.Read, "failSync %v", failSync)
+		// A batch's sync runs while the next batch is read and staged: a
+		// failed sync is seen when that batch is to be written.
+		read := map[bool]int{false: 30, true: 40}[failSync]
+		require.Equal(t, read, res.Read, "failSync %v", failSync)
 		if !failSync {
 			room, err := st.Room(ctx, res.Rooms[0])
 			require.NoError(t, err)

@@ -70,7 +70,7 @@ func (d *database) open(ctx context.Context, server, target string) error {
 // no -shm, for a file nothing writes) and begins the read transaction, with a
 // first read so that a file that cannot be read fails here.
 func (d *database) openSQLite(ctx context.Context, path string, immutable bool) error {
-	dsn := "file:" + SQLitePath(path) + "?mode=ro&_pragma=query_only(1)&_pragma=busy_timeout(10000)"
+	dsn := "file:" + SQLitePath(path) + "?mode=ro&_pragma=query_only(1)&_pragma=busy_timeout(10000)&_pragma=cache_size(-65536)"
 	if immutable {
 		dsn += "&immutable=1"
 	}

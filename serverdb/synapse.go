@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
@@ -203,16 +204,35 @@ func (s *Synapse) group(ctx context.Context, g int64, memo *lru.Cache[int64, map
 	return base, nil
 }
 
-// groupRows applies a group's state_groups_state rows to st.
+// groupRows applies a group's state_groups_state rows to st. On SQLite a row
+// comes as one column, type, state_key and event_id joined by NULs (fewer
+// columns to decode: the rows are most of what an import reads besides the
+// PDUs); PostgreSQL text cannot hold a NUL, so there it is three.
 func (s *Synapse) groupRows(ctx context.Context, g int64, st map[string]string) error {
-	rows, err := s.tx.QueryContext(ctx, s.q("SELECT type, state_key, event_id FROM state_groups_state WHERE state_group = ?"), g)
+	query := "SELECT type || char(0) || state_key || char(0) || event_id FROM state_groups_state WHERE state_group = ?"
+	if s.pg {
+		query = "SELECT type, state_key, event_id FROM state_groups_state WHERE state_group = $1"
+	}
+	rows, err := s.tx.QueryContext(ctx, query, g)
 	if err != nil {
 		return fmt.Errorf("state group %d: %w", g, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var t, k, id string
-		if err := rows.Scan(&t, &k, &id); err != nil {
+		if s.pg {
+			err = rows.Scan(&t, &k, &id)
+		} else if err = rows.Scan(&t); err == nil {
+			// type NUL state_key NUL event_id: event IDs hold no NUL, so the
+			// last one ends the key.
+			cut := strings.LastIndexByte(t, 0)
+			if cut < 0 || strings.IndexByte(t, 0) == cut {
+				return fmt.Errorf("state group %d: a row without a type, state_key and event_id", g)
+			}
+			st[t[:cut]] = t[cut+1:]
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("state group %d: %w", g, err)
 		}
 		st[t+"\x00"+k] = id

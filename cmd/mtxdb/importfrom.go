@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -76,12 +73,15 @@ func (r *importRun) importFrom(ctx context.Context, src serverdb.Source, what st
 		total += int64(rm.Events)
 	}
 	bar := newProgress(r.out, total, "import "+what, false)
+	feeds, stop := readRooms(ctx, src, rooms, sourceLabel(r.from), filepath.Join(r.store, recordedSubdir))
+	defer stop()
 	states := 0
 	var done int64
-	for _, rm := range rooms {
+	for feed := range feeds {
+		rm := feed.room
 		opts := roomstate.ImportOptions{BatchSize: r.batch, AnyOrder: true, RoomVersion: rm.Version, KeepGoing: true,
 			Progress: func(read int) { bar.set(done + int64(read)) }}
-		res, err := importRoomPDUs(ctx, r.st, src, rm.ID, opts)
+		res, err := r.st.ImportPDUs(ctx, feed.next, "room "+rm.ID, opts)
 		done += int64(rm.Events)
 		bar.clear()
 		source := "room " + rm.ID
@@ -96,16 +96,16 @@ func (r *importRun) importFrom(ctx context.Context, src serverdb.Source, what st
 		if err != nil {
 			return err
 		}
-		n, err := serverdb.WriteRecording(ctx, src, rm, sourceLabel(r.from), filepath.Join(r.store, recordedSubdir, serverdb.RecordingDir(rm.ID)))
-		if err != nil {
-			return err
+		rec := <-feed.recorded
+		if rec.err != nil {
+			return rec.err
 		}
-		states += n
+		states += rec.states
 		r.touched[rm.ID] = true
 		r.all.Read, r.all.Imported, r.all.Skipped, r.all.Variants = r.all.Read+res.Read, r.all.Imported+res.Imported, r.all.Skipped+res.Skipped, r.all.Variants+res.Variants
 		r.all.Redacted += res.Redacted
 		printLine(r.out, r.asJSON, "room", kv{"room", rm.ID}, kv{"version", rm.Version}, kv{"read", res.Read}, kv{"imported", res.Imported},
-			kv{"skipped", res.Skipped}, kv{"refused", len(res.Refused)}, kv{"redacted", res.Redacted}, kv{"recorded_states", n})
+			kv{"skipped", res.Skipped}, kv{"refused", len(res.Refused)}, kv{"redacted", res.Redacted}, kv{"recorded_states", rec.states})
 	}
 	bar.finish()
 	printLine(r.out, r.asJSON, "import", kv{"from", what}, kv{"rooms", len(rooms)}, kv{"read", r.all.Read}, kv{"imported", r.all.Imported},
@@ -114,72 +114,113 @@ func (r *importRun) importFrom(ctx context.Context, src serverdb.Source, what st
 	return nil
 }
 
-// withEventID returns a PDU that carries the event ID its server's database
-// names it by: as it is when it has an event_id field (room versions 1 and 2
-// store one), else with a top-level event_id added, which import checks against
-// the reference hash (pdu.ErrEventIDMismatch refuses a PDU whose content no
-// longer gives the ID the server knows it by).
-func withEventID(pdu []byte, eventID string) []byte {
-	trimmed := bytes.TrimLeft(pdu, " \t\r\n")
-	if len(trimmed) == 0 || trimmed[0] != '{' || hasTopLevelKey(trimmed, "event_id") {
-		return pdu
-	}
-	id, _ := json.Marshal(eventID)
-	out := make([]byte, 0, len(trimmed)+len(id)+16)
-	out = append(out, `{"event_id":`...)
-	out = append(out, id...)
-	rest := bytes.TrimLeft(trimmed[1:], " \t\r\n")
-	if len(rest) > 0 && rest[0] != '}' {
-		out = append(out, ',')
-	}
-	return append(out, rest...)
+// roomFeed is one room as readRooms reads it: its PDUs in batches, then what
+// writing its recording gave.
+type roomFeed struct {
+	room     serverdb.Room
+	pdus     chan []roomstate.SourcePDU
+	pduErr   error // the read's error, set before pdus is closed
+	batch    []roomstate.SourcePDU
+	recorded chan recording
 }
 
-// hasTopLevelKey reports whether the JSON object obj has key at its top level
-// (false for JSON that does not decode: import refuses it then).
-func hasTopLevelKey(obj []byte, key string) bool {
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return false
-	}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return false
-		}
-		if t == key {
-			return true
-		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return false
-		}
-	}
-	return false
+// recording is what WriteRecording gave for a room.
+type recording struct {
+	states int
+	err    error
 }
 
-// importRoomPDUs streams a room's PDUs from src into the store as JSON lines.
-func importRoomPDUs(ctx context.Context, st *roomstate.Store, src serverdb.Source, roomID string, opts roomstate.ImportOptions) (roomstate.ImportResult, error) {
-	pr, pw := io.Pipe()
+// Read-ahead bounds: PDUs travel from the reader in batches of at most
+// feedBatchPDUs PDUs or feedBatchBytes bytes, and at most feedBatches batches
+// wait: about 8 MiB read ahead.
+const (
+	feedBatchPDUs  = 256
+	feedBatchBytes = 1 << 20
+	feedBatches    = 8
+)
+
+// next is the room's next PDU for ImportPDUs (io.EOF after the last, or the
+// read's error).
+func (f *roomFeed) next() (roomstate.SourcePDU, error) {
+	for len(f.batch) == 0 {
+		b, ok := <-f.pdus
+		if !ok {
+			if f.pduErr != nil {
+				return roomstate.SourcePDU{}, f.pduErr
+			}
+			return roomstate.SourcePDU{}, io.EOF
+		}
+		f.batch = b
+	}
+	p := f.batch[0]
+	f.batch = f.batch[1:]
+	return p, nil
+}
+
+// readRooms reads the rooms from src on one goroutine (the source's read
+// transaction is used by nothing else), in order: a room's PDUs, then its
+// recording, written into recordedDir while the room is imported. Feeds come
+// in the rooms' order; stop ends the reading early and waits for it.
+func readRooms(ctx context.Context, src serverdb.Source, rooms []serverdb.Room, label, recordedDir string) (<-chan *roomFeed, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	feeds := make(chan *roomFeed, 1)
+	finished := make(chan struct{})
 	go func() {
-		w := bufio.NewWriterSize(pw, 1<<20)
-		err := src.PDUs(ctx, roomID, func(eventID string, pdu []byte) error {
-			if interrupted() {
-				return errInterrupted // Import stops at this read, as a file import does
+		defer close(finished)
+		defer close(feeds)
+		for _, rm := range rooms {
+			feed := &roomFeed{room: rm, pdus: make(chan []roomstate.SourcePDU, feedBatches), recorded: make(chan recording, 1)}
+			select {
+			case feeds <- feed:
+			case <-ctx.Done():
+				return
 			}
-			if _, err := w.Write(withEventID(pdu, eventID)); err != nil {
-				return err
+			feed.pduErr = sendPDUs(ctx, src, rm.ID, feed.pdus)
+			close(feed.pdus)
+			if feed.pduErr != nil {
+				feed.recorded <- recording{err: feed.pduErr}
+				return
 			}
-			return w.WriteByte('\n')
-		})
-		if err == nil {
-			err = w.Flush()
+			n, err := serverdb.WriteRecording(ctx, src, rm, label, filepath.Join(recordedDir, serverdb.RecordingDir(rm.ID)))
+			feed.recorded <- recording{n, err}
+			if err != nil {
+				return
+			}
 		}
-		pw.CloseWithError(err)
 	}()
-	res, err := st.Import(ctx, pr, "room "+roomID, opts)
-	pr.CloseWithError(io.ErrClosedPipe) // ends the writer if Import stopped early
-	return res, err
+	return feeds, func() {
+		cancel() // every send of the reader gives up on ctx
+		<-finished
+	}
+}
+
+// sendPDUs reads a room's PDUs from src into pdus in batches.
+func sendPDUs(ctx context.Context, src serverdb.Source, roomID string, pdus chan<- []roomstate.SourcePDU) error {
+	var batch []roomstate.SourcePDU
+	size := 0
+	send := func() error {
+		select {
+		case pdus <- batch:
+			batch, size = nil, 0
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	err := src.PDUs(ctx, roomID, func(eventID string, pdu []byte) error {
+		if interrupted() {
+			return errInterrupted // the import stops at this PDU, as a file import does
+		}
+		batch = append(batch, roomstate.SourcePDU{EventID: eventID, JSON: pdu})
+		if size += len(pdu); len(batch) >= feedBatchPDUs || size >= feedBatchBytes {
+			return send()
+		}
+		return nil
+	})
+	if err == nil && len(batch) > 0 {
+		err = send()
+	}
+	return err
 }
 
 // runFrom is mtxdb import --from: the store opened (created if missing), every

@@ -25,27 +25,23 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"image/color"
-	"io/fs"
 	"log"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/mtxdb/mtxdb/bench/internal/cmdrun"
 
 	"github.com/jackc/pgx/v5"
 	"gonum.org/v1/plot"
@@ -58,13 +54,7 @@ import (
 )
 
 // step is one measured command.
-type step struct {
-	Wall   float64 `json:"wall_s"`
-	CPU    float64 `json:"cpu_s"` // user + system
-	PeakMB float64 `json:"peak_rss_mb"`
-	Output string  `json:"summary"` // the command's last line
-	Stdout string  `json:"-"`
-}
+type step = cmdrun.Step
 
 // result is one room.
 type result struct {
@@ -141,8 +131,8 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	rep := report{Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(), Commit: commit()}
-	rep.LoadAvg = append(rep.LoadAvg, loadavg())
+	rep := report{Date: time.Now().UTC().Format(time.RFC3339), Machine: cmdrun.Machine(), Commit: cmdrun.Commit()}
+	rep.LoadAvg = append(rep.LoadAvg, cmdrun.Loadavg())
 	if err := os.MkdirAll(*work, 0o755); err != nil {
 		log.Fatal(err)
 	}
@@ -166,14 +156,14 @@ func main() {
 		rep.Rooms = append(rep.Rooms, res)
 		// Written after every room, so a run stopped during the 1M room keeps the others.
 		partial := rep
-		partial.LoadAvg = append(slices.Clone(rep.LoadAvg), loadavg())
+		partial.LoadAvg = append(slices.Clone(rep.LoadAvg), cmdrun.Loadavg())
 		if err := write(partial, *out); err != nil {
 			log.Fatal(err)
 		}
 		log.Printf("v%s %d events: gen %.1f s, import %.1f s, replay %.1f s (%.0f events/s, %.2fx gen, %.0f MB), verify %.1f s, mismatches %d",
 			ver, events, res.Gen.Wall, res.Import.Wall, res.Replay.Wall, res.EventsPerS, res.ReplayByGen, res.Replay.PeakMB, res.Verify.Wall, res.Mismatches)
 	}
-	rep.LoadAvg = append(rep.LoadAvg, loadavg())
+	rep.LoadAvg = append(rep.LoadAvg, cmdrun.Loadavg())
 	if !*keep {
 		os.RemoveAll(*work)
 	}
@@ -190,20 +180,20 @@ func measure(bin, work, ver string, events int) (result, error) {
 	os.RemoveAll(room)
 	os.RemoveAll(store)
 	var err error
-	if res.Gen, err = run(bin, "gen", "--seed", "1", "--events", strconv.Itoa(events), "--servers", "5", "--room-version", ver, "--out", room); err != nil {
+	if res.Gen, err = cmdrun.Run(bin, "gen", "--seed", "1", "--events", strconv.Itoa(events), "--servers", "5", "--room-version", ver, "--out", room); err != nil {
 		return res, err
 	}
-	if res.Import, err = run(bin, "import", "--store", store, room); err != nil {
+	if res.Import, err = cmdrun.Run(bin, "import", "--store", store, room); err != nil {
 		return res, err
 	}
-	if res.Replay, err = run(bin, "replay", "--store", store); err != nil {
+	if res.Replay, err = cmdrun.Run(bin, "replay", "--store", store); err != nil {
 		return res, err
 	}
-	size, err := duBytes(store)
+	size, err := cmdrun.DuBytes(store)
 	if err != nil {
 		return res, err
 	}
-	if res.Verify, err = run(bin, "verify", "--store", store, "--expected", room); err != nil {
+	if res.Verify, err = cmdrun.Run(bin, "verify", "--store", store, "--expected", room); err != nil {
 		return res, err
 	}
 	res.EventsPerS = float64(events) / res.Replay.Wall
@@ -211,10 +201,10 @@ func measure(bin, work, ver string, events int) (result, error) {
 	res.GenSimulation = step{Wall: res.Gen.Wall - res.GenReference.Wall, CPU: res.Gen.CPU - res.GenReference.CPU}
 	res.ReplayByGen = res.Replay.Wall / res.genBase().Wall
 	res.BytesPerEv = float64(size) / float64(events)
-	res.ResP50us = field(res.Replay.Output, "resolution_p50_us")
-	res.ResP99us = field(res.Replay.Output, "resolution_p99_us")
-	res.Mismatches = field(res.Verify.Output, "mismatches")
-	res.PDUsParsed = field(res.Replay.Output, "pdus_parsed")
+	res.ResP50us = cmdrun.Field(res.Replay.Output, "resolution_p50_us")
+	res.ResP99us = cmdrun.Field(res.Replay.Output, "resolution_p99_us")
+	res.Mismatches = cmdrun.Field(res.Verify.Output, "mismatches")
+	res.PDUsParsed = cmdrun.Field(res.Replay.Output, "pdus_parsed")
 	return res, nil
 }
 
@@ -244,35 +234,19 @@ func measurePG(bin, work, admin string, res *result) (*pgRun, error) {
 	u.Path = "/" + name
 	store := u.String()
 	pg := &pgRun{}
-	if pg.Import, err = run(bin, "import", "--store", store, room); err != nil {
+	if pg.Import, err = cmdrun.Run(bin, "import", "--store", store, room); err != nil {
 		return nil, err
 	}
-	if pg.Replay, err = run(bin, "replay", "--store", store); err != nil {
+	if pg.Replay, err = cmdrun.Run(bin, "replay", "--store", store); err != nil {
 		return nil, err
 	}
-	if pg.Verify, err = run(bin, "verify", "--store", store, "--expected", room); err != nil {
+	if pg.Verify, err = cmdrun.Run(bin, "verify", "--store", store, "--expected", room); err != nil {
 		return nil, err
 	}
 	pg.EventsPerS = float64(res.Events) / pg.Replay.Wall
 	pg.ByPack = pg.Replay.Wall / res.Replay.Wall
-	pg.Mismatches = field(pg.Verify.Output, "mismatches")
+	pg.Mismatches = cmdrun.Field(pg.Verify.Output, "mismatches")
 	return pg, nil
-}
-
-// run runs one mtxdb command and measures it.
-func run(bin string, args ...string) (step, error) {
-	cmd := exec.Command(bin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := cmd.Run()
-	wall := time.Since(start)
-	if err != nil {
-		return step{}, fmt.Errorf("mtxdb %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
-	}
-	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return step{Wall: wall.Seconds(), CPU: cpu.Seconds(), PeakMB: float64(ru.Maxrss) / 1024, Output: lastLine(stdout.String()), Stdout: stdout.String()}, nil
 }
 
 // genBase is the ratios' denominator: the generation without its reference
@@ -301,68 +275,6 @@ func referenceTime(stdout string) step {
 		return step{}
 	}
 	return step{Wall: wall.Seconds(), CPU: cpu.Seconds()}
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
-}
-
-// field reads key=N from a summary line, -1 when absent.
-func field(line, key string) int {
-	for _, f := range strings.Fields(line) {
-		if v, ok := strings.CutPrefix(f, key+"="); ok {
-			if n, err := strconv.Atoi(v); err == nil {
-				return n
-			}
-		}
-	}
-	return -1
-}
-
-func duBytes(dir string) (int64, error) {
-	var n int64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		info, err := d.Info()
-		if err == nil {
-			n += info.Size()
-		}
-		return err
-	})
-	return n, err
-}
-
-// loadavg returns the 1, 5 and 15 minute load averages.
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
-}
-
-func machine() string {
-	model := ""
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "model name"); ok {
-				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
-				break
-			}
-		}
-		f.Close()
-	}
-	return fmt.Sprintf("%d CPUs (%s), %s/%s, %s", runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH, runtime.Version())
-}
-
-func commit() string {
-	b, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(b))
 }
 
 // write saves replay.json, replay.md and replay.png.
