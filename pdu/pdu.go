@@ -222,16 +222,21 @@ func referenceHashID(verImpl gomatrixserverlib.IRoomVersion, eventJSON []byte) (
 	if err != nil {
 		return "", err
 	}
-	// event_id too: no v3+ event holds one, but gomatrixserverlib's redaction
-	// decodes keys in any case, and "event_iD" comes out as event_id.
-	for _, key := range []string{"signatures", "unsigned", "event_id"} {
+	// The redacted form has no unsigned (no room version's redaction keeps it)
+	// and holds
+	// event_id only when gomatrixserverlib's decoder, which matches keys in any
+	// case, took a key like "event_iD" for it: no v3+ event has one.
+	for _, key := range []string{"signatures", "event_id"} {
+		if key == "event_id" && !gjson.GetBytes(red, key).Exists() {
+			continue
+		}
 		if red, err = sjson.DeleteBytes(red, key); err != nil {
 			return "", err
 		}
 	}
-	if red, err = gomatrixserverlib.CanonicalJSON(red); err != nil {
-		return "", err
-	}
+	// json.Marshal wrote red: valid JSON, not yet canonical (it escapes <, >
+	// and &, for one).
+	red = gomatrixserverlib.CanonicalJSONAssumeValid(red)
 	sum := sha256.Sum256(red)
 	if verImpl.EventIDFormat() == gomatrixserverlib.EventIDFormatV2 {
 		return "$" + base64.RawStdEncoding.EncodeToString(sum[:]), nil

@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/mtxdb/mtxdb/recorded"
@@ -102,16 +105,18 @@ func writeStates(ctx context.Context, src Source, roomID, dir string) (int, erro
 		defer f.Close()
 		files[i], ws[i] = f, bufio.NewWriterSize(f, 1<<20)
 	}
-	groups, lines := json.NewEncoder(ws[0]), json.NewEncoder(ws[1])
+	var buf []byte
 	n := 0
 	err := src.RecordedGroups(ctx, roomID, func(g recorded.Group) error {
-		return groups.Encode(g)
+		buf = appendGroup(buf[:0], g)
+		_, err := ws[0].Write(buf)
+		return err
 	}, func(eventID string, group int64) error {
 		n++
-		return lines.Encode(struct {
-			EventID    string `json:"event_id"`
-			StateGroup int64  `json:"state_group"`
-		}{eventID, group})
+		buf = append(appendJSONString(append(buf[:0], `{"event_id":`...), eventID), `,"state_group":`...)
+		buf = append(strconv.AppendInt(buf, group, 10), "}\n"...)
+		_, err := ws[1].Write(buf)
+		return err
 	})
 	for i := range files {
 		if err == nil {
@@ -122,6 +127,50 @@ func writeStates(ctx context.Context, src Source, roomID, dir string) (int, erro
 		}
 	}
 	return n, err
+}
+
+// appendGroup appends g as a JSON line, as encoding/json writes a
+// recorded.Group (its keys in order, set's keys sorted), without reflection.
+func appendGroup(b []byte, g recorded.Group) []byte {
+	b = strconv.AppendInt(append(b, `{"state_group":`...), g.ID, 10)
+	if g.Prev != 0 {
+		b = strconv.AppendInt(append(b, `,"prev_state_group":`...), g.Prev, 10)
+	}
+	if len(g.Set) > 0 {
+		b = append(b, `,"set":{`...)
+		for i, k := range slices.Sorted(maps.Keys(g.Set)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(appendJSONString(b, k), ':')
+			b = appendJSONString(b, g.Set[k])
+		}
+		b = append(b, '}')
+	}
+	if len(g.Removed) > 0 {
+		b = append(b, `,"removed":[`...)
+		for i, k := range g.Removed {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+		}
+		b = append(b, ']')
+	}
+	return append(b, "}\n"...)
+}
+
+// appendJSONString appends s as a JSON string: as it is between quotes when
+// it holds only printable ASCII other than ", \ and what encoding/json
+// escapes for HTML (<, >, &), else as encoding/json writes it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	return append(append(append(b, '"'), s...), '"')
 }
 
 func writeJSON(path string, v any) error {

@@ -84,7 +84,7 @@ to continue. A second signal stops at once.`,
 		},
 	}
 	c.Flags().StringVar(&f.store, "store", "", storeHelp+" (created if missing)")
-	c.Flags().IntVar(&f.batch, "batch", 1000, "events written and synced per batch")
+	c.Flags().IntVar(&f.batch, "batch", 1000, "events written and synced per batch (with --from, 10000 unless given)")
 	c.Flags().BoolVar(&f.anyOrder, "any-order", false, "accept PDUs before their prev/auth events (backfill order)")
 	c.Flags().StringVar(&f.keysFile, "keys", "", "servers' public signing keys (JSON); without it signatures are not checked")
 	c.Flags().BoolVar(&f.strict, "strict", false, "exit with status 2 when any PDU was refused (they are refused and reported either way)")
