@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mtxdb/mtxdb/bench/internal/cmdrun"
@@ -75,6 +76,7 @@ func measure(bin, db string, runs int, out string) error {
 	defer os.RemoveAll(work)
 	for i := range runs {
 		store := filepath.Join(work, fmt.Sprintf("run%d", i+1))
+		syscall.Sync() // the last run's writes leave the page cache before this one starts
 		r := run{LoadBefore: cmdrun.Loadavg()}
 		if r.Step, err = cmdrun.Run(bin, "import", "--from", "synapse:"+db, "--store", store); err != nil {
 			return err
