@@ -20,7 +20,8 @@ var ErrNotDendrite = errors.New("serverdb: not a Dendrite roomserver database th
 
 // ErrStateInMtxdb is returned when a Dendrite database's state snapshots are
 // kept by mtxdb (a patched build): its events name snapshots its SQL lacks.
-var ErrStateInMtxdb = errors.New("serverdb: this Dendrite database keeps its state in mtxdb (a patched build), which import --from does not read")
+var ErrStateInMtxdb = errors.New("serverdb: this Dendrite database keeps its state in mtxdb (a patched build), which import --from does not read as it is; " +
+	"on SQLite, mtxdb-dendrite-migrate -export-stock OUT.db -db PATH writes a copy it reads")
 
 // dendriteColumns are the tables and columns of Dendrite v0.13's roomserver
 // read (roomserver/storage/{sqlite3,postgres}/*_table.go).

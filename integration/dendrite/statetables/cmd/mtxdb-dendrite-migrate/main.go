@@ -6,6 +6,7 @@
 //
 //	mtxdb-dendrite-migrate -db CONNECTION [-store DIR]
 //	mtxdb-dendrite-migrate -check -db CONNECTION [-store DIR]
+//	mtxdb-dendrite-migrate -export-stock OUT.db -db PATH [-store DIR]
 //
 // CONNECTION: file:PATH or a plain PATH (SQLite; the file must exist), or a
 // PostgreSQL URL (postgres://...) or key=value string. Without -store the store is
@@ -21,6 +22,12 @@
 // and exits 1 naming the first snapshots that fail. On SQLite, stop Dendrite
 // first (the store directory is locked while it runs); the database is opened
 // read-write, so that SQLite can roll back the journal a killed server left.
+//
+// With -export-stock a patched Dendrite's SQLite database is copied to OUT.db
+// with every snapshot back in roomserver_state_snapshots and
+// roomserver_state_block (one block per snapshot), as a stock Dendrite
+// database holds its state: mtxdb import --from dendrite:OUT.db reads the copy
+// (it refuses the patched database itself, whose state those tables lack).
 package main
 
 import (
@@ -43,14 +50,20 @@ func main() {
 	dbFlag := flag.String("db", "", "roomserver database: file:PATH or PATH (SQLite), or a PostgreSQL connection string")
 	storeFlag := flag.String("store", "", "mtxdb state store directory (default: where the patched Dendrite looks for it: beside a SQLite database, inside a PostgreSQL one)")
 	checkFlag := flag.Bool("check", false, "check a patched Dendrite's database against its store instead of migrating")
+	exportFlag := flag.String("export-stock", "", "write a copy of a patched Dendrite's SQLite database to this new file with its state in stock Dendrite's tables, instead of migrating")
 	flag.Parse()
-	if *dbFlag == "" || flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: mtxdb-dendrite-migrate [-check] -db CONNECTION [-store DIR]")
+	if *dbFlag == "" || flag.NArg() != 0 || (*checkFlag && *exportFlag != "") {
+		fmt.Fprintln(os.Stderr, "usage: mtxdb-dendrite-migrate [-check | -export-stock OUT.db] -db CONNECTION [-store DIR]")
 		os.Exit(2)
 	}
 	run := migrate
-	if *checkFlag {
+	switch {
+	case *checkFlag:
 		run = check
+	case *exportFlag != "":
+		run = func(ctx context.Context, conn, store string) (string, error) {
+			return exportStock(ctx, conn, store, *exportFlag)
+		}
 	}
 	sum, err := run(context.Background(), *dbFlag, *storeFlag)
 	if err != nil {
