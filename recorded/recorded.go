@@ -285,7 +285,7 @@ func loadExpected(dir string, hold bool) (*Expected, error) {
 		}
 	}
 	if exp.States == 0 && len(exp.Current) == 0 {
-		return nil, malformed("recorded: %s records no state (expected_state.jsonl is empty and there is no current_state.json): nothing to compare", dir)
+		return nil, malformed("recorded: %s records no state (expected_state.jsonl is empty and current_state.json is absent or empty): nothing to compare", dir)
 	}
 	return exp, nil
 }

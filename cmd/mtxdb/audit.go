@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -81,12 +82,18 @@ every room agrees with the spec.`,
 				}
 				expected = []string{dir}
 			}
-			exps, err := loadExpectedDirs(expected, cmd.ErrOrStderr())
+			var exps map[string][]*recorded.Expected
+			var unreadable []error
+			if len(expected) == 1 && expected[0] == filepath.Join(store, recordedSubdir) {
+				exps, unreadable, err = loadRecorded(expected[0], cmd.ErrOrStderr())
+			} else {
+				exps, err = loadExpectedDirs(expected, cmd.ErrOrStderr())
+			}
 			if err != nil {
 				return err
 			}
 			defer catchInterrupts("audit", func() string { return "stopped; audit writes nothing" })()
-			t, err := auditRooms(ctx, rooms, exps, room, cmd.OutOrStdout(), asJSON)
+			t, err := auditRooms(ctx, rooms, exps, unreadable, room, cmd.OutOrStdout(), asJSON)
 			if err != nil {
 				return err
 			}
@@ -103,6 +110,39 @@ every room agrees with the spec.`,
 	return c
 }
 
+// loadRecorded reads the recordings of a store's recorded/ directory, one
+// room directory at a time: a recording that cannot be read is returned in
+// unreadable (a problem line each) and the others are audited; the
+// directories an import is still writing or left unfinished (*.tmp,
+// *.staged) are skipped with a warning.
+func loadRecorded(dir string, warn io.Writer) (map[string][]*recorded.Expected, []error, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	exps := map[string][]*recorded.Expected{}
+	var unreadable []error
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+			continue
+		}
+		if strings.HasSuffix(e.Name(), ".tmp") || strings.HasSuffix(e.Name(), ".staged") {
+			fmt.Fprintf(warn, "mtxdb: warning: %s is a recording an import did not finish: skipped (importing again replaces it)\n", p)
+			continue
+		}
+		m, err := loadExpectedDirs([]string{p}, warn)
+		if err != nil {
+			unreadable = append(unreadable, err)
+			continue
+		}
+		for id, list := range m {
+			exps[id] = append(exps[id], list...)
+		}
+	}
+	return exps, unreadable, nil
+}
+
 type auditTotals struct {
 	rooms, events, findings, problems int
 	differing                         int // events whose state differs
@@ -112,8 +152,15 @@ type auditTotals struct {
 // auditRooms audits every recorded room of exps (only room, when not empty)
 // against the store's rooms and prints the findings, a line per room and the
 // total.
-func auditRooms(ctx context.Context, rooms []*roomstate.Room, exps map[string][]*recorded.Expected, room string, out io.Writer, asJSON bool) (auditTotals, error) {
+func auditRooms(ctx context.Context, rooms []*roomstate.Room, exps map[string][]*recorded.Expected, unreadable []error, room string, out io.Writer, asJSON bool) (auditTotals, error) {
 	t := auditTotals{kinds: map[audit.Kind]int{}}
+	for _, err := range unreadable {
+		if room != "" {
+			break // another room's, perhaps: --room audits one
+		}
+		t.problems++
+		printProblem(out, asJSON, "", err.Error())
+	}
 	byID := map[string]*roomstate.Room{}
 	for _, r := range rooms {
 		byID[r.ID()] = r

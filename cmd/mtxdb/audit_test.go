@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mtxdb/mtxdb/testrooms"
 )
 
 // TestCLIAudit: a generated room (its recorded state is the spec's) audits
@@ -221,5 +223,45 @@ func mapsKeys(m map[string]string) func(func(string) bool) {
 				return
 			}
 		}
+	}
+}
+
+// TestCLIAuditUnreadableRecordings: in a store's recorded/, a recording an
+// import left unfinished (*.tmp) is skipped with a warning, and one that
+// cannot be compared (a room without events: no state recorded) is a problem
+// line while every other room is still audited (server A's partition
+// database, testrooms/dendrite).
+func TestCLIAuditUnreadableRecordings(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	for _, args := range [][]string{
+		{"import", "--store", store, "--from", "dendrite:" + filepath.Join(testrooms.Dir(), "dendrite", "partition-stock-A.db")},
+		{"replay", "--store", store},
+	} {
+		if o, code := run(t, args...); code != 0 {
+			t.Fatalf("%v: exit %d\n%s", args, code, o)
+		}
+	}
+	rec := filepath.Join(store, recordedSubdir)
+	entries, err := os.ReadDir(rec)
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("recorded/: %v", err)
+	}
+	if err := os.CopyFS(filepath.Join(rec, entries[0].Name()+".tmp"), os.DirFS(filepath.Join(rec, entries[0].Name()))); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(rec, "empty")
+	for name, body := range map[string]string{"meta.json": `{"room_id":"!empty:x","room_version":"10","counts":{"events":0},"expected_state":{"lines":0}}`,
+		"expected_state.jsonl": "", "state_groups.jsonl": "", "current_state.json": "{}"} {
+		if err := os.MkdirAll(empty, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(empty, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o, code := run(t, "audit", "--store", store)
+	if code != 2 || !strings.Contains(o, "records no state") || !strings.Contains(o, ".tmp is a recording an import did not finish: skipped") ||
+		!strings.Contains(o, fmt.Sprintf("audit: rooms=%d ", len(entries))) || !strings.Contains(o, "problems=1") {
+		t.Fatalf("exit %d\n%s", code, o)
 	}
 }

@@ -94,7 +94,9 @@ func (r *importRun) importFrom(ctx context.Context, src serverdb.Source, what st
 		for _, e := range res.Refused {
 			r.tally.add(e)
 		}
-		if errors.Is(d.err, errInterrupted) || interrupted() {
+		// A room whose import ended without error is whole even when the
+		// interrupt came meanwhile: the room it stopped is the one after it.
+		if errors.Is(d.err, errInterrupted) || (d.err != nil && interrupted()) {
 			return r.interruptedIn(source, res, 0)
 		}
 		if d.err != nil {
