@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -25,9 +27,10 @@ const recordedSubdir = "recorded"
 func auditCmd() *cobra.Command {
 	var store, room string
 	var expected []string
+	var byKey bool
 	var asJSON bool
 	c := &cobra.Command{
-		Use:   "audit --store DIR [--room ROOM_ID] [--expected DIR]... [--json]",
+		Use:   "audit --store DIR [--room ROOM_ID] [--expected DIR]... [--by-key] [--json]",
 		Short: "Say where the state a server recorded departs from the spec's, and what it means",
 		Long: `Audit compares, room by room, the state the room's server recorded after every
 event (and its current state) with the state the spec gives for the same events:
@@ -46,6 +49,11 @@ entry; (none): no entry), KIND one of
   extra                  the server has an entry, the spec none
   differs                both have one; the server's arrived later
 tried in that order. Then a line per room with its counts by kind, and a total.
+A key that differs from some event on usually differs at every later event too:
+with --by-key the findings of a room are summed per key instead, a line
+"key room=… key=… finding=KIND events=N first=… last=…" each (KIND: the first
+finding's; first and last: the events it differs at first and last); the counts
+are the same.
 
 The recorded state is read from the store directory's recorded/ subdirectory
 (where mtxdb import --from writes it), or from --expected (room directories with
@@ -93,7 +101,7 @@ every room agrees with the spec.`,
 				return err
 			}
 			defer catchInterrupts("audit", func() string { return "stopped; audit writes nothing" })()
-			t, err := auditRooms(ctx, rooms, exps, unreadable, room, cmd.OutOrStdout(), asJSON)
+			t, err := auditRooms(ctx, rooms, exps, unreadable, auditOutput{room: room, out: cmd.OutOrStdout(), asJSON: asJSON, byKey: byKey})
 			if err != nil {
 				return err
 			}
@@ -105,6 +113,7 @@ every room agrees with the spec.`,
 	}
 	c.Flags().StringVar(&store, "store", "", storeHelp)
 	c.Flags().StringVar(&room, "room", "", "audit only this room ID")
+	c.Flags().BoolVar(&byKey, "by-key", false, "a line per room and state key that differs (its first finding, the events it differs at, the first and last of them) instead of a line per event and key")
 	c.Flags().StringArrayVar(&expected, "expected", nil, "room directory, or directory of rooms, with recorded state (default: the store's recorded/)")
 	jsonFlag(c, &asJSON)
 	return c
@@ -152,7 +161,16 @@ type auditTotals struct {
 // auditRooms audits every recorded room of exps (only room, when not empty)
 // against the store's rooms and prints the findings, a line per room and the
 // total.
-func auditRooms(ctx context.Context, rooms []*roomstate.Room, exps map[string][]*recorded.Expected, unreadable []error, room string, out io.Writer, asJSON bool) (auditTotals, error) {
+// auditOutput is what audit prints, and for which room ("" every room).
+type auditOutput struct {
+	room   string
+	out    io.Writer
+	asJSON bool
+	byKey  bool
+}
+
+func auditRooms(ctx context.Context, rooms []*roomstate.Room, exps map[string][]*recorded.Expected, unreadable []error, o auditOutput) (auditTotals, error) {
+	room, out, asJSON := o.room, o.out, o.asJSON
 	t := auditTotals{kinds: map[audit.Kind]int{}}
 	for _, err := range unreadable {
 		if room != "" {
@@ -184,7 +202,7 @@ func auditRooms(ctx context.Context, rooms []*roomstate.Room, exps map[string][]
 			printProblem(out, asJSON, exp.RoomID, "not replayed: run mtxdb replay first")
 			continue
 		}
-		rt, err := auditRoom(ctx, r, exp, out, asJSON)
+		rt, err := auditRoom(ctx, r, exp, o)
 		t.problems += rt.problems
 		if err != nil && lostStore(err) {
 			return t, err
@@ -208,8 +226,10 @@ func auditRooms(ctx context.Context, rooms []*roomstate.Room, exps map[string][]
 
 // auditRoom compares one replayed room with its recording and prints each
 // finding.
-func auditRoom(ctx context.Context, r *roomstate.Room, exp *recorded.Expected, out io.Writer, asJSON bool) (auditTotals, error) {
+func auditRoom(ctx context.Context, r *roomstate.Room, exp *recorded.Expected, o auditOutput) (auditTotals, error) {
+	out, asJSON := o.out, o.asJSON
 	t := auditTotals{kinds: map[audit.Kind]int{}}
+	keys := map[string]*keyFindings{} // --by-key
 	c := audit.NewClassifier(audit.RoomEvents{Room: r})
 	var classifyErr error
 	lastEvent := ""
@@ -235,6 +255,16 @@ func auditRoom(ctx context.Context, r *roomstate.Room, exp *recorded.Expected, o
 		}
 		t.findings++
 		t.kinds[f.Kind]++
+		if o.byKey {
+			k := keys[f.Key]
+			if k == nil {
+				k = &keyFindings{kind: f.Kind, first: f.Event}
+				keys[f.Key] = k
+			}
+			k.events++
+			k.last = f.Event
+			return
+		}
 		if asJSON {
 			printLine(out, true, "finding", kv{"room", f.Room}, kv{"event", f.Event}, kv{"key", f.Key}, kv{"finding", string(f.Kind)}, kv{"ours", f.Ours}, kv{"recorded", f.Recorded})
 		} else {
@@ -248,7 +278,19 @@ func auditRoom(ctx context.Context, r *roomstate.Room, exp *recorded.Expected, o
 		return t, fmt.Errorf("audit room %s against %s: %w", r.ID(), exp.Dir, err)
 	}
 	t.events = res.Events
+	for _, key := range slices.Sorted(maps.Keys(keys)) {
+		k := keys[key]
+		printLine(out, asJSON, "key", kv{"room", r.ID()}, kv{"key", key}, kv{"finding", string(k.kind)}, kv{"events", k.events}, kv{"first", k.first}, kv{"last", k.last})
+	}
 	return t, nil
+}
+
+// keyFindings sums a room's findings for one state key (--by-key): the kind
+// of the first, the events they are at, the first and last of those.
+type keyFindings struct {
+	kind        audit.Kind
+	events      int
+	first, last string
 }
 
 // kindFields gives the non-zero counts by kind, in audit.Kinds order.

@@ -44,6 +44,7 @@ func TestCLIAudit(t *testing.T) {
 	}
 	var got []string
 	counts := map[string]int{}
+	byKey, keyEvents, keyLast := map[string]string{}, map[string]int{}, map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(o), "\n") {
 		var f map[string]any
 		if err := json.Unmarshal([]byte(line), &f); err != nil {
@@ -53,6 +54,13 @@ func TestCLIAudit(t *testing.T) {
 		case "finding":
 			got = append(got, fmt.Sprintf("%s %s %s", f["event"], f["key"], f["finding"]))
 			counts[f["finding"].(string)]++
+			k := f["room"].(string) + " " + f["key"].(string)
+			if byKey[k] == "" {
+				byKey[k] = fmt.Sprintf("%s first=%s", f["finding"], f["event"])
+				keyEvents[k] = 0
+			}
+			keyEvents[k]++
+			keyLast[k] = f["event"].(string)
 		case "audit":
 			for k, n := range counts {
 				if f[k] != float64(n) {
@@ -65,6 +73,31 @@ func TestCLIAudit(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("findings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// --by-key: a line per key, summing the findings above in their order.
+	o, code = run(t, "audit", "--store", store, "--expected", roomDir, "--json", "--by-key")
+	if code != 2 {
+		t.Fatalf("--by-key: exit %d\n%s", code, o)
+	}
+	keys := 0
+	for _, line := range strings.Split(strings.TrimSpace(o), "\n") {
+		var f map[string]any
+		if err := json.Unmarshal([]byte(line), &f); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		switch f["kind"] {
+		case "finding":
+			t.Errorf("--by-key printed a finding line: %s", line)
+		case "key":
+			keys++
+			k := f["room"].(string) + " " + f["key"].(string)
+			if g := fmt.Sprintf("%s first=%s", f["finding"], f["first"]); g != byKey[k] || f["events"] != float64(keyEvents[k]) || f["last"] != keyLast[k] {
+				t.Errorf("--by-key %s: %s events=%v last=%v, want %s events=%d last=%s", k, g, f["events"], f["last"], byKey[k], keyEvents[k], keyLast[k])
+			}
+		}
+	}
+	if keys != len(byKey) || keys == 0 {
+		t.Errorf("--by-key: %d key lines, want %d", keys, len(byKey))
 	}
 }
 
