@@ -2,8 +2,6 @@ package pdu
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,27 +93,9 @@ func ReferenceEventID(verImpl gomatrixserverlib.IRoomVersion, raw []byte) (id st
 			id = ""
 		}
 	}()
-	red, err := verImpl.RedactEventJSON(raw)
+	id, err := referenceHashID(verImpl, raw)
 	if err != nil {
 		return ""
 	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(red, &m) != nil {
-		return ""
-	}
-	delete(m, "signatures")
-	delete(m, "unsigned")
-	delete(m, "event_id")
-	b, err := json.Marshal(m)
-	if err != nil {
-		return ""
-	}
-	if b, err = gomatrixserverlib.CanonicalJSON(b); err != nil {
-		return ""
-	}
-	sum := sha256.Sum256(b)
-	if verImpl.EventIDFormat() == gomatrixserverlib.EventIDFormatV2 {
-		return "$" + base64.RawStdEncoding.EncodeToString(sum[:])
-	}
-	return "$" + base64.RawURLEncoding.EncodeToString(sum[:])
+	return id
 }

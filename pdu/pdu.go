@@ -210,27 +210,27 @@ type identified struct {
 // EventID is the PDU's reference hash event ID.
 func (p identified) EventID() string { return p.id }
 
-// referenceHashID is the event ID of a v3+ PDU whose JSON gomatrixserverlib
-// parsed (event_id already removed): "$" and the unpadded base64 (URL-safe
-// from room version 4) of the SHA-256 of the event redacted for its room
-// version (gomatrixserverlib's redaction), without signatures, unsigned and
-// event_id, as canonical JSON (Matrix spec v1.19, Server-Server API, "Calculating the
-// reference hash for an event"). It is gomatrixserverlib's computation
-// without its decoding of the redacted event into a map and encoding it back.
+// referenceHashID is the event ID of a v3+ PDU: "$" and the unpadded base64
+// (URL-safe from room version 4) of the SHA-256 of the event redacted for its
+// room version (gomatrixserverlib's redaction), without signatures, unsigned
+// and event_id, as canonical JSON (Matrix spec v1.19, Server-Server API,
+// "Calculating the reference hash for an event"). It is gomatrixserverlib's
+// computation without its decoding of the redacted event into a map and
+// encoding it back.
 func referenceHashID(verImpl gomatrixserverlib.IRoomVersion, eventJSON []byte) (string, error) {
 	red, err := verImpl.RedactEventJSON(eventJSON)
 	if err != nil {
 		return "", err
 	}
-	// The redacted form has no unsigned (no room version's redaction keeps it)
-	// and holds
-	// event_id only when gomatrixserverlib's decoder, which matches keys in any
-	// case, took a key like "event_iD" for it: no v3+ event has one.
-	for _, key := range []string{"signatures", "event_id"} {
-		if key == "event_id" && !gjson.GetBytes(red, key).Exists() {
-			continue
-		}
-		if red, err = sjson.DeleteBytes(red, key); err != nil {
+	// The redacted form has no unsigned (no room version's redaction keeps
+	// it). It holds event_id when the input did (a v1 or v2 event, or a raw
+	// PDU: ReferenceEventID), or when gomatrixserverlib's decoder, which
+	// matches keys in any case, took a key like "event_iD" for it.
+	if red, err = sjson.DeleteBytes(red, "signatures"); err != nil {
+		return "", err
+	}
+	if gjson.GetBytes(red, "event_id").Exists() {
+		if red, err = sjson.DeleteBytes(red, "event_id"); err != nil {
 			return "", err
 		}
 	}

@@ -215,7 +215,7 @@ func (imp *importer) runPDUs(next func() (SourcePDU, error)) error {
 }
 
 type importer struct {
-	ctx     context.Context // Import's; checked in drain
+	ctx     context.Context // Import's; checked in advance
 	s       *Store
 	source  string
 	opts    ImportOptions

@@ -45,11 +45,7 @@ func TestCLIAudit(t *testing.T) {
 	var got []string
 	counts := map[string]int{}
 	byKey, keyEvents, keyLast := map[string]string{}, map[string]int{}, map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(o), "\n") {
-		var f map[string]any
-		if err := json.Unmarshal([]byte(line), &f); err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
+	for _, f := range jsonLines(t, o) {
 		switch f["kind"] {
 		case "finding":
 			got = append(got, fmt.Sprintf("%s %s %s", f["event"], f["key"], f["finding"]))
@@ -80,14 +76,10 @@ func TestCLIAudit(t *testing.T) {
 		t.Fatalf("--by-key: exit %d\n%s", code, o)
 	}
 	keys := 0
-	for _, line := range strings.Split(strings.TrimSpace(o), "\n") {
-		var f map[string]any
-		if err := json.Unmarshal([]byte(line), &f); err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
+	for _, f := range jsonLines(t, o) {
 		switch f["kind"] {
 		case "finding":
-			t.Errorf("--by-key printed a finding line: %s", line)
+			t.Errorf("--by-key printed a finding line: %v", f)
 		case "key":
 			keys++
 			k := f["room"].(string) + " " + f["key"].(string)
@@ -99,6 +91,20 @@ func TestCLIAudit(t *testing.T) {
 	if keys != len(byKey) || keys == 0 {
 		t.Errorf("--by-key: %d key lines, want %d", keys, len(byKey))
 	}
+}
+
+// jsonLines decodes the --json output o, a JSON object per line.
+func jsonLines(t *testing.T, o string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(o), "\n") {
+		var f map[string]any
+		if err := json.Unmarshal([]byte(line), &f); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 // genEvent is what injectResets reads of a generated room's events.

@@ -79,7 +79,8 @@ func (r *importRun) importFrom(ctx context.Context, src serverdb.Source, what st
 	results := r.importRooms(ctx, feeds, bar)
 	defer func() {
 		cancel()
-		for range results { // the imports under way end at ctx
+		for result := range results {
+			<-result // an import under way ends at ctx: wait, the store closes after
 		}
 		stop()
 	}()

@@ -18,25 +18,9 @@ func check(ctx context.Context, conn, storeDir string) (string, error) {
 		return "", err
 	}
 	defer db.Close()
-	refs := map[types.StateSnapshotNID]string{}
-	for _, table := range []string{"roomserver_events", "roomserver_rooms"} {
-		rows, err := db.QueryContext(ctx, "SELECT DISTINCT state_snapshot_nid FROM "+table+" WHERE state_snapshot_nid != 0")
-		if err != nil {
-			return "", fmt.Errorf("-db %q is not a Dendrite roomserver database (%s.state_snapshot_nid: %v)", conn, table, err)
-		}
-		for rows.Next() {
-			var nid int64
-			if err := rows.Scan(&nid); err != nil {
-				rows.Close()
-				return "", fmt.Errorf("%s: %w", table, err)
-			}
-			refs[types.StateSnapshotNID(nid)] = table
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", table, err)
-		}
+	refs, err := snapshotRefs(ctx, db)
+	if err != nil {
+		return "", fmt.Errorf("-db %q %w", conn, err)
 	}
 	events := map[types.EventNID]bool{}
 	rows, err := db.QueryContext(ctx, "SELECT event_nid FROM roomserver_events")
@@ -57,18 +41,15 @@ func check(ctx context.Context, conn, storeDir string) (string, error) {
 		return "", fmt.Errorf("roomserver_events: %w", err)
 	}
 
-	open, err := storeOpener(ctx, db, sqlite, storeDir)
-	if err != nil {
-		return "", err
-	}
-	s, err := open()
+	s, err := openStore(ctx, db, sqlite, storeDir)
 	if err != nil {
 		return "", err
 	}
 	defer s.Close()
 	var failures []string
 	entries := 0
-	for nid, table := range refs {
+	for nid, ref := range refs {
+		table := ref.table
 		st, err := s.State(nid)
 		if err != nil {
 			failures = append(failures, fmt.Sprintf("snapshot %d (named in %s): %v", nid, table, err))

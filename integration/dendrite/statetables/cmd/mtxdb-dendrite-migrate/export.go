@@ -34,15 +34,11 @@ func exportStock(ctx context.Context, conn, storeDir, out string) (string, error
 	if !sqlite {
 		return "", fmt.Errorf("-export-stock reads a SQLite database; %q is PostgreSQL", conn)
 	}
-	refs, err := snapshotRooms(ctx, db)
+	refs, err := snapshotRefs(ctx, db)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("-db %q %w", conn, err)
 	}
-	open, err := storeOpener(ctx, db, sqlite, storeDir)
-	if err != nil {
-		return "", err
-	}
-	s, err := open()
+	s, err := openStore(ctx, db, sqlite, storeDir)
 	if err != nil {
 		return "", err
 	}
@@ -67,14 +63,21 @@ func exportStock(ctx context.Context, conn, storeDir, out string) (string, error
 	return fmt.Sprintf("exported snapshots=%d entries=%d kept=%d store=%q out=%q", n, entries, len(refs)-n, s.Where(), out), nil
 }
 
-// snapshotRooms returns every snapshot NID roomserver_events and
-// roomserver_rooms name, with its room NID.
-func snapshotRooms(ctx context.Context, db *sql.DB) (map[types.StateSnapshotNID]types.RoomNID, error) {
-	refs := map[types.StateSnapshotNID]types.RoomNID{}
+// snapshotRef is where a snapshot NID is named: its room and the first table
+// naming it.
+type snapshotRef struct {
+	room  types.RoomNID
+	table string
+}
+
+// snapshotRefs returns every snapshot NID roomserver_events and
+// roomserver_rooms name. Its error reads after "-db PATH".
+func snapshotRefs(ctx context.Context, db *sql.DB) (map[types.StateSnapshotNID]snapshotRef, error) {
+	refs := map[types.StateSnapshotNID]snapshotRef{}
 	for _, table := range []string{"roomserver_events", "roomserver_rooms"} {
 		rows, err := db.QueryContext(ctx, "SELECT DISTINCT state_snapshot_nid, room_nid FROM "+table+" WHERE state_snapshot_nid != 0")
 		if err != nil {
-			return nil, fmt.Errorf("not a Dendrite roomserver database (%s: %v)", table, err)
+			return nil, fmt.Errorf("is not a Dendrite roomserver database (%s.state_snapshot_nid: %v)", table, err)
 		}
 		for rows.Next() {
 			var nid, room int64
@@ -82,7 +85,9 @@ func snapshotRooms(ctx context.Context, db *sql.DB) (map[types.StateSnapshotNID]
 				rows.Close()
 				return nil, fmt.Errorf("%s: %w", table, err)
 			}
-			refs[types.StateSnapshotNID(nid)] = types.RoomNID(room)
+			if _, ok := refs[types.StateSnapshotNID(nid)]; !ok {
+				refs[types.StateSnapshotNID(nid)] = snapshotRef{types.RoomNID(room), table}
+			}
 		}
 		err = rows.Err()
 		rows.Close()
@@ -96,7 +101,7 @@ func snapshotRooms(ctx context.Context, db *sql.DB) (map[types.StateSnapshotNID]
 // writeStock inserts, in one transaction of dst, a snapshot row and a block
 // row for each snapshot of refs that dst's roomserver_state_snapshots lacks,
 // its state from state. It returns how many it wrote and their entries.
-func writeStock(ctx context.Context, dst *sql.DB, refs map[types.StateSnapshotNID]types.RoomNID, state func(types.StateSnapshotNID) ([]types.StateEntry, error)) (int, int, error) {
+func writeStock(ctx context.Context, dst *sql.DB, refs map[types.StateSnapshotNID]snapshotRef, state func(types.StateSnapshotNID) ([]types.StateEntry, error)) (int, int, error) {
 	tx, err := dst.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, 0, err
@@ -125,7 +130,7 @@ func writeStock(ctx context.Context, dst *sql.DB, refs map[types.StateSnapshotNI
 			return 0, 0, fmt.Errorf("snapshot %d: block: %w", nid, err)
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO roomserver_state_snapshots (state_snapshot_nid, room_nid, state_block_nids) VALUES (?, ?, ?)",
-			int64(nid), int64(refs[nid]), fmt.Sprintf("[%d]", int64(nid))); err != nil {
+			int64(nid), int64(refs[nid].room), fmt.Sprintf("[%d]", int64(nid))); err != nil {
 			return 0, 0, fmt.Errorf("snapshot %d: %w", nid, err)
 		}
 		n++

@@ -52,7 +52,7 @@ func TestExportStock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	named, err := snapshotRooms(ctx, db)
+	named, err := snapshotRefs(ctx, db)
 	db.Close()
 	if err != nil {
 		t.Fatal(err)

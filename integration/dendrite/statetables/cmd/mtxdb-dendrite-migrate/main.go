@@ -350,6 +350,15 @@ func equal(a, b []types.StateEntry) bool {
 	return true
 }
 
+// openStore opens the store of database db (storeOpener).
+func openStore(ctx context.Context, db *sql.DB, sqlite bool, storeDir string) (*statetables.Store, error) {
+	open, err := storeOpener(ctx, db, sqlite, storeDir)
+	if err != nil {
+		return nil, err
+	}
+	return open()
+}
+
 // storeOpener returns how to open the store of database db: the directory
 // storeDir, or without one where the patched Dendrite looks for it (inside a
 // PostgreSQL database unless statetables.EnvDir is set, else the directory
