@@ -126,15 +126,11 @@ func CreateRoomVersion(h Header) (gomatrixserverlib.RoomVersion, error) {
 // checked. For v3+ formats a top-level event_id is stripped and must equal the
 // reference hash. Panics inside gomatrixserverlib become ErrMalformedPDU errors.
 func Parse(version gomatrixserverlib.RoomVersion, raw []byte) (pdu gomatrixserverlib.PDU, err error) {
-	verImpl, err := gomatrixserverlib.GetRoomVersion(version)
+	verImpl, err := versionImpl(version)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownRoomVersion, version)
+		return nil, err
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			pdu, err = nil, fmt.Errorf("%w: gomatrixserverlib panicked: %v", ErrMalformedPDU, r)
-		}
-	}()
+	defer recoverMalformed(&pdu, &err)
 	pdu, err = verImpl.NewEventFromUntrustedJSON(raw)
 	if errors.Is(err, gomatrixserverlib.ErrCanonicalJSON) {
 		// gomatrixserverlib's wording ("value is outside of safe range") is also
@@ -150,7 +146,7 @@ func Parse(version gomatrixserverlib.RoomVersion, raw []byte) (pdu gomatrixserve
 		if err != nil {
 			return nil, fmt.Errorf("%w: reference hash: %v", ErrMalformedPDU, err)
 		}
-		pdu = identified{pdu, id}
+		pdu = identified{PDU: pdu, id: id}
 	}
 	declared, err := declaredEventIDs(raw)
 	if err != nil {
@@ -168,10 +164,56 @@ func Parse(version gomatrixserverlib.RoomVersion, raw []byte) (pdu gomatrixserve
 			}
 		}
 	}
-	// Touch the accessors that can panic on hostile input, inside the recover.
-	_ = pdu.RoomID()
+	// Touch the accessors that can panic on hostile input, inside the recover;
+	// a v3+ PDU keeps its room ID (gomatrixserverlib parses it with a regular
+	// expression on every call).
+	if p, ok := pdu.(identified); ok {
+		p.roomID = p.PDU.RoomID()
+		pdu = p
+	} else {
+		_ = pdu.RoomID()
+	}
 	_ = pdu.SenderID()
 	return pdu, nil
+}
+
+// ParseTrusted parses PDU JSON that an earlier Parse accepted (a stored event
+// whose content hash passed) under its known event ID, without recomputing the
+// reference and content hashes: gomatrixserverlib's
+// NewEventFromTrustedJSONWithEventID, with a v3+ PDU's room ID parsed once.
+// Errors wrap ErrUnknownRoomVersion or ErrMalformedPDU (a panic in
+// gomatrixserverlib among them).
+func ParseTrusted(version gomatrixserverlib.RoomVersion, eventID string, raw []byte) (pdu gomatrixserverlib.PDU, err error) {
+	verImpl, err := versionImpl(version)
+	if err != nil {
+		return nil, err
+	}
+	defer recoverMalformed(&pdu, &err)
+	if pdu, err = verImpl.NewEventFromTrustedJSONWithEventID(eventID, raw, false); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformedPDU, err)
+	}
+	if verImpl.EventFormat() != gomatrixserverlib.EventFormatV1 {
+		pdu = identified{PDU: pdu, id: eventID, roomID: pdu.RoomID()}
+	}
+	return pdu, nil
+}
+
+// versionImpl is gomatrixserverlib's implementation of a room version, or an
+// error wrapping ErrUnknownRoomVersion.
+func versionImpl(version gomatrixserverlib.RoomVersion) (gomatrixserverlib.IRoomVersion, error) {
+	verImpl, err := gomatrixserverlib.GetRoomVersion(version)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownRoomVersion, version)
+	}
+	return verImpl, nil
+}
+
+// recoverMalformed, deferred, turns a panic inside gomatrixserverlib into an
+// ErrMalformedPDU error and no PDU.
+func recoverMalformed(pdu *gomatrixserverlib.PDU, err *error) {
+	if r := recover(); r != nil {
+		*pdu, *err = nil, fmt.Errorf("%w: gomatrixserverlib panicked: %v", ErrMalformedPDU, r)
+	}
 }
 
 // UserIDForSender maps a sender to a user ID for room versions without pseudonymous
@@ -200,15 +242,21 @@ func declaredEventIDs(raw []byte) ([]string, error) {
 	return ids, err
 }
 
-// identified is a v3+ PDU with its event ID computed by Parse: the event ID
-// gomatrixserverlib's PDU would compute on first use, at about half its cost.
+// identified is a v3+ PDU with its event ID computed by Parse (the event ID
+// gomatrixserverlib's PDU would compute on first use, at about half its cost)
+// and its room ID parsed once.
 type identified struct {
 	gomatrixserverlib.PDU
-	id string
+	id     string
+	roomID spec.RoomID
 }
 
 // EventID is the PDU's reference hash event ID.
 func (p identified) EventID() string { return p.id }
+
+// RoomID is the PDU's room ID, as gomatrixserverlib parses it (for a v12
+// create event, derived from the event ID).
+func (p identified) RoomID() spec.RoomID { return p.roomID }
 
 // referenceHashID is the event ID of a v3+ PDU: "$" and the unpadded base64
 // (URL-safe from room version 4) of the SHA-256 of the event redacted for its

@@ -204,3 +204,11 @@ func WithBatchSize(opts ReplayOptions, n int) ReplayOptions {
 	opts.batchSize = n
 	return opts
 }
+
+// SetAheadAuth turns the replay's checks ahead (prefetcher.checkAhead) on or
+// off until the returned function restores the default.
+func SetAheadAuth(on bool) (restore func()) {
+	old := aheadAuth
+	aheadAuth = on
+	return func() { aheadAuth = old }
+}

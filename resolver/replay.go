@@ -46,7 +46,7 @@ func (r *roomResolver) authorize(pdu gomatrixserverlib.PDU, before hamtstore.Nod
 	if err := authrules.CheckAuthEvents(pdu, authPDUs, r.Rejected, r.impliedCreate(pdu)); err != nil {
 		return fmt.Errorf("%w: event %s: against its auth events: %w", errRejected, pdu.EventID(), err)
 	}
-	if err := r.cache.allowedOnce(pdu, authPDUs); err != nil {
+	if err := r.allowedByAuthEvents(pdu, authPDUs); err != nil {
 		return fmt.Errorf("%w: event %s: against its auth events: %v", errRejected, pdu.EventID(), err)
 	}
 
@@ -76,6 +76,16 @@ func (r *roomResolver) authorize(pdu gomatrixserverlib.PDU, before hamtstore.Nod
 		return fmt.Errorf("%w: event %s: against the state before it: %v", errRejected, pdu.EventID(), err)
 	}
 	return nil
+}
+
+// allowedByAuthEvents is Cache.allowedOnce for pdu against its auth events,
+// taking the outcome the prefetcher computed for it when there is one.
+func (r *roomResolver) allowedByAuthEvents(pdu gomatrixserverlib.PDU, authPDUs []gomatrixserverlib.PDU) error {
+	if a := r.ahead; a.checked && a.id == pdu.EventID() {
+		r.aheadUsed++
+		return r.cache.allowedOnceBy(pdu, authPDUs, func() error { return a.authErr })
+	}
+	return r.cache.allowedOnce(pdu, authPDUs)
 }
 
 // sameByKey reports whether two lists of state events hold, key for key, the same
@@ -153,6 +163,9 @@ type ReplayResult struct {
 	// because a computed event names them in prev_events.
 	NotKept, Rederived int
 	Rejected           int // events that failed authorization
+	// AuthAhead counts the events whose check against their own auth events
+	// ran ahead, on the goroutine that parses the PDUs.
+	AuthAhead int
 	Stats
 }
 
@@ -190,6 +203,10 @@ func Replay(ctx context.Context, room *roomstate.Room, opts ReplayOptions) (Repl
 		return ReplayResult{}, err
 	}
 	r.onResolve, r.resolutionTimes = opts.OnResolve, opts.ResolutionTimes
+	// Snapshot nodes and state records go to the store on another goroutine
+	// (the writes were a fifth of a replay's CPU); run waits for the last.
+	r.w.WriteBehind()
+	r.rd = r.w.Reader()
 	// Load the auth index up front, so its one pass over the room is not charged
 	// to the first resolution.
 	g, err := r.graph()
@@ -236,13 +253,20 @@ type replay struct {
 // run replays the room in phases: order (the topological order and each event's
 // position in it), then per event step (reuse the stored state, or compute it),
 // then finish (forward extremities, current state, head).
-func (rp *replay) run() (ReplayResult, error) {
+func (rp *replay) run() (_ ReplayResult, err error) {
 	order, err := rp.order()
 	if err != nil {
 		return rp.res, err
 	}
 	rp.head = rp.r.room.Head()
 	defer func() { rp.pf.stop() }()
+	defer func() {
+		// No write is left running when Replay returns; its error, if the
+		// replay had none of its own.
+		if werr := rp.r.w.Wait(); werr != nil && err == nil {
+			err = werr
+		}
+	}()
 	if rp.head.StateEvery > 0 {
 		rp.late = make([]bool, len(rp.g.ids))
 	}
@@ -296,7 +320,7 @@ func (rp *replay) stop(p, total int, cause error) error {
 	if err := rp.r.w.Commit(rp.writeCtx, nil); err != nil {
 		return err
 	}
-	rp.res.Stats = rp.r.stats
+	rp.res.Stats, rp.res.AuthAhead = rp.r.stats, rp.r.aheadUsed
 	if cause != nil {
 		return fmt.Errorf("%w: room %s after %d of %d events: %w", ErrStopped, room.ID(), p, total, cause)
 	}
@@ -477,75 +501,8 @@ func (rp *replay) finish(order []int32) error {
 	if err := r.w.Commit(rp.writeCtx, &h); err != nil {
 		return err
 	}
-	rp.res.Stats = r.stats
+	rp.res.Stats, rp.res.AuthAhead = r.stats, r.aheadUsed
 	return nil
-}
-
-// prefetcher parses the PDUs of the events ahead of the replay on another
-// goroutine, so that loading and parsing (about a fifth of a fresh replay's CPU)
-// runs beside resolution on a second core. Each parsed PDU enters the
-// resolver's cache when the replay reaches its event.
-type prefetcher struct {
-	r      *roomResolver
-	out    chan prefetched
-	done   chan struct{} // closed by stop
-	exited chan struct{} // closed when the goroutine has returned
-}
-
-type prefetched struct {
-	id  string
-	pdu gomatrixserverlib.PDU // nil when loading failed (the replay loads it again and reports)
-}
-
-// prefetchWindow is how many parsed PDUs may wait ahead of the replay (~2 KB each).
-const prefetchWindow = 1024
-
-// prefetch starts parsing the PDUs of order on another goroutine; with on false
-// (an incremental replay that computes few events) it does nothing.
-func (rp *replay) prefetch(order []int32, on bool) *prefetcher {
-	if !on {
-		return nil
-	}
-	pf := &prefetcher{r: rp.r, out: make(chan prefetched, prefetchWindow), done: make(chan struct{}), exited: make(chan struct{})}
-	g, room := rp.g, rp.r.room
-	go func() {
-		defer close(pf.exited)
-		defer close(pf.out)
-		for _, i := range order {
-			p, err := room.StoredEvent(g.ids[i], g.g.Redacted[i])
-			if err != nil {
-				p = nil
-			}
-			select {
-			case pf.out <- prefetched{id: g.ids[i], pdu: p}:
-			case <-pf.done:
-				return
-			}
-		}
-	}()
-	return pf
-}
-
-// take receives the PDU of the next event of the replay order and caches it.
-func (pf *prefetcher) take() {
-	if pf == nil {
-		return
-	}
-	if x, ok := <-pf.out; ok && x.pdu != nil {
-		pf.r.stats.EventsLoaded++ // parsed on the prefetching goroutine
-		if !pf.r.holds(x.id) {
-			pf.r.keep(x.pdu)
-		}
-	}
-}
-
-// stop ends the prefetching goroutine and waits for it (no read of the store is
-// left running when Replay returns: the caller may close it).
-func (pf *prefetcher) stop() {
-	if pf != nil {
-		close(pf.done)
-		<-pf.exited
-	}
 }
 
 // readerResetEvery bounds the HAMT nodes a replay keeps decoded: the reader is reset

@@ -113,7 +113,11 @@ type roomResolver struct {
 	// out the member events authorisation asks for again (65% of a generated
 	// room's events are not state events).
 	cur gomatrixserverlib.PDU
-	g   *graph // the room's auth index, built on first use
+	// ahead is what the prefetcher handed over for the event being replayed.
+	ahead prefetched
+	// aheadUsed counts the outcomes taken from the prefetcher.
+	aheadUsed int
+	g         *graph // the room's auth index, built on first use
 	// rej is the rejection status per graph index: 0 not known yet (read the
 	// state record), 1 accepted, 2 rejected.
 	rej []uint8

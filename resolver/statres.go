@@ -684,36 +684,51 @@ func (c *Cache) Authorized(p gomatrixserverlib.PDU, authEvents []gomatrixserverl
 	return c.allowedCached(p, byKey)
 }
 
-// allowedOnce checks p against authEvents with gomatrixserverlib's authorization
-// rules and returns the reason it is not allowed. The outcome of a state event or
-// redaction is noted for the iterative auth checks (note). A plain event (no state
-// key, and not of a type whose rules gomatrixserverlib picks by type: create,
-// aliases, member, power levels, redaction) is checked once per (room, type,
-// sender, auth events): the rules read nothing else of it (Matrix spec v1.19,
-// "Authorisation rules", the rules after the membership ones: the sender's
+// allowedOnce checks p against authEvents with the authorization rules
+// (authrules.Authorize) and returns the reason it is not allowed. The outcome of a
+// state event is noted for the iterative auth checks (note). A plain event (no
+// state key, and not of a type whose rules gomatrixserverlib picks by type:
+// create, aliases, member, power levels, redaction) is checked once per (room,
+// type, sender, auth events): the rules read nothing else of it (Matrix spec
+// v1.19, "Authorisation rules", the rules after the membership ones: the sender's
 // membership, the event type's required power level, the create event's
 // m.federate), so one outcome serves every plain event with the same four, as the
 // room generator does.
 func (c *Cache) allowedOnce(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error {
-	switch p.Type() {
-	case spec.MRoomCreate, spec.MRoomAliases, spec.MRoomMember, spec.MRoomPowerLevels, spec.MRoomRedaction:
-		// gomatrixserverlib picks its rules by type, state key or not: these
-		// types' rules read the content even without a state key.
-		err := c.authorize(p, authEvents)
+	return c.allowedOnceBy(p, authEvents, func() error { return c.authorize(p, authEvents) })
+}
+
+// allowedOnceBy is allowedOnce with the check made by check, which returns
+// what c.authorize(p, authEvents) returns (the replay's prefetcher computes it
+// ahead, on another goroutine).
+func (c *Cache) allowedOnceBy(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU, check func() error) error {
+	if p.StateKey() != nil || contentRuled[p.Type()] {
+		err := check()
 		if p.StateKey() != nil {
 			c.note(p, authEvents, err == nil)
 		}
-		return err
-	}
-	if p.StateKey() != nil {
-		err := c.authorize(p, authEvents)
-		c.note(p, authEvents, err == nil)
 		return err
 	}
 	ids := make([]string, len(authEvents))
 	for i, a := range authEvents {
 		ids[i] = a.EventID()
 	}
+	key := plainCheckKey(p, ids)
+	if err, ok := c.plain[key]; ok {
+		return err
+	}
+	err := check()
+	if len(c.plain) >= maxAuthChecks {
+		clear(c.plain)
+	}
+	c.plain[key] = err
+	return err
+}
+
+// plainCheckKey names the check of a plain event (see allowedOnce): its room,
+// type and sender and the IDs of its auth events, sorted (ids is sorted in
+// place).
+func plainCheckKey(p gomatrixserverlib.PDU, ids []string) string {
 	slices.Sort(ids)
 	key := make([]byte, 0, 256)
 	key = append(append(key, p.RoomID().String()...), 0)
@@ -722,15 +737,7 @@ func (c *Cache) allowedOnce(p gomatrixserverlib.PDU, authEvents []gomatrixserver
 	for _, id := range ids {
 		key = append(append(key, id...), 0)
 	}
-	if err, ok := c.plain[string(key)]; ok {
-		return err
-	}
-	err := c.authorize(p, authEvents)
-	if len(c.plain) >= maxAuthChecks {
-		clear(c.plain)
-	}
-	c.plain[string(key)] = err
-	return err
+	return string(key)
 }
 
 // note records the outcome of a check of p against authEvents made elsewhere

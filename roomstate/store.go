@@ -289,17 +289,8 @@ func (r *Room) StoredEvent(eventID string, redacted bool) (pd gomatrixserverlib.
 	if err != nil {
 		return nil, err
 	}
-	verImpl, err := gomatrixserverlib.GetRoomVersion(r.version())
-	if err != nil {
-		return nil, fmt.Errorf("%w: %q", pdu.ErrUnknownRoomVersion, r.version())
-	}
-	defer func() {
-		if rec := recover(); rec != nil {
-			pd, err = nil, fmt.Errorf("%w: room %s: stored event %s: gomatrixserverlib panicked: %v", pdu.ErrMalformedPDU, r.head.RoomID, eventID, rec)
-		}
-	}()
-	if pd, err = verImpl.NewEventFromTrustedJSONWithEventID(eventID, js, false); err != nil {
-		return nil, fmt.Errorf("%w: room %s: stored event %s: %v", pdu.ErrMalformedPDU, r.head.RoomID, eventID, err)
+	if pd, err = pdu.ParseTrusted(r.version(), eventID, js); err != nil {
+		return nil, fmt.Errorf("room %s: stored event %s: %w", r.head.RoomID, eventID, err)
 	}
 	return pd, nil
 }

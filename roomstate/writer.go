@@ -27,6 +27,7 @@ type StateWriter struct {
 	nodes    hamtstore.NodeStore
 	rd       *hamtstore.Reader
 	inMemory bool
+	behind   *writeBehind // nil unless WriteBehind was called
 }
 
 // StateWriter returns a writer for this room. With inMemory, the snapshot nodes
@@ -39,6 +40,34 @@ func (r *Room) StateWriter(inMemory bool) *StateWriter {
 	}
 	w.rd = hamtstore.NewReader(w.nodes)
 	return w
+}
+
+// WriteBehind makes the writer hold the snapshot nodes Apply writes and write
+// them, followed by the state records, when PutEventStates or Commit is called,
+// on a goroutine of its own while the caller goes on (one write at a time; a
+// write's error is returned by the next PutEventStates, Commit or Wait). Nodes
+// held or being written are read from memory. Nothing is durable before Commit
+// returns, as without it. Call it before any other method; the caller must end
+// with Commit or Wait, so that no write is left running when the store closes.
+// A writer that keeps its nodes in memory is left as it is.
+func (w *StateWriter) WriteBehind() {
+	if w.inMemory || w.behind != nil {
+		return
+	}
+	w.behind = newWriteBehind(nodeStore{eng: w.r.s.eng, coll: w.r.coll})
+	w.nodes = w.behind
+	w.rd = hamtstore.NewReader(w.nodes)
+}
+
+// Wait waits for the write WriteBehind started, if any, and returns its error.
+func (w *StateWriter) Wait() error {
+	if w.behind == nil {
+		return nil
+	}
+	if err := w.behind.wait(); err != nil {
+		return fmt.Errorf("roomstate: room %s: write snapshot nodes and state records: %w", w.r.head.RoomID, err)
+	}
+	return nil
 }
 
 // Reader returns the reader this writer updates: it sees the nodes the writer
@@ -90,6 +119,12 @@ func (w *StateWriter) PutEventStates(ctx context.Context, eventIDs []string, sta
 	for i, id := range eventIDs {
 		recs[i] = packstore.Record{ID: roomrecord.StateRecordID(roomrecord.EventRecordID(id)), Data: roomrecord.EncodeState(&states[i])}
 	}
+	if w.behind != nil {
+		if err := w.behind.flush(recs); err != nil {
+			return fmt.Errorf("roomstate: room %s: write snapshot nodes and state records: %w", w.r.head.RoomID, err)
+		}
+		return nil
+	}
 	if err := w.r.s.eng.PutMany(w.r.coll, recs); err != nil {
 		return fmt.Errorf("roomstate: room %s: write state records: %w", w.r.head.RoomID, err)
 	}
@@ -106,6 +141,14 @@ func (w *StateWriter) Commit(ctx context.Context, h *roomrecord.Head) error {
 		return err
 	}
 	r := w.r
+	if w.behind != nil {
+		if err := w.behind.flush(nil); err != nil {
+			return fmt.Errorf("roomstate: room %s: write snapshot nodes and state records: %w", r.head.RoomID, err)
+		}
+		if err := w.Wait(); err != nil {
+			return err
+		}
+	}
 	if h != nil {
 		r.refresh()
 		if h.RoomID != r.head.RoomID {

@@ -75,3 +75,48 @@ func TestStateWriter(t *testing.T) {
 	require.True(t, errors.Is(err, done.Err()))
 	require.ErrorIs(t, w.Commit(done, nil), done.Err())
 }
+
+// TestStateWriterWriteBehind: in write-behind mode, Apply's nodes are readable
+// through the writer before any write and reach the engine with the state
+// records at PutEventStates (Wait waits for them); a failed write keeps its nodes
+// readable and its error is returned by the next Commit, once.
+func TestStateWriterWriteBehind(t *testing.T) {
+	ctx := t.Context()
+	eng := &failingPuts{MemStorage: packstore.NewMemStorage(), failAt: 1 << 30}
+	room, err := testrooms.ImportReplayed(eng, filepath.Join(testrooms.Dir(), "real", "room004"))
+	require.NoError(t, err)
+	coll := roomrecord.CollectionID(room.ID())
+	st, err := room.State(ctx, room.NewReader(), room.Head().CurrentState)
+	require.NoError(t, err)
+	k := roomrecord.StatePair{Type: "x.test", StateKey: "a"}
+	id := st[roomrecord.StatePair{Type: "m.room.create"}]
+
+	w := room.StateWriter(false)
+	w.WriteBehind()
+	root, err := w.Apply(ctx, hamtstore.EmptyRoot, map[roomrecord.StatePair]string{k: id}, nil)
+	require.NoError(t, err)
+	_, err = eng.Get(coll, packstore.ID(root))
+	require.ErrorIs(t, err, packstore.ErrNotFound, "held, not written")
+	w.Reader().Reset() // read the nodes through the writer's store, not decoded copies
+	_, ok, err := w.Reader().Get(root, roomrecord.StateKey(k.Type, k.StateKey))
+	require.NoError(t, err)
+	require.True(t, ok, "held nodes are readable")
+	require.NoError(t, w.PutEventStates(ctx, []string{"$x"}, []roomrecord.EventState{{Before: root, After: root}}))
+	require.NoError(t, w.Wait())
+	_, err = eng.Get(coll, packstore.ID(root))
+	require.NoError(t, err, "written with the state records")
+	_, err = eng.Get(coll, roomrecord.StateRecordID(roomrecord.EventRecordID("$x")))
+	require.NoError(t, err)
+
+	eng.failAt = eng.calls + 1
+	k2 := roomrecord.StatePair{Type: "x.test", StateKey: "b"}
+	root2, err := w.Apply(ctx, root, map[roomrecord.StatePair]string{k2: id}, nil)
+	require.NoError(t, err)
+	require.NoError(t, w.PutEventStates(ctx, []string{"$y"}, []roomrecord.EventState{{Before: root, After: root2}}), "the write runs behind")
+	w.Reader().Reset()
+	_, ok, err = w.Reader().Get(root2, roomrecord.StateKey(k2.Type, k2.StateKey))
+	require.NoError(t, err)
+	require.True(t, ok, "a failed write's nodes stay readable")
+	require.ErrorIs(t, w.Commit(ctx, nil), errInjected)
+	require.NoError(t, w.Wait(), "the error is returned once")
+}

@@ -1,0 +1,159 @@
+package resolver
+
+import (
+	"slices"
+
+	"github.com/hashicorp/golang-lru/v2"
+	"github.com/matrix-org/gomatrixserverlib"
+	"github.com/matrix-org/gomatrixserverlib/spec"
+
+	"github.com/mtxdb/mtxdb/authrules"
+)
+
+// prefetcher parses the PDUs of the events ahead of the replay on another
+// goroutine, so that loading and parsing runs beside resolution on a second
+// core. It also checks each state event (and each event of a type whose rules
+// read its content: see Cache.allowedOnce) against its own auth events with the
+// authorization rules, the first of a server's two checks on receipt, which
+// depends on nothing the replay computes. Each parsed PDU enters the resolver's
+// cache, and each outcome is used, when the replay reaches its event.
+type prefetcher struct {
+	r      *roomResolver
+	out    chan prefetched
+	done   chan struct{} // closed by stop
+	exited chan struct{} // closed when the goroutine has returned
+
+	// Owned by the goroutine: its own authorizer (authrules keeps what it
+	// parses per authorizer) and the state PDUs it parsed, as auth events of
+	// the events after them.
+	authorize func(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error
+	seen      *lru.Cache[string, gomatrixserverlib.PDU]
+	plain     map[string]struct{} // plainCheckKey of the plain events checked
+}
+
+// prefetched is one event ahead of the replay.
+type prefetched struct {
+	id  string
+	pdu gomatrixserverlib.PDU // nil when loading failed (the replay loads it again and reports)
+	// checked: authErr is the outcome of the rules against the event's auth
+	// events (authrules.Authorize), which Cache.allowedOnce would compute.
+	checked bool
+	authErr error
+	// loaded counts the auth events parsed for the check (those not kept
+	// from earlier events).
+	loaded int
+}
+
+// prefetchWindow is how many parsed PDUs may wait ahead of the replay (~2 KB each).
+const prefetchWindow = 1024
+
+// prefetchSeen bounds the state PDUs the prefetcher keeps as auth events.
+const prefetchSeen = 16384
+
+// prefetch starts parsing the PDUs of order on another goroutine; with on false
+// (an incremental replay that computes few events) it does nothing.
+func (rp *replay) prefetch(order []int32, on bool) *prefetcher {
+	if !on {
+		return nil
+	}
+	seen, _ := lru.New[string, gomatrixserverlib.PDU](prefetchSeen)
+	pf := &prefetcher{r: rp.r, out: make(chan prefetched, prefetchWindow), done: make(chan struct{}), exited: make(chan struct{}),
+		authorize: authrules.NewAuthorizer(), seen: seen, plain: map[string]struct{}{}}
+	g, room := rp.g, rp.r.room
+	go func() {
+		defer close(pf.exited)
+		defer close(pf.out)
+		for _, i := range order {
+			x := prefetched{id: g.ids[i]}
+			if p, err := room.StoredEvent(g.ids[i], g.g.Redacted[i]); err == nil {
+				x.pdu = p
+				x.checked, x.authErr = pf.checkAhead(p, &x.loaded)
+				if p.StateKey() != nil {
+					pf.seen.Add(x.id, p)
+				}
+			}
+			select {
+			case pf.out <- x:
+			case <-pf.done:
+				return
+			}
+		}
+	}()
+	return pf
+}
+
+// checkAhead checks p against its auth events, which it counts in loaded when
+// it parses them, unless the check is a plain event's this goroutine made
+// before (Cache.allowedOnce); false when it does not check, or an auth event
+// could not be loaded (the replay then checks p itself, and reports).
+func (pf *prefetcher) checkAhead(p gomatrixserverlib.PDU, loaded *int) (bool, error) {
+	if !aheadAuth {
+		return false, nil
+	}
+	g, room := pf.r.g, pf.r.room
+	ids := p.AuthEventIDs()
+	plain := p.StateKey() == nil && !contentRuled[p.Type()]
+	if plain {
+		// The replay's Cache most likely holds the outcome of a plain event
+		// whose check this goroutine saw (their bounds differ: the replay
+		// checks what it misses itself).
+		k := plainCheckKey(p, slices.Clone(ids))
+		if _, ok := pf.plain[k]; ok {
+			return false, nil
+		}
+		if len(pf.plain) >= maxAuthChecks {
+			clear(pf.plain)
+		}
+		pf.plain[k] = struct{}{}
+	}
+	auth := make([]gomatrixserverlib.PDU, 0, len(ids))
+	for _, id := range ids {
+		a, ok := pf.seen.Get(id)
+		if !ok {
+			i, err := g.idx(id)
+			if err != nil {
+				return false, nil
+			}
+			if a, err = room.StoredEvent(id, g.g.Redacted[i]); err != nil {
+				return false, nil
+			}
+			*loaded++
+			pf.seen.Add(id, a)
+		}
+		auth = append(auth, a)
+	}
+	return true, pf.authorize(p, auth)
+}
+
+// aheadAuth turns checkAhead on (tests turn it off to compare).
+var aheadAuth = true
+
+// contentRuled are the event types whose authorization rules gomatrixserverlib
+// picks by type, state key or not: their rules read the content.
+var contentRuled = map[string]bool{spec.MRoomCreate: true, spec.MRoomAliases: true, spec.MRoomMember: true,
+	spec.MRoomPowerLevels: true, spec.MRoomRedaction: true}
+
+// take receives the PDU of the next event of the replay order, caches it and
+// hands its outcome against its auth events, if checked, to the authorisation.
+func (pf *prefetcher) take() {
+	if pf == nil {
+		return
+	}
+	pf.r.ahead = prefetched{}
+	if x, ok := <-pf.out; ok && x.pdu != nil {
+		pf.r.stats.EventsLoaded += 1 + x.loaded // parsed on the prefetching goroutine
+		if !pf.r.holds(x.id) {
+			pf.r.keep(x.pdu)
+		}
+		pf.r.ahead = x
+	}
+}
+
+// stop ends the prefetching goroutine and waits for it (no read of the store is
+// left running when Replay returns: the caller may close it).
+func (pf *prefetcher) stop() {
+	if pf != nil {
+		close(pf.done)
+		<-pf.exited
+	}
+}
