@@ -202,7 +202,9 @@ REPACK_RUNS   ?= 5
 # Replay at room scale: gen, import, replay and verify --expected of
 # generated rooms (VERSION:EVENTS), each a process of its own, measured side by
 # side; writes docs/bench/replay.{json,md,png} with the replay targets
-# (bench/cmd/benchreplay) stated as met or NOT met. The default set includes the
+# (bench/cmd/benchreplay) stated as met or NOT met. The measured replay runs with
+# --cpuprofile (100 Hz): replay.md and replay.json summarise each room's profile,
+# the files themselves stay in bench/.work-replay, removed after a completed run. The default set includes the
 # 1M-event room: about 40 minutes here, 12 GB of memory for its generation and
 # 3 GB of disk for its store.
 # The published run is the default set; other sets write to BENCH_REPLAY_OUT

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// verdictReport is a made-up run: the 100k room meets its targets, the 1M room
+// misses every one of its own, and a PostgreSQL verification found a mismatch.
+func verdictReport() report {
+	k100 := result{Version: "12", Events: 100_000, EventsPerS: 16_000, PDUsParsed: 100_000,
+		Replay: step{Wall: 6.25, CPU: 10}, Gen: step{Wall: 20, CPU: 25}, ReplayByGen: 0.31}
+	k100.Postgres = &pgRun{Mismatches: 1}
+	m1 := result{Version: "12", Events: 1_000_000, EventsPerS: 9_000, PDUsParsed: 1_000_100,
+		Replay: step{Wall: 111, CPU: 130, PeakMB: 1_200}, Import: step{Wall: 50, PeakMB: 2_100},
+		Gen: step{PeakMB: 3_500}, Verify: step{PeakMB: 900}, Mismatches: -1}
+	return report{Rooms: []result{{Version: "12", Events: 10_000, PDUsParsed: 10_000}, k100, m1}}
+}
+
+func TestVerdicts(t *testing.T) {
+	got := verdicts(verdictReport())
+	for _, want := range []string{
+		"- v12 100k: replay at least 15,000 events/s (wall): 16,000, met.\n",
+		"- v12 1M: replay at least 10,000 events/s (wall): 9,000, NOT met.\n",
+		// wall per event 111 µs over 62.5 µs, CPU 130 µs over 100 µs
+		"- Per-event replay cost at 1M at most 1.15x that at 100k: wall 1.78x, CPU 1.30x: NOT met",
+		"- v12 1M: replay peak RSS at most 1,000 MB: 1,200 MB, NOT met.\n",
+		"- v12 1M: import at least 25,000 events/s (events / import wall): 20,000, NOT met.\n",
+		"- v12 1M: `mtxdb gen` peak RSS at most 3,000 MB: 3,500 MB, NOT met.\n",
+		"- 0 mismatches everywhere (verify --expected runs: 4): v12 100000 on PostgreSQL: 1; v12 1000000 on packfiles: not printed, NOT met.\n",
+		"- PDUs parsed equal to events in every room (replay parses each PDU once): v12 1000000: 1000100 PDUs parsed for 1000000 events, NOT met.\n",
+		"verify 900 MB, import 2,100 MB, NOT met.\n",
+		"Information (no longer a target): the v12 100k replay took 0.31x its generation's wall time and 0.40x its CPU.\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("verdicts lack %q:\n%s", want, got)
+		}
+	}
+
+	rep := verdictReport()
+	m1 := &rep.Rooms[2]
+	rep.Rooms[1].Postgres.Mismatches = 0
+	m1.EventsPerS, m1.Replay, m1.PDUsParsed, m1.Mismatches = 14_286, step{Wall: 70, CPU: 110, PeakMB: 950}, 1_000_000, 0
+	m1.Import, m1.Gen.PeakMB = step{Wall: 40, PeakMB: 1_500}, 2_900
+	got = verdicts(rep)
+	if strings.Contains(got, "NOT met") {
+		t.Errorf("every target is met, yet:\n%s", got)
+	}
+	if n := strings.Count(got, ", met.") + strings.Count(got, ": met.") + strings.Count(got, "met (both"); n != 9 {
+		t.Errorf("%d targets met, want 9:\n%s", n, got)
+	}
+
+	// Without the 1M room its targets are left out.
+	rep.Rooms = rep.Rooms[:2]
+	if got = verdicts(rep); strings.Contains(got, "1M") {
+		t.Errorf("a run without the 1M room states its targets:\n%s", got)
+	}
+}
+
+func TestPerCore(t *testing.T) {
+	if got := perCore(7_420); got != "7,420 (0.37x)" {
+		t.Errorf("perCore(7420) = %q", got)
+	}
+	if got := perCore(0); got != "—" {
+		t.Errorf("perCore of an old replay.json = %q, want —", got)
+	}
+}
