@@ -39,9 +39,6 @@ type prefetched struct {
 	// events (authrules.Authorize), which Cache.allowedOnce would compute.
 	checked bool
 	authErr error
-	// loaded counts the auth events parsed for the check (those not kept
-	// from earlier events).
-	loaded int
 }
 
 // prefetchWindow is how many parsed PDUs may wait ahead of the replay (~2 KB each).
@@ -67,8 +64,8 @@ func (rp *replay) prefetch(order []int32, on bool) *prefetcher {
 			x := prefetched{id: g.ids[i]}
 			if p, err := room.StoredEvent(g.ids[i], g.g.Redacted[i]); err == nil {
 				x.pdu = p
-				x.checked, x.authErr = pf.checkAhead(p, &x.loaded)
-				if p.StateKey() != nil {
+				x.checked, x.authErr = pf.checkAhead(p)
+				if p.StateKey() != nil && authTypes[p.Type()] {
 					pf.seen.Add(x.id, p)
 				}
 			}
@@ -82,15 +79,14 @@ func (rp *replay) prefetch(order []int32, on bool) *prefetcher {
 	return pf
 }
 
-// checkAhead checks p against its auth events, which it counts in loaded when
-// it parses them, unless the check is a plain event's this goroutine made
-// before (Cache.allowedOnce); false when it does not check, or an auth event
-// could not be loaded (the replay then checks p itself, and reports).
-func (pf *prefetcher) checkAhead(p gomatrixserverlib.PDU, loaded *int) (bool, error) {
+// checkAhead checks p against its auth events, when this goroutine parsed each
+// of them lately and has not made the same plain event's check before
+// (Cache.allowedOnce); false when it does not check (the replay then checks p
+// itself).
+func (pf *prefetcher) checkAhead(p gomatrixserverlib.PDU) (bool, error) {
 	if !aheadAuth {
 		return false, nil
 	}
-	g, room := pf.r.g, pf.r.room
 	ids := p.AuthEventIDs()
 	plain := p.StateKey() == nil && !contentRuled[p.Type()]
 	if plain {
@@ -110,15 +106,10 @@ func (pf *prefetcher) checkAhead(p gomatrixserverlib.PDU, loaded *int) (bool, er
 	for _, id := range ids {
 		a, ok := pf.seen.Get(id)
 		if !ok {
-			i, err := g.idx(id)
-			if err != nil {
-				return false, nil
-			}
-			if a, err = room.StoredEvent(id, g.g.Redacted[i]); err != nil {
-				return false, nil
-			}
-			*loaded++
-			pf.seen.Add(id, a)
+			// Not parsed here lately: the replay checks p with its own caches
+			// (which know a member event without parsing it), rather than
+			// parsing the event a second time.
+			return false, nil
 		}
 		auth = append(auth, a)
 	}
@@ -141,7 +132,7 @@ func (pf *prefetcher) take() {
 	}
 	pf.r.ahead = prefetched{}
 	if x, ok := <-pf.out; ok && x.pdu != nil {
-		pf.r.stats.EventsLoaded += 1 + x.loaded // parsed on the prefetching goroutine
+		pf.r.stats.EventsLoaded++ // parsed on the prefetching goroutine
 		if !pf.r.holds(x.id) {
 			pf.r.keep(x.pdu)
 		}

@@ -45,6 +45,7 @@ func TestReplayAuthAhead(t *testing.T) {
 		require.Zero(t, resWithout.AuthAhead)
 		require.Positive(t, resWith.AuthAhead, "%s: checks made ahead", dir)
 		require.Equal(t, resWithout.Rejected, resWith.Rejected)
+		require.Equal(t, resWith.Events, resWith.EventsLoaded, "%s: each PDU parsed once", dir)
 		if dir == genDir {
 			// Its plain events share few checks (senders and auth events vary).
 			require.Greater(t, resWith.AuthAhead, resWith.Events/2, "checks made ahead")

@@ -405,7 +405,10 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 	rp.computed[i] = true
 	rp.res.Computed++
 	if rp.pf == nil && (rp.opts.Force || !rp.head.Replayed) {
-		rp.pf = rp.prefetch(order[p+1:], true)
+		// From this event on: the prefetcher keeps the state events it
+		// parsed as auth events of the later ones.
+		rp.pf = rp.prefetch(order[p:], true)
+		rp.pf.take()
 	}
 	prevRoots := make([]hamtstore.NodeID, 0, len(prevs))
 	for _, x := range prevs {

@@ -67,7 +67,7 @@ are synced, the command prints its summary and how to continue, and exits 130
 			printLine(cmd.OutOrStdout(), asJSON, "replay", kv{"rooms", len(rooms)}, kv{"rooms_failed", problems.count()}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected},
 				kv{"outliers", tot.Outliers}, kv{"cyclic", len(tot.Cyclic)}, kv{"state_not_kept", tot.NotKept}, kv{"rederived", tot.Rederived}, kv{"resolutions", tot.Resolutions},
 				kv{"conflicted_keys", tot.ConflictedKeys}, kv{"auth_difference", tot.AuthDifference}, kv{"pdus_parsed", tot.EventsLoaded},
-				kv{"resolution_p50_us", p50.Microseconds()}, kv{"resolution_p99_us", p99.Microseconds()})
+				kv{"auth_checks_ahead", tot.AuthAhead}, kv{"resolution_p50_us", p50.Microseconds()}, kv{"resolution_p99_us", p99.Microseconds()})
 			if stopped {
 				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: replay: interrupted (%v): the state records of the %d events computed are stored and synced; %s\n", err, tot.Computed, replayResumeHint(store, room, force))
 				return interruptExit()
@@ -135,6 +135,7 @@ func replayRooms(ctx context.Context, rooms []*roomstate.Room, force bool, out i
 		tot.AuthDifference += res.AuthDifference
 		tot.EventsLoaded += res.EventsLoaded
 		tot.Rejected += res.Rejected
+		tot.AuthAhead += res.AuthAhead
 		tot.Resolutions += res.Resolutions
 		tot.ConflictedKeys += res.ConflictedKeys
 		if len(res.Cyclic) > 0 {
