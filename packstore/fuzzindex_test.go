@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 )
 
@@ -19,7 +20,7 @@ func seedFiles() map[string][]byte {
 	}
 	cp := &checkpoint{gen: 7, covered: loc{1, 4096 + 47}, shards: []ckptShard{{0, 4096}, {1, 4096 + 47}},
 		meta:  []ckptMeta{{kind: metaData, shard: 1, coll: c, at: loc{1, 4096}}},
-		colls: []ckptColl{{coll: c, bits: 3, count: 1, liveBytes: 47, slots: []uint64{0, 0, makeSlot(id, loc{1, 4096}), 0, 0, 0, 0, 0}}}}
+		colls: []ckptColl{{coll: c, bits: 3, count: 1, liveBytes: 47, slots: atomicSlots(0, 0, makeSlot(id, loc{1, 4096}), 0, 0, 0, 0, 0)}}}
 	delta := append(encodeDeltaHeader(7), appendDeltaEntry(nil, frameMeta{at: loc{1, 4143}, size: 47, coll: c, id: id})...)
 	delta = appendDeltaEntry(delta, frameMeta{at: loc{1, 4190}, size: 53, coll: c, reset: true, pos: pos{1, 4096}})
 	return map[string][]byte{
@@ -29,6 +30,15 @@ func seedFiles() map[string][]byte {
 		"checkpoint.bin": encodeCheckpoint(cp),
 		"delta.bin":      delta,
 	}
+}
+
+// atomicSlots returns a table slot array holding v.
+func atomicSlots(v ...uint64) []atomic.Uint64 {
+	out := make([]atomic.Uint64, len(v))
+	for i, x := range v {
+		out[i].Store(x)
+	}
+	return out
 }
 
 func TestTestdataSeeds(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
-	"sync/atomic"
 	"time"
 )
 
@@ -70,10 +69,23 @@ type OpenReport struct {
 	Warnings []string
 }
 
-// indexFiles are the raw checkpoint and delta files as Open read them.
+// indexFiles are the raw checkpoint and delta files as Open read them, and
+// the checkpoint decoded once (cp; cpErr is its decoding error, nil when
+// the file is missing or unreadable: see ckptErr).
 type indexFiles struct {
 	ckpt, delta       []byte
 	ckptErr, deltaErr error // fs.ErrNotExist when missing
+	cp                *checkpoint
+	cpErr             error
+}
+
+// checkpoint returns the decoded checkpoint, or nil when the file is
+// missing, unreadable or does not decode.
+func (f indexFiles) checkpoint() *checkpoint {
+	if f.ckptErr != nil || f.cpErr != nil {
+		return nil
+	}
+	return f.cp
 }
 
 // listedShards returns how many shard files the index files name (0 when
@@ -84,7 +96,7 @@ type indexFiles struct {
 func (s *PackfileStorage) listedShards() (int, error) {
 	f := s.readIndexFiles()
 	if f.ckptErr == nil {
-		if cp, err := decodeCheckpoint(f.ckpt); err == nil {
+		if cp := f.checkpoint(); cp != nil {
 			n := 0
 			for _, sh := range cp.shards {
 				if sh.size > HeaderSize {
@@ -112,6 +124,9 @@ func (f indexFiles) oldIndexFormat() bool {
 func (s *PackfileStorage) readIndexFiles() indexFiles {
 	var f indexFiles
 	f.ckpt, f.ckptErr = s.readWhole(checkpointFile)
+	if f.ckptErr == nil {
+		f.cp, f.cpErr = decodeCheckpoint(f.ckpt)
+	}
 	f.delta, f.deltaErr = s.readWhole(deltaFile)
 	return f
 }
@@ -136,13 +151,11 @@ func (s *PackfileStorage) readIndexFiles() indexFiles {
 // a shard missing is corruption even when its floor shows no frame.
 func syncedFloor(files indexFiles) (floor map[uint16]int64, must map[uint16]bool) {
 	floor, must = map[uint16]int64{}, map[uint16]bool{}
-	if files.ckptErr == nil {
-		if cp, err := decodeCheckpoint(files.ckpt); err == nil {
-			for _, sh := range cp.shards {
-				floor[sh.id] = max(floor[sh.id], int64(sh.size))
-			}
-			must[cp.covered.shard] = true
+	if cp := files.checkpoint(); cp != nil {
+		for _, sh := range cp.shards {
+			floor[sh.id] = max(floor[sh.id], int64(sh.size))
 		}
+		must[cp.covered.shard] = true
 	}
 	if files.deltaErr != nil {
 		return floor, must
@@ -245,7 +258,7 @@ func (s *PackfileStorage) indexCorruptf(name string, off int64, format string, a
 // up to which the shard bytes are reflected; ok=false means the caller must
 // reset the indexes and scan every shard.
 func (s *PackfileStorage) loadIndexLocked(ids []uint16, files indexFiles) (covered loc, ok bool) {
-	b, err := files.ckpt, files.ckptErr
+	err := files.ckptErr
 	if errors.Is(err, fs.ErrNotExist) {
 		return loc{}, false
 	}
@@ -253,9 +266,9 @@ func (s *PackfileStorage) loadIndexLocked(ids []uint16, files indexFiles) (cover
 		s.report.CheckpointErr = err
 		return loc{}, false
 	}
-	cp, err := decodeCheckpoint(b)
-	if err != nil {
-		s.report.CheckpointErr = s.indexCorruptf(checkpointFile, 0, "%v", err)
+	cp := files.checkpoint()
+	if cp == nil {
+		s.report.CheckpointErr = s.indexCorruptf(checkpointFile, 0, "%v", files.cpErr)
 		return loc{}, false
 	}
 	// extent: the bytes of each shard the index reflects.
@@ -279,17 +292,22 @@ func (s *PackfileStorage) loadIndexLocked(ids []uint16, files indexFiles) (cover
 			return loc{}, false
 		}
 	}
+	var live [MaxShards]int // live records by pack ID
 	for _, cc := range cp.colls {
 		c := &collection{live: cc.count, liveBytes: cc.liveBytes}
-		t := &lossyTable{slots: make([]atomic.Uint64, len(cc.slots)), bits: cc.bits, count: cc.count}
-		for i, v := range cc.slots {
-			if v != 0 {
-				t.slots[i].Store(v)
-				s.shards[slotLoc(v).shard].Load().live++
+		t := &lossyTable{slots: cc.slots, bits: cc.bits, count: cc.count}
+		for i := range t.slots {
+			if v := t.slots[i].Load(); v != 0 {
+				live[slotLoc(v).shard]++
 			}
 		}
 		c.table.Store(t)
 		s.colls.Store(cc.coll, c)
+	}
+	for id, n := range live {
+		if n > 0 {
+			s.shards[id].Load().live += n
+		}
 	}
 	for _, m := range cp.meta {
 		sh := s.shards[m.shard].Load()
@@ -512,10 +530,8 @@ func (s *PackfileStorage) writeCheckpointLocked() error {
 	for _, coll := range s.Collections() {
 		c := s.collectionLoad(coll)
 		t := c.table.Load()
-		cc := ckptColl{coll: coll, bits: t.bits, count: t.count, liveBytes: c.liveBytes, slots: make([]uint64, len(t.slots))}
-		for i := range t.slots {
-			cc.slots[i] = t.slots[i].Load()
-		}
+		// The live table itself: only the writer, which holds mu, stores into it.
+		cc := ckptColl{coll: coll, bits: t.bits, count: t.count, liveBytes: c.liveBytes, slots: t.slots}
 		cp.colls = append(cp.colls, cc)
 	}
 	if err := s.writeFileAtomic(checkpointFile, encodeCheckpoint(cp), false); err != nil {

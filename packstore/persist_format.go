@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // Index checkpoint and delta file formats (see doc.go, "Index checkpoint"
@@ -78,13 +79,15 @@ type ckptMeta struct {
 	pos   pos // metaReset: P
 }
 
-// ckptColl is one collection's index generation.
+// ckptColl is one collection's index generation. slots is the table's
+// slot array itself: decoding allocates it once and Open publishes it as
+// the collection's table; encoding reads it under the writer lock.
 type ckptColl struct {
 	coll      ID
 	bits      uint
 	count     int
 	liveBytes int64
-	slots     []uint64
+	slots     []atomic.Uint64
 }
 
 // checkpoint is a decoded index checkpoint.
@@ -152,8 +155,8 @@ func encodeCheckpoint(c *checkpoint) []byte {
 		b = append(b, byte(cc.bits), 0, 0, 0)
 		b = binary.LittleEndian.AppendUint32(b, uint32(cc.count))
 		b = binary.LittleEndian.AppendUint64(b, uint64(cc.liveBytes))
-		for _, s := range cc.slots {
-			b = binary.LittleEndian.AppendUint64(b, s)
+		for i := range cc.slots {
+			b = binary.LittleEndian.AppendUint64(b, cc.slots[i].Load())
 		}
 	}
 	return binary.LittleEndian.AppendUint32(b, checksum(b[ckptHeaderLen:]))
@@ -197,7 +200,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	if nShards > MaxShards || fixed > uint64(len(body)) {
 		return nil, fmt.Errorf("checkpoint counts (%d shards, %d meta, %d collections) exceed its %d body bytes", nShards, nMeta, nColls, len(body))
 	}
-	sizes := make(map[uint16]uint32, nShards)
+	var sizes [MaxShards]uint32 // by pack ID; 0: not listed (a listed size is >= HeaderSize)
 	c.shards = make([]ckptShard, nShards)
 	for i := range c.shards {
 		e := body[i*ckptShardLen:]
@@ -220,7 +223,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		} else if m.at, err = getLoc(e[20:]); err != nil {
 			return nil, fmt.Errorf("checkpoint meta entry %d: %v", i, err)
 		}
-		if _, ok := sizes[m.shard]; !ok || e[1] != 0 || (m.kind != metaData && m.kind != metaReset) || (m.kind == metaData && m.at.shard != m.shard) {
+		if m.shard >= MaxShards || sizes[m.shard] == 0 || e[1] != 0 || (m.kind != metaData && m.kind != metaReset) || (m.kind == metaData && m.at.shard != m.shard) {
 			return nil, fmt.Errorf("checkpoint meta entry %d invalid", i)
 		}
 		c.meta[i] = m
@@ -244,17 +247,17 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		if cc.count == 0 || cc.count*4 > int(n)*3 || cc.liveBytes < int64(cc.count)*FrameOverhead {
 			return nil, fmt.Errorf("checkpoint collection %d: count %d, live bytes %d for %d slots", i, cc.count, cc.liveBytes, n)
 		}
-		cc.slots = make([]uint64, n)
+		cc.slots = make([]atomic.Uint64, n)
 		used := 0
 		for j := range cc.slots {
 			s := binary.LittleEndian.Uint64(body[8*j:])
-			cc.slots[j] = s
 			if s == 0 {
 				continue
 			}
+			cc.slots[j].Store(s)
 			used++
-			l := slotLoc(s)
-			if size, ok := sizes[l.shard]; !ok || l.off < HeaderSize || int64(l.off)+FrameOverhead > int64(size) {
+			l := slotLoc(s) // l.shard < MaxShards: 12 bits
+			if size := sizes[l.shard]; size == 0 || l.off < HeaderSize || int64(l.off)+FrameOverhead > int64(size) {
 				return nil, fmt.Errorf("checkpoint collection %d: slot %d points at %d/%d outside the covered shards", i, j, l.shard, l.off)
 			}
 		}
