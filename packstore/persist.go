@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -69,12 +70,14 @@ type OpenReport struct {
 	Warnings []string
 }
 
-// indexFiles are the raw checkpoint and delta files as Open read them, and
-// the checkpoint decoded once (cp; cpErr is its decoding error, nil when
-// the file is missing or unreadable: see ckptErr).
+// indexFiles are the index files as Open read them: the checkpoint decoded
+// (cp; cpErr is its decoding error, nil when the file is missing or
+// unreadable: see ckptErr) with its version byte (0 if shorter), and the
+// raw delta.
 type indexFiles struct {
-	ckpt, delta       []byte
+	delta             []byte
 	ckptErr, deltaErr error // fs.ErrNotExist when missing
+	ckptVersion       byte
 	cp                *checkpoint
 	cpErr             error
 }
@@ -117,18 +120,77 @@ func (s *PackfileStorage) listedShards() (int, error) {
 // version 0x01 (Open then replaces both at once, so that no 0x02 entry is
 // ever appended to a 0x01 file).
 func (f indexFiles) oldIndexFormat() bool {
-	return f.ckptErr == nil && len(f.ckpt) > 4 && f.ckpt[4] == checkpointVersionV1 ||
+	return f.ckptErr == nil && f.ckptVersion == checkpointVersionV1 ||
 		f.deltaErr == nil && len(f.delta) > 4 && f.delta[4] == deltaVersionV1
 }
 
 func (s *PackfileStorage) readIndexFiles() indexFiles {
 	var f indexFiles
-	f.ckpt, f.ckptErr = s.readWhole(checkpointFile)
-	if f.ckptErr == nil {
-		f.cp, f.cpErr = decodeCheckpoint(f.ckpt)
-	}
+	f.ckptErr = s.readCheckpoint(&f)
 	f.delta, f.deltaErr = s.readWhole(deltaFile)
 	return f
+}
+
+// ckptReadChunk is the size of the reads readCheckpoint issues.
+const ckptReadChunk = 1 << 20
+
+// readCheckpoint reads the checkpoint file and decodes it into f (cp,
+// cpErr, ckptVersion). Another goroutine reads the file in ckptReadChunk
+// pieces while decoding consumes what has arrived
+// (decodeCheckpointAsRead), so that decoding a large index overlaps
+// reading it from a cold disk. It returns the error of opening or reading
+// the file (fs.ErrNotExist when it is missing); then f.cp is unset.
+func (s *PackfileStorage) readCheckpoint(f *indexFiles) error {
+	file, err := s.fs.OpenFile(s.indexPath(checkpointFile), os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	n, err := file.Size()
+	if err != nil {
+		return err
+	}
+	if n > 1<<40 {
+		return fmt.Errorf("%s: %d bytes is not plausible", checkpointFile, n)
+	}
+	b := make([]byte, n)
+	var mu sync.Mutex
+	cond := sync.NewCond(&mu)
+	read, readErr := 0, error(nil) // guarded by mu
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for off := 0; off < len(b); {
+			end := min(off+ckptReadChunk, len(b))
+			_, err := file.ReadAt(b[off:end], int64(off))
+			mu.Lock()
+			read, readErr, off = end, err, end
+			mu.Unlock()
+			cond.Broadcast()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	avail := func(end int) {
+		mu.Lock()
+		for read < end && readErr == nil {
+			cond.Wait()
+		}
+		mu.Unlock()
+	}
+	// On a read error decoding runs over bytes never read (zeros; every
+	// count is checked against the size): its result is dropped below.
+	f.cp, f.cpErr = decodeCheckpointAsRead(b, avail)
+	<-finished
+	if readErr != nil {
+		f.cp, f.cpErr = nil, nil
+		return readErr
+	}
+	if len(b) > 4 {
+		f.ckptVersion = b[4]
+	}
+	return nil
 }
 
 // syncedFloor returns, per pack ID, how many bytes of the shard the index
@@ -292,19 +354,12 @@ func (s *PackfileStorage) loadIndexLocked(ids []uint16, files indexFiles) (cover
 			return loc{}, false
 		}
 	}
-	var live [MaxShards]int // live records by pack ID
 	for _, cc := range cp.colls {
 		c := &collection{live: cc.count, liveBytes: cc.liveBytes}
-		t := &lossyTable{slots: cc.slots, bits: cc.bits, count: cc.count}
-		for i := range t.slots {
-			if v := t.slots[i].Load(); v != 0 {
-				live[slotLoc(v).shard]++
-			}
-		}
-		c.table.Store(t)
+		c.table.Store(&lossyTable{slots: cc.slots, bits: cc.bits, count: cc.count})
 		s.colls.Store(cc.coll, c)
 	}
-	for id, n := range live {
+	for id, n := range cp.live { // every listed shard is open (checked above)
 		if n > 0 {
 			s.shards[id].Load().live += n
 		}
