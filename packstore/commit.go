@@ -329,22 +329,44 @@ func (s *PackfileStorage) encodeRecord(dst, scratch []byte, coll, id ID, data []
 	return appendFrameCRC(dst, 0, len(data), coll, id, data, s.writeCRC()), scratch, nil
 }
 
-// parallelEncodeMin is the batch size from which PutMany encodes (and
-// compresses) its records on several goroutines.
-const parallelEncodeMin = 64
+// parallelEncodeMin is the batch size from which PutMany encodes its
+// records on several goroutines when it does not compress them (CRCs and
+// copies only: a hand-off costs more than a small batch's encoding), and
+// parallelCompressMin the size from which it does when it compresses them
+// (zstd costs 5-15 us a record of bench's mix).
+const (
+	parallelEncodeMin   = 64
+	parallelCompressMin = 16
+)
+
+// inlineCompress reports whether a PutMany of n records compresses them all
+// as it writes them (Options.InlineCompressMin): when the commit they
+// belong to (the records written since the last Sync, these included) has
+// at least InlineCompressMin records, or the previous commit had. So a
+// bulk writer that spreads each commit over many collections, in
+// PutMany calls smaller than InlineCompressMin, still compresses, and a
+// server's small commits do not. It reads the counters without the writer
+// lock: a concurrent writer can only move the decision from one valid
+// encoding to the other.
+func (s *PackfileStorage) inlineCompress(n int) bool {
+	m := int64(s.opts.InlineCompressMin)
+	return int64(n)+s.commitRecs.Load() >= m || s.lastCommitRecs.Load() >= m
+}
 
 // encodeFrames encodes the frames of recs, on up to GOMAXPROCS goroutines
 // for a large batch. Each frame is a subslice of one shared buffer per
-// goroutine. In a batch below Options.InlineCompressMin records only Dense
-// records are compressed (without the entropy stage, a few microseconds
-// each); the others are written raw and Repack compresses them when it
-// copies them.
+// goroutine. Unless inlineCompress, only Dense records are compressed
+// (without the entropy stage, a few microseconds each); the others are
+// written raw and Repack compresses them when it copies them.
 func (s *PackfileStorage) encodeFrames(coll ID, recs []Record) ([]outFrame, error) {
 	frames := make([]outFrame, len(recs))
-	inline := len(recs) >= s.opts.InlineCompressMin
-	workers := 1
-	if len(recs) >= parallelEncodeMin {
-		workers = min(runtime.GOMAXPROCS(0), len(recs)/(parallelEncodeMin/2))
+	inline := s.opts.Compress && s.inlineCompress(len(recs))
+	workers, per := 1, parallelEncodeMin
+	if inline {
+		per = parallelCompressMin
+	}
+	if len(recs) >= per {
+		workers = min(runtime.GOMAXPROCS(0), len(recs)/(per/2))
 	}
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
@@ -361,7 +383,7 @@ func (s *PackfileStorage) encodeFrames(coll ID, recs []Record) ([]outFrame, erro
 				r := recs[i]
 				start := len(buf)
 				var err error
-				if buf, scratch, err = s.encodeRecord(buf, scratch, coll, r.ID, r.Data, r.Dense, s.opts.Compress && (inline || r.Dense)); err != nil {
+				if buf, scratch, err = s.encodeRecord(buf, scratch, coll, r.ID, r.Data, r.Dense, inline || s.opts.Compress && r.Dense); err != nil {
 					errs[w] = err
 					return
 				}
@@ -416,6 +438,7 @@ func (s *PackfileStorage) PutMany(coll ID, recs []Record) error {
 	if err != nil {
 		return err
 	}
+	s.commitRecs.Add(int64(len(recs)))
 	c := s.collectionOrCreateLocked(coll)
 	for i, fr := range frames {
 		if err := s.indexPutLocked(c, fr.id, locs[i], len(fr.b)); err != nil {
@@ -484,6 +507,9 @@ func (s *PackfileStorage) Sync() error {
 	}
 	if err := s.syncActiveLocked(); err != nil {
 		return err
+	}
+	if n := s.commitRecs.Swap(0); n > 0 {
+		s.lastCommitRecs.Store(n)
 	}
 	if a := s.active; a.size-int64(len(a.mm)) >= remapStep {
 		// Map what was appended since, so that index inserts and growth

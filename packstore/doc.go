@@ -365,8 +365,9 @@
 // 170-200 us with compression and 36-48 us without, Sync 260-1,000 us
 // (the disk's append+fdatasync floor measured 220-690 us in the same
 // minutes). zstd without its entropy stage still took 130 us a commit at
-// that load. So a batch below Options.InlineCompressMin records (64 by
-// default) is written uncompressed, except its Record.Dense payloads
+// that load. So a commit (the records written between two Syncs) below
+// Options.InlineCompressMin records (64 by default) that follows a commit
+// also below it is written uncompressed, except its Record.Dense payloads
 // (entropy-free zstd, a few microseconds each), and Repack compresses the
 // uncompressed frames it copies (full zstd; a payload zstd cannot shrink
 // stays raw and is tried again at every repack). No format change: such a
