@@ -2,8 +2,6 @@ package packstore
 
 import (
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -11,45 +9,12 @@ import (
 // per record ID, the flags of its last frame (the one Get serves).
 func frameFlagsOnDisk(t *testing.T, dir string) map[ID]byte {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(dir, "shard-*.mtdb"))
-	if err != nil {
-		t.Fatal(err)
+	ids, flags := frameOrderOnDisk(t, dir)
+	out := map[ID]byte{}
+	for i, id := range ids {
+		out[id] = flags[i]
 	}
-	type sh struct {
-		seq uint32
-		b   []byte
-	}
-	var shards []sh
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := decodeHeader(b[:HeaderSize])
-		if err != nil {
-			t.Fatalf("%s: %v", p, err)
-		}
-		shards = append(shards, sh{h.Seq, b})
-	}
-	for i := range shards { // few shards: insertion sort by sequence number
-		for j := i; j > 0 && shards[j].seq < shards[j-1].seq; j-- {
-			shards[j], shards[j-1] = shards[j-1], shards[j]
-		}
-	}
-	flags := map[ID]byte{}
-	for _, s := range shards {
-		for off := HeaderSize; off < len(s.b) && !allZero(s.b[off:]); {
-			fv, err := decodeFrame(s.b[off:])
-			if err != nil {
-				t.Fatalf("frame at %d: %v", off, err)
-			}
-			if fv.Flags&FlagReset == 0 {
-				flags[fv.ID] = fv.Flags
-			}
-			off += fv.Size
-		}
-	}
-	return flags
+	return out
 }
 
 // A commit-sized batch (below InlineCompressMin records) is written without
