@@ -32,19 +32,20 @@ type Options struct {
 	// records as they are written: a PutMany compresses its records when
 	// they and the records written since the last Sync reach it, or when
 	// the previous commit did (so a bulk writer whose commits spread over
-	// many collections in small PutMany calls compresses from its second
-	// commit on). In a smaller commit (a homeserver persists an event at a
-	// time) only Record.Dense payloads are compressed (zstd without its
-	// entropy stage); the others are written uncompressed and Repack
-	// compresses the uncompressed frames it copies, as an LSM compresses
-	// at flush rather than in its WAL. Until a repack such records take
-	// their raw size on disk (bench's mix: 1.35x its compressed size; the
-	// bundled rooms' PDUs: 1.48x). Why: zstd on a 16-record commit of
-	// bench's mix cost about 100 us of CPU (up to 150 us at load 10), most
-	// of it building Huffman and FSE tables for each small payload,
-	// against a 200-400 us device flush (doc.go "Commit latency"). 0 or 1
-	// compresses every batch as it is written (a bulk writer's choice: the
-	// mtxdb commands set 0); DefaultOptions sets DefaultInlineCompressMin.
+	// many collections in small PutMany calls compresses from the PutMany
+	// that takes its first commit past InlineCompressMin on). In a smaller
+	// commit (a homeserver persists an event at a time) only Record.Dense
+	// payloads are compressed (zstd without its entropy stage); the others
+	// are written uncompressed and Repack compresses the uncompressed
+	// frames it copies, as an LSM compresses at flush rather than in its
+	// WAL. Until a repack such records take their raw size on disk
+	// (bench's mix: 1.35x its compressed size; the bundled rooms' PDUs:
+	// 1.48x). Why: zstd on a 16-record commit of bench's mix cost about
+	// 100 us of CPU (up to 150 us at load 10), most of it building Huffman
+	// and FSE tables for each small payload, against a 200-400 us device
+	// flush (doc.go "Commit latency"). 0 or 1 compresses every commit as it
+	// is written (a bulk writer's choice: the mtxdb commands set 0);
+	// DefaultOptions sets DefaultInlineCompressMin.
 	InlineCompressMin int
 
 	// CacheBytes bounds the node cache of decoded payloads (ristretto v2,
