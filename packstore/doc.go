@@ -265,8 +265,9 @@
 // CRCs, zero fields, load <= 75%, that the used slots equal the count (the
 // bitmap's set bits, 0x03), that no used slot is zero and that every slot
 // points inside a listed shard's covered bytes. Open reads the file in 1
-// MiB pieces on another goroutine and decodes each part as it arrives,
-// checksumming it on the way; a bad CRC at the end drops what was decoded.
+// MiB pieces on another goroutine, which checksums the body as it reads,
+// and decodes each part as it arrives; a CRC mismatch at the end drops
+// what was decoded.
 // Example (empty store, generation 1, C = pack 0 offset 4096, one shard):
 //
 //	4d54434b 03 000000 0100000000000000 0000 0000 00100000

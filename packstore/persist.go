@@ -3,6 +3,7 @@ package packstore
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -136,9 +137,9 @@ const ckptReadChunk = 1 << 20
 
 // readCheckpoint reads the checkpoint file and decodes it into f (cp,
 // cpErr, ckptVersion). Another goroutine reads the file in ckptReadChunk
-// pieces while decoding consumes what has arrived
-// (decodeCheckpointAsRead), so that decoding a large index overlaps
-// reading it from a cold disk. It returns the error of opening or reading
+// pieces and checksums the body as it reads, while decoding consumes what
+// has arrived (decodeCheckpointAsRead), so that decoding a large index
+// overlaps reading it from a cold disk and its checksumming. It returns the error of opening or reading
 // the file (fs.ErrNotExist when it is missing); then f.cp is unset.
 func (s *PackfileStorage) readCheckpoint(f *indexFiles) error {
 	file, err := s.fs.OpenFile(s.indexPath(checkpointFile), os.O_RDONLY, 0)
@@ -156,15 +157,19 @@ func (s *PackfileStorage) readCheckpoint(f *indexFiles) error {
 	b := make([]byte, n)
 	var mu sync.Mutex
 	cond := sync.NewCond(&mu)
-	read, readErr := 0, error(nil) // guarded by mu
+	read, readErr, crc := 0, error(nil), uint32(0) // guarded by mu
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
+		sum := uint32(0) // CRC-32C of the body bytes read so far
 		for off := 0; off < len(b); {
 			end := min(off+ckptReadChunk, len(b))
 			_, err := file.ReadAt(b[off:end], int64(off))
+			if lo, hi := max(off, ckptHeaderLen), min(end, len(b)-crcLen); err == nil && lo < hi {
+				sum = crc32.Update(sum, castagnoli, b[lo:hi])
+			}
 			mu.Lock()
-			read, readErr, off = end, err, end
+			read, readErr, crc, off = end, err, sum, end
 			mu.Unlock()
 			cond.Broadcast()
 			if err != nil {
@@ -179,9 +184,14 @@ func (s *PackfileStorage) readCheckpoint(f *indexFiles) error {
 		}
 		mu.Unlock()
 	}
+	bodyCRC := func() uint32 {
+		mu.Lock()
+		defer mu.Unlock()
+		return crc
+	}
 	// On a read error decoding runs over bytes never read (zeros; every
 	// count is checked against the size): its result is dropped below.
-	f.cp, f.cpErr = decodeCheckpointAsRead(b, avail)
+	f.cp, f.cpErr = decodeCheckpointAsRead(b, avail, bodyCRC)
 	<-finished
 	if readErr != nil {
 		f.cp, f.cpErr = nil, nil

@@ -202,13 +202,16 @@ func appendCompactSlots(b []byte, slots []atomic.Uint64) []byte {
 // Errors are bare reasons; callers wrap them with ErrCorrupt and the file
 // name.
 func decodeCheckpoint(b []byte) (*checkpoint, error) {
-	return decodeCheckpointAsRead(b, nil)
+	return decodeCheckpointAsRead(b, nil, nil)
 }
 
 // decodeCheckpointAsRead is decodeCheckpoint of a file that is still being
-// read into b: avail(n) returns once b[:n] holds the file's first n bytes
-// (nil: all of b is there). Decoding thus overlaps the reading.
-func decodeCheckpointAsRead(b []byte, avail func(n int)) (*checkpoint, error) {
+// read into b: avail(n) returns once b[:n] holds the file's first n bytes,
+// and bodyCRC, called once all of b is read, returns the CRC-32C of the
+// body that the reader computed as it read (nil: all of b is there, and
+// decoding computes the CRC itself). Decoding thus overlaps the reading,
+// and the checksumming is the reader's.
+func decodeCheckpointAsRead(b []byte, avail func(n int), bodyCRC func() uint32) (*checkpoint, error) {
 	if avail != nil && len(b) >= ckptHeaderLen {
 		avail(ckptHeaderLen)
 	}
@@ -216,7 +219,7 @@ func decodeCheckpointAsRead(b []byte, avail func(n int)) (*checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &ckptBody{b: b[ckptHeaderLen : len(b)-crcLen], off: ckptHeaderLen, avail: avail}
+	r := &ckptBody{b: b[ckptHeaderLen : len(b)-crcLen], off: ckptHeaderLen, avail: avail, sum: bodyCRC == nil}
 	nShards, nMeta, nColls := counts[0], counts[1], counts[2]
 	if fixed := nShards*ckptShardLen + nMeta*ckptMetaLen + nColls*ckptCollHeadLen; nShards > MaxShards || fixed > uint64(len(r.b)) {
 		return nil, fmt.Errorf("checkpoint counts (%d shards, %d meta, %d collections) exceed its %d body bytes", nShards, nMeta, nColls, len(r.b))
@@ -242,8 +245,12 @@ func decodeCheckpointAsRead(b []byte, avail func(n int)) (*checkpoint, error) {
 	if avail != nil {
 		avail(len(b))
 	}
-	if want := binary.LittleEndian.Uint32(b[len(b)-crcLen:]); want != r.crc {
-		return nil, fmt.Errorf("checkpoint body crc mismatch: stored %08x, computed %08x", want, r.crc)
+	got := r.crc
+	if bodyCRC != nil {
+		got = bodyCRC()
+	}
+	if want := binary.LittleEndian.Uint32(b[len(b)-crcLen:]); want != got {
+		return nil, fmt.Errorf("checkpoint body crc mismatch: stored %08x, computed %08x", want, got)
 	}
 	c.live = &t.live
 	return c, nil
@@ -301,17 +308,18 @@ func decodeCkptHeader(b []byte) (*checkpoint, [3]uint64, error) {
 }
 
 // ckptBody is the unread part of a checkpoint body, its offset in the file,
-// and the CRC-32C of the part consumed so far; avail, when set, waits for
-// the file's bytes to be read (decodeCheckpointAsRead).
+// and (with sum) the CRC-32C of the part consumed so far; avail, when set,
+// waits for the file's bytes to be read (decodeCheckpointAsRead).
 type ckptBody struct {
 	b     []byte
 	off   int
+	sum   bool
 	crc   uint32
 	avail func(n int)
 }
 
-// take consumes the next n bytes (n <= len(r.b), checked by the caller)
-// into the CRC and returns them, once they are read.
+// take consumes the next n bytes (n <= len(r.b), checked by the caller),
+// into the CRC with sum, and returns them, once they are read.
 func (r *ckptBody) take(n uint64) []byte {
 	r.off += int(n)
 	if r.avail != nil {
@@ -319,7 +327,9 @@ func (r *ckptBody) take(n uint64) []byte {
 	}
 	p := r.b[:n]
 	r.b = r.b[n:]
-	r.crc = crc32.Update(r.crc, castagnoli, p)
+	if r.sum {
+		r.crc = crc32.Update(r.crc, castagnoli, p)
+	}
 	return p
 }
 
