@@ -112,6 +112,13 @@ func (s *PackfileStorage) nextIDLocked() (uint16, bool) {
 // shard when the next frame would pass MaxShardBytes, and returns each
 // frame's location. Callers check fit first (checkFitLocked).
 func (s *PackfileStorage) appendLocked(frames []outFrame) ([]loc, error) {
+	return s.appendFramesLocked(frames, true)
+}
+
+// appendFramesLocked is appendLocked; without prealloc it never writes
+// zeros ahead of the frames (a pipelined bulk PutMany appends in pieces
+// under preallocMaxAppend that would each be followed by zeros).
+func (s *PackfileStorage) appendFramesLocked(frames []outFrame, prealloc bool) ([]loc, error) {
 	locs := make([]loc, len(frames))
 	var buf []byte
 	done := 0 // frames[:done] are written and queued for the delta
@@ -134,7 +141,7 @@ func (s *PackfileStorage) appendLocked(frames []outFrame) ([]loc, error) {
 		a.size += int64(len(buf))
 		a.alloc = max(a.alloc, a.size)
 		a.synced = false
-		if len(buf) < preallocMaxAppend {
+		if prealloc && len(buf) < preallocMaxAppend {
 			s.preallocLocked(a)
 		}
 		buf = buf[:0]
@@ -310,12 +317,21 @@ func (s *PackfileStorage) writableLocked() error {
 	return nil
 }
 
+// checkSize returns ErrTooLarge for a payload of n bytes that fits in no
+// shard.
+func (s *PackfileStorage) checkSize(n int) error {
+	if n > s.maxData {
+		return fmt.Errorf("%w: %d bytes, at most %d per record with MaxShardBytes %d", ErrTooLarge, n, s.maxData, s.opts.MaxShardBytes)
+	}
+	return nil
+}
+
 // encodeRecord appends the frame of one record to dst, compressing the
 // payload when compress is set and that makes it smaller. scratch is a
 // reusable buffer for the compressed payload; the grown buffer is returned.
 func (s *PackfileStorage) encodeRecord(dst, scratch []byte, coll, id ID, data []byte, dense, compress bool) ([]byte, []byte, error) {
-	if len(data) > s.maxData {
-		return dst, scratch, fmt.Errorf("%w: %d bytes, at most %d per record with MaxShardBytes %d", ErrTooLarge, len(data), s.maxData, s.opts.MaxShardBytes)
+	if err := s.checkSize(len(data)); err != nil {
+		return dst, scratch, err
 	}
 	if compress && len(data) >= compressMin {
 		enc, _, _ := codecs()
@@ -329,57 +345,89 @@ func (s *PackfileStorage) encodeRecord(dst, scratch []byte, coll, id ID, data []
 	return appendFrameCRC(dst, 0, len(data), coll, id, data, s.writeCRC()), scratch, nil
 }
 
-// parallelEncodeMin is the batch size from which PutMany encodes (and
-// compresses) its records on several goroutines.
-const parallelEncodeMin = 64
+// parallelEncodeMin is the batch size from which PutMany encodes its
+// records on several goroutines when it does not compress them (CRCs and
+// copies only: a hand-off costs more than a small batch's encoding), and
+// parallelCompressMin the size from which it does when it compresses them
+// (zstd costs 5-15 us a record of bench's mix).
+const (
+	parallelEncodeMin   = 64
+	parallelCompressMin = 16
+)
+
+// inlineCompress reports whether a PutMany of n records compresses them all
+// as it writes them (Options.InlineCompressMin): when the commit they
+// belong to (the records written since the last Sync, these included) has
+// at least InlineCompressMin records, or the previous commit had. So a
+// bulk writer that spreads each commit over many collections, in
+// PutMany calls smaller than InlineCompressMin, still compresses, and a
+// server's small commits do not. It reads the counters without the writer
+// lock: a concurrent writer can only move the decision from one valid
+// encoding to the other.
+func (s *PackfileStorage) inlineCompress(n int) bool {
+	m := int64(s.opts.InlineCompressMin)
+	return int64(n)+s.commitRecs.Load() >= m || s.lastCommitRecs.Load() >= m
+}
 
 // encodeFrames encodes the frames of recs, on up to GOMAXPROCS goroutines
 // for a large batch. Each frame is a subslice of one shared buffer per
-// goroutine. In a batch below Options.InlineCompressMin records only Dense
-// records are compressed (without the entropy stage, a few microseconds
-// each); the others are written raw and Repack compresses them when it
-// copies them.
+// goroutine. Unless inlineCompress, only Dense records are compressed
+// (without the entropy stage, a few microseconds each); the others are
+// written raw and Repack compresses them when it copies them.
 func (s *PackfileStorage) encodeFrames(coll ID, recs []Record) ([]outFrame, error) {
 	frames := make([]outFrame, len(recs))
-	inline := len(recs) >= s.opts.InlineCompressMin
-	workers := 1
-	if len(recs) >= parallelEncodeMin {
-		workers = min(runtime.GOMAXPROCS(0), len(recs)/(parallelEncodeMin/2))
+	inline := s.opts.Compress && s.inlineCompress(len(recs))
+	workers, per := 1, parallelEncodeMin
+	if inline {
+		per = parallelCompressMin
+	}
+	if len(recs) >= per {
+		workers = min(runtime.GOMAXPROCS(0), len(recs)/(per/2))
 	}
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
 		lo, hi := w*len(recs)/workers, (w+1)*len(recs)/workers
-		encode := func() {
-			size := 0
-			for _, r := range recs[lo:hi] {
-				size += FrameOverhead + len(r.Data)
-			}
-			buf := make([]byte, 0, size)
-			var scratch []byte
-			for i := lo; i < hi; i++ {
-				r := recs[i]
-				start := len(buf)
-				var err error
-				if buf, scratch, err = s.encodeRecord(buf, scratch, coll, r.ID, r.Data, r.Dense, s.opts.Compress && (inline || r.Dense)); err != nil {
-					errs[w] = err
-					return
-				}
-				frames[i] = outFrame{coll: coll, id: r.ID, b: buf[start:len(buf):len(buf)]}
-			}
-		}
 		if workers == 1 {
-			encode() // a small batch (a commit's): no goroutine hand-off
+			errs[w] = s.encodeRange(coll, recs[lo:hi], frames[lo:hi], inline) // a small batch (a commit's): no goroutine hand-off
 			break
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			encode()
+			errs[w] = s.encodeRange(coll, recs[lo:hi], frames[lo:hi], inline)
 		}()
 	}
 	wg.Wait()
 	return frames, errors.Join(errs...)
+}
+
+// encodeRange encodes recs into frames (len(frames) == len(recs)), all in
+// one new buffer, compressing each payload when compress is set (Dense
+// ones whenever Options.Compress is) and that makes it smaller.
+func (s *PackfileStorage) encodeRange(coll ID, recs []Record, frames []outFrame, compress bool) error {
+	buf := make([]byte, 0, maxFramesSize(recs))
+	var scratch []byte
+	for i, r := range recs {
+		start := len(buf)
+		var err error
+		if buf, scratch, err = s.encodeRecord(buf, scratch, coll, r.ID, r.Data, r.Dense, compress || s.opts.Compress && r.Dense); err != nil {
+			return err
+		}
+		frames[i] = outFrame{coll: coll, id: r.ID, b: buf[start:len(buf):len(buf)]}
+	}
+	return nil
+}
+
+// maxFramesSize is the size of recs' frames uncompressed, which no encoding
+// of them exceeds (a payload is stored compressed only when that is
+// smaller).
+func maxFramesSize(recs []Record) int {
+	size := 0
+	for _, r := range recs {
+		size += FrameOverhead + len(r.Data)
+	}
+	return size
 }
 
 // Put appends one record; an existing record with the same ID is superseded.
@@ -400,6 +448,9 @@ func (s *PackfileStorage) PutMany(coll ID, recs []Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
+	if len(recs) >= 2*pipelineChunk && s.opts.Compress && s.inlineCompress(len(recs)) {
+		return s.putManyPipelined(coll, recs)
+	}
 	frames, err := s.encodeFrames(coll, recs)
 	if err != nil {
 		return err
@@ -416,6 +467,13 @@ func (s *PackfileStorage) PutMany(coll ID, recs []Record) error {
 	if err != nil {
 		return err
 	}
+	return s.indexFramesLocked(coll, frames, locs)
+}
+
+// indexFramesLocked points the index at frames just appended at locs, in
+// order (the last of a duplicated ID wins), and counts them in the commit.
+func (s *PackfileStorage) indexFramesLocked(coll ID, frames []outFrame, locs []loc) error {
+	s.commitRecs.Add(int64(len(frames)))
 	c := s.collectionOrCreateLocked(coll)
 	for i, fr := range frames {
 		if err := s.indexPutLocked(c, fr.id, locs[i], len(fr.b)); err != nil {
@@ -484,6 +542,9 @@ func (s *PackfileStorage) Sync() error {
 	}
 	if err := s.syncActiveLocked(); err != nil {
 		return err
+	}
+	if n := s.commitRecs.Swap(0); n > 0 {
+		s.lastCommitRecs.Store(n)
 	}
 	if a := s.active; a.size-int64(len(a.mm)) >= remapStep {
 		// Map what was appended since, so that index inserts and growth

@@ -232,7 +232,7 @@
 //
 //	offset  size  field
 //	     0     4  magic "MTCK"
-//	     4     1  version 0x02 (0x01 still read; see below)
+//	     4     1  version 0x03 (0x02 and 0x01 still read; see below)
 //	     5     3  zero
 //	     8     8  generation (u64); the delta must carry the same
 //	    16     8  covered position C: pack u16 | zero u16 | offset u32;
@@ -249,24 +249,49 @@
 //	              shard u16 | coll 16 | kind 1: first frame (pack u16 |
 //	              zero u16 | offset u32); kind 2: P (sequence u32 |
 //	              offset u32)
-//	              N collections: coll 16 | table bits u8 | zero 3 |
-//	              used slots u32 | live frame bytes u64 | 2^bits slots u64
+//	              N collections, each (K = used slots, T = 2^bits):
+//	       0    16  collection ID
+//	      16     1  table bits (3..30)
+//	      17     3  zero
+//	      20     4  used slots K (u32)
+//	      24     8  live frame bytes (u64)
+//	      32   T/8  occupancy bitmap: bit i%8 of byte i/8 is set when
+//	              slot i is used (0x03)
+//	  32+T/8   8*K  the used slots in slot order, u64 each (0x03)
+//	              (0x01/0x02 instead: at 32, all T slots, u64 each)
 //	   end-4     4  CRC-32C of bytes [48, end-4)
 //
 // Decoding checks counts against the file size before allocating, both
-// CRCs, zero fields, load <= 75%, that the used slots equal the count and
-// that every slot points inside a listed shard's covered bytes. Example
-// (empty store, generation 1, C = pack 0 offset 4096, one shard):
+// CRCs, zero fields, load <= 75%, that the used slots equal the count (the
+// bitmap's set bits, 0x03), that no used slot is zero and that every slot
+// points inside a listed shard's covered bytes. Open reads the file in 1
+// MiB pieces on another goroutine, which checksums the body as it reads,
+// and decodes each part as it arrives; a CRC mismatch at the end drops
+// what was decoded.
+// Example (empty store, generation 1, C = pack 0 offset 4096, one shard):
 //
-//	4d54434b 02 000000 0100000000000000 0000 0000 00100000
-//	01000000 00000000 00000000 0000000000000000 a06670b3
+//	4d54434b 03 000000 0100000000000000 0000 0000 00100000
+//	01000000 00000000 00000000 0000000000000000 8b73b06e
 //	0000 0000 00100000 00cf8afc
+//
+// and a collection 11..11 with 8 slots of which slot 2 holds record 22..22
+// at pack 1 offset 4096 (testdata/checkpoint.bin ends with it):
+//
+//	11111111111111111111111111111111 03 000000 01000000
+//	2f00000000000000 04 0110001000222222
 //
 // (TestDeltaEntryHex pins these bytes.) Versions: 0x01 first; 0x02 (with
 // shard format 0x06) reads a kind-2 position as sequence u32 | offset u32
 // in the bytes 0x01 wrote as pack u16 | zero u16 | offset u32, which is the
-// same number for shards before 0x06. Open reads both and, after loading
-// 0x01 index files, writes a 0x02 checkpoint and delta at once.
+// same number for shards before 0x06; 0x03 stores each table as its
+// occupancy bitmap and used slots instead of every slot (a table is 37.5%
+// to 75% full: at 49%, a 64 MB store's 2.1 MB checkpoint became 1.0 MB and
+// the 2M-record one of a 1 GB store 33.6 MB became 17.0 MB), so Open reads
+// half the bytes. Open reads all three; after loading 0x01 index files it
+// writes a current checkpoint and delta at once, and a 0x02 checkpoint is
+// replaced at the next checkpoint (Close at the latest). A binary that
+// knows only 0x02 finds a 0x03 checkpoint "unsupported" and rebuilds the
+// index by scanning every shard (OpenReport.CheckpointErr says so).
 //
 // # Index delta (index.delta)
 //
@@ -341,8 +366,9 @@
 // 170-200 us with compression and 36-48 us without, Sync 260-1,000 us
 // (the disk's append+fdatasync floor measured 220-690 us in the same
 // minutes). zstd without its entropy stage still took 130 us a commit at
-// that load. So a batch below Options.InlineCompressMin records (64 by
-// default) is written uncompressed, except its Record.Dense payloads
+// that load. So a commit (the records written between two Syncs) below
+// Options.InlineCompressMin records (64 by default) that follows a commit
+// also below it is written uncompressed, except its Record.Dense payloads
 // (entropy-free zstd, a few microseconds each), and Repack compresses the
 // uncompressed frames it copies (full zstd; a payload zstd cannot shrink
 // stays raw and is tried again at every repack). No format change: such a

@@ -2,8 +2,6 @@ package packstore
 
 import (
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -11,45 +9,12 @@ import (
 // per record ID, the flags of its last frame (the one Get serves).
 func frameFlagsOnDisk(t *testing.T, dir string) map[ID]byte {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(dir, "shard-*.mtdb"))
-	if err != nil {
-		t.Fatal(err)
+	ids, flags := frameOrderOnDisk(t, dir)
+	out := map[ID]byte{}
+	for i, id := range ids {
+		out[id] = flags[i]
 	}
-	type sh struct {
-		seq uint32
-		b   []byte
-	}
-	var shards []sh
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := decodeHeader(b[:HeaderSize])
-		if err != nil {
-			t.Fatalf("%s: %v", p, err)
-		}
-		shards = append(shards, sh{h.Seq, b})
-	}
-	for i := range shards { // few shards: insertion sort by sequence number
-		for j := i; j > 0 && shards[j].seq < shards[j-1].seq; j-- {
-			shards[j], shards[j-1] = shards[j-1], shards[j]
-		}
-	}
-	flags := map[ID]byte{}
-	for _, s := range shards {
-		for off := HeaderSize; off < len(s.b) && !allZero(s.b[off:]); {
-			fv, err := decodeFrame(s.b[off:])
-			if err != nil {
-				t.Fatalf("frame at %d: %v", off, err)
-			}
-			if fv.Flags&FlagReset == 0 {
-				flags[fv.ID] = fv.Flags
-			}
-			off += fv.Size
-		}
-	}
-	return flags
+	return out
 }
 
 // A commit-sized batch (below InlineCompressMin records) is written without
@@ -147,4 +112,60 @@ func TestInlineCompressMin(t *testing.T) {
 			t.Fatalf("InlineCompressMin 1: record %s has flags %#x, want FlagZstd", id, f)
 		}
 	}
+}
+
+// A bulk writer that spreads each commit over many collections in PutMany
+// calls below InlineCompressMin records still gets its records compressed:
+// a PutMany compresses once the commit (the records since the last Sync)
+// reaches InlineCompressMin, or when the previous commit did. A commit of
+// a few records after a small commit stays raw.
+func TestInlineCompressPerCommit(t *testing.T) {
+	r := rand.New(rand.NewPCG(testSeed(t), 19))
+	dir := t.TempDir()
+	s := openStore(t, DefaultOptions(dir))
+	defer s.Close()
+	n := 0
+	put := func(calls, per int) [][]ID {
+		t.Helper()
+		out := make([][]ID, calls)
+		for c := range calls {
+			var recs []Record
+			for range per {
+				recs = append(recs, Record{ID: idN(5, n), Data: payload(r, 300+r.IntN(700), true)})
+				out[c] = append(out[c], idN(5, n))
+				n++
+			}
+			if err := s.PutMany(idN(1, c), recs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	first := put(4, 20)  // 20, 40, 60 records: raw; 80 >= 64: compressed
+	second := put(4, 20) // the previous commit had 80
+	small1 := put(2, 8)  // 16 records after an 80-record commit: compressed
+	small2 := put(2, 8)  // 16 records after a 16-record commit: raw
+	flags := frameFlagsOnDisk(t, dir)
+	for _, tc := range []struct {
+		name string
+		ids  [][]ID
+		want []byte // per PutMany call
+	}{
+		{"first commit", first, []byte{0, 0, 0, FlagZstd}},
+		{"second commit", second, []byte{FlagZstd, FlagZstd, FlagZstd, FlagZstd}},
+		{"small commit after a large one", small1, []byte{FlagZstd, FlagZstd}},
+		{"small commit after a small one", small2, []byte{0, 0}},
+	} {
+		for c, ids := range tc.ids {
+			for _, id := range ids {
+				if flags[id] != tc.want[c] {
+					t.Fatalf("%s, PutMany %d: record %s has flags %#x, want %#x", tc.name, c, id, flags[id], tc.want[c])
+				}
+			}
+		}
+	}
+	mustCheck(t, s)
 }

@@ -63,15 +63,27 @@ func Open(opts Options) (*PackfileStorage, error) {
 		return nil, err
 	}
 	s.lock = lock
-	if opts.CacheBytes > 0 {
-		if s.cache, err = newNodeCache(opts.CacheBytes); err != nil {
-			lock.release()
-			return nil, fmt.Errorf("packstore: cache: %w", err)
+	// The node cache's counters and filters take milliseconds to allocate
+	// and clear: build them on another goroutine while the index loads
+	// (rebuildLocked reads no record through the cache).
+	var cache *nodeCache
+	var cacheErr error
+	cacheDone := make(chan struct{})
+	go func() {
+		defer close(cacheDone)
+		if opts.CacheBytes > 0 {
+			cache, cacheErr = newNodeCache(opts.CacheBytes)
 		}
-	}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.rebuildLocked(); err != nil {
+	err = s.rebuildLocked()
+	<-cacheDone
+	s.cache = cache
+	if cacheErr != nil && err == nil {
+		err = fmt.Errorf("packstore: cache: %w", cacheErr)
+	}
+	if err != nil {
 		s.closeShardsLocked()
 		if s.delta != nil {
 			s.delta.Close()
@@ -198,11 +210,7 @@ func (s *PackfileStorage) rebuildLocked() error {
 // is fsynced, and OpenReport.Quarantined says so. Otherwise the bad header
 // fails Open with ErrCorrupt naming the file.
 func (s *PackfileStorage) openShardsLocked(ids []uint16, files indexFiles, floor map[uint16]int64, must map[uint16]bool) ([]uint16, error) {
-	ckptOK := false
-	if files.ckptErr == nil {
-		_, err := decodeCheckpoint(files.ckpt)
-		ckptOK = err == nil
-	}
+	ckptOK := files.checkpoint() != nil
 	kept := ids[:0]
 	for _, id := range ids {
 		sh, size, err := s.openShard(id)

@@ -3,12 +3,13 @@ package packstore
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
-	"sync/atomic"
+	"sync"
 	"time"
 )
 
@@ -70,10 +71,25 @@ type OpenReport struct {
 	Warnings []string
 }
 
-// indexFiles are the raw checkpoint and delta files as Open read them.
+// indexFiles are the index files as Open read them: the checkpoint decoded
+// (cp; cpErr is its decoding error, nil when the file is missing or
+// unreadable: see ckptErr) with its version byte (0 if shorter), and the
+// raw delta.
 type indexFiles struct {
-	ckpt, delta       []byte
+	delta             []byte
 	ckptErr, deltaErr error // fs.ErrNotExist when missing
+	ckptVersion       byte
+	cp                *checkpoint
+	cpErr             error
+}
+
+// checkpoint returns the decoded checkpoint, or nil when the file is
+// missing, unreadable or does not decode.
+func (f indexFiles) checkpoint() *checkpoint {
+	if f.ckptErr != nil || f.cpErr != nil {
+		return nil
+	}
+	return f.cp
 }
 
 // listedShards returns how many shard files the index files name (0 when
@@ -84,7 +100,7 @@ type indexFiles struct {
 func (s *PackfileStorage) listedShards() (int, error) {
 	f := s.readIndexFiles()
 	if f.ckptErr == nil {
-		if cp, err := decodeCheckpoint(f.ckpt); err == nil {
+		if cp := f.checkpoint(); cp != nil {
 			n := 0
 			for _, sh := range cp.shards {
 				if sh.size > HeaderSize {
@@ -105,15 +121,86 @@ func (s *PackfileStorage) listedShards() (int, error) {
 // version 0x01 (Open then replaces both at once, so that no 0x02 entry is
 // ever appended to a 0x01 file).
 func (f indexFiles) oldIndexFormat() bool {
-	return f.ckptErr == nil && len(f.ckpt) > 4 && f.ckpt[4] == checkpointVersionV1 ||
+	return f.ckptErr == nil && f.ckptVersion == checkpointVersionV1 ||
 		f.deltaErr == nil && len(f.delta) > 4 && f.delta[4] == deltaVersionV1
 }
 
 func (s *PackfileStorage) readIndexFiles() indexFiles {
 	var f indexFiles
-	f.ckpt, f.ckptErr = s.readWhole(checkpointFile)
+	f.ckptErr = s.readCheckpoint(&f)
 	f.delta, f.deltaErr = s.readWhole(deltaFile)
 	return f
+}
+
+// ckptReadChunk is the size of the reads readCheckpoint issues.
+const ckptReadChunk = 1 << 20
+
+// readCheckpoint reads the checkpoint file and decodes it into f (cp,
+// cpErr, ckptVersion). Another goroutine reads the file in ckptReadChunk
+// pieces and checksums the body as it reads, while decoding consumes what
+// has arrived (decodeCheckpointAsRead), so that decoding a large index
+// overlaps reading it from a cold disk and its checksumming. It returns the error of opening or reading
+// the file (fs.ErrNotExist when it is missing); then f.cp is unset.
+func (s *PackfileStorage) readCheckpoint(f *indexFiles) error {
+	file, err := s.fs.OpenFile(s.indexPath(checkpointFile), os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	n, err := file.Size()
+	if err != nil {
+		return err
+	}
+	if n > 1<<40 {
+		return fmt.Errorf("%s: %d bytes is not plausible", checkpointFile, n)
+	}
+	b := make([]byte, n)
+	var mu sync.Mutex
+	cond := sync.NewCond(&mu)
+	read, readErr, crc := 0, error(nil), uint32(0) // guarded by mu
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		sum := uint32(0) // CRC-32C of the body bytes read so far
+		for off := 0; off < len(b); {
+			end := min(off+ckptReadChunk, len(b))
+			_, err := file.ReadAt(b[off:end], int64(off))
+			if lo, hi := max(off, ckptHeaderLen), min(end, len(b)-crcLen); err == nil && lo < hi {
+				sum = crc32.Update(sum, castagnoli, b[lo:hi])
+			}
+			mu.Lock()
+			read, readErr, crc, off = end, err, sum, end
+			mu.Unlock()
+			cond.Broadcast()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	avail := func(end int) {
+		mu.Lock()
+		for read < end && readErr == nil {
+			cond.Wait()
+		}
+		mu.Unlock()
+	}
+	bodyCRC := func() uint32 {
+		mu.Lock()
+		defer mu.Unlock()
+		return crc
+	}
+	// On a read error decoding runs over bytes never read (zeros; every
+	// count is checked against the size): its result is dropped below.
+	f.cp, f.cpErr = decodeCheckpointAsRead(b, avail, bodyCRC)
+	<-finished
+	if readErr != nil {
+		f.cp, f.cpErr = nil, nil
+		return readErr
+	}
+	if len(b) > 4 {
+		f.ckptVersion = b[4]
+	}
+	return nil
 }
 
 // syncedFloor returns, per pack ID, how many bytes of the shard the index
@@ -136,13 +223,11 @@ func (s *PackfileStorage) readIndexFiles() indexFiles {
 // a shard missing is corruption even when its floor shows no frame.
 func syncedFloor(files indexFiles) (floor map[uint16]int64, must map[uint16]bool) {
 	floor, must = map[uint16]int64{}, map[uint16]bool{}
-	if files.ckptErr == nil {
-		if cp, err := decodeCheckpoint(files.ckpt); err == nil {
-			for _, sh := range cp.shards {
-				floor[sh.id] = max(floor[sh.id], int64(sh.size))
-			}
-			must[cp.covered.shard] = true
+	if cp := files.checkpoint(); cp != nil {
+		for _, sh := range cp.shards {
+			floor[sh.id] = max(floor[sh.id], int64(sh.size))
 		}
+		must[cp.covered.shard] = true
 	}
 	if files.deltaErr != nil {
 		return floor, must
@@ -245,7 +330,7 @@ func (s *PackfileStorage) indexCorruptf(name string, off int64, format string, a
 // up to which the shard bytes are reflected; ok=false means the caller must
 // reset the indexes and scan every shard.
 func (s *PackfileStorage) loadIndexLocked(ids []uint16, files indexFiles) (covered loc, ok bool) {
-	b, err := files.ckpt, files.ckptErr
+	err := files.ckptErr
 	if errors.Is(err, fs.ErrNotExist) {
 		return loc{}, false
 	}
@@ -253,9 +338,9 @@ func (s *PackfileStorage) loadIndexLocked(ids []uint16, files indexFiles) (cover
 		s.report.CheckpointErr = err
 		return loc{}, false
 	}
-	cp, err := decodeCheckpoint(b)
-	if err != nil {
-		s.report.CheckpointErr = s.indexCorruptf(checkpointFile, 0, "%v", err)
+	cp := files.checkpoint()
+	if cp == nil {
+		s.report.CheckpointErr = s.indexCorruptf(checkpointFile, 0, "%v", files.cpErr)
 		return loc{}, false
 	}
 	// extent: the bytes of each shard the index reflects.
@@ -281,15 +366,13 @@ func (s *PackfileStorage) loadIndexLocked(ids []uint16, files indexFiles) (cover
 	}
 	for _, cc := range cp.colls {
 		c := &collection{live: cc.count, liveBytes: cc.liveBytes}
-		t := &lossyTable{slots: make([]atomic.Uint64, len(cc.slots)), bits: cc.bits, count: cc.count}
-		for i, v := range cc.slots {
-			if v != 0 {
-				t.slots[i].Store(v)
-				s.shards[slotLoc(v).shard].Load().live++
-			}
-		}
-		c.table.Store(t)
+		c.table.Store(&lossyTable{slots: cc.slots, bits: cc.bits, count: cc.count})
 		s.colls.Store(cc.coll, c)
+	}
+	for id, n := range cp.live { // every listed shard is open (checked above)
+		if n > 0 {
+			s.shards[id].Load().live += n
+		}
 	}
 	for _, m := range cp.meta {
 		sh := s.shards[m.shard].Load()
@@ -512,10 +595,8 @@ func (s *PackfileStorage) writeCheckpointLocked() error {
 	for _, coll := range s.Collections() {
 		c := s.collectionLoad(coll)
 		t := c.table.Load()
-		cc := ckptColl{coll: coll, bits: t.bits, count: t.count, liveBytes: c.liveBytes, slots: make([]uint64, len(t.slots))}
-		for i := range t.slots {
-			cc.slots[i] = t.slots[i].Load()
-		}
+		// The live table itself: only the writer, which holds mu, stores into it.
+		cc := ckptColl{coll: coll, bits: t.bits, count: t.count, liveBytes: c.liveBytes, slots: t.slots}
 		cp.colls = append(cp.colls, cc)
 	}
 	if err := s.writeFileAtomic(checkpointFile, encodeCheckpoint(cp), false); err != nil {

@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"math/bits"
+	"sync/atomic"
 )
 
 // Index checkpoint and delta file formats (see doc.go, "Index checkpoint"
@@ -15,8 +18,11 @@ const (
 	// checkpointVersion: 0x01 first version; 0x02 (shard format 0x06) reads
 	// the position of a reset meta entry as sequence u32 | offset u32 in
 	// the bytes 0x01 wrote as pack u16 | zero u16 | offset u32 (identical
-	// for shards before 0x06, whose sequence is their pack ID). Both read.
-	checkpointVersion   = 0x02
+	// for shards before 0x06, whose sequence is their pack ID); 0x03 stores
+	// each table as an occupancy bitmap and its used slots instead of every
+	// slot. All three read; encoding writes 0x03.
+	checkpointVersion   = 0x03
+	checkpointVersionV2 = 0x02
 	checkpointVersionV1 = 0x01
 	// deltaVersion: 0x01 first version; 0x02 reads a reset entry's P as
 	// sequence u32 | offset u32, as the checkpoint. Both read.
@@ -78,13 +84,15 @@ type ckptMeta struct {
 	pos   pos // metaReset: P
 }
 
-// ckptColl is one collection's index generation.
+// ckptColl is one collection's index generation. slots is the table's
+// slot array itself: decoding allocates it once and Open publishes it as
+// the collection's table; encoding reads it under the writer lock.
 type ckptColl struct {
 	coll      ID
 	bits      uint
 	count     int
 	liveBytes int64
-	slots     []uint64
+	slots     []atomic.Uint64
 }
 
 // checkpoint is a decoded index checkpoint.
@@ -95,6 +103,8 @@ type checkpoint struct {
 	shards  []ckptShard
 	meta    []ckptMeta
 	colls   []ckptColl
+	// live counts the used slots per pack ID (decoding only).
+	live *[MaxShards]int
 }
 
 func putLoc(b []byte, l loc) {
@@ -114,16 +124,21 @@ func getLoc(b []byte) (loc, error) {
 
 // encodeCheckpoint returns the bytes of a checkpoint file.
 func encodeCheckpoint(c *checkpoint) []byte {
+	version := byte(checkpointVersion)
+	if c.version != 0 {
+		version = c.version
+	}
 	n := ckptHeaderLen + len(c.shards)*ckptShardLen + len(c.meta)*ckptMetaLen + crcLen
 	for _, cc := range c.colls {
-		n += ckptCollHeadLen + 8*len(cc.slots)
+		if version >= checkpointVersion {
+			n += ckptCollHeadLen + len(cc.slots)/8 + 8*cc.count
+		} else {
+			n += ckptCollHeadLen + 8*len(cc.slots)
+		}
 	}
 	b := make([]byte, ckptHeaderLen, n)
 	copy(b, checkpointMagic[:])
-	b[4] = checkpointVersion
-	if c.version != 0 {
-		b[4] = c.version
-	}
+	b[4] = version
 	binary.LittleEndian.PutUint64(b[8:], c.gen)
 	putLoc(b[16:], c.covered)
 	binary.LittleEndian.PutUint32(b[24:], uint32(len(c.shards)))
@@ -152,122 +167,306 @@ func encodeCheckpoint(c *checkpoint) []byte {
 		b = append(b, byte(cc.bits), 0, 0, 0)
 		b = binary.LittleEndian.AppendUint32(b, uint32(cc.count))
 		b = binary.LittleEndian.AppendUint64(b, uint64(cc.liveBytes))
-		for _, s := range cc.slots {
-			b = binary.LittleEndian.AppendUint64(b, s)
+		if version >= checkpointVersion {
+			b = appendCompactSlots(b, cc.slots)
+			continue
+		}
+		for i := range cc.slots {
+			b = binary.LittleEndian.AppendUint64(b, cc.slots[i].Load())
 		}
 	}
 	return binary.LittleEndian.AppendUint32(b, checksum(b[ckptHeaderLen:]))
+}
+
+// appendCompactSlots appends a table in the 0x03 layout: the occupancy
+// bitmap (bit i%8 of byte i/8 set when slot i is used; len(slots)/8 bytes,
+// len(slots) >= 8) and then the used slots in slot order, u64 each.
+func appendCompactSlots(b []byte, slots []atomic.Uint64) []byte {
+	at := len(b)
+	b = append(b, make([]byte, len(slots)/8)...)
+	for i := range slots {
+		if v := slots[i].Load(); v != 0 {
+			b[at+i/8] |= 1 << (i % 8)
+			b = binary.LittleEndian.AppendUint64(b, v)
+		}
+	}
+	return b
 }
 
 // decodeCheckpoint validates and decodes a checkpoint file. It checks every
 // count against the file size before allocating, both CRCs, and the
 // structural invariants of each table (slot count = count, load <= 75%,
 // slot shards known to the shard table and offsets inside their covered
-// bytes). Errors are bare reasons; callers wrap them with ErrCorrupt and
-// the file name.
+// bytes). The body CRC is computed over each part as it is decoded (see
+// ckptBody) and compared at the end; nothing decoded is used before that.
+// Errors are bare reasons; callers wrap them with ErrCorrupt and the file
+// name.
 func decodeCheckpoint(b []byte) (*checkpoint, error) {
+	return decodeCheckpointAsRead(b, nil, nil)
+}
+
+// decodeCheckpointAsRead is decodeCheckpoint of a file that is still being
+// read into b: avail(n) returns once b[:n] holds the file's first n bytes,
+// and bodyCRC, called once all of b is read, returns the CRC-32C of the
+// body that the reader computed as it read (nil: all of b is there, and
+// decoding computes the CRC itself). Decoding thus overlaps the reading,
+// and the checksumming is the reader's.
+func decodeCheckpointAsRead(b []byte, avail func(n int), bodyCRC func() uint32) (*checkpoint, error) {
+	if avail != nil && len(b) >= ckptHeaderLen {
+		avail(ckptHeaderLen)
+	}
+	c, counts, err := decodeCkptHeader(b)
+	if err != nil {
+		return nil, err
+	}
+	r := &ckptBody{b: b[ckptHeaderLen : len(b)-crcLen], off: ckptHeaderLen, avail: avail, sum: bodyCRC == nil}
+	nShards, nMeta, nColls := counts[0], counts[1], counts[2]
+	if fixed := nShards*ckptShardLen + nMeta*ckptMetaLen + nColls*ckptCollHeadLen; nShards > MaxShards || fixed > uint64(len(r.b)) {
+		return nil, fmt.Errorf("checkpoint counts (%d shards, %d meta, %d collections) exceed its %d body bytes", nShards, nMeta, nColls, len(r.b))
+	}
+	t := &ckptShards{}
+	if err := c.decodeShards(r.take(nShards*ckptShardLen), t); err != nil {
+		return nil, err
+	}
+	if err := c.decodeMeta(r.take(nMeta*ckptMetaLen), t); err != nil {
+		return nil, err
+	}
+	c.colls = make([]ckptColl, 0, min(nColls, 1<<16))
+	for i := range nColls {
+		cc, err := decodeCkptColl(r, c.version, t)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint collection %d: %v", i, err)
+		}
+		c.colls = append(c.colls, cc)
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("checkpoint has %d trailing bytes", len(r.b))
+	}
+	if avail != nil {
+		avail(len(b))
+	}
+	got := r.crc
+	if bodyCRC != nil {
+		got = bodyCRC()
+	}
+	if want := binary.LittleEndian.Uint32(b[len(b)-crcLen:]); want != got {
+		return nil, fmt.Errorf("checkpoint body crc mismatch: stored %08x, computed %08x", want, got)
+	}
+	c.live = &t.live
+	return c, nil
+}
+
+// ckptShards is what decoding knows per pack ID: the covered size of each
+// listed shard (0: not listed; a listed size is >= HeaderSize) and the
+// used slots that point into it.
+type ckptShards struct {
+	size [MaxShards]uint32
+	live [MaxShards]int
+}
+
+// use checks that a used slot points inside a listed shard's covered bytes
+// and counts it.
+func (t *ckptShards) use(v uint64) bool {
+	l := slotLoc(v) // l.shard < MaxShards: 12 bits
+	size := t.size[l.shard]
+	if size == 0 || l.off < HeaderSize || int64(l.off)+FrameOverhead > int64(size) {
+		return false
+	}
+	t.live[l.shard]++
+	return true
+}
+
+// decodeCkptHeader checks the fixed header (magic, version, CRC, reserved
+// bytes) and returns the checkpoint with its generation and covered
+// position, and the shard, meta and collection counts.
+func decodeCkptHeader(b []byte) (*checkpoint, [3]uint64, error) {
+	var counts [3]uint64
 	if len(b) < ckptHeaderLen+crcLen {
-		return nil, fmt.Errorf("short checkpoint: %d bytes", len(b))
+		return nil, counts, fmt.Errorf("short checkpoint: %d bytes", len(b))
 	}
 	if [4]byte(b[:4]) != checkpointMagic {
-		return nil, fmt.Errorf("bad checkpoint magic %q", b[:4])
+		return nil, counts, fmt.Errorf("bad checkpoint magic %q", b[:4])
 	}
-	if b[4] != checkpointVersion && b[4] != checkpointVersionV1 {
-		return nil, fmt.Errorf("unsupported checkpoint version 0x%02x", b[4])
+	if b[4] != checkpointVersion && b[4] != checkpointVersionV2 && b[4] != checkpointVersionV1 {
+		return nil, counts, fmt.Errorf("unsupported checkpoint version 0x%02x", b[4])
 	}
 	if want, got := binary.LittleEndian.Uint32(b[ckptHeaderCRCOff:]), checksum(b[:ckptHeaderCRCOff]); want != got {
-		return nil, fmt.Errorf("checkpoint header crc mismatch: stored %08x, computed %08x", want, got)
+		return nil, counts, fmt.Errorf("checkpoint header crc mismatch: stored %08x, computed %08x", want, got)
 	}
 	if b[5]|b[6]|b[7] != 0 || binary.LittleEndian.Uint32(b[36:]) != 0 || binary.LittleEndian.Uint32(b[40:]) != 0 {
-		return nil, errors.New("nonzero reserved checkpoint header bytes")
+		return nil, counts, errors.New("nonzero reserved checkpoint header bytes")
 	}
 	c := &checkpoint{version: b[4], gen: binary.LittleEndian.Uint64(b[8:])}
 	var err error
 	if c.covered, err = getLoc(b[16:]); err != nil {
-		return nil, err
+		return nil, counts, err
 	}
-	nShards := uint64(binary.LittleEndian.Uint32(b[24:]))
-	nMeta := uint64(binary.LittleEndian.Uint32(b[28:]))
-	nColls := uint64(binary.LittleEndian.Uint32(b[32:]))
-	body := b[ckptHeaderLen : len(b)-crcLen]
-	if want, got := binary.LittleEndian.Uint32(b[len(b)-crcLen:]), checksum(body); want != got {
-		return nil, fmt.Errorf("checkpoint body crc mismatch: stored %08x, computed %08x", want, got)
+	for i := range counts {
+		counts[i] = uint64(binary.LittleEndian.Uint32(b[24+4*i:]))
 	}
-	fixed := nShards*ckptShardLen + nMeta*ckptMetaLen + nColls*ckptCollHeadLen
-	if nShards > MaxShards || fixed > uint64(len(body)) {
-		return nil, fmt.Errorf("checkpoint counts (%d shards, %d meta, %d collections) exceed its %d body bytes", nShards, nMeta, nColls, len(body))
+	return c, counts, nil
+}
+
+// ckptBody is the unread part of a checkpoint body, its offset in the file,
+// and (with sum) the CRC-32C of the part consumed so far; avail, when set,
+// waits for the file's bytes to be read (decodeCheckpointAsRead).
+type ckptBody struct {
+	b     []byte
+	off   int
+	sum   bool
+	crc   uint32
+	avail func(n int)
+}
+
+// take consumes the next n bytes (n <= len(r.b), checked by the caller),
+// into the CRC with sum, and returns them, once they are read.
+func (r *ckptBody) take(n uint64) []byte {
+	r.off += int(n)
+	if r.avail != nil {
+		r.avail(r.off)
 	}
-	sizes := make(map[uint16]uint32, nShards)
-	c.shards = make([]ckptShard, nShards)
+	p := r.b[:n]
+	r.b = r.b[n:]
+	if r.sum {
+		r.crc = crc32.Update(r.crc, castagnoli, p)
+	}
+	return p
+}
+
+// ckptTakeChunk is the most a table decoder consumes at once (1 MiB), so
+// that it decodes the first bytes of a large table while the rest is read.
+const ckptTakeChunk = 1 << 20
+
+// decodeShards decodes the shard list (ascending pack IDs) into c.shards
+// and sizes.
+func (c *checkpoint) decodeShards(b []byte, t *ckptShards) error {
+	c.shards = make([]ckptShard, len(b)/ckptShardLen)
 	for i := range c.shards {
-		e := body[i*ckptShardLen:]
+		e := b[i*ckptShardLen:]
 		sh := ckptShard{id: binary.LittleEndian.Uint16(e), size: binary.LittleEndian.Uint32(e[4:])}
 		if binary.LittleEndian.Uint16(e[2:]) != 0 || sh.id >= MaxShards || sh.size < HeaderSize || sh.size > MaxShardBytesLimit || (i > 0 && sh.id <= c.shards[i-1].id) {
-			return nil, fmt.Errorf("checkpoint shard entry %d invalid", i)
+			return fmt.Errorf("checkpoint shard entry %d invalid", i)
 		}
 		c.shards[i] = sh
-		sizes[sh.id] = sh.size
+		t.size[sh.id] = sh.size
 	}
-	body = body[nShards*ckptShardLen:]
-	c.meta = make([]ckptMeta, nMeta)
+	return nil
+}
+
+// decodeMeta decodes the retirement metadata entries into c.meta; each must
+// name a listed shard.
+func (c *checkpoint) decodeMeta(b []byte, t *ckptShards) error {
+	c.meta = make([]ckptMeta, len(b)/ckptMetaLen)
 	for i := range c.meta {
-		e := body[i*ckptMetaLen:]
+		e := b[i*ckptMetaLen:]
 		m := ckptMeta{kind: e[0], shard: binary.LittleEndian.Uint16(e[2:]), coll: ID(e[4:20])}
+		var err error
 		if m.kind == metaReset {
 			if m.pos = getPos(e[20:]); m.pos.off < HeaderSize || m.pos.off > MaxShardBytesLimit {
-				return nil, fmt.Errorf("checkpoint meta entry %d: invalid position %x", i, e[20:28])
+				return fmt.Errorf("checkpoint meta entry %d: invalid position %x", i, e[20:28])
 			}
 		} else if m.at, err = getLoc(e[20:]); err != nil {
-			return nil, fmt.Errorf("checkpoint meta entry %d: %v", i, err)
+			return fmt.Errorf("checkpoint meta entry %d: %v", i, err)
 		}
-		if _, ok := sizes[m.shard]; !ok || e[1] != 0 || (m.kind != metaData && m.kind != metaReset) || (m.kind == metaData && m.at.shard != m.shard) {
-			return nil, fmt.Errorf("checkpoint meta entry %d invalid", i)
+		if m.shard >= MaxShards || t.size[m.shard] == 0 || e[1] != 0 || (m.kind != metaData && m.kind != metaReset) || (m.kind == metaData && m.at.shard != m.shard) {
+			return fmt.Errorf("checkpoint meta entry %d invalid", i)
 		}
 		c.meta[i] = m
 	}
-	body = body[nMeta*ckptMetaLen:]
-	c.colls = make([]ckptColl, 0, min(nColls, 1<<16))
-	for i := range nColls {
-		if len(body) < ckptCollHeadLen {
-			return nil, fmt.Errorf("checkpoint collection %d: truncated", i)
-		}
-		cc := ckptColl{coll: ID(body[:16]), bits: uint(body[16]),
-			count: int(binary.LittleEndian.Uint32(body[20:])), liveBytes: int64(binary.LittleEndian.Uint64(body[24:]))}
-		if cc.bits < minTableBits || cc.bits > ckptMaxBits || body[17]|body[18]|body[19] != 0 {
-			return nil, fmt.Errorf("checkpoint collection %d: table bits %d invalid", i, cc.bits)
-		}
-		body = body[ckptCollHeadLen:]
-		n := uint64(1) << cc.bits
-		if n*8 > uint64(len(body)) {
-			return nil, fmt.Errorf("checkpoint collection %d: %d slots exceed the remaining %d bytes", i, n, len(body))
-		}
-		if cc.count == 0 || cc.count*4 > int(n)*3 || cc.liveBytes < int64(cc.count)*FrameOverhead {
-			return nil, fmt.Errorf("checkpoint collection %d: count %d, live bytes %d for %d slots", i, cc.count, cc.liveBytes, n)
-		}
-		cc.slots = make([]uint64, n)
-		used := 0
-		for j := range cc.slots {
-			s := binary.LittleEndian.Uint64(body[8*j:])
-			cc.slots[j] = s
-			if s == 0 {
-				continue
-			}
-			used++
-			l := slotLoc(s)
-			if size, ok := sizes[l.shard]; !ok || l.off < HeaderSize || int64(l.off)+FrameOverhead > int64(size) {
-				return nil, fmt.Errorf("checkpoint collection %d: slot %d points at %d/%d outside the covered shards", i, j, l.shard, l.off)
-			}
-		}
-		if used != cc.count {
-			return nil, fmt.Errorf("checkpoint collection %d: %d used slots, count %d", i, used, cc.count)
-		}
-		body = body[n*8:]
-		c.colls = append(c.colls, cc)
+	return nil
+}
+
+// decodeCkptColl decodes one collection: its fixed head and its table in
+// the layout of the checkpoint's version (every slot before 0x03, the
+// occupancy bitmap and the used slots from 0x03).
+func decodeCkptColl(r *ckptBody, version byte, t *ckptShards) (ckptColl, error) {
+	if len(r.b) < ckptCollHeadLen {
+		return ckptColl{}, errors.New("truncated")
 	}
-	if len(body) != 0 {
-		return nil, fmt.Errorf("checkpoint has %d trailing bytes", len(body))
+	h := r.take(ckptCollHeadLen)
+	cc := ckptColl{coll: ID(h[:16]), bits: uint(h[16]),
+		count: int(binary.LittleEndian.Uint32(h[20:])), liveBytes: int64(binary.LittleEndian.Uint64(h[24:]))}
+	if cc.bits < minTableBits || cc.bits > ckptMaxBits || h[17]|h[18]|h[19] != 0 {
+		return cc, fmt.Errorf("table bits %d invalid", cc.bits)
 	}
-	return c, nil
+	n := uint64(1) << cc.bits
+	if cc.count == 0 || cc.count*4 > int(n)*3 || cc.liveBytes < int64(cc.count)*FrameOverhead {
+		return cc, fmt.Errorf("count %d, live bytes %d for %d slots", cc.count, cc.liveBytes, n)
+	}
+	need := n * 8
+	if version >= checkpointVersion {
+		need = n/8 + uint64(cc.count)*8
+	}
+	if need > uint64(len(r.b)) {
+		return cc, fmt.Errorf("%d slots (%d bytes) exceed the remaining %d bytes", n, need, len(r.b))
+	}
+	cc.slots = make([]atomic.Uint64, n)
+	var err error
+	if version >= checkpointVersion {
+		err = decodeCompactSlots(r, cc.slots, cc.count, t)
+	} else {
+		err = decodeFullSlots(r, cc.slots, cc.count, t)
+	}
+	return cc, err
+}
+
+// decodeFullSlots decodes a table stored slot by slot (versions 0x01 and
+// 0x02).
+func decodeFullSlots(r *ckptBody, slots []atomic.Uint64, count int, t *ckptShards) error {
+	var b []byte // the taken bytes from slot j on
+	used := 0
+	for j := range slots {
+		if len(b) == 0 {
+			b = r.take(uint64(min(len(slots)-j, ckptTakeChunk/8)) * 8)
+		}
+		v := binary.LittleEndian.Uint64(b)
+		b = b[8:]
+		if v == 0 {
+			continue
+		}
+		if !t.use(v) {
+			return fmt.Errorf("slot %d points at %d/%d outside the covered shards", j, slotLoc(v).shard, slotLoc(v).off)
+		}
+		slots[j].Store(v)
+		used++
+	}
+	if used != count {
+		return fmt.Errorf("%d used slots, count %d", used, count)
+	}
+	return nil
+}
+
+// decodeCompactSlots decodes a table stored as an occupancy bitmap and the
+// used slots (version 0x03; appendCompactSlots): the bitmap must mark
+// exactly count slots, and every used slot must be nonzero and point
+// inside a listed shard.
+func decodeCompactSlots(r *ckptBody, slots []atomic.Uint64, count int, t *ckptShards) error {
+	bitmap := r.take(uint64(len(slots) / 8))
+	used := 0
+	for _, x := range bitmap {
+		used += bits.OnesCount8(x)
+	}
+	if used != count {
+		return fmt.Errorf("occupancy bitmap marks %d slots, count %d", used, count)
+	}
+	var packed []byte // the taken used slots from the next on
+	left := count     // used slots not taken yet
+	for i, x := range bitmap {
+		for ; x != 0; x &= x - 1 {
+			if len(packed) == 0 {
+				n := min(left, ckptTakeChunk/8)
+				packed, left = r.take(uint64(n)*8), left-n
+			}
+			j := 8*i + bits.TrailingZeros8(x)
+			v := binary.LittleEndian.Uint64(packed)
+			packed = packed[8:]
+			if v == 0 || !t.use(v) {
+				return fmt.Errorf("slot %d holds %#x: not a location inside the covered shards", j, v)
+			}
+			slots[j].Store(v)
+		}
+	}
+	return nil
 }
 
 // encodeDeltaHeader returns the header of a delta file for a generation.

@@ -2,10 +2,13 @@ package packstore
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -162,10 +165,68 @@ func TestDeltaEntryHex(t *testing.T) {
 		t.Fatalf("decode %+v %v", m, err)
 	}
 	cp := encodeCheckpoint(&checkpoint{gen: 1, covered: loc{0, 4096}, shards: []ckptShard{{0, 4096}}})
-	if h := hex.EncodeToString(cp); h != "4d54434b02000000010000000000000000000000001000000100000000000000000000000000000000000000a06670b3000000000010000000cf8afc" {
+	if h := hex.EncodeToString(cp); h != "4d54434b030000000100000000000000000000000010000001000000000000000000000000000000000000008b73b06e000000000010000000cf8afc" {
 		t.Fatalf("checkpoint %s", h)
 	}
 	if _, err := decodeCheckpoint(cp); err != nil {
 		t.Fatal(err)
+	}
+	// A collection in the 0x03 layout (testdata/checkpoint.bin, doc.go):
+	// head, occupancy bitmap (slot 2 of 8), the one used slot.
+	seed, err := os.ReadFile(filepath.Join("testdata", "checkpoint.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	coll := "11111111111111111111111111111111" + "03000000" + "01000000" + "2f00000000000000" + "04" + "0110001000222222"
+	if h := hex.EncodeToString(seed[len(seed)-crcLen-len(coll)/2 : len(seed)-crcLen]); h != coll {
+		t.Fatalf("collection %s", h)
+	}
+}
+
+// TestCheckpointCompactCorrupt: a 0x03 table whose bytes are damaged but
+// whose CRCs were recomputed (so only the structural checks can notice)
+// is rejected with an error saying what is wrong, and Open then rebuilds by
+// scanning, naming index.ckpt in OpenReport.CheckpointErr.
+func TestCheckpointCompactCorrupt(t *testing.T) {
+	seed, err := os.ReadFile(filepath.Join("testdata", "checkpoint.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := len(seed) - crcLen - 8 // the one used slot
+	bitmap := slot - 1
+	for _, tc := range []struct {
+		name string
+		mess func(b []byte) []byte
+		want string
+	}{
+		{"bitmap marks two slots", func(b []byte) []byte { b[bitmap] |= 1; return b }, "occupancy bitmap marks 2 slots, count 1"},
+		{"bitmap marks none", func(b []byte) []byte { b[bitmap] = 0; return b }, "occupancy bitmap marks 0 slots, count 1"},
+		{"zero slot", func(b []byte) []byte { clear(b[slot : slot+8]); return b }, "slot 2 holds 0x0"},
+		{"slot past its shard", func(b []byte) []byte { b[slot+1] = 0x70; return b }, "not a location inside the covered shards"},
+		{"slot in an unlisted shard", func(b []byte) []byte { b[slot+3] = 0x30; return b }, "not a location inside the covered shards"},
+		{"slot list cut short", func(b []byte) []byte { return append(b[:slot], b[slot+8:]...) }, "exceed the remaining"},
+		{"extra slot", func(b []byte) []byte { return append(b[:slot+8], append(make([]byte, 8), b[slot+8:]...)...) }, "trailing bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := tc.mess(append([]byte{}, seed...))
+			binary.LittleEndian.PutUint32(b[len(b)-crcLen:], checksum(b[ckptHeaderLen:len(b)-crcLen]))
+			if _, err := decodeCheckpoint(b); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("decode: %v, want %q", err, tc.want)
+			}
+			dir := t.TempDir()
+			s := openStore(t, Options{Dir: dir})
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, checkpointFile), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s = openStore(t, Options{Dir: dir})
+			defer s.Close()
+			rep := s.OpenReport()
+			if rep.Source != "scan" || !errors.Is(rep.CheckpointErr, ErrCorrupt) || !strings.Contains(rep.CheckpointErr.Error(), checkpointFile) {
+				t.Fatalf("open: source %s, checkpoint error %v", rep.Source, rep.CheckpointErr)
+			}
+		})
 	}
 }

@@ -27,20 +27,25 @@ type Options struct {
 	// Compress stores a payload zstd-compressed when that makes its frame
 	// smaller. DefaultOptions sets it; the zero Options leaves it off.
 	Compress bool
-	// InlineCompressMin is the fewest records a PutMany batch needs for
-	// Compress to apply to all its records as they are written. In a
-	// smaller batch (a commit's: a homeserver persists an event at a time)
-	// only Record.Dense payloads are compressed (zstd without its entropy
-	// stage); the others are written uncompressed and Repack compresses the
-	// uncompressed frames it copies, as an LSM compresses at flush rather
-	// than in its WAL. Until a repack such records take their raw size on
-	// disk (bench's mix: 1.35x its compressed size; the bundled rooms'
-	// PDUs: 1.48x). Why: zstd on a 16-record commit of bench's mix cost
-	// about 100 us of CPU (up to 150 us at load 10), most of it building
-	// Huffman and FSE tables for each small payload, against a 200-400 us
-	// device flush (doc.go "Commit latency"). 0 or 1 compresses every
-	// batch as it is written (a bulk writer's choice: the mtxdb commands
-	// set 0); DefaultOptions sets DefaultInlineCompressMin.
+	// InlineCompressMin is the fewest records a commit (the records
+	// written between two Syncs) needs for Compress to apply to its
+	// records as they are written: a PutMany compresses its records when
+	// they and the records written since the last Sync reach it, or when
+	// the previous commit did (so a bulk writer whose commits spread over
+	// many collections in small PutMany calls compresses from the PutMany
+	// that takes its first commit past InlineCompressMin on). In a smaller
+	// commit (a homeserver persists an event at a time) only Record.Dense
+	// payloads are compressed (zstd without its entropy stage); the others
+	// are written uncompressed and Repack compresses the uncompressed
+	// frames it copies, as an LSM compresses at flush rather than in its
+	// WAL. Until a repack such records take their raw size on disk
+	// (bench's mix: 1.35x its compressed size; the bundled rooms' PDUs:
+	// 1.48x). Why: zstd on a 16-record commit of bench's mix cost about
+	// 100 us of CPU (up to 150 us at load 10), most of it building Huffman
+	// and FSE tables for each small payload, against a 200-400 us device
+	// flush (doc.go "Commit latency"). 0 or 1 compresses every commit as it
+	// is written (a bulk writer's choice: the mtxdb commands set 0);
+	// DefaultOptions sets DefaultInlineCompressMin.
 	InlineCompressMin int
 
 	// CacheBytes bounds the node cache of decoded payloads (ristretto v2,
@@ -156,7 +161,7 @@ func DefaultOptions(dir string) Options {
 	return Options{Dir: dir, MaxShardBytes: MaxShardBytesLimit, Compress: true, InlineCompressMin: DefaultInlineCompressMin, CacheBytes: DefaultCacheBytes}
 }
 
-// DefaultInlineCompressMin is DefaultOptions' InlineCompressMin: batches of
+// DefaultInlineCompressMin is DefaultOptions' InlineCompressMin: commits of
 // 64 records or more (bulk imports) are compressed as they are written,
 // smaller ones when a Repack copies them.
 const DefaultInlineCompressMin = 64
@@ -228,6 +233,10 @@ type PackfileStorage struct {
 	// repackProgress is the index of the collection plan a running repack
 	// is copying, -1 when none (exported as a Prometheus gauge).
 	repackProgress atomic.Int64
+	// commitRecs counts the records PutMany wrote since the last Sync,
+	// lastCommitRecs those the last Sync that followed a write covered
+	// (inlineCompress). Stored under mu, read without it.
+	commitRecs, lastCommitRecs atomic.Int64
 	// syncLatency is the wall time of each Sync that could write (exported as a
 	// Prometheus histogram).
 	syncLatency latencyHist
