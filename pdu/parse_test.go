@@ -175,7 +175,8 @@ func gomatrixserverlibEventID(version string, raw []byte) (id string) {
 }
 
 // TestReferenceHashMatchesGomatrixserverlib: Parse's event ID is the one
-// gomatrixserverlib computes, for every event of the 190 real rooms (room
+// gomatrixserverlib computes (and Parse's and ParseTrusted's room ID and
+// membership gomatrixserverlib's), for every event of the 190 real rooms (room
 // versions 1, 5, 6, 9, 10, 11) and for each of them redacted, in every room
 // version of the same event format.
 func TestReferenceHashMatchesGomatrixserverlib(t *testing.T) {
@@ -189,6 +190,12 @@ func TestReferenceHashMatchesGomatrixserverlib(t *testing.T) {
 			if want := gomatrixserverlibEventID(version, raw); pd.EventID() != want {
 				t.Fatalf("room version %s: event ID %s, gomatrixserverlib %s\n%s", version, pd.EventID(), want, raw)
 			}
+			sameAccessors(t, version, pd, raw)
+			tr, err := ParseTrusted(gomatrixserverlib.RoomVersion(version), pd.EventID(), raw)
+			if err != nil {
+				t.Fatalf("room version %s: ParseTrusted: %v\n%s", version, err, raw)
+			}
+			sameAccessors(t, version, tr, raw)
 			n++
 			if version == "1" {
 				continue
@@ -211,7 +218,8 @@ func TestReferenceHashMatchesGomatrixserverlib(t *testing.T) {
 }
 
 // FuzzReferenceHash: for any JSON gomatrixserverlib accepts as a v4 or v11
-// event, Parse gives the event ID gomatrixserverlib computes.
+// event, Parse gives the event ID gomatrixserverlib computes, and its room ID
+// and membership.
 func FuzzReferenceHash(f *testing.F) {
 	for _, lines := range roomEvents(f) {
 		for _, raw := range lines[:min(3, len(lines))] {
@@ -239,5 +247,24 @@ func FuzzReferenceHash(f *testing.F) {
 		if pd.EventID() != want {
 			t.Fatalf("event ID %s, gomatrixserverlib %s\n%s", pd.EventID(), want, raw)
 		}
+		sameAccessors(t, version, pd, raw)
 	})
+}
+
+// sameAccessors fails t unless the room ID and membership of pd, which Parse
+// or ParseTrusted returned for raw, are gomatrixserverlib's own PDU's.
+func sameAccessors(t testing.TB, version string, pd gomatrixserverlib.PDU, raw []byte) {
+	t.Helper()
+	gp, err := gomatrixserverlib.MustGetRoomVersion(gomatrixserverlib.RoomVersion(version)).NewEventFromUntrustedJSON(raw)
+	if err != nil {
+		t.Fatalf("gomatrixserverlib refuses what Parse took: %v\n%s", err, raw)
+	}
+	if pd.RoomID().String() != gp.RoomID().String() {
+		t.Fatalf("room ID %s, gomatrixserverlib %s\n%s", pd.RoomID().String(), gp.RoomID().String(), raw)
+	}
+	m, merr := pd.Membership()
+	gm, gerr := gp.Membership()
+	if m != gm || (merr == nil) != (gerr == nil) {
+		t.Fatalf("membership %q (%v), gomatrixserverlib %q (%v)\n%s", m, merr, gm, gerr, raw)
+	}
 }

@@ -168,8 +168,7 @@ func Parse(version gomatrixserverlib.RoomVersion, raw []byte) (pdu gomatrixserve
 	// a v3+ PDU keeps its room ID (gomatrixserverlib parses it with a regular
 	// expression on every call).
 	if p, ok := pdu.(identified); ok {
-		p.roomID = p.PDU.RoomID()
-		pdu = p
+		pdu = identify(p.PDU, p.id)
 	} else {
 		_ = pdu.RoomID()
 	}
@@ -193,7 +192,7 @@ func ParseTrusted(version gomatrixserverlib.RoomVersion, eventID string, raw []b
 		return nil, fmt.Errorf("%w: %v", ErrMalformedPDU, err)
 	}
 	if verImpl.EventFormat() != gomatrixserverlib.EventFormatV1 {
-		pdu = identified{PDU: pdu, id: eventID, roomID: pdu.RoomID()}
+		pdu = identify(pdu, eventID)
 	}
 	return pdu, nil
 }
@@ -243,12 +242,37 @@ func declaredEventIDs(raw []byte) ([]string, error) {
 }
 
 // identified is a v3+ PDU with its event ID computed by Parse (the event ID
-// gomatrixserverlib's PDU would compute on first use, at about half its cost)
-// and its room ID parsed once.
+// gomatrixserverlib's PDU would compute on first use, at about half its cost),
+// and its room ID and, for an m.room.member event, its membership read once:
+// gomatrixserverlib parses the room ID with a regular expression and decodes
+// the content's JSON for the membership on every call.
 type identified struct {
 	gomatrixserverlib.PDU
-	id     string
-	roomID spec.RoomID
+	id         string
+	roomID     spec.RoomID
+	membership string
+	memberErr  error
+}
+
+// identify wraps a v3+ PDU whose event ID is id. It calls RoomID and, for an
+// m.room.member event, Membership, which can panic on hostile input: callers
+// recover.
+func identify(p gomatrixserverlib.PDU, id string) identified {
+	ip := identified{PDU: p, id: id, roomID: p.RoomID()}
+	if p.Type() == spec.MRoomMember {
+		ip.membership, ip.memberErr = p.Membership()
+	}
+	return ip
+}
+
+// Membership is the content's membership of an m.room.member event, as
+// gomatrixserverlib reads it (an error without a state key or when the content
+// does not decode); for other events, gomatrixserverlib's answer.
+func (p identified) Membership() (string, error) {
+	if p.PDU.Type() != spec.MRoomMember {
+		return p.PDU.Membership()
+	}
+	return p.membership, p.memberErr
 }
 
 // EventID is the PDU's reference hash event ID.

@@ -105,7 +105,7 @@ func resolveV2(in v2Input, src EventSource) (map[Key]string, error) {
 		full[id] = true
 	}
 	if in.create != nil {
-		st.creators = gomatrixserverlib.CreatorsFromCreateEvent(in.create)
+		st.creators = st.cache.roomCreators(in.create)
 		verImpl, err := gomatrixserverlib.GetRoomVersion(in.create.Version())
 		if err == nil {
 			st.privilegedCreators = verImpl.PrivilegedCreators()
@@ -587,6 +587,20 @@ type Cache struct {
 	// authorize applies the authorization rules, keeping what they parse of power
 	// levels and create events (authrules.NewAuthorizer).
 	authorize func(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error
+	// creators: the creators of the last create event asked
+	// (gomatrixserverlib.CreatorsFromCreateEvent), by its event ID.
+	creatorsOf string
+	creators   []string
+}
+
+// roomCreators returns gomatrixserverlib.CreatorsFromCreateEvent(create), kept
+// for the last create event asked (a room's resolutions all ask the same one).
+// The returned slice must not be modified.
+func (c *Cache) roomCreators(create gomatrixserverlib.PDU) []string {
+	if c.creators == nil || c.creatorsOf != create.EventID() {
+		c.creatorsOf, c.creators = create.EventID(), gomatrixserverlib.CreatorsFromCreateEvent(create)
+	}
+	return c.creators
 }
 
 // maxMainlines bounds Cache.mainline; maxPLParents bounds Cache.plParent.
