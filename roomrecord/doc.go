@@ -72,7 +72,7 @@
 // ms a batch. Most of the set never changes again once written; the churn is
 // at the frontier. So the layout (roomrecord.ExtremitySet, a write policy the
 // format does not fix) keeps new extremities inline, seals them into a chunk
-// when more than InlineExtremities (64) are inline, rewrites a chunk only when
+// when more than MaxInlineExtremities (64) are inline, rewrites a chunk only when
 // one of its members stops being an extremity, merges chunks below half of
 // ExtremityChunkTarget (512) once eight have accumulated, and puts everything
 // inline again when no more than 32 are left. A head without chunks is written

@@ -23,9 +23,9 @@ type ExtremityChunk struct {
 // the format: a reader accepts any partition of the set into inline entries and
 // chunks).
 const (
-	// InlineExtremities is the most forward extremities a head keeps inline
+	// MaxInlineExtremities is the most forward extremities a head keeps inline
 	// before ExtremitySet.Store seals them into a chunk record.
-	InlineExtremities = 64
+	MaxInlineExtremities = 64
 	// ExtremityChunkTarget is the size of the chunks ExtremitySet.Store merges
 	// small chunks into; a chunk below half of it counts as small.
 	ExtremityChunkTarget = 512
@@ -243,10 +243,10 @@ func (s *ExtremitySet) Set(ids []string) {
 // as a version 1 or 2 head) and returns the chunk records h names that are new
 // and must be written with it. The policy (doc.go, "Forward extremities"):
 // a chunk that lost members is rewritten without them (dropped when empty);
-// more than InlineExtremities inline entries are sealed into chunks of at most
+// more than MaxInlineExtremities inline entries are sealed into chunks of at most
 // ExtremityChunkTarget; once smallChunksMax chunks are below half the
 // target, they are merged into chunks of the target size; and when no more than
-// InlineExtremities/2 extremities are left, they all go inline again.
+// MaxInlineExtremities/2 extremities are left, they all go inline again.
 func (s *ExtremitySet) Store(h *Head) []packstore.Record {
 	var fresh []*ExtremityChunk
 	changed := len(s.dirty) > 0
@@ -267,7 +267,7 @@ func (s *ExtremitySet) Store(h *Head) []packstore.Record {
 		}
 	}
 	clear(s.dirty)
-	if len(kept) > 0 && s.Len() <= InlineExtremities/2 {
+	if len(kept) > 0 && s.Len() <= MaxInlineExtremities/2 {
 		// Few extremities left: all inline again, and the head goes back to
 		// version 1 or 2.
 		for id := range s.chunkOf {
@@ -280,7 +280,7 @@ func (s *ExtremitySet) Store(h *Head) []packstore.Record {
 		s.chunked = slices.DeleteFunc(slices.Clone(s.chunked), func(id string) bool { return s.chunkOf[id] == nil })
 	}
 	inline := s.sortedInline()
-	if len(inline) > InlineExtremities {
+	if len(inline) > MaxInlineExtremities {
 		for part := range slices.Chunk(inline, ExtremityChunkTarget) {
 			kept = append(kept, s.newChunk(part, &fresh))
 		}

@@ -50,7 +50,7 @@ func reread(t *testing.T, s chunkStore, h Head) Head {
 // plain map (an import's churn: a few new events kept, most removed by the next
 // ones, now and then an old extremity removed), stores it after each batch, and
 // requires: the head's sorted set equals the model; the head read back (bytes,
-// then chunks) equals the head written; at most InlineExtremities stay inline
+// then chunks) equals the head written; at most MaxInlineExtremities stay inline
 // and fewer than smallChunksMax chunks are small; a batch that only churns the
 // inline part writes no chunk. Every few rounds the writer starts over from the
 // head read back, as a new import does.
@@ -110,7 +110,7 @@ func TestExtremitySetModel(t *testing.T) {
 // few small chunks, and every record written named by the head.
 func checkLayout(t *testing.T, h Head, before []ExtremityChunk, recs []packstore.Record) {
 	t.Helper()
-	if len(h.InlineExtremities) > InlineExtremities {
+	if len(h.InlineExtremities) > MaxInlineExtremities {
 		t.Fatalf("%d inline extremities", len(h.InlineExtremities))
 	}
 	small := 0
@@ -136,7 +136,7 @@ func checkLayout(t *testing.T, h Head, before []ExtremityChunk, recs []packstore
 
 // TestExtremitySetFromInlineHead: a version 1 head (every extremity inline, as
 // every head was before version 3) opens as an ExtremitySet; storing it with
-// more than InlineExtremities makes a version 3 head whose set is the same, and
+// more than MaxInlineExtremities makes a version 3 head whose set is the same, and
 // removing all but a few makes a version 1 head again, byte for byte as
 // EncodeHead wrote it before chunks existed.
 func TestExtremitySetFromInlineHead(t *testing.T) {

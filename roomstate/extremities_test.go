@@ -80,7 +80,7 @@ func TestExtremityChunksAcrossFormats(t *testing.T) {
 	roomID := rooms[0].ID()
 	room := reopen(t, eng, roomID)
 	h := room.Head()
-	require.Greater(t, len(h.ForwardExtremities), roomrecord.InlineExtremities)
+	require.Greater(t, len(h.ForwardExtremities), roomrecord.MaxInlineExtremities)
 	require.NotEmpty(t, h.ExtremityChunks, "a version 3 head")
 	listed := room.RoomRecords()
 	for _, c := range h.ExtremityChunks {
@@ -105,7 +105,7 @@ func TestExtremityChunksAcrossFormats(t *testing.T) {
 	after, err := roomstate.New(eng).Room(t.Context(), roomID)
 	require.NoError(t, err)
 	require.Equal(t, room.Head().ForwardExtremities, after.Head().ForwardExtremities)
-	require.LessOrEqual(t, len(after.Head().ForwardExtremities), roomrecord.InlineExtremities/2)
+	require.LessOrEqual(t, len(after.Head().ForwardExtremities), roomrecord.MaxInlineExtremities/2)
 	require.Empty(t, after.Head().ExtremityChunks, "few extremities: inline again")
 }
 
