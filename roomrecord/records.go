@@ -25,6 +25,8 @@ const (
 	kindHead  = 'H'
 	kindLog   = 'L'
 	kindGraph = 'G'
+	// kindExtremities opens a forward-extremity chunk (version 3 heads name them).
+	kindExtremities = 'F'
 )
 
 func hashID(parts ...[]byte) packstore.ID { return packstore.HashID(parts...) }
@@ -206,13 +208,25 @@ func DecodeState(b []byte) (EventState, error) {
 
 // Head is the room head record: what a room is and where its history stands.
 type Head struct {
-	RoomID             string
-	RoomVersion        string
-	Events             uint32 // events imported
-	LogChunks          uint32 // arrival log chunks written
-	Replayed           bool   // state records exist for every imported event the keep rule requires
-	CurrentState       hamtstore.NodeID
-	ForwardExtremities []string // sorted
+	RoomID       string
+	RoomVersion  string
+	Events       uint32 // events imported
+	LogChunks    uint32 // arrival log chunks written
+	Replayed     bool   // state records exist for every imported event the keep rule requires
+	CurrentState hamtstore.NodeID
+	// ForwardExtremities is the whole set, sorted, in every head roomstate
+	// returns. In a head DecodeHead returned from a version 3 record it is nil
+	// until ReadExtremityChunks reads the chunks.
+	ForwardExtremities []string
+	// InlineExtremities and ExtremityChunks are how a version 3 head stores
+	// ForwardExtremities: the sorted event IDs the head record holds, and the
+	// chunk records that hold the others (doc.go, "Forward extremities"). Both
+	// are nil for a head stored as version 1 or 2, whose record holds every
+	// forward extremity. ExtremitySet.Store sets all three fields; a writer that
+	// sets ForwardExtremities itself (as replay does) leaves these two as they
+	// were read, and roomstate lays the new set out from them when it writes.
+	InlineExtremities []string
+	ExtremityChunks   []ExtremityChunk
 	// StateEvery is the keep rule of an every-k repack (docs/library.md): 0 keeps
 	// every event's state record; K > 0 keeps it only for the events KeepsState
 	// names, so the others may have none. Set by WithKeepRule (before an every-k repack), cleared by a
@@ -225,19 +239,30 @@ type Head struct {
 }
 
 // Head record versions: 1 is the layout of doc.go; 2 appends state_every u32 and
-// state_kept_below u32 (the every-k keep rule). A head is written as version 1 when
-// StateEvery is 0, so stores that never had an every-k repack keep version 1 heads.
+// state_kept_below u32 (the every-k keep rule); 3 stores the forward extremities
+// partly in chunk records (inline strs, then a chunk table) and always carries
+// the two keep-rule fields (0 0: no rule). A head without chunks is written as
+// version 1 (no keep rule) or 2, byte for byte as before version 3 existed.
 const (
 	headVersion1 = 1
 	headVersion2 = 2
+	headVersion3 = 3
 )
 
-// EncodeHead encodes a head record: version 1 without a keep rule, 2 with one.
+// extremityRefLen is the size of one chunk-table entry of a version 3 head:
+// record ID 16 bytes, count u32.
+const extremityRefLen = 16 + 4
+
+// EncodeHead encodes a head record: version 3 when it names extremity chunks,
+// else version 1 without a keep rule and 2 with one.
 func EncodeHead(h *Head) []byte {
 	var e bin.Encoder
 	e.U8(kindHead)
 	v := uint8(headVersion1)
-	if h.StateEvery != 0 {
+	switch {
+	case len(h.ExtremityChunks) > 0:
+		v = headVersion3
+	case h.StateEvery != 0:
 		v = headVersion2
 	}
 	e.U8(v)
@@ -251,16 +276,27 @@ func EncodeHead(h *Head) []byte {
 	}
 	e.U8(r)
 	e.Fixed(h.CurrentState[:])
-	e.Strs(h.ForwardExtremities)
-	if v == headVersion2 {
+	if v == headVersion3 {
+		e.Strs(h.InlineExtremities)
+		e.U32(uint32(len(h.ExtremityChunks)))
+		for _, c := range h.ExtremityChunks {
+			e.Fixed(c.ID[:])
+			e.U32(c.Count)
+		}
+	} else {
+		e.Strs(h.ForwardExtremities)
+	}
+	if v != headVersion1 {
 		e.U32(h.StateEvery)
 		e.U32(h.StateKeptBelow)
 	}
 	return e.B
 }
 
-// DecodeHead decodes a head record of version 1 or 2; ErrCorruptRecord names
-// what is wrong, including a version 2 head without a keep rule.
+// DecodeHead decodes a head record of version 1, 2 or 3; ErrCorruptRecord
+// names what is wrong, including a version 2 head without a keep rule and a
+// version 3 head without chunks. A version 3 head comes back with its chunk IDs
+// and counts, and ForwardExtremities nil: ReadExtremityChunks completes it.
 func DecodeHead(b []byte) (Head, error) {
 	d := bin.NewDecoder(b)
 	k := d.U8("kind")
@@ -271,7 +307,7 @@ func DecodeHead(b []byte) (Head, error) {
 	if k != kindHead {
 		return Head{}, fmt.Errorf("%w: room head: kind %q, want %q", ErrCorruptRecord, k, kindHead)
 	}
-	if v != headVersion1 && v != headVersion2 {
+	if v != headVersion1 && v != headVersion2 && v != headVersion3 {
 		return Head{}, fmt.Errorf("%w: room head: unknown version %d", ErrCorruptRecord, v)
 	}
 	var h Head
@@ -282,8 +318,18 @@ func DecodeHead(b []byte) (Head, error) {
 	r := d.U8("replayed")
 	h.Replayed = r == 1
 	d.Fixed(h.CurrentState[:], "current_state")
-	h.ForwardExtremities = d.Strs("forward_extremities")
-	if v == headVersion2 {
+	if v == headVersion3 {
+		if inline := d.Strs("inline forward_extremities"); len(inline) > 0 {
+			h.InlineExtremities = inline
+		}
+		var err error
+		if h.ExtremityChunks, err = decodeExtremityRefs(d, len(b)); err != nil {
+			return Head{}, err
+		}
+	} else {
+		h.ForwardExtremities = d.Strs("forward_extremities")
+	}
+	if v != headVersion1 {
 		h.StateEvery = d.U32("state_every")
 		h.StateKeptBelow = d.U32("state_kept_below")
 	}
@@ -293,12 +339,60 @@ func DecodeHead(b []byte) (Head, error) {
 	if r > 1 {
 		return Head{}, fmt.Errorf("%w: room head %s: replayed flag %d", ErrCorruptRecord, h.RoomID, r)
 	}
-	if v == headVersion2 && (h.StateEvery == 0 || h.StateKeptBelow > h.Events) {
-		// Version 2 with no rule is not canonical (version 1 says that).
-		return Head{}, fmt.Errorf("%w: room head %s: keep rule every %d below %d of %d events",
-			ErrCorruptRecord, h.RoomID, h.StateEvery, h.StateKeptBelow, h.Events)
+	if err := h.checkFields(v); err != nil {
+		return Head{}, fmt.Errorf("%w: room head %s: %v", ErrCorruptRecord, h.RoomID, err)
 	}
 	return h, nil
+}
+
+// decodeExtremityRefs reads the chunk table of a version 3 head (count u32, then
+// count x (ID 16B | count u32)); the count is checked against the record's size
+// n before anything is allocated.
+func decodeExtremityRefs(d *bin.Decoder, n int) ([]ExtremityChunk, error) {
+	c := d.U32("extremity chunk count")
+	if d.Err() != nil {
+		return nil, nil // Finish reports it
+	}
+	if uint64(c) > uint64(n)/extremityRefLen {
+		return nil, fmt.Errorf("%w: room head: %d extremity chunks cannot fit in %d bytes", ErrCorruptRecord, c, n)
+	}
+	refs := make([]ExtremityChunk, c)
+	for i := range refs {
+		d.Fixed(refs[i].ID[:], "extremity chunk ID")
+		refs[i].Count = d.U32("extremity chunk count")
+	}
+	return refs, nil
+}
+
+// checkFields checks what a head of version v must hold beyond its bytes: a keep
+// rule in version 2 and none past its events; in version 3 chunks, none empty,
+// inline entries sorted and distinct, and no more extremities than events.
+func (h *Head) checkFields(v uint8) error {
+	switch {
+	case v == headVersion2 && h.StateEvery == 0:
+		// Version 2 with no rule is not canonical (version 1 says that).
+		return fmt.Errorf("version 2 without a keep rule (every %d below %d)", h.StateEvery, h.StateKeptBelow)
+	case h.StateEvery == 0 && h.StateKeptBelow != 0, h.StateKeptBelow > h.Events:
+		return fmt.Errorf("keep rule every %d below %d of %d events", h.StateEvery, h.StateKeptBelow, h.Events)
+	case v != headVersion3:
+		return nil
+	case len(h.ExtremityChunks) == 0:
+		return fmt.Errorf("version 3 without extremity chunks")
+	}
+	if err := checkSortedDistinct(h.InlineExtremities); err != nil {
+		return fmt.Errorf("inline forward extremities: %v", err)
+	}
+	total := uint64(len(h.InlineExtremities))
+	for _, c := range h.ExtremityChunks {
+		if c.Count == 0 {
+			return fmt.Errorf("forward-extremity chunk %s of no event IDs", c.ID)
+		}
+		total += uint64(c.Count)
+	}
+	if total > uint64(h.Events) {
+		return fmt.Errorf("%d forward extremities, %d events", total, h.Events)
+	}
+	return nil
 }
 
 // KeepsState reports whether the head's keep rule requires the state record (and
@@ -316,25 +410,33 @@ func (h Head) KeepsState(m EventMeta) bool {
 }
 
 // EncodeLogChunk encodes an arrival-log chunk: event IDs in arrival order.
-func EncodeLogChunk(ids []string) []byte {
+func EncodeLogChunk(ids []string) []byte { return encodeIDList(kindLog, ids) }
+
+// encodeIDList encodes a record that is a list of event IDs: kind 1 | ids strs.
+func encodeIDList(kind byte, ids []string) []byte {
 	var e bin.Encoder
-	e.U8(kindLog)
+	e.U8(kind)
 	e.U8(recordVersion)
 	e.Strs(ids)
 	return e.B
 }
 
-// DecodeLogChunk decodes an arrival-log chunk; ErrCorruptRecord names what is wrong.
-func DecodeLogChunk(b []byte) ([]string, error) {
+// decodeIDList decodes a record encodeIDList wrote; what names it in errors.
+func decodeIDList(b []byte, kind byte, what string) ([]string, error) {
 	d := bin.NewDecoder(b)
-	if err := checkKind(d, kindLog, "arrival log chunk"); err != nil {
+	if err := checkKind(d, kind, what); err != nil {
 		return nil, err
 	}
 	ids := d.Strs("event_ids")
 	if err := d.Finish(); err != nil {
-		return nil, fmt.Errorf("%w: arrival log chunk: %v", ErrCorruptRecord, err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorruptRecord, what, err)
 	}
 	return ids, nil
+}
+
+// DecodeLogChunk decodes an arrival-log chunk; ErrCorruptRecord names what is wrong.
+func DecodeLogChunk(b []byte) ([]string, error) {
+	return decodeIDList(b, kindLog, "arrival log chunk")
 }
 
 // EncodeEvent encodes an event record: the event ID and the PDU JSON as received.

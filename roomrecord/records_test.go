@@ -16,8 +16,11 @@ func sampleRecords() [][]byte {
 		CurrentState: hamtstore.NodeID{9}, ForwardExtremities: []string{"$x", "$y"}}
 	kept := h // a version 2 head: with an every-k keep rule
 	kept.StateEvery, kept.StateKeptBelow = 4, 3
+	h3, _ := v3Sample() // a version 3 head: extremities in chunk records
+	v3 := EncodeHead(&h3)
 	return [][]byte{EncodeMeta(&m), EncodeState(&s), EncodeHead(&h), EncodeHead(&kept), EncodeLogChunk([]string{"$a", "$b"}),
-		EncodeEvent("$a", []byte(`{"type":"m.room.message"}`)), StateKey("m.room.member", "@u:s"), EncodeGraphChunk(3, sampleGraph())}
+		EncodeEvent("$a", []byte(`{"type":"m.room.message"}`)), StateKey("m.room.member", "@u:s"), EncodeGraphChunk(3, sampleGraph()),
+		v3, EncodeExtremityChunk([]string{"$a", "$c"})}
 }
 
 func sampleGraph() []GraphEntry {
@@ -138,6 +141,7 @@ func FuzzDecodeRecords(f *testing.F) {
 		_, _, _ = decodeGraphChunk(b)
 		_, _, _ = DecodeEvent(b)
 		_, _, _ = SplitStateKey(b)
+		_, _ = DecodeExtremityChunk(ExtremityChunkID(b), b)
 	})
 }
 

@@ -12,6 +12,18 @@
 // entry. A Room follows its room's head across Imports through the same Store.
 // Example (in this package's tests) runs that sequence on a real room.
 //
+// # Forward extremities
+//
+// Room.Head returns them whole and sorted (Head.ForwardExtremities), whatever
+// the head record's version: opening a room reads the forward-extremity chunks
+// a version 3 head names and checks them (roomrecord, "Forward extremities").
+// Import and StateWriter.Commit lay a new set out through
+// roomrecord.ExtremitySet, so that a batch writes the head, its few inline
+// extremities and only the chunks that changed, not the whole set (which grows
+// to thousands in rooms where rejected events accumulate). Stores whose heads
+// are all version 1 or 2 open as before; their next head write moves a large
+// set into chunks.
+//
 // # Concurrency
 //
 // A Store may be shared by goroutines for reading; writes to one room (Import,

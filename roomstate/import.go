@@ -120,9 +120,10 @@ type pendingRoom struct {
 	// (its graph comes from the metadata records, so none is written).
 	graph   []roomrecord.GraphEntry
 	noGraph bool
-	// fwd is the forward extremities as a set while the import runs (nil until
-	// the room's first event of this import); the head gets them at each flush.
-	fwd     map[string]bool
+	// fwd is the forward extremities while the import runs, with how the head
+	// stores them (nil until the room's first event of this import); each
+	// flush lays them out into the head and writes the chunks that changed.
+	fwd     *roomrecord.ExtremitySet
 	batch   []packstore.Record
 	batchID []string
 	raw     map[string][]byte // PDU JSON of the unsynced batch, by event ID
@@ -814,15 +815,12 @@ func (imp *importer) stage(pr *pendingRoom, pd gomatrixserverlib.PDU, raw []byte
 	// extremities for good, and a list rewritten per event cost O(extremities)
 	// each (10k of them at 1M events: import time grew with the square).
 	if pr.fwd == nil {
-		pr.fwd = make(map[string]bool, len(pr.head.ForwardExtremities))
-		for _, f := range pr.head.ForwardExtremities {
-			pr.fwd[f] = true
-		}
+		pr.fwd = roomrecord.NewExtremitySet(pr.head)
 	}
 	for _, p := range m.PrevEvents {
-		delete(pr.fwd, p)
+		pr.fwd.Remove(p)
 	}
-	pr.fwd[eventID] = true
+	pr.fwd.Add(eventID)
 	imp.res.Imported++
 	imp.pending++
 	if m.Redacted {
@@ -920,8 +918,8 @@ func (imp *importer) addRoom(roomID string, pr *pendingRoom) {
 	imp.versions.Store(roomID, gomatrixserverlib.RoomVersion(pr.head.RoomVersion))
 }
 
-// flush writes each room's batch (events, metadata, one arrival-log chunk, then the
-// head) and starts syncing it; the next batch is written after that sync ends
+// flush writes each room's batch (events, metadata, one arrival-log chunk, the
+// forward-extremity chunks that changed, then the head) and starts syncing it; the next batch is written after that sync ends
 // (waitSync), and its PDUs are parsed and staged meanwhile. The head goes last:
 // if the batch is torn, the old head still describes a consistent prefix, and
 // the orphaned records are re-imported later.
@@ -950,12 +948,9 @@ func (imp *importer) flush() error {
 		}
 		h.LogChunks++
 		if pr.fwd != nil {
-			h.ForwardExtremities = make([]string, 0, len(pr.fwd))
-			for f := range pr.fwd {
-				h.ForwardExtremities = append(h.ForwardExtremities, f)
-			}
+			// Only the extremity chunks that changed are written (ExtremitySet.Store).
+			recs = append(recs, pr.fwd.Store(&h)...)
 		}
-		sort.Strings(h.ForwardExtremities)
 		if err := pr.room.putWithHead(recs, h); err != nil {
 			imp.dropBatch()
 			return fmt.Errorf("roomstate: import %s: write room %s: %w", imp.source, id, err)

@@ -98,7 +98,7 @@ func (s *Store) Rooms(ctx context.Context) ([]*Room, error) {
 		if err != nil {
 			return nil, fmt.Errorf("roomstate: head of room collection %s (the room ID is in the head): %w", coll, err)
 		}
-		h, err := roomrecord.DecodeHead(b)
+		h, err := s.decodeHead(coll, b)
 		if err != nil {
 			return nil, fmt.Errorf("room collection %s: %w", coll, err)
 		}
@@ -121,7 +121,7 @@ func (s *Store) Room(ctx context.Context, roomID string) (*Room, error) {
 	if err != nil {
 		return nil, fmt.Errorf("roomstate: head of %s: %w", roomID, err)
 	}
-	h, err := roomrecord.DecodeHead(b)
+	h, err := s.decodeHead(coll, b)
 	if err != nil {
 		return nil, fmt.Errorf("room %s: %w", roomID, err)
 	}
@@ -129,6 +129,27 @@ func (s *Store) Room(ctx context.Context, roomID string) (*Room, error) {
 		return nil, fmt.Errorf("%w: head of collection for %s names room %s", roomrecord.ErrCorruptRecord, roomID, h.RoomID)
 	}
 	return s.newRoom(coll, h, b), nil
+}
+
+// decodeHead decodes the head record b of collection coll and reads the
+// forward-extremity chunks it names (roomrecord.Head.ReadExtremityChunks). A
+// chunk the head names that is not stored is corruption (ErrCorruptRecord), not
+// packstore.ErrNotFound, so that it is not taken for a collection without a head.
+func (s *Store) decodeHead(coll packstore.ID, b []byte) (roomrecord.Head, error) {
+	h, err := roomrecord.DecodeHead(b)
+	if err != nil {
+		return h, err
+	}
+	err = h.ReadExtremityChunks(func(id packstore.ID) ([]byte, error) {
+		return getKind(s.eng, coll, id, roomrecord.ReadOther)
+	})
+	if errors.Is(err, packstore.ErrNotFound) {
+		err = fmt.Errorf("%w: %v", roomrecord.ErrCorruptRecord, err)
+	}
+	if err != nil {
+		return roomrecord.Head{}, fmt.Errorf("head of room %s: %w", h.RoomID, err)
+	}
+	return h, nil
 }
 
 // Room is one room's view of the store. A Room caches its head and follows the
@@ -546,13 +567,17 @@ func (r *Room) snapshotEntry(k []byte, v hamtstore.Value) (roomrecord.EventMeta,
 	return m, nil
 }
 
-// RoomRecords returns the IDs of the room-level records: the head, then the arrival
-// log chunks in order, each followed by its graph record when the room has them
-// (a room imported before graph records existed has none; a failure to read the
-// first is taken as present, so that a repack meets it and reports it).
+// RoomRecords returns the IDs of the room-level records: the head, the
+// forward-extremity chunks it names, then the arrival log chunks in order, each
+// followed by its graph record when the room has them (a room imported before
+// graph records existed has none; a failure to read the first is taken as
+// present, so that a repack meets it and reports it).
 func (r *Room) RoomRecords() []packstore.ID {
 	r.refresh()
 	ids := []packstore.ID{roomrecord.HeadRecordID}
+	for _, c := range r.head.ExtremityChunks {
+		ids = append(ids, c.ID)
+	}
 	has, err := r.hasGraphRecords()
 	for i := uint32(0); i < r.head.LogChunks; i++ {
 		ids = append(ids, roomrecord.LogChunkID(i))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/mtxdb/mtxdb/hamtstore"
@@ -133,7 +132,10 @@ func (w *StateWriter) PutEventStates(ctx context.Context, eventIDs []string, sta
 
 // Commit makes everything written so far durable (the engine's Sync), after
 // writing head h as the room's new head record when h is not nil. The head's
-// forward extremities are stored sorted. On an engine several processes write,
+// forward extremities are stored sorted, laid out from how the stored head
+// holds them (roomrecord.ExtremitySet: only the extremity chunks that change
+// are written); Commit sets h's ForwardExtremities, InlineExtremities and
+// ExtremityChunks to what it wrote. On an engine several processes write,
 // the head is written only if the stored head is the one this Room last read or
 // wrote; otherwise the error wraps packstore.ErrConflict.
 func (w *StateWriter) Commit(ctx context.Context, h *roomrecord.Head) error {
@@ -154,8 +156,9 @@ func (w *StateWriter) Commit(ctx context.Context, h *roomrecord.Head) error {
 		if h.RoomID != r.head.RoomID {
 			return fmt.Errorf("roomstate: head for %s names room %s", r.head.RoomID, h.RoomID)
 		}
-		sort.Strings(h.ForwardExtremities)
-		if err := r.putWithHead(nil, *h); err != nil {
+		set := roomrecord.NewExtremitySet(r.head)
+		set.Set(h.ForwardExtremities)
+		if err := r.putWithHead(set.Store(h), *h); err != nil {
 			return fmt.Errorf("roomstate: room %s: write head: %w", r.head.RoomID, err)
 		}
 	}

@@ -1,0 +1,151 @@
+package roomstate_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/resolver"
+	"github.com/mtxdb/mtxdb/roomrecord"
+	"github.com/mtxdb/mtxdb/roomstate"
+)
+
+// modelExtremities is the forward-extremity rule applied to the room's events
+// in arrival order, from their metadata records: each event replaces the
+// extremities it names in prev_events.
+func modelExtremities(t *testing.T, room *roomstate.Room) []string {
+	t.Helper()
+	ids, err := room.EventIDs()
+	require.NoError(t, err)
+	fwd := map[string]bool{}
+	for _, id := range ids {
+		m, err := room.Meta(id)
+		require.NoError(t, err)
+		for _, p := range m.PrevEvents {
+			delete(fwd, p)
+		}
+		fwd[id] = true
+	}
+	out := make([]string, 0, len(fwd))
+	for id := range fwd {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// reopen opens the room through a new Store over eng (nothing cached) and
+// requires that its forward extremities are the model's and that Check passes.
+func reopen(t *testing.T, eng packstore.StorageEngine, roomID string) *roomstate.Room {
+	t.Helper()
+	room, err := roomstate.New(eng).Room(t.Context(), roomID)
+	require.NoError(t, err)
+	require.Equal(t, modelExtremities(t, room), room.Head().ForwardExtremities)
+	_, err = room.Check(t.Context(), nil)
+	require.NoError(t, err)
+	return room
+}
+
+// importBackwards imports lines newest first, as a server backfills (every
+// event then stays a forward extremity until replay: its children came first),
+// in batches of 7 so that the extremity chunks change many times.
+func importBackwards(t *testing.T, st *roomstate.Store, lines []string) {
+	t.Helper()
+	rev := slices.Clone(lines)
+	slices.Reverse(rev)
+	_, err := st.Import(t.Context(), strings.NewReader(strings.Join(rev, "\n")), "backfill",
+		roomstate.ImportOptions{AnyOrder: true, RoomVersion: "10", BatchSize: 7})
+	require.NoError(t, err)
+}
+
+// TestExtremityChunksAcrossFormats: a room with hundreds of forward extremities
+// gets a version 3 head whose chunks RoomRecords lists; rewritten as the head
+// every store held before version 3 (version 1, every extremity inline, byte
+// for byte as that code wrote it: roomrecord's TestHeadVersion1Golden), it opens
+// with the same extremities, takes a further import (which moves them into
+// chunks again) and a replay (which leaves a few, inline); a new Store sees
+// the model's extremities and a clean Check at every step.
+func TestExtremityChunksAcrossFormats(t *testing.T) {
+	lines := roomLines(t, "room001")
+	eng := packstore.NewMemStorage()
+	st := roomstate.New(eng)
+	importBackwards(t, st, lines[300:])
+	rooms, err := st.Rooms(t.Context())
+	require.NoError(t, err)
+	require.Len(t, rooms, 1)
+	roomID := rooms[0].ID()
+	room := reopen(t, eng, roomID)
+	h := room.Head()
+	require.Greater(t, len(h.ForwardExtremities), roomrecord.MaxInlineExtremities)
+	require.NotEmpty(t, h.ExtremityChunks, "a version 3 head")
+	listed := room.RoomRecords()
+	for _, c := range h.ExtremityChunks {
+		require.Contains(t, listed, c.ID)
+	}
+
+	// Today's format: the same head as a version 1 record.
+	old := h
+	old.InlineExtremities, old.ExtremityChunks = nil, nil
+	coll := roomrecord.CollectionID(roomID)
+	require.NoError(t, eng.PutMany(coll, []packstore.Record{{ID: roomrecord.HeadRecordID, Data: roomrecord.EncodeHead(&old)}}))
+	require.Empty(t, reopen(t, eng, roomID).Head().ExtremityChunks)
+
+	st = roomstate.New(eng)
+	importBackwards(t, st, lines[:300])
+	room = reopen(t, eng, roomID)
+	require.NotEmpty(t, room.Head().ExtremityChunks)
+	require.Len(t, room.Head().ForwardExtremities, len(lines))
+
+	_, err = resolver.Replay(t.Context(), room, resolver.ReplayOptions{})
+	require.NoError(t, err)
+	after, err := roomstate.New(eng).Room(t.Context(), roomID)
+	require.NoError(t, err)
+	require.Equal(t, room.Head().ForwardExtremities, after.Head().ForwardExtremities)
+	require.LessOrEqual(t, len(after.Head().ForwardExtremities), roomrecord.MaxInlineExtremities/2)
+	require.Empty(t, after.Head().ExtremityChunks, "few extremities: inline again")
+}
+
+// TestExtremityChunksCorruptStore: a head naming a chunk that is not stored, or
+// a chunk whose bytes changed, makes Room and Rooms fail with ErrCorruptRecord
+// naming the room and the chunk, not ErrUnknownRoom, and no panic.
+func TestExtremityChunksCorruptStore(t *testing.T) {
+	lines := roomLines(t, "room001")
+	for _, tc := range []struct {
+		name string
+		mess func(eng *packstore.MemStorage, coll packstore.ID, h roomrecord.Head)
+		want string
+	}{
+		{"chunk not stored", func(eng *packstore.MemStorage, coll packstore.ID, h roomrecord.Head) {
+			h.ExtremityChunks = slices.Clone(h.ExtremityChunks)
+			h.ExtremityChunks[0].ID[0] ^= 1
+			require.NoError(t, eng.PutMany(coll, []packstore.Record{{ID: roomrecord.HeadRecordID, Data: roomrecord.EncodeHead(&h)}}))
+		}, "not found"},
+		{"chunk bytes changed", func(eng *packstore.MemStorage, coll packstore.ID, h roomrecord.Head) {
+			c := h.ExtremityChunks[0]
+			b := roomrecord.EncodeExtremityChunk(c.EventIDs[1:])
+			require.NoError(t, eng.PutMany(coll, []packstore.Record{{ID: c.ID, Data: b}}))
+		}, "hashes to"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := packstore.NewMemStorage()
+			importBackwards(t, roomstate.New(eng), lines)
+			rooms, err := roomstate.New(eng).Rooms(t.Context())
+			require.NoError(t, err)
+			h := rooms[0].Head()
+			require.NotEmpty(t, h.ExtremityChunks)
+			tc.mess(eng, roomrecord.CollectionID(h.RoomID), h)
+			_, err = roomstate.New(eng).Room(t.Context(), h.RoomID)
+			require.ErrorIs(t, err, roomrecord.ErrCorruptRecord)
+			require.False(t, errors.Is(err, roomstate.ErrUnknownRoom))
+			for _, s := range []string{h.RoomID, tc.want, "forward-extremity chunk"} {
+				require.Contains(t, err.Error(), s)
+			}
+			_, err = roomstate.New(eng).Rooms(t.Context())
+			require.ErrorIs(t, err, roomrecord.ErrCorruptRecord)
+		})
+	}
+}
