@@ -27,8 +27,12 @@ type prefetcher struct {
 	// parses per authorizer) and the state PDUs it parsed, as auth events of
 	// the events after them.
 	authorize func(p gomatrixserverlib.PDU, authEvents []gomatrixserverlib.PDU) error
-	seen      *lru.Cache[string, gomatrixserverlib.PDU]
-	plain     map[string]struct{} // plainCheckKey of the plain events checked
+	// members and others hold auth events apart, as the replay's caches do:
+	// the member events that come and go by the hundred thousand in a large
+	// room would push out the create, power levels and join rules events
+	// every check reads.
+	members, others *lru.Cache[string, gomatrixserverlib.PDU]
+	plain           map[string]struct{} // plainCheckKey of the plain events checked
 }
 
 // prefetched is one event ahead of the replay.
@@ -44,18 +48,26 @@ type prefetched struct {
 // prefetchWindow is how many parsed PDUs may wait ahead of the replay (~2 KB each).
 const prefetchWindow = 1024
 
-// prefetchSeen bounds the state PDUs the prefetcher keeps as auth events.
-const prefetchSeen = 16384
+// prefetchMembers bounds the member events the prefetcher keeps as auth events
+// (the others are bounded as the replay's are, otherCacheSize).
+const prefetchMembers = 16384
 
 // prefetch starts parsing the PDUs of order on another goroutine; with on false
-// (an incremental replay that computes few events) it does nothing.
+// (an incremental replay that computes few events) it does nothing. The
+// create, power levels, join rules and third-party invite events the replay
+// holds parsed are the prefetcher's first auth events (a replay that resumes
+// has parsed none of the events before order).
 func (rp *replay) prefetch(order []int32, on bool) *prefetcher {
 	if !on {
 		return nil
 	}
-	seen, _ := lru.New[string, gomatrixserverlib.PDU](prefetchSeen)
+	members, _ := lru.New[string, gomatrixserverlib.PDU](prefetchMembers)
+	others, _ := lru.New[string, gomatrixserverlib.PDU](otherCacheSize)
+	for _, p := range rp.r.others.Values() { // PDUs are not modified once parsed: shared
+		others.Add(p.EventID(), p)
+	}
 	pf := &prefetcher{r: rp.r, out: make(chan prefetched, prefetchWindow), done: make(chan struct{}), exited: make(chan struct{}),
-		authorize: authrules.NewAuthorizer(), seen: seen, plain: map[string]struct{}{}}
+		authorize: authrules.NewAuthorizer(), members: members, others: others, plain: map[string]struct{}{}}
 	g, room := rp.g, rp.r.room
 	go func() {
 		defer close(pf.exited)
@@ -65,8 +77,12 @@ func (rp *replay) prefetch(order []int32, on bool) *prefetcher {
 			if p, err := room.StoredEvent(g.ids[i], g.g.Redacted[i]); err == nil {
 				x.pdu = p
 				x.checked, x.authErr = pf.checkAhead(p)
-				if p.StateKey() != nil && authTypes[p.Type()] {
-					pf.seen.Add(x.id, p)
+				switch {
+				case p.StateKey() == nil || !authTypes[p.Type()]:
+				case p.Type() == spec.MRoomMember:
+					pf.members.Add(x.id, p)
+				default:
+					pf.others.Add(x.id, p)
 				}
 			}
 			select {
@@ -104,7 +120,10 @@ func (pf *prefetcher) checkAhead(p gomatrixserverlib.PDU) (bool, error) {
 	}
 	auth := make([]gomatrixserverlib.PDU, 0, len(ids))
 	for _, id := range ids {
-		a, ok := pf.seen.Get(id)
+		a, ok := pf.others.Get(id)
+		if !ok {
+			a, ok = pf.members.Get(id)
+		}
 		if !ok {
 			// Not parsed here lately: the replay checks p with its own caches
 			// (which know a member event without parsing it), rather than

@@ -406,7 +406,14 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 	rp.res.Computed++
 	if rp.pf == nil && (rp.opts.Force || !rp.head.Replayed) {
 		// From this event on: the prefetcher keeps the state events it
-		// parsed as auth events of the later ones.
+		// parsed as auth events of the later ones. A replay that resumes
+		// parses the room's first event (its create event, an auth event of
+		// every event) for the prefetcher to start with.
+		if p > 0 {
+			if _, err := r.pdu(g.ids[order[0]]); err != nil {
+				return err
+			}
+		}
 		rp.pf = rp.prefetch(order[p:], true)
 		rp.pf.take()
 	}

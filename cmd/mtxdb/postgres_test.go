@@ -81,7 +81,10 @@ func TestCLIPostgresTwoProcesses(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	dir := t.TempDir()
 	gen := filepath.Join(dir, "gen")
-	if out, code := run(t, "gen", "--seed", "11", "--events", "2500", "--out", gen); code != 0 {
+	// Replay writes a batch of state records (and the snapshot nodes behind
+	// them) every 1,000 events: A's room is large enough that the test sees a
+	// batch land well before the replay ends, on a loaded machine too.
+	if out, code := run(t, "gen", "--seed", "11", "--events", "6000", "--out", gen); code != 0 {
 		t.Fatalf("gen: exit %d\n%s", code, out)
 	}
 	genRoom := roomID(t, gen)
@@ -206,7 +209,7 @@ func TestCLIPostgresTwoProcesses(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("rerun of replay A: exit %d\n%s", code, out)
 	}
-	if strings.Contains(out, "computed=0 ") || !strings.Contains(out, "events=2500") {
+	if strings.Contains(out, "computed=0 ") || !strings.Contains(out, "events=6000") {
 		t.Fatalf("rerun of replay A: %s", out)
 	}
 	out, code = run(t, append(args, "--expected", gen)...)
