@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -229,16 +230,18 @@ func (r *room) allowed(pdu gomatrixserverlib.PDU, authPDUs []gomatrixserverlib.P
 		}
 		return nil
 	}
-	key := make([]byte, 0, 256)
+	// The key: type, sender and the auth events' indices, sorted (one key per
+	// set of auth events).
+	key := make([]byte, 0, 128)
 	key = append(append(key, pdu.Type()...), 0)
 	key = append(append(key, pdu.SenderID()...), 0)
-	ids := make([]string, len(authPDUs))
+	idx := make([]int32, len(authPDUs))
 	for i, a := range authPDUs {
-		ids[i] = a.EventID()
+		idx[i] = r.byID[a.EventID()]
 	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		key = append(key, id...)
+	slices.Sort(idx)
+	for _, x := range idx {
+		key = binary.LittleEndian.AppendUint32(key, uint32(x))
 	}
 	if err, ok := r.plainAllowed[string(key)]; ok {
 		return err

@@ -178,6 +178,12 @@ func (r *room) reference(sampled []int32) error {
 	checked, every := r.referenceSample(sampled)
 	rc := &r.refCounts
 	*rc = ReferenceCounts{Implementation: "resolver/specres (spec v1.16 state res v2 / v2.1 over whole state maps)", CheckedEvents: len(checked), Every: every}
+	// The generator's current state (the resolution of the states after the
+	// forward extremities) is resolved first, so that the simulation's caches
+	// can go before the checks (releaseSim).
+	tips := r.tips()
+	genCurrent := r.resolve(tips)
+	r.releaseSim()
 	ck := newRefChecker(r)
 	results := make([]refResult, len(checked))
 	errs := make([]error, len(checked))
@@ -243,10 +249,9 @@ func (r *room) reference(sampled []int32) error {
 		}
 	}
 
-	// The current state: the resolution of the states after the forward
-	// extremities.
-	tips := r.tips()
-	r.refCurrent = r.resolve(tips)
+	// The current state: the reference's resolution of the states after the
+	// forward extremities, against the generator's.
+	r.refCurrent = genCurrent
 	if r.err != nil {
 		return r.err
 	}

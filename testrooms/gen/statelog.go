@@ -3,6 +3,8 @@ package gen
 import (
 	"fmt"
 	"slices"
+
+	"github.com/mtxdb/mtxdb/resolver"
 )
 
 // stateLog records every state the simulation gives an event (before or after
@@ -197,4 +199,19 @@ func (r *room) materializeFor() {
 		}
 	}
 	r.states = r.log.materialize(want)
+}
+
+// releaseSim lets go of what only the simulation's own resolutions and
+// authorisations use (the memo, the resolver's cache, the authorisation
+// outcomes, the servers' views): a resolution after it starts from empty
+// caches, with the same result.
+func (r *room) releaseSim() {
+	r.memo = map[string]pmap{}
+	r.resCache = resolver.NewCache()
+	r.plainAllowed = map[string]error{}
+	clear(r.plCache)
+	clear(r.jrCache)
+	for _, s := range r.servers {
+		s.known, s.refd = nil, nil
+	}
 }
