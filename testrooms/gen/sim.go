@@ -147,10 +147,11 @@ type room struct {
 	// log records every state (statelog.go); held are the events whose after
 	// state is still kept (dropDead); states are the states materialized for
 	// the files and the reference after the run (check), by record.
-	log    *stateLog
-	held   []int32
-	states map[int32]pmap
-	signer *signer // while run runs
+	log      *stateLog
+	held     []int32
+	dropNext int // dropDead runs when held reaches this (and dropEvery)
+	states   map[int32]pmap
+	signer   *signer // while run runs
 	// lines writes events.jsonl during run; after it, linesFile reads it back
 	// and arrivalPos gives each event's line number (0-based) by event index.
 	lines      *lineWriter
@@ -250,8 +251,9 @@ func (r *room) run(dir string, progress func(done int)) (err error) {
 		if progress != nil {
 			progress(len(r.events))
 		}
-		if len(r.held) >= dropEvery {
+		if len(r.held) >= max(dropEvery, r.dropNext) {
 			r.dropDead()
+			r.dropNext = 2 * len(r.held) // events that stay alive long do not make every step sweep
 		}
 	}
 	// Drain the network, then let the origin fetch whatever was lost for good.

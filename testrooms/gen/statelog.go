@@ -143,8 +143,12 @@ var dropEvery = 4096
 // mayResolve reports whether the simulation may still resolve the state after
 // event x: it is a forward extremity of a server, or the origin or a resident
 // server has not received it yet (when it does, it may become one). A server
-// that is not resident takes the origin's view when it joins (room.join).
+// that is not resident takes the origin's view when it joins (room.join). A
+// rejected event is never a forward extremity.
 func (r *room) mayResolve(x int32) bool {
+	if r.events[x].rejected {
+		return false
+	}
 	for _, s := range r.servers {
 		if (s.idx == 0 || s.joined) && !s.known[x] {
 			return true
