@@ -63,8 +63,8 @@ and events_backfill.jsonl (the PDUs in that order, for import --any-order
 				}
 			}
 			start := time.Now()
-			// The generator allocates much short-lived JSON and keeps every event:
-			// collect less often (about 1 GB at 100k events).
+			// The generator allocates much short-lived JSON: collect less often,
+			// within the soft heap limit (defaultGenLimit).
 			debug.SetGCPercent(400)
 			if rooms > 1 {
 				return generateRooms(cmd, opts, rooms, out, start)

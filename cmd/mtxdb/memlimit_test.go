@@ -41,8 +41,9 @@ func TestMemoryLimitFlag(t *testing.T) {
 	}
 }
 
-// TestApplyMemoryLimit: streaming commands get the 1.5 GiB default, others keep
-// the runtime's, the flag wins over both, and GOMEMLIMIT over the default.
+// TestApplyMemoryLimit: streaming commands get the 1.5 GiB default, gen its
+// 2.25 GiB, others keep the runtime's, the flag wins over both, and GOMEMLIMIT
+// over the default.
 func TestApplyMemoryLimit(t *testing.T) {
 	old := debug.SetMemoryLimit(-1)
 	defer debug.SetMemoryLimit(old)
@@ -56,8 +57,12 @@ func TestApplyMemoryLimit(t *testing.T) {
 		t.Fatalf("replay: limit %d, runtime %d", got, debug.SetMemoryLimit(-1))
 	}
 	debug.SetMemoryLimit(old)
-	if got := applyMemoryLimit(cmd("gen")); got != -1 || debug.SetMemoryLimit(-1) != old {
-		t.Fatalf("gen: limit %d, runtime %d (want it left at %d)", got, debug.SetMemoryLimit(-1), old)
+	if got := applyMemoryLimit(cmd("gen")); got != defaultGenLimit || debug.SetMemoryLimit(-1) != defaultGenLimit {
+		t.Fatalf("gen: limit %d, runtime %d", got, debug.SetMemoryLimit(-1))
+	}
+	debug.SetMemoryLimit(old)
+	if got := applyMemoryLimit(cmd("stats")); got != -1 || debug.SetMemoryLimit(-1) != old {
+		t.Fatalf("stats: limit %d, runtime %d (want it left at %d)", got, debug.SetMemoryLimit(-1), old)
 	}
 	memoryLimit = memoryLimitFlag{set: true, bytes: 900 << 20}
 	if got := applyMemoryLimit(cmd("gen")); got != 900<<20 || debug.SetMemoryLimit(-1) != 900<<20 {

@@ -397,10 +397,10 @@ func (r *room) draftFor(k int, v view) (draft, bool) {
 		mod := r.level(st, sender) >= pl.Redact
 		for i := len(r.events) - 1; i >= max(0, len(r.events)-200); i-- {
 			e := r.events[i]
-			if !v.s.known[i] || e.rejected || e.pdu.Type() != "m.room.message" {
+			if !v.s.known[i] || e.rejected || e.typ != "m.room.message" {
 				continue
 			}
-			if mod || string(e.pdu.SenderID()) == r.users[sender].id {
+			if mod || int(e.sender) == sender {
 				return r.redaction(sender, e.id), true
 			}
 		}

@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -105,7 +106,7 @@ func (r *room) create(s *server, prevs []int32, before pmap, d draft) (int32, er
 		r.roomID = pdu.RoomID().String()
 	}
 
-	e := &event{pdu: pdu, id: pdu.EventID(), server: s.idx, depth: proto.Depth, prev: prevs, tick: r.tick, sign: sign}
+	e := &event{pdu: pdu, id: pdu.EventID(), typ: d.typ, sender: int32(d.sender), server: s.idx, depth: proto.Depth, prev: prevs, tick: r.tick, sign: sign}
 	if sign != nil {
 		r.signer.jobs <- sign
 	}
@@ -115,8 +116,12 @@ func (r *room) create(s *server, prevs []int32, before pmap, d draft) (int32, er
 			e.member, _ = pdu.Membership()
 		}
 	}
-	e.authIDs, e.prevSame = pdu.AuthEventIDs(), -1
-	for _, a := range e.authIDs {
+	cited := pdu.AuthEventIDs()
+	if e.key != "" {
+		e.authIDs = cited
+	}
+	e.prevSame = -1
+	for _, a := range cited {
 		ai := r.byID[a]
 		e.auth = append(e.auth, ai)
 		if e.key != "" && r.events[ai].key == e.key {
@@ -132,11 +137,12 @@ func (r *room) create(s *server, prevs []int32, before pmap, d draft) (int32, er
 	r.events = append(r.events, e)
 	r.grow()
 
-	e.before, e.after = before, before
+	e.beforeRec, e.after = before.rec, before
+	r.held = append(r.held, idx)
 	if err := r.authorise(e, before); err != nil {
 		e.rejected = true
 	} else if e.key != "" {
-		e.after = before.set(e.key, idx)
+		e.after = r.record(before.set(e.key, idx), before)
 		for _, a := range e.auth {
 			r.events[a].kids = append(r.events[a].kids, e.id)
 			r.events[a].kidIdx = append(r.events[a].kidIdx, idx)
@@ -224,16 +230,18 @@ func (r *room) allowed(pdu gomatrixserverlib.PDU, authPDUs []gomatrixserverlib.P
 		}
 		return nil
 	}
-	key := make([]byte, 0, 256)
+	// The key: type, sender and the auth events' indices, sorted (one key per
+	// set of auth events).
+	key := make([]byte, 0, 128)
 	key = append(append(key, pdu.Type()...), 0)
 	key = append(append(key, pdu.SenderID()...), 0)
-	ids := make([]string, len(authPDUs))
+	idx := make([]int32, len(authPDUs))
 	for i, a := range authPDUs {
-		ids[i] = a.EventID()
+		idx[i] = r.byID[a.EventID()]
 	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		key = append(key, id...)
+	slices.Sort(idx)
+	for _, x := range idx {
+		key = binary.LittleEndian.AppendUint32(key, uint32(x))
 	}
 	if err, ok := r.plainAllowed[string(key)]; ok {
 		return err
@@ -296,13 +304,13 @@ func (r *room) softFails(e *event) (failed bool) {
 	}
 	prevs := r.prevEvents(r.servers[0])
 	needed := gomatrixserverlib.StateNeededForAuth([]gomatrixserverlib.PDU{e.pdu}).Tuples()
-	first := r.events[prevs[0]].after
+	first := r.afterOf(prevs[0])
 	cur := first
 	if slices.ContainsFunc(needed, func(t gomatrixserverlib.StateKeyTuple) bool {
 		k := stateKey(t.EventType, t.StateKey)
 		want, wok := first.get(k)
 		return slices.ContainsFunc(prevs[1:], func(p int32) bool {
-			got, ok := r.events[p].after.get(k)
+			got, ok := r.afterOf(p).get(k)
 			return ok != wok || got != want
 		})
 	}) {

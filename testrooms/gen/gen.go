@@ -39,30 +39,33 @@ func GenerateProgress(opts Options, dir string, progress Progress) (*Meta, error
 	if err != nil {
 		return nil, err
 	}
-	if err := r.run(progress.Events); err != nil {
-		return nil, err
-	}
-	r.refProgress = progress.Reference
-	if err := r.check(); err != nil {
-		return nil, err
-	}
 	name := filepath.Base(dir)
 	if abs, err := outPath(dir); err == nil {
 		name = filepath.Base(abs) // "--out ." names the directory, not "."
 	}
 	var meta *Meta
 	err = publish(dir, func(tmp string) (err error) {
+		defer r.closeLines()
+		if err := r.run(tmp, progress.Events); err != nil {
+			return err
+		}
+		r.refProgress = progress.Reference
+		if err := r.check(); err != nil {
+			return err
+		}
 		meta, err = r.write(tmp, name)
 		return err
 	})
 	return meta, err
 }
 
-// check chooses the events expected_state.jsonl records and, unless
+// check chooses the events expected_state.jsonl records, rebuilds the states
+// the files and the reference read (materializeFor) and, unless
 // Options.NoReference, computes their states with the reference implementation
 // (reference.go).
 func (r *room) check() error {
 	r.sample()
+	r.materializeFor()
 	if r.opts.NoReference {
 		return nil
 	}

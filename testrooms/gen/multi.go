@@ -52,20 +52,22 @@ func generateMulti(opts Options, n int, dir string, progress func(n int)) ([]*Me
 		if err != nil {
 			return nil, err
 		}
+		rd := filepath.Join(dir, RoomName(i))
 		last := 0
-		if err := r.run(func(done int) {
+		err = r.run(rd, func(done int) {
 			if progress != nil {
 				progress(done - last)
 			}
 			last = done
-		}); err != nil {
-			return nil, err
+		})
+		if err == nil {
+			err = r.check()
 		}
-		if err := r.check(); err != nil {
-			return nil, err
+		var m *Meta
+		if err == nil {
+			m, err = r.write(rd, RoomName(i))
 		}
-		rd := filepath.Join(dir, RoomName(i))
-		m, err := r.write(rd, RoomName(i))
+		r.closeLines()
 		if err != nil {
 			return nil, err
 		}

@@ -66,6 +66,16 @@
 // descendants when that is the smaller side; events are built, hashed and
 // redacted without gomatrixserverlib's JSON round trips (TestBuildEventMatchesGMSL
 // checks them byte for byte).
+//
+// # Memory
+//
+// The room is not held whole: events.jsonl is written as events reach the
+// origin (stream.go) and read back where a non-state event's PDU is needed
+// again; each event keeps its IDs, indices and, for state events, the PDU.
+// Every state is a record of a stateLog (its parent state and the entries that
+// differ; statelog.go); the simulation keeps a state's persistent map only while
+// a server may still resolve it, and the states the files and the reference
+// read are rebuilt from the log after the run.
 package gen
 
 import (

@@ -11,9 +11,15 @@ import "slices"
 // order, so it is deterministic; callers sort keys where order reaches the output.
 //
 // A pmap value is safe for concurrent reads; it is never mutated after creation.
+//
+// rec names the state in the room's stateLog: 0 is the empty state (the zero
+// pmap), -1 a map not recorded (what set and del return when they change
+// something); room.record gives a state its record. Two recorded pmaps with
+// the same rec are the same state object (the same root).
 type pmap struct {
 	root *pnode
 	size int
+	rec  int32
 }
 
 const (
@@ -67,14 +73,18 @@ func (m pmap) get(k string) (int32, bool) {
 	return 0, false
 }
 
-// set returns a map with k set to v; m is unchanged.
+// set returns a map with k set to v (m itself when it has that entry); m is
+// unchanged.
 func (m pmap) set(k string, v int32) pmap {
 	h := phash(k)
 	root, added := pset(m.root, 0, pent{h: h, k: k, v: v})
-	if added {
-		return pmap{root: root, size: m.size + 1}
+	switch {
+	case root == m.root:
+		return m
+	case added:
+		return pmap{root: root, size: m.size + 1, rec: -1}
 	}
-	return pmap{root: root, size: m.size}
+	return pmap{root: root, size: m.size, rec: -1}
 }
 
 func pset(n *pnode, shift uint, e pent) (*pnode, bool) {
@@ -110,7 +120,8 @@ func pset(n *pnode, shift uint, e pent) (*pnode, bool) {
 	return pset(&pnode{kids: &kids}, shift, e)
 }
 
-// del returns a map without k; m is unchanged. Emptied nodes are left in place
+// del returns a map without k (m itself when it has no k; the zero pmap when
+// it has only k); m is unchanged. Emptied nodes are left in place
 // (no canonical shape is needed: diff and get do not depend on it).
 func (m pmap) del(k string) pmap {
 	h := phash(k)
@@ -118,7 +129,10 @@ func (m pmap) del(k string) pmap {
 	if !removed {
 		return m
 	}
-	return pmap{root: root, size: m.size - 1}
+	if root == nil {
+		return pmap{}
+	}
+	return pmap{root: root, size: m.size - 1, rec: -1}
 }
 
 func pdel(n *pnode, shift uint, h uint64, k string) (*pnode, bool) {

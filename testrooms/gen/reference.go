@@ -178,6 +178,12 @@ func (r *room) reference(sampled []int32) error {
 	checked, every := r.referenceSample(sampled)
 	rc := &r.refCounts
 	*rc = ReferenceCounts{Implementation: "resolver/specres (spec v1.16 state res v2 / v2.1 over whole state maps)", CheckedEvents: len(checked), Every: every}
+	// The generator's current state (the resolution of the states after the
+	// forward extremities) is resolved first, so that the simulation's caches
+	// can go before the checks (releaseSim).
+	tips := r.tips()
+	genCurrent := r.resolve(tips)
+	r.releaseSim()
 	ck := newRefChecker(r)
 	results := make([]refResult, len(checked))
 	errs := make([]error, len(checked))
@@ -239,14 +245,13 @@ func (r *room) reference(sampled []int32) error {
 			r.noteRefMismatch(ReferenceMismatch{Event: e.id, Key: d.key, Reference: r.idOrNone(d.ref), Generator: r.idOrNone(d.gen)})
 		}
 		if isSampled[x] {
-			r.refStates[x] = patch(e.after, res.diffs)
+			r.refStates[x] = patch(r.afterOf(x), res.diffs)
 		}
 	}
 
-	// The current state: the resolution of the states after the forward
-	// extremities.
-	tips := r.tips()
-	r.refCurrent = r.resolve(tips)
+	// The current state: the reference's resolution of the states after the
+	// forward extremities, against the generator's.
+	r.refCurrent = genCurrent
 	if r.err != nil {
 		return r.err
 	}
@@ -348,7 +353,7 @@ func (r *room) expectedAfter(x int32) pmap {
 	if st, ok := r.refStates[x]; ok {
 		return st
 	}
-	return r.events[x].after
+	return r.afterOf(x)
 }
 
 // refChecker runs the reference's step for events of one room; safe for
@@ -359,7 +364,9 @@ type refChecker struct {
 	// nonMember are the room's state keys of types other than m.room.member.
 	nonMember []string
 	create    gomatrixserverlib.PDU // v12: the create event the room ID names
-	// pdus are the room's events as the reference reads them (refPDU), by index.
+	// pdus are the room's events as the reference reads them (refPDU), by
+	// index; nil for the events whose PDU the room does not keep (Event reads
+	// those back).
 	pdus []gomatrixserverlib.PDU
 	// auth is the rules, with what they parse kept for the room
 	// (authrules.NewAuthorizer): one per worker, it is not safe for concurrent use.
@@ -387,7 +394,10 @@ func (c *refChecker) Event(id string) (gomatrixserverlib.PDU, error) {
 	if !ok {
 		return nil, fmt.Errorf("gen: no event %s", id)
 	}
-	return c.pdus[i], nil
+	if p := c.pdus[i]; p != nil {
+		return p, nil
+	}
+	return c.r.pduOf(i)
 }
 
 // Rejected implements specres.Source: the generator's rejections (see the top
@@ -398,7 +408,9 @@ func newRefChecker(r *room) *refChecker {
 	c := &refChecker{r: r, version: r.ver.Version(), pdus: make([]gomatrixserverlib.PDU, len(r.events)),
 		auth: authrules.NewAuthorizer()}
 	for i, e := range r.events {
-		c.pdus[i] = refPDU{PDU: e.pdu, authIDs: e.pdu.AuthEventIDs()}
+		if e.pdu != nil {
+			c.pdus[i] = refPDU{PDU: e.pdu, authIDs: e.pdu.AuthEventIDs()}
+		}
 	}
 	seen := map[string]bool{}
 	for _, e := range r.events {
@@ -434,8 +446,8 @@ func (c *refChecker) stateMap(st pmap) specres.StateMap {
 func (c *refChecker) stateOf(prevs []int32) (single pmap, resolved specres.StateMap, err error) {
 	var states []pmap
 	for _, p := range prevs {
-		st := c.r.events[p].after
-		if !slices.ContainsFunc(states, func(x pmap) bool { return x.root == st.root }) {
+		st := c.r.afterOf(p)
+		if !slices.ContainsFunc(states, func(x pmap) bool { return x.rec == st.rec }) {
 			states = append(states, st)
 		}
 	}
@@ -461,6 +473,10 @@ func (c *refChecker) stateOf(prevs []int32) (single pmap, resolved specres.State
 func (c *refChecker) check(x int32) (res refResult, err error) {
 	r := c.r
 	e := r.events[x]
+	p, err := r.pduOf(x)
+	if err != nil {
+		return res, err
+	}
 	single, resolved, err := c.stateOf(e.prev)
 	if err != nil {
 		return res, err
@@ -472,9 +488,9 @@ func (c *refChecker) check(x int32) (res refResult, err error) {
 	if resolved != nil {
 		authState = resolved
 	} else {
-		authState = c.projection(e, single)
+		authState = c.projection(p, single)
 	}
-	reason, err := c.rejection(e, authState)
+	reason, err := c.rejection(e, p, authState)
 	if err != nil {
 		return res, err
 	}
@@ -485,9 +501,9 @@ func (c *refChecker) check(x int32) (res refResult, err error) {
 	// The state before: where it differs from the generator's.
 	var before []refDiff
 	if resolved != nil {
-		before = diffMap(r, resolved, e.before)
+		before = diffMap(r, resolved, r.beforeOf(x))
 	} else {
-		before = diffPmap(single, e.before)
+		before = diffPmap(single, r.beforeOf(x))
 	}
 	// The state after: the keys that differ before, and e's own.
 	refAt := func(k string) int32 {
@@ -515,7 +531,7 @@ func (c *refChecker) check(x int32) (res refResult, err error) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		gen := int32(-1)
-		if v, ok := e.after.get(k); ok {
+		if v, ok := r.afterOf(x).get(k); ok {
 			gen = v
 		}
 		if ref := refAt(k); ref != gen {
@@ -525,31 +541,31 @@ func (c *refChecker) check(x int32) (res refResult, err error) {
 	return res, nil
 }
 
-// rejection decides e as the checks on receipt do: against the events its
+// rejection decides e (whose PDU is p) as the checks on receipt do: against the events its
 // auth_events name (the rules on that list, then the authorization rules), then
 // against the state before it (the events the auth events selection names in
 // state). It returns the reason, "" when e is accepted; err only when an event is
 // missing.
-func (c *refChecker) rejection(e *event, state specres.StateMap) (string, error) {
+func (c *refChecker) rejection(e *event, p gomatrixserverlib.PDU, state specres.StateMap) (string, error) {
 	own := make([]gomatrixserverlib.PDU, len(e.auth))
 	for i, a := range e.auth {
 		own[i] = c.r.events[a].pdu
 	}
 	var create gomatrixserverlib.PDU
-	if c.create != nil && e.pdu.Type() != spec.MRoomCreate {
+	if c.create != nil && p.Type() != spec.MRoomCreate {
 		create = c.create
 	}
-	if err := authrules.CheckAuthEvents(e.pdu, own, c.r.Rejected, create); err != nil {
+	if err := authrules.CheckAuthEvents(p, own, c.r.Rejected, create); err != nil {
 		return "against its auth events: " + err.Error(), nil
 	}
-	if err := c.authorize(e.pdu, own); err != nil {
+	if err := c.authorize(p, own); err != nil {
 		return "against its auth events: " + err.Error(), nil
 	}
-	fromState, err := specres.AuthEventsFrom(c.version, e.pdu, state, c)
+	fromState, err := specres.AuthEventsFrom(c.version, p, state, c)
 	if err != nil {
 		return "", err
 	}
-	if err := c.authorize(e.pdu, fromState); err != nil {
+	if err := c.authorize(p, fromState); err != nil {
 		return "against the state before it: " + err.Error(), nil
 	}
 	return "", nil
@@ -565,11 +581,11 @@ func (c *refChecker) authorize(p gomatrixserverlib.PDU, list []gomatrixserverlib
 	return c.auth(p, list)
 }
 
-// projection is the part of st that the auth events selection can name for e
+// projection is the part of st that the auth events selection can name for p
 // (see the top of this file): every key not of type m.room.member, and the
-// member keys of e's sender, of its state_key (an m.room.member event's target)
+// member keys of p's sender, of its state_key (an m.room.member event's target)
 // and of content.join_authorised_via_users_server.
-func (c *refChecker) projection(e *event, st pmap) specres.StateMap {
+func (c *refChecker) projection(p gomatrixserverlib.PDU, st pmap) specres.StateMap {
 	m := specres.StateMap{}
 	add := func(k string) {
 		if v, ok := st.get(k); ok {
@@ -579,13 +595,13 @@ func (c *refChecker) projection(e *event, st pmap) specres.StateMap {
 	for _, k := range c.nonMember {
 		add(k)
 	}
-	add(stateKey(spec.MRoomMember, string(e.pdu.SenderID())))
-	if sk := e.pdu.StateKey(); sk != nil && e.pdu.Type() == spec.MRoomMember {
+	add(stateKey(spec.MRoomMember, string(p.SenderID())))
+	if sk := p.StateKey(); sk != nil && p.Type() == spec.MRoomMember {
 		add(stateKey(spec.MRoomMember, *sk))
 		var content struct {
 			Via any `json:"join_authorised_via_users_server"`
 		}
-		_ = json.Unmarshal(e.pdu.Content(), &content)
+		_ = json.Unmarshal(p.Content(), &content)
 		if via, ok := content.Via.(string); ok {
 			add(stateKey(spec.MRoomMember, via))
 		}

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -23,23 +22,23 @@ import (
 type corruption struct {
 	n          int
 	key        string
-	wrong, was int32 // event indices (-1: absent)
-	inputs     []*pnode
+	wrong, was int32   // event indices (-1: absent)
+	inputs     []int32 // the stateLog records of the corrupted resolution's input states
 }
 
 func (c *corruption) hook() func(r *room, states []pmap, st pmap) pmap {
 	seen := 0
-	roots := func(states []pmap) []*pnode {
-		var out []*pnode
+	recs := func(states []pmap) []int32 {
+		var out []int32
 		for _, s := range states {
-			out = append(out, s.root)
+			out = append(out, s.rec)
 		}
-		slices.SortFunc(out, func(a, b *pnode) int { return cmpPtr(a, b) })
+		slices.Sort(out)
 		return out
 	}
 	return func(r *room, states []pmap, st pmap) pmap {
 		if c.key != "" {
-			if slices.Equal(roots(states), c.inputs) {
+			if slices.Equal(recs(states), c.inputs) {
 				return st.set(c.key, c.wrong)
 			}
 			return st
@@ -62,23 +61,12 @@ func (c *corruption) hook() func(r *room, states []pmap, st pmap) pmap {
 		}
 		for _, s := range states {
 			if v, ok := s.get(k); ok && v != cur {
-				c.key, c.wrong, c.was, c.inputs = k, v, cur, roots(states)
+				c.key, c.wrong, c.was, c.inputs = k, v, cur, recs(states)
 				return st.set(k, v)
 			}
 		}
 		return st
 	}
-}
-
-func cmpPtr(a, b *pnode) int {
-	x, y := uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b))
-	switch {
-	case x < y:
-		return -1
-	case x > y:
-		return 1
-	}
-	return 0
 }
 
 // readExpected returns expected_state.jsonl's states by event ID.
@@ -121,10 +109,11 @@ func TestReferenceCatchesWrongResolution(t *testing.T) {
 			require.NoError(t, opts.normalise())
 			r, err := newRoom(opts)
 			require.NoError(t, err)
-			require.NoError(t, r.run(nil))
+			dir := filepath.Join(t.TempDir(), "room")
+			require.NoError(t, r.run(dir, nil))
+			defer r.closeLines()
 			require.NotEmpty(t, c.key, "no resolution corrupted")
 			require.NoError(t, r.check())
-			dir := filepath.Join(t.TempDir(), "room")
 			meta, err := r.write(dir, "room")
 			require.NoError(t, err)
 
@@ -144,7 +133,7 @@ func TestReferenceCatchesWrongResolution(t *testing.T) {
 			line, ok := exp[first.Event]
 			require.True(t, ok, "event %s not recorded", first.Event)
 			require.Equal(t, first.Reference, line[c.key], "expected_state.jsonl does not hold the reference's value")
-			g, ok := r.events[r.byID[first.Event]].after.get(c.key)
+			g, ok := r.afterOf(r.byID[first.Event]).get(c.key)
 			require.True(t, ok)
 			require.Equal(t, first.Generator, r.events[g].id)
 			require.NotEqual(t, r.events[g].id, line[c.key])

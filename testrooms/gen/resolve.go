@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unsafe"
 
 	"github.com/mtxdb/mtxdb/pdu"
 
@@ -73,16 +72,15 @@ func splitKey(k string) resolver.Key {
 }
 
 // resolve returns the state before an event with the given prev_events: the
-// resolution of the distinct states after them. Results are memoised by the set of
-// input states (by root pointer: states are never mutated, and every input state
-// is kept alive by the event it follows, so a root's address names one state for
-// the whole run). Most prev sets repeat a state set: events that change no state
-// share the state before them.
+// resolution of the distinct states after them (distinct by stateLog record: a
+// record names one state object for the whole run), recorded in the stateLog.
+// Results are memoised by the set of input records. Most prev sets repeat a
+// state set: events that change no state share the state before them.
 func (r *room) resolve(prevs []int32) pmap {
 	states := make([]pmap, 0, len(prevs))
 	for _, p := range prevs {
-		st := r.events[p].after
-		if !slices.ContainsFunc(states, func(x pmap) bool { return x.root == st.root }) {
+		st := r.afterOf(p)
+		if !slices.ContainsFunc(states, func(x pmap) bool { return x.rec == st.rec }) {
 			states = append(states, st)
 		}
 	}
@@ -92,21 +90,21 @@ func (r *room) resolve(prevs []int32) pmap {
 	case 1:
 		return states[0]
 	}
-	ptrs := make([]uintptr, len(states))
+	recs := make([]int32, len(states))
 	for i, st := range states {
-		ptrs[i] = uintptr(unsafe.Pointer(st.root))
+		recs[i] = st.rec
 	}
-	slices.Sort(ptrs)
-	key := make([]byte, 0, 8*len(ptrs))
-	for _, p := range ptrs {
-		key = binary.LittleEndian.AppendUint64(key, uint64(p))
+	slices.Sort(recs)
+	key := make([]byte, 0, 4*len(recs))
+	for _, p := range recs {
+		key = binary.LittleEndian.AppendUint32(key, uint32(p))
 	}
 	if st, ok := r.memo[string(key)]; ok {
 		return st
 	}
 	// The resolved entries do not depend on the order of the input states (nor on
 	// which one is the base the changes are applied to).
-	st := r.resolveStates(states)
+	st := r.record(r.resolveStates(states), states[0])
 	if len(r.memo) >= 1<<16 {
 		clear(r.memo)
 	}
@@ -308,7 +306,10 @@ func (r *room) Event(id string) (gomatrixserverlib.PDU, error) {
 	if !ok {
 		return nil, fmt.Errorf("gen: no event %s", id)
 	}
-	return r.events[i].pdu, nil
+	if r.events[i].pdu == nil && r.linesFile == nil {
+		return nil, fmt.Errorf("gen: event %s: a non-state event's PDU is not kept during the run", id)
+	}
+	return r.pduOf(i)
 }
 
 // AuthOrder implements resolver.GraphSource with the event's index: an event's
@@ -328,11 +329,15 @@ func (r *room) Rejected(id string) bool {
 	return ok && r.events[i].rejected
 }
 
-// AuthEvents implements resolver.GraphSource.
+// AuthEvents implements resolver.GraphSource (a non-state event's list is
+// made from its indices: only state events keep theirs).
 func (r *room) AuthEvents(id string) ([]string, error) {
 	i, ok := r.byID[id]
 	if !ok {
 		return nil, fmt.Errorf("gen: no event %s", id)
+	}
+	if e := r.events[i]; e.key == "" {
+		return r.ids(e.auth), nil
 	}
 	return r.events[i].authIDs, nil
 }

@@ -105,7 +105,7 @@ func (r *room) buildEvent(proto *gomatrixserverlib.ProtoEvent, ts int64, origin 
 	if err != nil {
 		return nil, nil, fmt.Errorf("gen: parse built event: %w", err)
 	}
-	return pdu, &signing{unsigned: full, idAt: len(head), id: eventID, at: signAt, redacted: redacted, origin: origin, key: key}, nil
+	return pdu, &signing{unsigned: full, idAt: len(head), id: eventID, at: signAt, redacted: redacted, origin: origin, key: key, done: make(chan struct{})}, nil
 }
 
 // redactionKeepsOrigin reports whether the room version's redaction algorithm keeps
@@ -124,7 +124,8 @@ func (r *room) redactionKeepsOrigin() bool {
 }
 
 // signing is an event's signature in the making: unsigned is its JSON without
-// "signatures", which go at offset at. Once signed, line is its events.jsonl line.
+// "signatures", which go at offset at. Once signed, line is its events.jsonl line
+// and done is closed.
 type signing struct {
 	unsigned []byte
 	idAt     int    // where the line's "event_id" goes (after "depth")
@@ -134,6 +135,7 @@ type signing struct {
 	origin   string
 	key      ed25519.PrivateKey
 	line     []byte
+	done     chan struct{}
 }
 
 // sign signs the event and writes its events.jsonl line: the JSON with the
@@ -169,6 +171,7 @@ func startSigner() *signer {
 		defer close(s.done)
 		for g := range s.jobs {
 			g.sign()
+			close(g.done)
 		}
 	}()
 	return s

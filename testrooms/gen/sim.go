@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/matrix-org/gomatrixserverlib"
@@ -22,13 +24,17 @@ const startTS = int64(1_700_000_000_000)
 
 // event is one generated PDU and what the generator knows about it.
 type event struct {
+	// pdu is nil for a non-state event once it has reached the origin (its
+	// events.jsonl line is then written; room.pduOf reads it back).
 	pdu     gomatrixserverlib.PDU
 	id      string
+	typ     string // the event type
+	sender  int32  // user index of the sender
 	server  int
 	depth   int64
 	prev    []int32
 	auth    []int32  // as AuthEventIDs() reports them (v12: the create event first)
-	authIDs []string // the same, as IDs
+	authIDs []string // the same, as IDs (state events only: nil for others)
 	// prevSame is the auth event with this event's state key (previous power
 	// levels, previous membership of the target), or -1; sdepth counts those links.
 	prevSame int32
@@ -41,10 +47,13 @@ type event struct {
 	key      string  // state key "type\x00state_key", "" for non-state events
 	member   string  // membership of an m.room.member event
 	rejected bool
-	before   pmap
-	after    pmap
-	sign     *signing // the signature being made (nil: pdu is signed)
-	tick     int64
+	// beforeRec is the stateLog record of the state before the event; after is
+	// the state after it while the simulation may resolve it (room.dropDead),
+	// then only its record (a nil root): room.afterOf reads it back.
+	beforeRec int32
+	after     pmap
+	sign      *signing // the signature being made (nil: pdu is signed)
+	tick      int64
 }
 
 type server struct {
@@ -135,7 +144,19 @@ type room struct {
 	refDone    bool
 	// refProgress, if set, is called as the reference checks events.
 	refProgress func(done, total int)
-	signer      *signer // while run runs
+	// log records every state (statelog.go); held are the events whose after
+	// state is still kept (dropDead); states are the states materialized for
+	// the files and the reference after the run (check), by record.
+	log      *stateLog
+	held     []int32
+	dropNext int // dropDead runs when held reaches this (and dropEvery)
+	states   map[int32]pmap
+	signer   *signer // while run runs
+	// lines writes events.jsonl during run; after it, linesFile reads it back
+	// and arrivalPos gives each event's line number (0-based) by event index.
+	lines      *lineWriter
+	linesFile  *os.File
+	arrivalPos []int32
 }
 
 type stats struct {
@@ -173,6 +194,7 @@ func newRoom(opts Options) (*room, error) {
 		plainAllowed: map[string]error{},
 		memo:         map[string]pmap{},
 		resCache:     resolver.NewCache(),
+		log:          newStateLog(),
 	}
 	perServer := (opts.Members*5/4 + opts.Servers - 1) / opts.Servers
 	perServer = max(perServer, 4)
@@ -196,12 +218,22 @@ func newRoom(opts Options) (*room, error) {
 }
 
 // run generates the room: the creation events, then one event per tick, then
-// delivers everything still in flight.
-func (r *room) run(progress func(done int)) error {
+// delivers everything still in flight. It writes events.jsonl to dir (created
+// if missing) as the events reach the origin; closeLines closes it for reading.
+func (r *room) run(dir string, progress func(done int)) (err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if r.lines, err = startLineWriter(filepath.Join(dir, "events.jsonl")); err != nil {
+		return err
+	}
 	r.signer = startSigner()
 	defer func() {
 		r.signer.finish()
 		r.signer = nil
+		if lerr := r.openLines(); err == nil {
+			err = lerr
+		}
 	}()
 	if err := r.createRoom(); err != nil {
 		return err
@@ -218,6 +250,10 @@ func (r *room) run(progress func(done int)) error {
 		}
 		if progress != nil {
 			progress(len(r.events))
+		}
+		if len(r.held) >= max(dropEvery, r.dropNext) {
+			r.dropDead()
+			r.dropNext = 2 * len(r.held) // events that stay alive long do not make every step sweep
 		}
 	}
 	// Drain the network, then let the origin fetch whatever was lost for good.
@@ -272,11 +308,12 @@ func (r *room) receive(s *server, idx int32) {
 // accept records a known event at a server (its ancestors are known).
 func (r *room) accept(s *server, idx int32) {
 	s.known[idx] = true
+	e := r.events[idx]
 	if s.idx == 0 {
 		r.arrival = append(r.arrival, idx)
 		r.arrTS = append(r.arrTS, r.ts)
+		defer r.emitLine(e) // after the soft-failure check, which reads the PDU
 	}
-	e := r.events[idx]
 	if e.rejected {
 		return
 	}

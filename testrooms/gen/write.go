@@ -82,12 +82,10 @@ type ExpectedSampling struct {
 	Entries int `json:"entries"`
 }
 
-// line is the events.jsonl line of an event: its PDU JSON with the convenience
-// top-level event_id, keys sorted.
+// line is the events.jsonl line of an event gomatrixserverlib built and signed
+// (the signer makes the others'): its PDU JSON with the convenience top-level
+// event_id, keys sorted.
 func (r *room) line(e *event) ([]byte, error) {
-	if e.sign != nil {
-		return e.sign.line, nil // written by the signer
-	}
 	b, err := sjson.SetBytes(e.pdu.JSON(), "event_id", e.id)
 	if err != nil {
 		return nil, err
@@ -136,7 +134,7 @@ func (r *room) stateJSON(st pmap) map[string]string {
 func (r *room) sample() {
 	total := 0
 	for _, x := range r.arrival {
-		total += r.events[x].after.size
+		total += int(r.log.size[r.events[x].after.rec])
 	}
 	every := max(1, (total+r.opts.StateBudget-1)/r.opts.StateBudget)
 	r.sampled, r.sampleEvery = nil, every
@@ -164,10 +162,10 @@ func (r *room) write(dir, name string) (*Meta, error) {
 	for _, x := range r.arrival {
 		e := r.events[x]
 		c.Events++
-		c.EventsByType[e.pdu.Type()]++
+		c.EventsByType[e.typ]++
 		if e.key != "" {
 			c.StateEvents++
-			c.StateEventsByType[e.pdu.Type()]++
+			c.StateEventsByType[e.typ]++
 		}
 		if e.rejected {
 			c.Rejected++
@@ -177,16 +175,14 @@ func (r *room) write(dir, name string) (*Meta, error) {
 		}
 		c.MaxPrevEvents = max(c.MaxPrevEvents, len(e.prev))
 		c.MaxDepth = max(c.MaxDepth, e.depth)
-		if e.pdu.Type() == spec.MRoomRedaction {
+		if e.typ == spec.MRoomRedaction {
 			c.RedactionEvents++
 		}
-		sender := string(e.pdu.SenderID())
+		sender := r.users[e.sender].id
 		senders[sender] = true
 		senderServers[sender[strings.IndexByte(sender, ':')+1:]] = true
 	}
-	if err := writeLinesParallel(filepath.Join(dir, "events.jsonl"), len(r.arrival), func() lineFunc {
-		return func(i int) ([]byte, error) { return r.line(r.events[r.arrival[i]]) }
-	}); err != nil {
+	if err := r.copyLines(dir); err != nil {
 		return nil, err
 	}
 	c.DistinctSenders, c.DistinctSenderServers = len(senders), len(senderServers)
@@ -392,7 +388,7 @@ func (r *room) writeBackfill(path string, tips []int32) error {
 	}
 	// The same order as PDUs, ready for import --any-order.
 	return writeLinesParallel(filepath.Join(filepath.Dir(path), "events_backfill.jsonl"), len(order), func() lineFunc {
-		return func(i int) ([]byte, error) { return r.line(r.events[order[i]]) }
+		return func(i int) ([]byte, error) { return r.readLine(order[i]) }
 	})
 }
 
