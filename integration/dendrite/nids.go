@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	"github.com/mtxdb/mtxdb/packstore"
 )
@@ -164,8 +166,12 @@ func (t *nidTable) get(eng packstore.StorageEngine, name string) (int64, error) 
 		err = t.put(eng, name, nid, nid+1, func(recs []packstore.Record) error {
 			return cp.PutManyIf(nidCollection, recs, counterID(t.kind), old)
 		})
-		if errors.Is(err, packstore.ErrConflict) && attempt < 100 {
-			continue // another process assigned a NID since the counter was read
+		if errors.Is(err, packstore.ErrConflict) && attempt < maxNIDAttempts {
+			// Another process assigned a NID since the counter was read. Back
+			// off a random while, longer after each conflict, so that two
+			// processes that keep meeting do not keep colliding.
+			time.Sleep(time.Duration(rand.Int64N(int64(min(attempt+1, 20)) * int64(100*time.Microsecond))))
+			continue
 		}
 		if err != nil {
 			return 0, err
@@ -173,6 +179,9 @@ func (t *nidTable) get(eng packstore.StorageEngine, name string) (int64, error) 
 		return nid, nil
 	}
 }
+
+// maxNIDAttempts bounds the compare-and-set attempts of one NID assignment.
+const maxNIDAttempts = 1000
 
 // fix records name at a fixed NID (below floor) unless it is already there.
 func (t *nidTable) fix(eng packstore.StorageEngine, name string, nid int64) error {
