@@ -1,6 +1,7 @@
 package roomstate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -70,12 +71,41 @@ func (s *Store) newRoom(coll packstore.ID, h roomrecord.Head, raw []byte) *Room 
 func (s *Store) Engine() packstore.StorageEngine { return s.eng }
 
 // Rooms returns every room that has a head record, sorted by room ID. ctx is
-// checked before the listing and before each room's head is read.
+// checked before the listing and before each room's head is read. A head it
+// cannot read or decode is the error (a *HeadError); RoomsAndErrors goes on
+// past it.
 func (s *Store) Rooms(ctx context.Context) ([]*Room, error) {
-	if err := ctx.Err(); err != nil {
+	rooms, bad, err := s.RoomsAndErrors(ctx)
+	if err == nil && len(bad) > 0 {
+		err = bad[0]
+	}
+	if err != nil {
 		return nil, err
 	}
-	var rooms []*Room
+	return rooms, nil
+}
+
+// HeadError is a room collection whose head record cannot be read or decoded
+// (a corrupt frame, a record of an unknown version): its room ID, which the
+// head holds, is not known.
+type HeadError struct {
+	Collection packstore.ID
+	Err        error
+}
+
+func (e *HeadError) Error() string {
+	return fmt.Sprintf("roomstate: head of room collection %s (the room ID is in the head): %v", e.Collection, e.Err)
+}
+
+func (e *HeadError) Unwrap() error { return e.Err }
+
+// RoomsAndErrors is Rooms going on past the collections whose head it cannot
+// read: those come back as HeadErrors, in collection order, beside every room
+// it can open. err is a failure to list the collections, or the context's.
+func (s *Store) RoomsAndErrors(ctx context.Context) (rooms []*Room, bad []*HeadError, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
 	colls := s.eng.Collections()
 	if l, ok := s.eng.(interface {
 		ListCollections() ([]packstore.ID, error)
@@ -84,28 +114,31 @@ func (s *Store) Rooms(ctx context.Context) ([]*Room, error) {
 		// returning no rooms.
 		var err error
 		if colls, err = l.ListCollections(); err != nil {
-			return nil, fmt.Errorf("roomstate: list rooms: %w", err)
+			return nil, nil, fmt.Errorf("roomstate: list rooms: %w", err)
 		}
 	}
 	for _, coll := range colls {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		b, err := getKind(s.eng, coll, roomrecord.HeadRecordID, roomrecord.ReadOther)
 		if errors.Is(err, packstore.ErrNotFound) {
 			continue // not a room collection
 		}
 		if err != nil {
-			return nil, fmt.Errorf("roomstate: head of room collection %s (the room ID is in the head): %w", coll, err)
+			bad = append(bad, &HeadError{Collection: coll, Err: err})
+			continue
 		}
 		h, err := s.decodeHead(coll, b)
 		if err != nil {
-			return nil, fmt.Errorf("room collection %s: %w", coll, err)
+			bad = append(bad, &HeadError{Collection: coll, Err: err})
+			continue
 		}
 		rooms = append(rooms, s.newRoom(coll, h, b))
 	}
 	sort.Slice(rooms, func(i, j int) bool { return rooms[i].head.RoomID < rooms[j].head.RoomID })
-	return rooms, nil
+	sort.Slice(bad, func(i, j int) bool { return bytes.Compare(bad[i].Collection[:], bad[j].Collection[:]) < 0 })
+	return rooms, bad, nil
 }
 
 // Room opens a room by its room ID; ErrUnknownRoom if it was never imported.

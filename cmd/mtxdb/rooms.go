@@ -28,7 +28,9 @@ room version, events imported, whether replay has computed the state of every ev
 room's records in the shards, after compression; "-" when the store cannot say).
 With --json each line is a JSON object ({"kind":"room", "room_id", "version",
 "events", "replayed", "forward_extremities", "records", "bytes"}; records and bytes
-null when unknown), and a last {"kind":"rooms","rooms":N} line. The store is opened
+null when unknown), and a last {"kind":"rooms","rooms":N,"unreadable":M} line. A room
+collection whose head record cannot be read is a problem line (its room ID is in the
+head) and the exit status is 2; the other rooms are listed. The store is opened
 read-only.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -38,7 +40,7 @@ read-only.`,
 				return err
 			}
 			defer eng.Close()
-			rooms, err := st.Rooms(ctx)
+			rooms, bad, err := st.RoomsAndErrors(ctx)
 			if err != nil {
 				return err
 			}
@@ -69,14 +71,18 @@ read-only.`,
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%t\t%d\t%v\t%v\n", h.RoomID, h.RoomVersion, h.Events, h.Replayed, len(h.ForwardExtremities), dash(records), dash(bytes))
 			}
-			if asJSON {
-				printLine(out, true, "rooms", kv{"rooms", len(rooms)})
-				return nil
+			if !asJSON {
+				if err := tw.Flush(); err != nil {
+					return err
+				}
 			}
-			if err := tw.Flush(); err != nil {
-				return err
+			for _, h := range bad {
+				printProblem(out, asJSON, "", h.Error())
 			}
-			fmt.Fprintf(out, "rooms: rooms=%d\n", len(rooms))
+			printLine(out, asJSON, "rooms", kv{"rooms", len(rooms)}, kv{"unreadable", len(bad)})
+			if len(bad) > 0 {
+				return exitError(2)
+			}
 			return nil
 		},
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/roomrecord"
+	"github.com/mtxdb/mtxdb/testrooms"
 )
 
 // TestCLISayWhatThePathIs: import into a file or a dangling symbolic link names
@@ -213,5 +215,42 @@ func TestCLIStoreHelp(t *testing.T) {
 		if f := c.Flags().Lookup("store"); f != nil && !strings.HasPrefix(f.Usage, storeHelp) {
 			t.Errorf("%s --store: %q, want it to start with %q", c.Name(), f.Usage, storeHelp)
 		}
+	}
+}
+
+// TestCLIVerifyBadHead: one room's head record that does not decode does not
+// stop verify or rooms: the collection is a problem line (exit 2) and the other
+// room is checked or listed; replay of every room refuses with the same error.
+func TestCLIVerifyBadHead(t *testing.T) {
+	dir := t.TempDir()
+	store := filepath.Join(dir, "store")
+	real := filepath.Join(testrooms.Dir(), "real")
+	if out, code := run(t, "import", "--store", store, filepath.Join(real, "room003"), filepath.Join(real, "room004")); code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, out)
+	}
+	badRoom := roomID(t, filepath.Join(real, "room003"))
+	eng, err := packstore.Open(packstore.DefaultOptions(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	coll := roomrecord.CollectionID(badRoom)
+	if err := eng.PutMany(coll, []packstore.Record{{ID: roomrecord.HeadRecordID, Data: []byte("not a head")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, code := run(t, "verify", "--store", store)
+	if code != 2 || !strings.Contains(out, "head of room collection "+coll.String()) || !strings.Contains(out, "the room is not checked") ||
+		!strings.Contains(out, "verify: rooms=1 ") || !strings.Contains(out, " problems=1 ") {
+		t.Fatalf("verify: exit %d\n%s", code, out)
+	}
+	out, code = run(t, "rooms", "--store", store)
+	if code != 2 || !strings.Contains(out, "head of room collection "+coll.String()) || !strings.Contains(out, "rooms: rooms=1 unreadable=1") {
+		t.Fatalf("rooms: exit %d\n%s", code, out)
+	}
+	out, code = run(t, "replay", "--store", store)
+	if code == 0 || !strings.Contains(out, "head of room collection "+coll.String()) {
+		t.Fatalf("replay: exit %d\n%s", code, out)
 	}
 }

@@ -217,16 +217,34 @@ func sortedSet(m map[string]bool) []string {
 
 // openRooms opens an existing store and selects every room, or the one named.
 func openRooms(ctx context.Context, store, roomID string, readOnly bool) (storeEngine, []*roomstate.Room, error) {
+	eng, rooms, bad, err := openRoomsAndErrors(ctx, store, roomID, readOnly)
+	if err == nil && len(bad) > 0 {
+		eng.Close()
+		return nil, nil, bad[0]
+	}
+	return eng, rooms, err
+}
+
+// openRoomsAndErrors is openRooms that, for every room, goes on past the room
+// collections whose head it cannot read and returns them (verify reports each
+// as a problem and checks the other rooms).
+func openRoomsAndErrors(ctx context.Context, store, roomID string, readOnly bool) (storeEngine, []*roomstate.Room, []*roomstate.HeadError, error) {
 	eng, st, err := openStoreMode(store, false, readOnly)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	rooms, err := selectRooms(ctx, st, roomID)
+	var rooms []*roomstate.Room
+	var bad []*roomstate.HeadError
+	if roomID == "" {
+		rooms, bad, err = st.RoomsAndErrors(ctx)
+	} else {
+		rooms, err = selectRooms(ctx, st, roomID)
+	}
 	if err != nil {
 		eng.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return eng, rooms, nil
+	return eng, rooms, bad, nil
 }
 
 // selectRooms returns every room, or the one named.
