@@ -93,10 +93,13 @@ type HeadError struct {
 	Err        error
 }
 
+// Error names the collection and says why its head cannot be read.
 func (e *HeadError) Error() string {
 	return fmt.Sprintf("roomstate: head of room collection %s (the room ID is in the head): %v", e.Collection, e.Err)
 }
 
+// Unwrap returns the read or decode error (packstore.ErrCorrupt,
+// roomrecord.ErrCorruptRecord, ...), for errors.Is.
 func (e *HeadError) Unwrap() error { return e.Err }
 
 // RoomsAndErrors is Rooms going on past the collections whose head it cannot
