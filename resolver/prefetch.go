@@ -52,15 +52,11 @@ const prefetchWindow = 1024
 // (the others are bounded as the replay's are, otherCacheSize).
 const prefetchMembers = 16384
 
-// prefetch starts parsing the PDUs of order on another goroutine; with on false
-// (an incremental replay that computes few events) it does nothing. The
+// prefetch starts parsing the PDUs of order on another goroutine. The
 // create, power levels, join rules and third-party invite events the replay
 // holds parsed are the prefetcher's first auth events (a replay that resumes
 // has parsed none of the events before order).
-func (rp *replay) prefetch(order []int32, on bool) *prefetcher {
-	if !on {
-		return nil
-	}
+func (rp *replay) prefetch(order []int32) *prefetcher {
 	members, _ := lru.New[string, gomatrixserverlib.PDU](prefetchMembers)
 	others, _ := lru.New[string, gomatrixserverlib.PDU](otherCacheSize)
 	for _, p := range rp.r.others.Values() { // PDUs are not modified once parsed: shared
@@ -104,19 +100,15 @@ func (pf *prefetcher) checkAhead(p gomatrixserverlib.PDU) (bool, error) {
 		return false, nil
 	}
 	ids := p.AuthEventIDs()
-	plain := p.StateKey() == nil && !contentRuled[p.Type()]
-	if plain {
+	plainKey := ""
+	if p.StateKey() == nil && !contentRuled[p.Type()] {
 		// The replay's Cache most likely holds the outcome of a plain event
-		// whose check this goroutine saw (their bounds differ: the replay
+		// whose check this goroutine made (their bounds differ: the replay
 		// checks what it misses itself).
-		k := plainCheckKey(p, slices.Clone(ids))
-		if _, ok := pf.plain[k]; ok {
+		plainKey = plainCheckKey(p, slices.Clone(ids))
+		if _, ok := pf.plain[plainKey]; ok {
 			return false, nil
 		}
-		if len(pf.plain) >= maxAuthChecks {
-			clear(pf.plain)
-		}
-		pf.plain[k] = struct{}{}
 	}
 	auth := make([]gomatrixserverlib.PDU, 0, len(ids))
 	for _, id := range ids {
@@ -131,6 +123,12 @@ func (pf *prefetcher) checkAhead(p gomatrixserverlib.PDU) (bool, error) {
 			return false, nil
 		}
 		auth = append(auth, a)
+	}
+	if plainKey != "" {
+		if len(pf.plain) >= maxAuthChecks {
+			clear(pf.plain)
+		}
+		pf.plain[plainKey] = struct{}{}
 	}
 	return true, pf.authorize(p, auth)
 }

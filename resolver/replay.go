@@ -203,8 +203,8 @@ func Replay(ctx context.Context, room *roomstate.Room, opts ReplayOptions) (Repl
 		return ReplayResult{}, err
 	}
 	r.onResolve, r.resolutionTimes = opts.OnResolve, opts.ResolutionTimes
-	// Snapshot nodes and state records go to the store on another goroutine
-	// (the writes were a fifth of a replay's CPU); run waits for the last.
+	// Snapshot nodes and state records go to the store on another goroutine,
+	// beside the replay's; run waits for the last write.
 	r.w.WriteBehind()
 	r.rd = r.w.Reader()
 	// Load the auth index up front, so its one pass over the room is not charged
@@ -414,7 +414,7 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 				return err
 			}
 		}
-		rp.pf = rp.prefetch(order[p:], true)
+		rp.pf = rp.prefetch(order[p:])
 		rp.pf.take()
 	}
 	prevRoots := make([]hamtstore.NodeID, 0, len(prevs))
