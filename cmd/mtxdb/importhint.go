@@ -18,6 +18,7 @@ type refusalTally struct {
 	version  int // with --any-order: a room whose version is not known yet
 	cascaded int // a prev/auth event that was itself refused
 	unnamed  int // refused as too large, its event ID not known (a line over the line limit)
+	other    int // refused for anything else (malformed, unknown room version, ...)
 	refused  map[string]bool
 }
 
@@ -36,6 +37,8 @@ func (t *refusalTally) add(r *roomstate.ImportError) {
 		t.version++
 	case errors.Is(r.Err, roomstate.ErrMissingPrevEvent), errors.Is(r.Err, roomstate.ErrMissingAuthEvent), errors.Is(r.Err, roomstate.ErrNoCreateEvent):
 		t.order++
+	default:
+		t.other++
 	}
 	if r.EventID != "" {
 		t.refused[r.EventID] = true
@@ -51,7 +54,15 @@ func (t *refusalTally) hint() string {
 		if t.unnamed > 0 {
 			unnamed = fmt.Sprintf(" (the event may be one of the %d refused as too large whose event ID could not be read)", t.unnamed)
 		}
-		parts = append(parts, fmt.Sprintf("%d refused for a prev or auth event not stored before it%s (or no m.room.create first): if the input is not in arrival order (a backfill, a shuffled export), import it with --any-order (and --room-version V for rooms whose m.room.create is not first)", t.order, unnamed))
+		refusedAbove := ""
+		if t.other > 0 {
+			// A line refused as malformed or of an unknown room version may be
+			// the event (or the m.room.create) they need, its ID unread.
+			refusedAbove = fmt.Sprintf(": first look at the %d refused above for another reason (a malformed line, an unknown room version): an event they name, or their room's m.room.create, may be among them, and --any-order does not help then; otherwise", t.other)
+		} else {
+			refusedAbove = ":"
+		}
+		parts = append(parts, fmt.Sprintf("%d refused for a prev or auth event not stored before it%s (or no m.room.create first)%s if the input is not in arrival order (a backfill, a shuffled export), import it with --any-order (and --room-version V for rooms whose m.room.create is not first)", t.order, unnamed, refusedAbove))
 	}
 	if t.version > 0 {
 		parts = append(parts, fmt.Sprintf("%d refused because their room's m.room.create came later or not at all: give its room version with --room-version V", t.version))

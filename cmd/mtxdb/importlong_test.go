@@ -56,3 +56,20 @@ func TestRefusalTallyUnnamed(t *testing.T) {
 		t.Errorf("hint: %s", h)
 	}
 }
+
+// TestRefusalTallyRefusedAbove: PDUs refused for a missing m.room.create after a
+// create refused for its unknown room version may follow from it: the hint sends
+// the user to that refusal before --any-order; without one it does not.
+func TestRefusalTallyRefusedAbove(t *testing.T) {
+	var tally refusalTally
+	tally.add(&roomstate.ImportError{Line: 1, EventID: "$create", Err: fmt.Errorf("%w: %q", pdu.ErrUnknownRoomVersion, "99")})
+	tally.add(&roomstate.ImportError{Line: 2, EventID: "$b", Err: roomstate.ErrNoCreateEvent})
+	if h := tally.hint(); !strings.Contains(h, "first look at the 1 refused above for another reason") {
+		t.Errorf("hint: %s", h)
+	}
+	var plain refusalTally
+	plain.add(&roomstate.ImportError{Line: 2, EventID: "$b", Missing: "$a", Err: roomstate.ErrMissingPrevEvent})
+	if h := plain.hint(); strings.Contains(h, "refused above") {
+		t.Errorf("hint without another refusal: %s", h)
+	}
+}
