@@ -62,7 +62,7 @@ func authorize(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU, memo *rule
 	if _, err := checkRules(p, byKey, byKey[key{Type: spec.MRoomCreate, StateKey: ""}], memo); err != nil {
 		return err
 	}
-	ae, err := gomatrixserverlib.NewAuthEvents(list)
+	ae, err := gomatrixserverlib.NewAuthEvents(memo.forAllowed(p, list))
 	if err != nil {
 		return err
 	}

@@ -636,8 +636,9 @@ type levels struct {
 // function NewAuthorizer returns, whose scope is one source, never in the package. A nil *ruleMemo keeps
 // nothing. Not safe for concurrent use.
 type ruleMemo struct {
-	pl     *lru.Cache[string, *levels]
-	create *lru.Cache[string, createFacts]
+	pl      *lru.Cache[string, *levels]
+	create  *lru.Cache[string, createFacts]
+	allowed *lru.Cache[string, allowedLevels]
 }
 
 // Bounds of ruleMemo's two caches.
@@ -649,7 +650,8 @@ const (
 func newRuleMemo() *ruleMemo {
 	l, _ := lru.New[string, *levels](memoLevels)
 	c, _ := lru.New[string, createFacts](memoCreate)
-	return &ruleMemo{pl: l, create: c}
+	a, _ := lru.New[string, allowedLevels](memoLevels)
+	return &ruleMemo{pl: l, create: c, allowed: a}
 }
 
 // levels returns pe's power levels as version v reads them.

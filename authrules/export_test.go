@@ -13,3 +13,13 @@ type Decision = decision
 func CheckRules(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU, create gomatrixserverlib.PDU) (Decision, error) {
 	return checkRules(p, byKey, create, nil)
 }
+
+// ForAllowed is a fresh ruleMemo's forAllowed: the auth events list handed to
+// gomatrixserverlib's Allowed, its power levels event slimmed to the users the
+// check reads.
+func ForAllowed(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU) []gomatrixserverlib.PDU {
+	return newRuleMemo().forAllowed(p, list)
+}
+
+// AppendJSONString is appendJSONString, for the tests.
+var AppendJSONString = appendJSONString

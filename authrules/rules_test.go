@@ -225,6 +225,21 @@ var kings = map[string]any{"users": map[string]any{bob: 50}, "ban": 75, "events"
 // others).
 var ruleCases map[string]ruleCase
 
+// make builds the case's breaking event (bad) or its twin in version v, with the
+// events it is checked against (cited by it when the case is about auth_events).
+func (c ruleCase) make(t testing.TB, v int, r authrules.Rule, bad bool) (*bld, gomatrixserverlib.PDU, []gomatrixserverlib.PDU) {
+	var cc map[string]any
+	if bad || r.ID == "federate" {
+		cc = c.create
+	}
+	b := newBld(t, v, cc)
+	p, evs := c.build(b, bad)
+	if c.auth {
+		p = b.cite(p, evs)
+	}
+	return b, p, evs
+}
+
 func init() { ruleCases = ruleCaseTable() }
 
 func ruleCaseTable() map[string]ruleCase {
@@ -812,15 +827,7 @@ func TestAuthRulesConformance(t *testing.T) {
 			}
 			row := ruleRow{rule: r}
 			for _, bad := range []bool{true, false} {
-				var cc map[string]any
-				if bad || r.ID == "federate" {
-					cc = c.create
-				}
-				b := newBld(t, v, cc)
-				p, evs := c.build(b, bad)
-				if c.auth {
-					p = b.cite(p, evs)
-				}
+				b, p, evs := c.make(t, v, r, bad)
 				var rej map[string]bool
 				if c.rejected != nil && bad {
 					rej = c.rejected(b, evs)
@@ -908,12 +915,13 @@ func check(b *bld, p gomatrixserverlib.PDU, evs []gomatrixserverlib.PDU, auth bo
 
 // gmslAllowed is gomatrixserverlib's Allowed alone against the same events (with
 // NewAuthEvents keeping one per key); rejected auth events are not its concern.
-func gmslAllowed(b *bld, p gomatrixserverlib.PDU, evs []gomatrixserverlib.PDU, _ map[string]bool) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v", r)
-		}
-	}()
+func gmslAllowed(b *bld, p gomatrixserverlib.PDU, evs []gomatrixserverlib.PDU, _ map[string]bool) error {
+	return allowedOn(p, gmslList(b, p, evs))
+}
+
+// gmslList is the auth events gmslAllowed hands Allowed: the state events among
+// evs, and in v12 the create event.
+func gmslList(b *bld, p gomatrixserverlib.PDU, evs []gomatrixserverlib.PDU) []gomatrixserverlib.PDU {
 	list := append([]gomatrixserverlib.PDU(nil), evs...)
 	if b.v >= 12 && p.Type() != spec.MRoomCreate {
 		list = append(list, b.create)
@@ -924,7 +932,17 @@ func gmslAllowed(b *bld, p gomatrixserverlib.PDU, evs []gomatrixserverlib.PDU, _
 			keep = append(keep, e)
 		}
 	}
-	ae, err := gomatrixserverlib.NewAuthEvents(keep)
+	return keep
+}
+
+// allowedOn is gomatrixserverlib's Allowed on p against list, a panic as an error.
+func allowedOn(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	ae, err := gomatrixserverlib.NewAuthEvents(list)
 	if err != nil {
 		return err
 	}
