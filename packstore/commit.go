@@ -120,7 +120,15 @@ func (s *PackfileStorage) appendLocked(frames []outFrame) ([]loc, error) {
 // under preallocMaxAppend that would each be followed by zeros).
 func (s *PackfileStorage) appendFramesLocked(frames []outFrame, prealloc bool) ([]loc, error) {
 	locs := make([]loc, len(frames))
-	var buf []byte
+	n := 0
+	for _, fr := range frames {
+		n += len(fr.b)
+	}
+	if n = min(n, appendChunk+maxFrameGuess); cap(s.appendBuf) < n {
+		s.appendBuf = make([]byte, 0, n)
+	}
+	buf := s.appendBuf[:0]
+	defer func() { s.appendBuf = buf[:0] }()
 	done := 0 // frames[:done] are written and queued for the delta
 	flush := func(upto int) error {
 		if len(buf) == 0 {
@@ -168,7 +176,7 @@ func (s *PackfileStorage) appendFramesLocked(frames []outFrame, prealloc bool) (
 			a.noteData(fr.coll, locs[i].off)
 		}
 		buf = append(buf, fr.b...)
-		if len(buf) >= 1<<20 {
+		if len(buf) >= appendChunk {
 			if err := flush(i + 1); err != nil {
 				return nil, err
 			}
@@ -176,6 +184,14 @@ func (s *PackfileStorage) appendFramesLocked(frames []outFrame, prealloc bool) (
 	}
 	return locs, flush(len(frames))
 }
+
+// appendChunk is how many bytes of frames appendFramesLocked gathers per write;
+// its buffer is sized for a chunk and a frame of maxFrameGuess beyond it (a
+// larger frame grows it) and kept for the next append.
+const (
+	appendChunk   = 1 << 20
+	maxFrameGuess = 64 << 10
+)
 
 // preallocStep is how far ahead of its frames the active shard's file is
 // extended with written zeros (doc.go "Commit latency").

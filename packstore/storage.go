@@ -266,6 +266,7 @@ type PackfileStorage struct {
 	deltaDirty int64  // delta bytes written since its last fsync
 	deltaLimit int    // entries after which a checkpoint replaces the delta
 	pending    []byte // encoded delta entries of frames not yet in the delta
+	appendBuf  []byte // appendFramesLocked's write buffer, kept between appends
 	ckptStale  bool   // shards were retired: the next flush writes a checkpoint
 	report     OpenReport
 }

@@ -42,6 +42,19 @@ func replayedResolver(t testing.TB, dir string) (*roomstate.Room, *resolver.Reso
 	return room, r, ids
 }
 
+// generatedRoom generates a room (testrooms/gen) into a temporary directory and
+// returns the directory.
+func generatedRoom(t testing.TB, seed uint64, events, servers int, version string) string {
+	t.Helper()
+	opts := gen.DefaultOptions()
+	opts.Seed, opts.Events, opts.Servers, opts.RoomVersion = seed, events, servers, version
+	dir := filepath.Join(t.TempDir(), "gen-v"+version)
+	if _, err := gen.Generate(opts, dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // stateMap reads a stored snapshot as a StateMap.
 func stateMap(t testing.TB, room *roomstate.Room, eventID string, after bool) resolver.StateMap {
 	ctx := t.Context()
@@ -105,13 +118,7 @@ func TestStorageMatchesMaps(t *testing.T) {
 	// Generated rooms have what the real ones lack: many merges, conflicting power
 	// events, rejections; v12 exercises state resolution v2.1.
 	for _, rv := range []string{"10", "11", "12"} {
-		opts := gen.DefaultOptions()
-		opts.Seed, opts.Events, opts.Servers, opts.RoomVersion = 3, 400, 4, rv
-		dir := filepath.Join(t.TempDir(), "gen-v"+rv)
-		if _, err := gen.Generate(opts, dir, nil); err != nil {
-			t.Fatal(err)
-		}
-		dirs = append(dirs, dir)
+		dirs = append(dirs, generatedRoom(t, 3, 400, 4, rv))
 	}
 	merges := 0
 	for _, dir := range dirs {
@@ -234,13 +241,7 @@ func TestAuthOrderIsTopological(t *testing.T) {
 // conflicted event); so is step 1's power subset of a full conflicted set (the
 // subgraph and the conflicted events' auth events).
 func TestConflictedSubgraphWalks(t *testing.T) {
-	opts := gen.DefaultOptions()
-	opts.Seed, opts.Events, opts.Servers, opts.RoomVersion = 11, 1500, 5, "12"
-	dir := filepath.Join(t.TempDir(), "gen-v12")
-	if _, err := gen.Generate(opts, dir, nil); err != nil {
-		t.Fatal(err)
-	}
-	room, r, ids := replayedResolver(t, dir)
+	room, r, ids := replayedResolver(t, generatedRoom(t, 11, 1500, 5, "12"))
 	chains := map[string]map[string]bool{}
 	var chainOf func(id string) map[string]bool
 	chainOf = func(id string) map[string]bool {

@@ -92,28 +92,52 @@ func membershipCode(p gomatrixserverlib.PDU) uint8 {
 	return membUnknown
 }
 
+// headTable keeps, by graph index, what an eventHead gives of each state event
+// parsed so far: memb is a member event's membership code (membUnknown for
+// others), senderOf its sender's index in senders plus one (0: not learnt), tsOf
+// its origin_server_ts; namesCreate holds the events whose JSON names the create
+// event the room ID implies (namesImpliedCreate), checked in parsed form. A
+// zero headTable learns nothing.
+type headTable struct {
+	memb        []uint8
+	senderOf    []int32
+	tsOf        []int64
+	senders     []string
+	senderIdx   map[string]int32
+	namesCreate map[int32]bool
+}
+
+// newHeadTable returns a headTable for a room of n events.
+func newHeadTable(n int) headTable {
+	return headTable{memb: make([]uint8, n), senderOf: make([]int32, n), tsOf: make([]int64, n),
+		senderIdx: map[string]int32{}, namesCreate: map[int32]bool{}}
+}
+
 // learn keeps what an eventHead needs of a parsed state PDU of the room.
-func (r *roomResolver) learn(p gomatrixserverlib.PDU) {
-	if r.memb == nil || p.StateKey() == nil {
+func (r *roomResolver) learn(p gomatrixserverlib.PDU) { r.headTable.learn(r.g, p) }
+
+// learn keeps what an eventHead needs of a parsed state PDU of g's room.
+func (t *headTable) learn(g *graph, p gomatrixserverlib.PDU) {
+	if t.memb == nil || p.StateKey() == nil {
 		return
 	}
-	i, ok := r.g.index.find(r.g.ids, p.EventID())
-	if !ok || r.senderOf[i] != 0 {
+	i, ok := g.index.find(g.ids, p.EventID())
+	if !ok || t.senderOf[i] != 0 {
 		return
 	}
 	sender := string(p.SenderID())
-	s, ok := r.senderIdx[sender]
+	s, ok := t.senderIdx[sender]
 	if !ok {
-		r.senders = append(r.senders, sender)
-		s = int32(len(r.senders)) // from 1: 0 is "not learnt"
-		r.senderIdx[sender] = s
+		t.senders = append(t.senders, sender)
+		s = int32(len(t.senders)) // from 1: 0 is "not learnt"
+		t.senderIdx[sender] = s
 	}
-	r.senderOf[i], r.tsOf[i] = s, int64(p.OriginServerTS())
+	t.senderOf[i], t.tsOf[i] = s, int64(p.OriginServerTS())
 	if p.Type() == spec.MRoomMember {
-		r.memb[i] = membershipCode(p)
+		t.memb[i] = membershipCode(p)
 	}
-	if checkableHead(p.Type(), r.memb[i]) && namesImpliedCreate(p) {
-		r.namesCreate[i] = true
+	if checkableHead(p.Type(), t.memb[i]) && namesImpliedCreate(p) {
+		t.namesCreate[i] = true
 	}
 }
 
@@ -175,20 +199,27 @@ func impliedCreateRef(roomID string) []byte {
 // learnt (the event was not parsed yet, or it is a member event with no
 // membership kept).
 func (r *roomResolver) head(i int32) (*eventHead, bool) {
-	s := r.senderOf[i]
-	k := r.g.keyOf(i)
+	h, ok := r.headTable.head(r.g, i, *r.roomID, gomatrixserverlib.RoomVersion(r.room.Head().RoomVersion))
+	if ok && r.touch.on {
+		r.touch.mark(i)
+	}
+	return h, ok
+}
+
+// head returns the eventHead of event i of g's room, false when what it needs
+// has not been learnt.
+func (t *headTable) head(g *graph, i int32, room spec.RoomID, version gomatrixserverlib.RoomVersion) (*eventHead, bool) {
+	s := t.senderOf[i]
+	k := g.keyOf(i)
 	if s == 0 || k < 0 {
 		return nil, false
 	}
-	key := r.g.keys[k]
-	if key.Type == spec.MRoomMember && r.memb[i] == membUnknown {
+	key := g.keys[k]
+	if key.Type == spec.MRoomMember && t.memb[i] == membUnknown {
 		return nil, false
 	}
-	if r.touch.on {
-		r.touch.mark(i)
-	}
-	return &eventHead{id: r.g.ids[i], typ: key.Type, stateKey: key.StateKey, sender: r.senders[s-1], ts: r.tsOf[i],
-		memb: r.memb[i], g: r.g, i: i, room: *r.roomID, version: gomatrixserverlib.RoomVersion(r.room.Head().RoomVersion)}, true
+	return &eventHead{id: g.ids[i], typ: key.Type, stateKey: key.StateKey, sender: t.senders[s-1], ts: t.tsOf[i],
+		memb: t.memb[i], g: g, i: i, room: room, version: version}, true
 }
 
 // cached returns the parsed PDU of an event when the resolver holds it.

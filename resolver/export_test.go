@@ -6,6 +6,7 @@ import (
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
 	"github.com/mtxdb/mtxdb/authrules"
+	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
@@ -211,4 +212,22 @@ func SetAheadAuth(on bool) (restore func()) {
 	old := aheadAuth
 	aheadAuth = on
 	return func() { aheadAuth = old }
+}
+
+// Lookup is lookup (the state cursor, else the HAMT); LookupHAMT reads the HAMT
+// only.
+func (r *roomResolver) Lookup(root hamtstore.NodeID, k Key) (string, bool, error) { return r.lookup(root, k) }
+
+// LookupHAMT is lookupHAMT.
+func (r *roomResolver) LookupHAMT(root hamtstore.NodeID, k Key) (string, bool, error) {
+	return r.lookupHAMT(root, k)
+}
+
+// GraphKeys returns the keys of the room's auth index.
+func (r *roomResolver) GraphKeys() ([]Key, error) {
+	g, err := r.graph()
+	if err != nil {
+		return nil, err
+	}
+	return g.keys, nil
 }

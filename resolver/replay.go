@@ -447,10 +447,12 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 			rp.referenced[x] = true
 		}
 		if k := g.keyOf(i); k >= 0 {
-			st.After, err = r.w.Apply(rp.writeCtx, before, StateMap{g.keys[k]: id}, nil)
+			change := StateMap{g.keys[k]: id}
+			st.After, err = r.w.Apply(rp.writeCtx, before, change, nil)
 			if err != nil {
 				return fmt.Errorf("resolver: room %s: event %s: write state: %w", room.ID(), id, err)
 			}
+			r.applied(before, st.After, change, nil)
 		}
 	}
 	rp.after[i], rp.hasAfter[i] = st.After, true

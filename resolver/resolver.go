@@ -130,21 +130,14 @@ type roomResolver struct {
 	// content-addressed, so a set always resolves to the same root). Most events
 	// that change no state share the state before them, so merges repeat sets.
 	memo map[string]hamtstore.NodeID
-	// What eventHead gives of each state event parsed so far, by graph index
-	// (eventhead.go; nil when the room ID does not parse): memb is a member
-	// event's membership code (membUnknown for others), senderOf its sender's
-	// index in senders plus one (0: not learnt), tsOf its origin_server_ts.
-	memb      []uint8
-	senderOf  []int32
-	tsOf      []int64
-	senders   []string
-	senderIdx map[string]int32
-	// namesCreate: events whose JSON names the create event the room ID implies
-	// (namesImpliedCreate), checked in parsed form.
-	namesCreate map[int32]bool
-	roomID      *spec.RoomID
+	// What eventHead gives of each state event parsed so far (eventhead.go;
+	// empty when the room ID does not parse).
+	headTable
+	roomID *spec.RoomID
 	// keyMemo is the unconflicted-event memo of the current resolution (resView).
 	keyMemo keyMemo
+	// cursor is the state snapshot lookups were last asked of (cursor.go).
+	cursor stateCursor
 
 	// onResolve, if set, is called after each resolution of two or more distinct
 	// snapshots with what it cost.
@@ -267,9 +260,7 @@ func (r *roomResolver) graph() (*graph, error) {
 		}
 		r.g, r.rej = g, make([]uint8, len(g.ids))
 		if r.roomID, _ = spec.NewRoomID(r.room.ID()); r.roomID != nil {
-			n := len(g.ids)
-			r.memb, r.senderOf, r.tsOf, r.senderIdx = make([]uint8, n), make([]int32, n), make([]int64, n), map[string]int32{}
-			r.namesCreate = map[int32]bool{}
+			r.headTable = newHeadTable(len(g.ids))
 		}
 		if testPDUCache > 0 {
 			r.pdus.Resize(testPDUCache)
@@ -371,16 +362,6 @@ func (r *roomResolver) eventIDOf(v hamtstore.Value) (string, error) {
 		return "", err
 	}
 	return m.EventID, nil
-}
-
-// lookup returns the event at a key of a snapshot.
-func (r *roomResolver) lookup(root hamtstore.NodeID, k Key) (string, bool, error) {
-	v, ok, err := r.rd.Get(root, roomrecord.StateKey(k.Type, k.StateKey))
-	if err != nil || !ok {
-		return "", false, err
-	}
-	id, err := r.eventIDOf(v)
-	return id, err == nil, err
 }
 
 // authChain returns the union of the auth chains of the given events, read from
@@ -513,6 +494,7 @@ func (r *roomResolver) resolve(ctx context.Context, uniq []hamtstore.NodeID) (ha
 	if err != nil {
 		return hamtstore.NodeID{}, fmt.Errorf("resolver: room %s: write resolved state: %w", r.room.ID(), err)
 	}
+	r.applied(uniq[0], root, ch.set, ch.del)
 	return root, nil
 }
 
@@ -545,13 +527,19 @@ func (r *roomResolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict)
 		return stateChanges{}, err
 	}
 	r.keyMemo.reset(len(g.keys))
+	for k := range conflictedKey {
+		if ki, ok := g.keyIndex[k]; ok {
+			r.keyMemo.set(ki, -1) // no unconflicted event
+		}
+	}
+	if _, err := r.stateAt(base); err != nil {
+		return stateChanges{}, err
+	}
 	view := &resView{g: g, upTo: r.upTo, memo: &r.keyMemo, unconflicted: func(k int32) (int32, bool, error) {
-		// The HAMT value is the event's record ID, which the auth index maps to
-		// the event without going through its ID string (in a 1M-event replay
-		// unconflictedOf took 29.7 s of CPU samples through roomResolver.lookup and
-		// the ID table, 22.4 s this way; one run each).
-		if conflictedKey[g.keys[k]] {
-			return -1, false, nil
+		// Conflicted keys are in the memo already; the others are the base's.
+		if r.cursor.valid && r.cursor.root == base && r.cursor.val[k] != cursorElsewhere {
+			x := r.cursor.val[k]
+			return x, x >= 0, nil
 		}
 		v, ok, err := r.rd.Get(base, g.keyBytes[k])
 		if err != nil || !ok {
