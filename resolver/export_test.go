@@ -216,7 +216,9 @@ func SetAheadAuth(on bool) (restore func()) {
 
 // Lookup is lookup (the state cursor, else the HAMT); LookupHAMT reads the HAMT
 // only.
-func (r *roomResolver) Lookup(root hamtstore.NodeID, k Key) (string, bool, error) { return r.lookup(root, k) }
+func (r *roomResolver) Lookup(root hamtstore.NodeID, k Key) (string, bool, error) {
+	return r.lookup(root, k)
+}
 
 // LookupHAMT is lookupHAMT.
 func (r *roomResolver) LookupHAMT(root hamtstore.NodeID, k Key) (string, bool, error) {
