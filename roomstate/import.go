@@ -597,7 +597,7 @@ func (imp *importer) one(q *queuedPDU) error {
 		pd, err = pdu.Parse(version, q.raw)
 	}
 	if err != nil {
-		return imp.fail(q, h.EventID, err)
+		return imp.fail(q, imp.refusedEventID(h, q.raw), err)
 	}
 	eventID, roomID := pd.EventID(), pd.RoomID().String()
 	if q.declared != "" && q.declared != eventID {
@@ -641,7 +641,7 @@ func (imp *importer) check(q *queuedPDU) (pdu.Header, error) {
 		return h, imp.fail(q, imp.refusedEventID(h, raw), q.sizeErr)
 	}
 	if err != nil {
-		return h, imp.fail(q, "", err)
+		return h, imp.fail(q, imp.refusedEventID(h, raw), err)
 	}
 	return h, nil
 }
