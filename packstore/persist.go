@@ -340,7 +340,7 @@ func (s *PackfileStorage) loadIndexLocked(ids []uint16, files indexFiles) (cover
 	}
 	cp := files.checkpoint()
 	if cp == nil {
-		s.report.CheckpointErr = s.indexCorruptf(checkpointFile, 0, "%v", files.cpErr)
+		s.report.CheckpointErr = s.indexCorruptf(checkpointFile, ckptErrorOffset(files.cpErr), "%v", files.cpErr)
 		return loc{}, false
 	}
 	// extent: the bytes of each shard the index reflects.

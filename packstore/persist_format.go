@@ -31,6 +31,8 @@ const (
 
 	ckptHeaderLen    = 48 // fixed header, CRC at ckptHeaderCRCOff
 	ckptHeaderCRCOff = ckptHeaderLen - crcLen
+	ckptCoveredOff   = 16 // covered position C in the header
+	ckptCountsOff    = 24 // shard, meta and collection counts in the header
 	ckptShardLen     = 8  // pack u16 | zero u16 | size u32
 	ckptMetaLen      = 28 // kind u8 | zero u8 | shard u16 | coll 16 | pack u16 | zero u16 | off u32
 	ckptCollHeadLen  = 32 // coll 16 | bits u8 | zero 3 | count u32 | liveBytes u64
@@ -193,14 +195,43 @@ func appendCompactSlots(b []byte, slots []atomic.Uint64) []byte {
 	return b
 }
 
+// ckptError is an error decoding a checkpoint and the file offset of what
+// failed: a field, an entry, a slot, or the first byte a failed CRC covers.
+type ckptError struct {
+	off int64
+	err error
+}
+
+// Error is the reason, without the offset (indexCorruptf adds it).
+func (e *ckptError) Error() string { return e.err.Error() }
+
+// Unwrap returns the reason.
+func (e *ckptError) Unwrap() error { return e.err }
+
+// ckptErrorf is a ckptError at file offset off.
+func ckptErrorf(off int, format string, args ...any) error {
+	return &ckptError{off: int64(off), err: fmt.Errorf(format, args...)}
+}
+
+// ckptErrorOffset returns the file offset a checkpoint decoding error
+// carries, 0 when it carries none.
+func ckptErrorOffset(err error) int64 {
+	var e *ckptError
+	if errors.As(err, &e) {
+		return e.off
+	}
+	return 0
+}
+
 // decodeCheckpoint validates and decodes a checkpoint file. It checks every
 // count against the file size before allocating, both CRCs, and the
 // structural invariants of each table (slot count = count, load <= 75%,
 // slot shards known to the shard table and offsets inside their covered
 // bytes). The body CRC is computed over each part as it is decoded (see
 // ckptBody) and compared at the end; nothing decoded is used before that.
-// Errors are bare reasons; callers wrap them with ErrCorrupt and the file
-// name.
+// Errors are bare reasons carrying the file offset of what failed
+// (ckptErrorOffset); callers wrap them with ErrCorrupt, the file name and
+// that offset.
 func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	return decodeCheckpointAsRead(b, nil, nil)
 }
@@ -222,25 +253,29 @@ func decodeCheckpointAsRead(b []byte, avail func(n int), bodyCRC func() uint32) 
 	r := &ckptBody{b: b[ckptHeaderLen : len(b)-crcLen], off: ckptHeaderLen, avail: avail, sum: bodyCRC == nil}
 	nShards, nMeta, nColls := counts[0], counts[1], counts[2]
 	if fixed := nShards*ckptShardLen + nMeta*ckptMetaLen + nColls*ckptCollHeadLen; nShards > MaxShards || fixed > uint64(len(r.b)) {
-		return nil, fmt.Errorf("checkpoint counts (%d shards, %d meta, %d collections) exceed its %d body bytes", nShards, nMeta, nColls, len(r.b))
+		return nil, ckptErrorf(ckptCountsOff, "checkpoint counts (%d shards, %d meta, %d collections) exceed its %d body bytes", nShards, nMeta, nColls, len(r.b))
 	}
 	t := &ckptShards{}
-	if err := c.decodeShards(r.take(nShards*ckptShardLen), t); err != nil {
+	if err := c.decodeShards(r.take(nShards*ckptShardLen), r.off-int(nShards*ckptShardLen), t); err != nil {
 		return nil, err
 	}
-	if err := c.decodeMeta(r.take(nMeta*ckptMetaLen), t); err != nil {
+	if err := c.decodeMeta(r.take(nMeta*ckptMetaLen), r.off-int(nMeta*ckptMetaLen), t); err != nil {
 		return nil, err
 	}
 	c.colls = make([]ckptColl, 0, min(nColls, 1<<16))
 	for i := range nColls {
+		at := r.off
 		cc, err := decodeCkptColl(r, c.version, t)
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint collection %d: %v", i, err)
+			if ckptErrorOffset(err) == 0 {
+				err = &ckptError{off: int64(at), err: err}
+			}
+			return nil, fmt.Errorf("checkpoint collection %d (at offset %d): %w", i, at, err)
 		}
 		c.colls = append(c.colls, cc)
 	}
 	if len(r.b) != 0 {
-		return nil, fmt.Errorf("checkpoint has %d trailing bytes", len(r.b))
+		return nil, ckptErrorf(r.off, "checkpoint has %d trailing bytes", len(r.b))
 	}
 	if avail != nil {
 		avail(len(b))
@@ -250,7 +285,8 @@ func decodeCheckpointAsRead(b []byte, avail func(n int), bodyCRC func() uint32) 
 		got = bodyCRC()
 	}
 	if want := binary.LittleEndian.Uint32(b[len(b)-crcLen:]); want != got {
-		return nil, fmt.Errorf("checkpoint body crc mismatch: stored %08x, computed %08x", want, got)
+		return nil, ckptErrorf(ckptHeaderLen, "checkpoint body crc mismatch over bytes %d-%d: stored %08x (at offset %d), computed %08x",
+			ckptHeaderLen, len(b)-crcLen-1, want, len(b)-crcLen, got)
 	}
 	c.live = &t.live
 	return c, nil
@@ -282,27 +318,32 @@ func (t *ckptShards) use(v uint64) bool {
 func decodeCkptHeader(b []byte) (*checkpoint, [3]uint64, error) {
 	var counts [3]uint64
 	if len(b) < ckptHeaderLen+crcLen {
-		return nil, counts, fmt.Errorf("short checkpoint: %d bytes", len(b))
+		return nil, counts, ckptErrorf(0, "short checkpoint: %d bytes", len(b))
 	}
 	if [4]byte(b[:4]) != checkpointMagic {
-		return nil, counts, fmt.Errorf("bad checkpoint magic %q", b[:4])
+		return nil, counts, ckptErrorf(0, "bad checkpoint magic %q", b[:4])
 	}
 	if b[4] != checkpointVersion && b[4] != checkpointVersionV2 && b[4] != checkpointVersionV1 {
-		return nil, counts, fmt.Errorf("unsupported checkpoint version 0x%02x", b[4])
+		return nil, counts, ckptErrorf(4, "unsupported checkpoint version 0x%02x", b[4])
 	}
 	if want, got := binary.LittleEndian.Uint32(b[ckptHeaderCRCOff:]), checksum(b[:ckptHeaderCRCOff]); want != got {
-		return nil, counts, fmt.Errorf("checkpoint header crc mismatch: stored %08x, computed %08x", want, got)
+		return nil, counts, ckptErrorf(0, "checkpoint header crc mismatch over bytes 0-%d: stored %08x (at offset %d), computed %08x",
+			ckptHeaderCRCOff-1, want, ckptHeaderCRCOff, got)
 	}
-	if b[5]|b[6]|b[7] != 0 || binary.LittleEndian.Uint32(b[36:]) != 0 || binary.LittleEndian.Uint32(b[40:]) != 0 {
-		return nil, counts, errors.New("nonzero reserved checkpoint header bytes")
+	for _, r := range [][2]int{{5, 8}, {36, 44}} {
+		for i := r[0]; i < r[1]; i++ {
+			if b[i] != 0 {
+				return nil, counts, ckptErrorf(i, "nonzero reserved checkpoint header byte")
+			}
+		}
 	}
 	c := &checkpoint{version: b[4], gen: binary.LittleEndian.Uint64(b[8:])}
 	var err error
-	if c.covered, err = getLoc(b[16:]); err != nil {
-		return nil, counts, err
+	if c.covered, err = getLoc(b[ckptCoveredOff:]); err != nil {
+		return nil, counts, &ckptError{off: ckptCoveredOff, err: err}
 	}
 	for i := range counts {
-		counts[i] = uint64(binary.LittleEndian.Uint32(b[24+4*i:]))
+		counts[i] = uint64(binary.LittleEndian.Uint32(b[ckptCountsOff+4*i:]))
 	}
 	return c, counts, nil
 }
@@ -337,15 +378,15 @@ func (r *ckptBody) take(n uint64) []byte {
 // that it decodes the first bytes of a large table while the rest is read.
 const ckptTakeChunk = 1 << 20
 
-// decodeShards decodes the shard list (ascending pack IDs) into c.shards
-// and sizes.
-func (c *checkpoint) decodeShards(b []byte, t *ckptShards) error {
+// decodeShards decodes the shard list (ascending pack IDs), which starts at
+// file offset at, into c.shards and sizes.
+func (c *checkpoint) decodeShards(b []byte, at int, t *ckptShards) error {
 	c.shards = make([]ckptShard, len(b)/ckptShardLen)
 	for i := range c.shards {
 		e := b[i*ckptShardLen:]
 		sh := ckptShard{id: binary.LittleEndian.Uint16(e), size: binary.LittleEndian.Uint32(e[4:])}
 		if binary.LittleEndian.Uint16(e[2:]) != 0 || sh.id >= MaxShards || sh.size < HeaderSize || sh.size > MaxShardBytesLimit || (i > 0 && sh.id <= c.shards[i-1].id) {
-			return fmt.Errorf("checkpoint shard entry %d invalid", i)
+			return ckptErrorf(at+i*ckptShardLen, "checkpoint shard entry %d invalid", i)
 		}
 		c.shards[i] = sh
 		t.size[sh.id] = sh.size
@@ -353,9 +394,9 @@ func (c *checkpoint) decodeShards(b []byte, t *ckptShards) error {
 	return nil
 }
 
-// decodeMeta decodes the retirement metadata entries into c.meta; each must
-// name a listed shard.
-func (c *checkpoint) decodeMeta(b []byte, t *ckptShards) error {
+// decodeMeta decodes the retirement metadata entries, which start at file
+// offset at, into c.meta; each must name a listed shard.
+func (c *checkpoint) decodeMeta(b []byte, at int, t *ckptShards) error {
 	c.meta = make([]ckptMeta, len(b)/ckptMetaLen)
 	for i := range c.meta {
 		e := b[i*ckptMetaLen:]
@@ -363,13 +404,13 @@ func (c *checkpoint) decodeMeta(b []byte, t *ckptShards) error {
 		var err error
 		if m.kind == metaReset {
 			if m.pos = getPos(e[20:]); m.pos.off < HeaderSize || m.pos.off > MaxShardBytesLimit {
-				return fmt.Errorf("checkpoint meta entry %d: invalid position %x", i, e[20:28])
+				return ckptErrorf(at+i*ckptMetaLen+20, "checkpoint meta entry %d: invalid position %x", i, e[20:28])
 			}
 		} else if m.at, err = getLoc(e[20:]); err != nil {
-			return fmt.Errorf("checkpoint meta entry %d: %v", i, err)
+			return ckptErrorf(at+i*ckptMetaLen+20, "checkpoint meta entry %d: %v", i, err)
 		}
 		if m.shard >= MaxShards || t.size[m.shard] == 0 || e[1] != 0 || (m.kind != metaData && m.kind != metaReset) || (m.kind == metaData && m.at.shard != m.shard) {
-			return fmt.Errorf("checkpoint meta entry %d invalid", i)
+			return ckptErrorf(at+i*ckptMetaLen, "checkpoint meta entry %d invalid", i)
 		}
 		c.meta[i] = m
 	}
@@ -381,24 +422,25 @@ func (c *checkpoint) decodeMeta(b []byte, t *ckptShards) error {
 // occupancy bitmap and the used slots from 0x03).
 func decodeCkptColl(r *ckptBody, version byte, t *ckptShards) (ckptColl, error) {
 	if len(r.b) < ckptCollHeadLen {
-		return ckptColl{}, errors.New("truncated")
+		return ckptColl{}, ckptErrorf(r.off, "truncated")
 	}
+	at := r.off // the head's offset
 	h := r.take(ckptCollHeadLen)
 	cc := ckptColl{coll: ID(h[:16]), bits: uint(h[16]),
 		count: int(binary.LittleEndian.Uint32(h[20:])), liveBytes: int64(binary.LittleEndian.Uint64(h[24:]))}
 	if cc.bits < minTableBits || cc.bits > ckptMaxBits || h[17]|h[18]|h[19] != 0 {
-		return cc, fmt.Errorf("table bits %d invalid", cc.bits)
+		return cc, ckptErrorf(at+16, "table bits %d invalid", cc.bits)
 	}
 	n := uint64(1) << cc.bits
 	if cc.count == 0 || cc.count*4 > int(n)*3 || cc.liveBytes < int64(cc.count)*FrameOverhead {
-		return cc, fmt.Errorf("count %d, live bytes %d for %d slots", cc.count, cc.liveBytes, n)
+		return cc, ckptErrorf(at+20, "count %d, live bytes %d for %d slots", cc.count, cc.liveBytes, n)
 	}
 	need := n * 8
 	if version >= checkpointVersion {
 		need = n/8 + uint64(cc.count)*8
 	}
 	if need > uint64(len(r.b)) {
-		return cc, fmt.Errorf("%d slots (%d bytes) exceed the remaining %d bytes", n, need, len(r.b))
+		return cc, ckptErrorf(at+16, "%d slots (%d bytes) exceed the remaining %d bytes", n, need, len(r.b))
 	}
 	cc.slots = make([]atomic.Uint64, n)
 	var err error
@@ -414,7 +456,7 @@ func decodeCkptColl(r *ckptBody, version byte, t *ckptShards) (ckptColl, error) 
 // 0x02).
 func decodeFullSlots(r *ckptBody, slots []atomic.Uint64, count int, t *ckptShards) error {
 	var b []byte // the taken bytes from slot j on
-	used := 0
+	used, at := 0, r.off
 	for j := range slots {
 		if len(b) == 0 {
 			b = r.take(uint64(min(len(slots)-j, ckptTakeChunk/8)) * 8)
@@ -425,13 +467,13 @@ func decodeFullSlots(r *ckptBody, slots []atomic.Uint64, count int, t *ckptShard
 			continue
 		}
 		if !t.use(v) {
-			return fmt.Errorf("slot %d points at %d/%d outside the covered shards", j, slotLoc(v).shard, slotLoc(v).off)
+			return ckptErrorf(r.off-len(b)-8, "slot %d points at %d/%d outside the covered shards", j, slotLoc(v).shard, slotLoc(v).off)
 		}
 		slots[j].Store(v)
 		used++
 	}
 	if used != count {
-		return fmt.Errorf("%d used slots, count %d", used, count)
+		return ckptErrorf(at, "%d used slots, count %d", used, count)
 	}
 	return nil
 }
@@ -442,12 +484,13 @@ func decodeFullSlots(r *ckptBody, slots []atomic.Uint64, count int, t *ckptShard
 // inside a listed shard.
 func decodeCompactSlots(r *ckptBody, slots []atomic.Uint64, count int, t *ckptShards) error {
 	bitmap := r.take(uint64(len(slots) / 8))
+	at := r.off - len(bitmap)
 	used := 0
 	for _, x := range bitmap {
 		used += bits.OnesCount8(x)
 	}
 	if used != count {
-		return fmt.Errorf("occupancy bitmap marks %d slots, count %d", used, count)
+		return ckptErrorf(at, "occupancy bitmap marks %d slots, count %d", used, count)
 	}
 	var packed []byte // the taken used slots from the next on
 	left := count     // used slots not taken yet
@@ -461,7 +504,7 @@ func decodeCompactSlots(r *ckptBody, slots []atomic.Uint64, count int, t *ckptSh
 			v := binary.LittleEndian.Uint64(packed)
 			packed = packed[8:]
 			if v == 0 || !t.use(v) {
-				return fmt.Errorf("slot %d holds %#x: not a location inside the covered shards", j, v)
+				return ckptErrorf(r.off-len(packed)-8, "slot %d holds %#x: not a location inside the covered shards", j, v)
 			}
 			slots[j].Store(v)
 		}

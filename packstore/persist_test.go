@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -184,9 +185,11 @@ func TestDeltaEntryHex(t *testing.T) {
 }
 
 // TestCheckpointCompactCorrupt: a 0x03 table whose bytes are damaged but
-// whose CRCs were recomputed (so only the structural checks can notice)
-// is rejected with an error saying what is wrong, and Open then rebuilds by
-// scanning, naming index.ckpt in OpenReport.CheckpointErr.
+// whose CRCs were recomputed (so only the structural checks can notice), or
+// a checkpoint whose header or body CRC no longer matches, is rejected with
+// an error saying what is wrong and the offset of what failed (the field,
+// entry or slot; for a CRC, the first byte it covers), and Open then rebuilds
+// by scanning, naming index.ckpt and that offset in OpenReport.CheckpointErr.
 func TestCheckpointCompactCorrupt(t *testing.T) {
 	seed, err := os.ReadFile(filepath.Join("testdata", "checkpoint.bin"))
 	if err != nil {
@@ -194,22 +197,32 @@ func TestCheckpointCompactCorrupt(t *testing.T) {
 	}
 	slot := len(seed) - crcLen - 8 // the one used slot
 	bitmap := slot - 1
+	collHead := bitmap - ckptCollHeadLen
 	for _, tc := range []struct {
-		name string
-		mess func(b []byte) []byte
-		want string
+		name    string
+		mess    func(b []byte) []byte
+		want    string
+		at      int  // the offset the error names
+		keepCRC bool // leave the body CRC as it is (else recomputed)
 	}{
-		{"bitmap marks two slots", func(b []byte) []byte { b[bitmap] |= 1; return b }, "occupancy bitmap marks 2 slots, count 1"},
-		{"bitmap marks none", func(b []byte) []byte { b[bitmap] = 0; return b }, "occupancy bitmap marks 0 slots, count 1"},
-		{"zero slot", func(b []byte) []byte { clear(b[slot : slot+8]); return b }, "slot 2 holds 0x0"},
-		{"slot past its shard", func(b []byte) []byte { b[slot+1] = 0x70; return b }, "not a location inside the covered shards"},
-		{"slot in an unlisted shard", func(b []byte) []byte { b[slot+3] = 0x30; return b }, "not a location inside the covered shards"},
-		{"slot list cut short", func(b []byte) []byte { return append(b[:slot], b[slot+8:]...) }, "exceed the remaining"},
-		{"extra slot", func(b []byte) []byte { return append(b[:slot+8], append(make([]byte, 8), b[slot+8:]...)...) }, "trailing bytes"},
+		{"bitmap marks two slots", func(b []byte) []byte { b[bitmap] |= 1; return b }, "occupancy bitmap marks 2 slots, count 1", bitmap, false},
+		{"bitmap marks none", func(b []byte) []byte { b[bitmap] = 0; return b }, "occupancy bitmap marks 0 slots, count 1", bitmap, false},
+		{"zero slot", func(b []byte) []byte { clear(b[slot : slot+8]); return b }, "slot 2 holds 0x0", slot, false},
+		{"slot past its shard", func(b []byte) []byte { b[slot+1] = 0x70; return b }, "not a location inside the covered shards", slot, false},
+		{"slot in an unlisted shard", func(b []byte) []byte { b[slot+3] = 0x30; return b }, "not a location inside the covered shards", slot, false},
+		{"slot list cut short", func(b []byte) []byte { return append(b[:slot], b[slot+8:]...) }, "exceed the remaining", collHead + 16, false},
+		{"extra slot", func(b []byte) []byte { return append(b[:slot+8], append(make([]byte, 8), b[slot+8:]...)...) }, "trailing bytes", slot + 8, false},
+		{"table bits", func(b []byte) []byte { b[collHead+16] = 99; return b }, "table bits 99 invalid", collHead + 16, false},
+		{"shard entry", func(b []byte) []byte { clear(b[ckptHeaderLen+4 : ckptHeaderLen+8]); return b }, "checkpoint shard entry 0 invalid", ckptHeaderLen, false},
+		{"version", func(b []byte) []byte { b[4] = 0x09; return b }, "unsupported checkpoint version 0x09", 4, false},
+		{"header crc", func(b []byte) []byte { b[10] ^= 1; return b }, "checkpoint header crc mismatch over bytes 0-43", 0, false},
+		{"body crc", func(b []byte) []byte { b[len(b)-1] ^= 1; return b }, fmt.Sprintf("checkpoint body crc mismatch over bytes 48-%d", len(seed)-crcLen-1), ckptHeaderLen, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := tc.mess(append([]byte{}, seed...))
-			binary.LittleEndian.PutUint32(b[len(b)-crcLen:], checksum(b[ckptHeaderLen:len(b)-crcLen]))
+			if !tc.keepCRC {
+				binary.LittleEndian.PutUint32(b[len(b)-crcLen:], checksum(b[ckptHeaderLen:len(b)-crcLen]))
+			}
 			if _, err := decodeCheckpoint(b); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("decode: %v, want %q", err, tc.want)
 			}
@@ -224,8 +237,9 @@ func TestCheckpointCompactCorrupt(t *testing.T) {
 			s = openStore(t, Options{Dir: dir})
 			defer s.Close()
 			rep := s.OpenReport()
-			if rep.Source != "scan" || !errors.Is(rep.CheckpointErr, ErrCorrupt) || !strings.Contains(rep.CheckpointErr.Error(), checkpointFile) {
-				t.Fatalf("open: source %s, checkpoint error %v", rep.Source, rep.CheckpointErr)
+			where := fmt.Sprintf("%s offset %d: ", checkpointFile, tc.at)
+			if rep.Source != "scan" || !errors.Is(rep.CheckpointErr, ErrCorrupt) || !strings.Contains(rep.CheckpointErr.Error(), where) {
+				t.Fatalf("open: source %s, checkpoint error %v, want %q", rep.Source, rep.CheckpointErr, where)
 			}
 		})
 	}

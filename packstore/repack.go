@@ -50,7 +50,9 @@ type repackJob struct {
 // syncs and retires garbage shards.
 //
 // Errors: until the reset markers are durable, an error leaves the
-// in-memory index the old one. A failed write (out of space, say) or fsync
+// in-memory index the old one. The fresh shard is created just before the
+// first copy is appended: a repack that fails before that (a corrupt frame
+// among the first it reads) creates no shard file. A failed write (out of space, say) or fsync
 // of the copies leaves the old shards and index intact, and the copies are
 // removed before the error returns: the output shard being written is cut
 // back to its header and the output shards filled before it are retired
@@ -92,22 +94,41 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 		if err := s.checkFitLocked(true, sizes); err != nil {
 			return st, err
 		}
-		if s.active.size > HeaderSize {
-			if err := s.rollLocked(); err != nil {
-				return st, err
-			}
-		}
 	}
 	defer s.repackProgress.Store(-1)
-	out := s.active // the copies start here, in an empty shard
+	// The copies start in an empty shard: the active one when it is empty,
+	// else a new one, rolled into just before the first frame is appended
+	// (startOut), so that a repack failing before it writes anything (a
+	// corrupt frame among the first it reads) leaves no shard file behind.
+	out := s.active
+	roll := len(jobs) > 0 && s.active.size > HeaderSize
+	startOut := func() error {
+		if !roll {
+			return nil
+		}
+		if err := s.rollLocked(); err != nil {
+			return err
+		}
+		roll, out = false, s.active
+		return nil
+	}
+	abandon := func(err error) error {
+		switch {
+		case !roll:
+			return s.abandonLocked(out, err)
+		case s.broken != nil: // the roll's fsync of the active shard failed
+			return fmt.Errorf("packstore: repack: %w; %s on disk (no copy was written), and the store refuses writes until it is reopened", err, repackIntact)
+		}
+		return fmt.Errorf("packstore: repack: %w; %s (no copy was written)", err, repackIntact)
+	}
 	tables := make([]*lossyTable, len(jobs))
 	bytes := make([]int64, len(jobs))
 	starts := make([]pos, len(jobs))
 	for i, j := range jobs {
 		s.repackProgress.Store(int64(i))
-		t, start, n, err := s.copyJobLocked(j)
+		t, start, n, err := s.copyJobLocked(j, startOut)
 		if err != nil {
-			return st, s.abandonLocked(out, err)
+			return st, abandon(err)
 		}
 		tables[i], bytes[i] = t, n
 		if len(j.ids) > 0 {
@@ -120,40 +141,73 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	// First durability point: every copy is on disk before any marker that
 	// makes the old frames dead is written.
 	if err := s.syncActiveLocked(); err != nil {
-		return st, s.abandonLocked(out, err)
+		return st, abandon(err)
 	}
 	if len(jobs) > 0 {
-		markers := make([]outFrame, len(jobs))
-		end := s.endPosLocked()
-		for i, j := range jobs {
-			p := starts[i]
-			if len(j.ids) == 0 {
-				p = end
-			}
-			markers[i] = s.markerFrameLocked(j.coll, p)
+		if err := startOut(); err != nil { // no copies: the markers start the shard
+			return st, abandon(err)
 		}
-		last := s.active
-		if _, err := s.appendLocked(markers); err != nil {
-			if s.active != last {
-				// A roll fsynced the markers before it: on disk those
-				// collections are repacked, in memory not yet.
-				s.broken = err
-				return st, fmt.Errorf("packstore: repack: %w; %s", err, repackSplit)
-			}
-			return st, s.abandonLocked(out, err)
-		}
-		if s.testHookAfterMarkers != nil {
-			s.testHookAfterMarkers()
-		}
-		// Second durability point: the markers are on disk before any index
-		// refers only to the copies or any shard is deleted.
-		if err := s.syncActiveLocked(); err != nil {
-			return st, fmt.Errorf("packstore: repack: %w; %s", err, repackSplit)
+		if err := s.markLocked(jobs, starts, out); err != nil {
+			return st, err
 		}
 	}
+	st.RecordsDropped = s.installLocked(jobs, tables, bytes)
+	st.ShardsRetired, st.BytesRetired, err = s.retireLocked()
+	if err == nil {
+		// The old checkpoint may list retired shards: replace it now, so that
+		// only a crash in this window costs a full scan at the next open.
+		err = s.flushDeltaLocked(false)
+	}
+	if err != nil {
+		return st, fmt.Errorf("%w: %w; %s", ErrRepackApplied, err, repackApplied)
+	}
+	return st, nil
+}
+
+// markLocked appends one reset marker per job, at the job's first copy
+// (starts[i]) or, for an empty list, at the marker's own position, and
+// fsyncs them: the second durability point of Repack, after which the
+// copies are the collections. out is Repack's output shard, for
+// abandonLocked. The error says what the store holds.
+func (s *PackfileStorage) markLocked(jobs []repackJob, starts []pos, out *shard) error {
+	markers := make([]outFrame, len(jobs))
+	end := s.endPosLocked()
+	for i, j := range jobs {
+		p := starts[i]
+		if len(j.ids) == 0 {
+			p = end
+		}
+		markers[i] = s.markerFrameLocked(j.coll, p)
+	}
+	last := s.active
+	if _, err := s.appendLocked(markers); err != nil {
+		if s.active != last {
+			// A roll fsynced the markers before it: on disk those
+			// collections are repacked, in memory not yet.
+			s.broken = err
+			return fmt.Errorf("packstore: repack: %w; %s", err, repackSplit)
+		}
+		return s.abandonLocked(out, err)
+	}
+	if s.testHookAfterMarkers != nil {
+		s.testHookAfterMarkers()
+	}
+	// The markers are on disk before any index refers only to the copies or
+	// any shard is deleted.
+	if err := s.syncActiveLocked(); err != nil {
+		return fmt.Errorf("packstore: repack: %w; %s", err, repackSplit)
+	}
+	return nil
+}
+
+// installLocked publishes the replacement index of each job (tables[i],
+// whose copies hold bytes[i] frame bytes), once the reset markers are
+// durable: an empty list deletes the collection. It moves the shards' live
+// counts from the old frames to the copies and returns the records dropped.
+func (s *PackfileStorage) installLocked(jobs []repackJob, tables []*lossyTable, bytes []int64) (dropped int) {
 	for i, j := range jobs {
 		if j.c != nil {
-			st.RecordsDropped += j.c.live - len(j.ids)
+			dropped += j.c.live - len(j.ids)
 			j.c.table.Load().each(func(l loc) { s.shards[l.shard].Load().live-- })
 		}
 		if len(j.ids) == 0 {
@@ -171,16 +225,7 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 			s.colls.Store(j.coll, c)
 		}
 	}
-	st.ShardsRetired, st.BytesRetired, err = s.retireLocked()
-	if err == nil {
-		// The old checkpoint may list retired shards: replace it now, so that
-		// only a crash in this window costs a full scan at the next open.
-		err = s.flushDeltaLocked(false)
-	}
-	if err != nil {
-		return st, fmt.Errorf("%w: %w; %s", ErrRepackApplied, err, repackApplied)
-	}
-	return st, nil
+	return dropped
 }
 
 // What the store holds after a failed repack, as its error says.
@@ -307,21 +352,28 @@ func (s *PackfileStorage) planJobsLocked(plan RepackPlan) ([]repackJob, error) {
 // copyJobLocked appends copies of the listed frames of one job and returns
 // the (unpublished) replacement index, the position of the first copy (the
 // job's marker position; zero when nothing was listed) and the bytes copied.
-func (s *PackfileStorage) copyJobLocked(j repackJob) (*lossyTable, loc, int64, error) {
+// start runs before each append of frames (Repack's roll into its output
+// shard).
+func (s *PackfileStorage) copyJobLocked(j repackJob, start func() error) (*lossyTable, loc, int64, error) {
 	t := newTable(tableBitsFor(len(j.ids)))
 	var copied int64
-	var start loc
+	var at loc // the first copy's
 	first := true
 	var frames []outFrame
 	pending := 0
 	flush := func() error {
+		if len(frames) > 0 {
+			if err := start(); err != nil {
+				return err
+			}
+		}
 		locs, err := s.appendLocked(frames)
 		if err != nil {
 			return err
 		}
 		for i, fr := range frames {
 			if first {
-				start, first = locs[i], false
+				at, first = locs[i], false
 			}
 			t.insertUnique(makeSlot(fr.id, locs[i]), fr.id)
 			copied += int64(len(fr.b))
@@ -358,7 +410,7 @@ func (s *PackfileStorage) copyJobLocked(j repackJob) (*lossyTable, loc, int64, e
 	if err := flush(); err != nil {
 		return nil, loc{}, 0, err
 	}
-	return t, start, copied, nil
+	return t, at, copied, nil
 }
 
 // retireLocked deletes every shard that (a) no index slot references, (b) is

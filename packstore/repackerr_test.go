@@ -3,6 +3,8 @@ package packstore
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -85,5 +87,78 @@ func TestRepackErrorSaysWhatHappened(t *testing.T) {
 			}
 			mustCheck(t, s)
 		})
+	}
+}
+
+// TestRepackCorruptFrameLeavesNoShard: a repack that meets a corrupt frame
+// before it has copied anything fails with ErrCorrupt and creates no shard
+// file (it rolls into its output shard only to append the first copy); the
+// store takes writes after it, and reopens with every record but the damaged
+// one readable.
+func TestRepackCorruptFrameLeavesNoShard(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir}
+	s := openStore(t, opts)
+	coll := ID{1}
+	var ids []ID
+	for i := range 40 {
+		ids = append(ids, idN(2, i))
+		if err := s.Put(coll, ids[i], bytes.Repeat([]byte{byte(i)}, 500)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, shardFileName(0))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(b) / 2; i < len(b)/2+16; i++ {
+		b[i] ^= 0x5a
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	shards := func() []string {
+		m, err := filepath.Glob(filepath.Join(dir, "shard-*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	s = openStore(t, opts)
+	_, err = s.Repack(RepackPlan{Collections: []CollectionPlan{{Collection: coll, Records: ids}}})
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Repack over a corrupt frame: %v", err)
+	}
+	if got := shards(); len(got) != 1 {
+		t.Fatalf("shard files after the failed repack: %v", got)
+	}
+	if !strings.Contains(err.Error(), "no copy was written") {
+		t.Errorf("the error does not say nothing was written: %v", err)
+	}
+	if err := s.Put(coll, idN(3, 0), []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, opts)
+	defer s.Close()
+	mustGet(t, s, coll, idN(3, 0), []byte("after"))
+	bad := 0
+	for i, id := range ids {
+		got, err := s.Get(coll, id)
+		switch {
+		case errors.Is(err, ErrCorrupt):
+			bad++
+		case err != nil || !bytes.Equal(got, bytes.Repeat([]byte{byte(i)}, 500)):
+			t.Fatalf("record %d after the failed repack: %d bytes, %v", i, len(got), err)
+		}
+	}
+	if bad != 1 {
+		t.Fatalf("%d records read as corrupt, want the damaged one", bad)
 	}
 }

@@ -1,7 +1,6 @@
 package resolver_test
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,10 +11,24 @@ import (
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/recorded"
 	"github.com/mtxdb/mtxdb/resolver"
+	"github.com/mtxdb/mtxdb/roomrecord"
 	"github.com/mtxdb/mtxdb/roomstate"
 	"github.com/mtxdb/mtxdb/roomstate/roomstatetest"
 	"github.com/mtxdb/mtxdb/testrooms"
 )
+
+// importLines returns a function importing PDU lines of one room into st and
+// returning the room.
+func importLines(t *testing.T, st *roomstate.Store) func([]string) *roomstate.Room {
+	return func(ls []string) *roomstate.Room {
+		t.Helper()
+		res, err := st.Import(t.Context(), strings.NewReader(strings.Join(ls, "\n")), "part", roomstate.ImportOptions{})
+		require.NoError(t, err)
+		room, err := st.Room(t.Context(), res.Rooms[0])
+		require.NoError(t, err)
+		return room
+	}
+}
 
 // TestReplayIncremental: replay after a partial import computes those events; a second
 // replay writes nothing; importing the rest and replaying computes only the new
@@ -24,25 +37,11 @@ import (
 func TestReplayIncremental(t *testing.T) {
 	ctx := t.Context()
 	dir := filepath.Join(testrooms.Dir(), "real", "room004_union")
-	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
-	require.NoError(t, err)
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<24)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	f.Close()
+	lines, exp := realRoomLines(t, "room004_union")
 	require.Greater(t, len(lines), 150)
 
 	eng, st := roomstatetest.Open(t, t.TempDir())
-	imp := func(ls []string) *roomstate.Room {
-		res, err := st.Import(ctx, strings.NewReader(strings.Join(ls, "\n")), "part", roomstate.ImportOptions{})
-		require.NoError(t, err)
-		room, err := st.Room(ctx, res.Rooms[0])
-		require.NoError(t, err)
-		return room
-	}
+	imp := importLines(t, st)
 	room := imp(lines[:100])
 	res, err := resolver.Replay(ctx, room, resolver.ReplayOptions{})
 	require.NoError(t, err)
@@ -70,8 +69,6 @@ func TestReplayIncremental(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, len(lines), res.Computed)
 	require.Equal(t, incremental.CurrentState, room.Head().CurrentState)
-	exp, err := recorded.Load(dir)
-	require.NoError(t, err)
 	cr, err := recorded.Compare(ctx, room, exp, func(m recorded.Mismatch) { t.Error(m) })
 	require.NoError(t, err)
 	require.Equal(t, len(exp.After), cr.Events)
@@ -123,4 +120,66 @@ func TestReplayBackfillOrder(t *testing.T) {
 	ck, err := room.Check(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, len(rev)-3, ck.Dangling)
+}
+
+// TestReplayCorruptMeta: replay reads each computed event's metadata record and
+// compares it with the graph record. A metadata record that does not decode, or
+// that names other prev_events than the graph record, ends a first replay, a
+// Force replay and an incremental replay after a further import that computes
+// that event, with ErrCorruptRecord naming the event.
+func TestReplayCorruptMeta(t *testing.T) {
+	ctx := t.Context()
+	lines, _ := realRoomLines(t, "room003")
+	require.Len(t, lines, 212)
+	eng := packstore.NewMemStorage()
+	st := roomstate.New(eng)
+	imp := importLines(t, st)
+	room := imp(lines[:150])
+	ids, err := room.EventIDs()
+	require.NoError(t, err)
+	coll := roomrecord.CollectionID(room.ID())
+	// damage replaces the metadata record of event id; the returned func puts the
+	// good one back.
+	damage := func(id string, bad func(good []byte) []byte) func() {
+		rid := roomrecord.MetaRecordID(roomrecord.EventRecordID(id))
+		good, err := eng.Get(coll, rid)
+		require.NoError(t, err)
+		require.NoError(t, eng.PutMany(coll, []packstore.Record{{ID: rid, Data: bad(good)}}))
+		return func() { require.NoError(t, eng.PutMany(coll, []packstore.Record{{ID: rid, Data: good}})) }
+	}
+	truncate := func(good []byte) []byte { return good[:len(good)/2] }
+	otherPrev := func(good []byte) []byte {
+		m, err := roomrecord.DecodeMeta(good)
+		require.NoError(t, err)
+		require.NotEmpty(t, m.PrevEvents)
+		m.PrevEvents = []string{ids[0]}
+		return roomrecord.EncodeMeta(&m)
+	}
+	replayFails := func(force bool, id, want string) {
+		t.Helper()
+		_, err := resolver.Replay(ctx, room, resolver.ReplayOptions{Force: force})
+		require.ErrorIs(t, err, roomrecord.ErrCorruptRecord)
+		require.Contains(t, err.Error(), "event "+id)
+		require.Contains(t, err.Error(), want)
+	}
+	restore := damage(ids[100], truncate)
+	replayFails(false, ids[100], "event metadata")
+	restore()
+	_, err = resolver.Replay(ctx, room, resolver.ReplayOptions{})
+	require.NoError(t, err)
+	restore = damage(ids[100], otherPrev)
+	replayFails(true, ids[100], "disagrees with its metadata")
+	restore()
+	_, err = resolver.Replay(ctx, room, resolver.ReplayOptions{Force: true})
+	require.NoError(t, err)
+
+	room = imp(lines)
+	ids, err = room.EventIDs()
+	require.NoError(t, err)
+	restore = damage(ids[180], truncate)
+	replayFails(false, ids[180], "event metadata")
+	restore()
+	res, err := resolver.Replay(ctx, room, resolver.ReplayOptions{})
+	require.NoError(t, err)
+	require.Equal(t, len(lines)-150, res.Computed)
 }

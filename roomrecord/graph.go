@@ -318,12 +318,13 @@ func (g *Graph) Diff(o *Graph) string {
 	for i, id := range o.IDs {
 		index[id] = int32(i)
 	}
+	lookup := func(id string) (int32, bool) { x, ok := index[id]; return x, ok }
 	for i := range g.Key {
 		if g.IDs[i] != o.IDs[i] {
 			return fmt.Sprintf("event %d is %s, the other %s", i, g.IDs[i], o.IDs[i])
 		}
 		m := o.meta(i)
-		if d := g.DiffMeta(i, &m, index); d != "" {
+		if d := g.DiffMeta(i, &m, lookup); d != "" {
 			return fmt.Sprintf("event %s: %s", g.IDs[i], d)
 		}
 	}
@@ -354,8 +355,9 @@ func (g *Graph) meta(i int) EventMeta {
 }
 
 // DiffMeta describes how event i of g differs from its metadata record, "" when
-// it does not (index: event ID -> arrival index).
-func (g *Graph) DiffMeta(i int, m *EventMeta, index map[string]int32) string {
+// it does not (index: event ID -> arrival index, false for an event not in the
+// room).
+func (g *Graph) DiffMeta(i int, m *EventMeta, index func(eventID string) (int32, bool)) string {
 	key, isState := StatePair{}, g.Key[i] >= 0
 	if isState {
 		key = g.Keys[g.Key[i]]
@@ -370,7 +372,7 @@ func (g *Graph) DiffMeta(i int, m *EventMeta, index map[string]int32) string {
 	}
 	check := func(what string, got []int32, want []string, missing func(j int) string) string {
 		for j, id := range want {
-			x, ok := index[id]
+			x, ok := index(id)
 			if !ok {
 				x = -1
 			}

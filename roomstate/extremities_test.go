@@ -14,25 +14,26 @@ import (
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
-// modelExtremities is the forward-extremity rule applied to the room's events
-// in arrival order, from their metadata records: each event replaces the
-// extremities it names in prev_events.
+// modelExtremities is the forward-extremity rule applied to the room's events,
+// from their metadata records: the events no event of the room names in
+// prev_events.
 func modelExtremities(t *testing.T, room *roomstate.Room) []string {
 	t.Helper()
 	ids, err := room.EventIDs()
 	require.NoError(t, err)
-	fwd := map[string]bool{}
+	named := map[string]bool{}
 	for _, id := range ids {
 		m, err := room.Meta(id)
 		require.NoError(t, err)
 		for _, p := range m.PrevEvents {
-			delete(fwd, p)
+			named[p] = true
 		}
-		fwd[id] = true
 	}
-	out := make([]string, 0, len(fwd))
-	for id := range fwd {
-		out = append(out, id)
+	var out []string
+	for _, id := range ids {
+		if !named[id] {
+			out = append(out, id)
+		}
 	}
 	slices.Sort(out)
 	return out
@@ -50,14 +51,21 @@ func reopen(t *testing.T, eng packstore.StorageEngine, roomID string) *roomstate
 	return room
 }
 
-// importBackwards imports lines newest first, as a server backfills (every
-// event then stays a forward extremity until replay: its children came first),
-// in batches of 7 so that the extremity chunks change many times.
-func importBackwards(t *testing.T, st *roomstate.Store, lines []string) {
+// importAlternate imports with AnyOrder every other line of lines (from the
+// first when odd is false, else from the second), in batches of 7 so that the
+// extremity chunks change many times. In a room whose events form a chain, the
+// events of the first such import are all forward extremities (the event each
+// names in prev_events and the one naming it are missing), and the second import
+// leaves one.
+func importAlternate(t *testing.T, st *roomstate.Store, lines []string, odd bool) {
 	t.Helper()
-	rev := slices.Clone(lines)
-	slices.Reverse(rev)
-	_, err := st.Import(t.Context(), strings.NewReader(strings.Join(rev, "\n")), "backfill",
+	var some []string
+	for i, l := range lines {
+		if (i%2 == 1) == odd {
+			some = append(some, l)
+		}
+	}
+	_, err := st.Import(t.Context(), strings.NewReader(strings.Join(some, "\n")), "alternate",
 		roomstate.ImportOptions{AnyOrder: true, RoomVersion: "10", BatchSize: 7})
 	require.NoError(t, err)
 }
@@ -67,13 +75,14 @@ func importBackwards(t *testing.T, st *roomstate.Store, lines []string) {
 // every store held before version 3 (version 1, every extremity inline, byte
 // for byte as that code wrote it: roomrecord's TestHeadVersion1Golden), it opens
 // with the same extremities, takes a further import (which moves them into
-// chunks again) and a replay (which leaves a few, inline); a new Store sees
-// the model's extremities and a clean Check at every step.
+// chunks again), the import of the events between (which leaves a few, inline)
+// and a replay; a new Store sees the model's extremities and a clean Check at
+// every step.
 func TestExtremityChunksAcrossFormats(t *testing.T) {
 	lines := roomLines(t, "room001")
 	eng := packstore.NewMemStorage()
 	st := roomstate.New(eng)
-	importBackwards(t, st, lines[300:])
+	importAlternate(t, st, lines[300:], false)
 	rooms, err := st.Rooms(t.Context())
 	require.NoError(t, err)
 	require.Len(t, rooms, 1)
@@ -95,10 +104,15 @@ func TestExtremityChunksAcrossFormats(t *testing.T) {
 	require.Empty(t, reopen(t, eng, roomID).Head().ExtremityChunks)
 
 	st = roomstate.New(eng)
-	importBackwards(t, st, lines[:300])
+	importAlternate(t, st, lines[:300], false)
 	room = reopen(t, eng, roomID)
 	require.NotEmpty(t, room.Head().ExtremityChunks)
-	require.Len(t, room.Head().ForwardExtremities, len(lines))
+	require.Greater(t, len(room.Head().ForwardExtremities), len(h.ForwardExtremities))
+
+	importAlternate(t, roomstate.New(eng), lines, true)
+	room = reopen(t, eng, roomID)
+	require.LessOrEqual(t, len(room.Head().ForwardExtremities), roomrecord.MaxInlineExtremities/2)
+	require.Empty(t, room.Head().ExtremityChunks, "few extremities: inline again")
 
 	_, err = resolver.Replay(t.Context(), room, resolver.ReplayOptions{})
 	require.NoError(t, err)
@@ -132,7 +146,7 @@ func TestExtremityChunksCorruptStore(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eng := packstore.NewMemStorage()
-			importBackwards(t, roomstate.New(eng), lines)
+			importAlternate(t, roomstate.New(eng), lines, false)
 			rooms, err := roomstate.New(eng).Rooms(t.Context())
 			require.NoError(t, err)
 			h := rooms[0].Head()
@@ -148,4 +162,27 @@ func TestExtremityChunksCorruptStore(t *testing.T) {
 			require.ErrorIs(t, err, roomrecord.ErrCorruptRecord)
 		})
 	}
+}
+
+// TestImportAnyOrderExtremities: a backfill (newest first, with AnyOrder) in two
+// imports leaves as forward extremities the events no imported event names in
+// prev_events (room004_union has 7), not every event: an event that arrives
+// after an event naming it is not one, whether that event came in this import
+// or an earlier one.
+func TestImportAnyOrderExtremities(t *testing.T) {
+	lines := roomLines(t, "room004_union")
+	rev := slices.Clone(lines)
+	slices.Reverse(rev)
+	eng := packstore.NewMemStorage()
+	for _, part := range [][]string{rev[:100], rev[100:]} {
+		_, err := roomstate.New(eng).Import(t.Context(), strings.NewReader(strings.Join(part, "\n")), "backfill",
+			roomstate.ImportOptions{AnyOrder: true, RoomVersion: "5", BatchSize: 7})
+		require.NoError(t, err)
+	}
+	rooms, err := roomstate.New(eng).Rooms(t.Context())
+	require.NoError(t, err)
+	require.Len(t, rooms, 1)
+	room := reopen(t, eng, rooms[0].ID())
+	require.Len(t, room.Head().ForwardExtremities, 7)
+	require.Equal(t, len(lines), int(room.Head().Events))
 }

@@ -71,7 +71,10 @@ type ImportOptions struct {
 	// AnyOrder accepts PDUs whose prev_events or auth_events are not stored yet, as
 	// a server stores events it backfills (newest first) or receives out of order.
 	// Replay orders events topologically and leaves out, as outliers, events whose
-	// prev or auth events never arrived.
+	// prev or auth events never arrived. The head's forward extremities are the
+	// events no event of the room names in prev_events: an event that arrives after
+	// one naming it is not one (Import reads the stored graph records of a room it
+	// adds to, for the prev_events its events name and it does not hold).
 	AnyOrder bool
 	// RoomVersion is the version of rooms whose m.room.create has not been seen yet
 	// (with AnyOrder, a backfill reaches the create event last). Empty: such PDUs are
@@ -123,7 +126,12 @@ type pendingRoom struct {
 	// fwd is the forward extremities while the import runs, with how the head
 	// stores them (nil until the room's first event of this import); each
 	// flush lays them out into the head and writes the chunks that changed.
-	fwd     *roomrecord.ExtremitySet
+	fwd *roomrecord.ExtremitySet
+	// named holds the events an event of the room names in prev_events that
+	// the room does not hold yet (AnyOrder): one that arrives is not a forward
+	// extremity. Filled from the stored graph when an AnyOrder import opens a
+	// stored room, and by stage.
+	named   map[string]struct{}
 	batch   []packstore.Record
 	batchID []string
 	raw     map[string][]byte // PDU JSON of the unsynced batch, by event ID
@@ -597,7 +605,7 @@ func (imp *importer) one(q *queuedPDU) error {
 		pd, err = pdu.Parse(version, q.raw)
 	}
 	if err != nil {
-		return imp.fail(q, h.EventID, err)
+		return imp.fail(q, imp.refusedEventID(h, q.raw), err)
 	}
 	eventID, roomID := pd.EventID(), pd.RoomID().String()
 	if q.declared != "" && q.declared != eventID {
@@ -641,7 +649,7 @@ func (imp *importer) check(q *queuedPDU) (pdu.Header, error) {
 		return h, imp.fail(q, imp.refusedEventID(h, raw), q.sizeErr)
 	}
 	if err != nil {
-		return h, imp.fail(q, "", err)
+		return h, imp.fail(q, imp.refusedEventID(h, raw), err)
 	}
 	return h, nil
 }
@@ -701,6 +709,7 @@ func (imp *importer) joinRoom(q *queuedPDU, h pdu.Header, pr *pendingRoom, versi
 			pr = &pendingRoom{
 				head:  roomrecord.Head{RoomID: roomID, RoomVersion: string(version)},
 				known: map[string]uint32{},
+				named: map[string]struct{}{},
 				isNew: true,
 			}
 			pr.room = imp.s.newRoom(roomrecord.CollectionID(roomID), pr.head, nil) // no head stored yet
@@ -810,17 +819,25 @@ func (imp *importer) stage(pr *pendingRoom, pd gomatrixserverlib.PDU, raw []byte
 	pr.head.Events++
 	pr.head.Replayed = false
 	// Forward extremities as a homeserver keeps them on receipt: the new event
-	// replaces the extremities it points at.
+	// replaces the extremities it points at, and (AnyOrder) an event that an
+	// event before it names in prev_events is not one.
 	// A set: events nothing points at (rejected ones, in a generated room) stay
 	// extremities for good, and a list rewritten per event cost O(extremities)
 	// each (10k of them at 1M events: import time grew with the square).
 	if pr.fwd == nil {
 		pr.fwd = roomrecord.NewExtremitySet(pr.head)
 	}
+	_, named := pr.named[eventID]
+	delete(pr.named, eventID)
 	for _, p := range m.PrevEvents {
 		pr.fwd.Remove(p)
+		if _, ok := pr.known[p]; !ok {
+			pr.named[p] = struct{}{}
+		}
 	}
-	pr.fwd.Add(eventID)
+	if !named {
+		pr.fwd.Add(eventID)
+	}
 	imp.res.Imported++
 	imp.pending++
 	if m.Redacted {
@@ -887,9 +904,14 @@ func (imp *importer) room(roomID string) (*pendingRoom, error) {
 	if err != nil {
 		return nil, err
 	}
-	pr := &pendingRoom{room: r, head: r.Head(), known: make(map[string]uint32, len(ids))}
+	pr := &pendingRoom{room: r, head: r.Head(), known: make(map[string]uint32, len(ids)), named: map[string]struct{}{}}
 	for i, id := range ids {
 		pr.known[id] = uint32(i)
+	}
+	if imp.opts.AnyOrder && len(ids) > 0 {
+		if err := pr.nameMissingPrevs(); err != nil {
+			return nil, err
+		}
 	}
 	has, err := r.hasGraphRecords()
 	if err != nil {
@@ -910,6 +932,25 @@ func (imp *importer) room(roomID string) (*pendingRoom, error) {
 	}
 	imp.addRoom(roomID, pr)
 	return pr, nil
+}
+
+// nameMissingPrevs enters in named the prev_events the stored events of the
+// room name and the room does not hold (an earlier AnyOrder import stored
+// events before their prev_events), from its graph records: an import that
+// brings one does not make it a forward extremity.
+func (pr *pendingRoom) nameMissingPrevs() error {
+	g, err := pr.room.Graph()
+	if err != nil {
+		return err
+	}
+	for i := range g.IDs {
+		for j, x := range g.Prev(i) {
+			if x < 0 {
+				pr.named[g.MissingPrev(i, j)] = struct{}{}
+			}
+		}
+	}
+	return nil
 }
 
 // addRoom enters a room in rooms and its version in versions.

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/mtxdb/mtxdb/pdu"
 
+	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mtxdb/mtxdb/packstore"
@@ -109,6 +111,66 @@ func TestImportBadInput(t *testing.T) {
 		})
 	}
 	require.NotEmpty(t, roomID)
+}
+
+// TestImportMalformedNamesEventID: a malformed line is refused under the event ID
+// it carries when one can be read: a top-level event_id read before or after the
+// field that broke the header, one in JSON cut short, a v1 event whose body does
+// not parse; a v10 event without event_id is named by its reference hash; an
+// event_id nested in content names nothing.
+func TestImportMalformedNamesEventID(t *testing.T) {
+	ctx := t.Context()
+	v1 := roomLines(t, "room003")[:6] // room version 1: every PDU carries event_id
+	const id = "$154714264912SGfjg:server1.test"
+	require.Contains(t, v1[5], `"event_id":"`+id+`"`)
+	v10 := roomLines(t, "room002")[:6]
+	noID := regexp.MustCompile(`"event_id":"[^"]*",`)
+	for _, tc := range []struct {
+		name string
+		base []string
+		bad  func(l string) string
+		want string // the refusal's event ID; "ref" for the line's reference hash
+	}{
+		{"header field after event_id", v1, func(l string) string {
+			return strings.Replace(l, `"sender":"`, `"sender":7,"x":"`, 1)
+		}, id},
+		{"header field before event_id", v1, func(l string) string {
+			return `{"room_id":5,` + l[1:]
+		}, id},
+		{"cut short", v1, func(l string) string { return l[:len(l)-40] }, id},
+		{"v1 body", v1, func(l string) string {
+			return strings.Replace(l, `"depth":`, `"depth":"x","d":`, 1)
+		}, id},
+		{"v10 body", v10, func(l string) string {
+			return strings.Replace(noID.ReplaceAllString(l, ""), `"depth":`, `"depth":"x","d":`, 1)
+		}, "ref"},
+		{"nested only", v1, func(l string) string {
+			return `{"content":{"event_id":"$nested:x"},"type":"m.room.message"`
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lines := append([]string(nil), tc.base...)
+			lines[5] = tc.bad(lines[5])
+			st := roomstate.New(packstore.NewMemStorage())
+			res, err := st.Import(ctx, strings.NewReader(strings.Join(lines, "\n")), "bad.jsonl", roomstate.ImportOptions{KeepGoing: true})
+			require.NoError(t, err)
+			require.Equal(t, 5, res.Imported)
+			require.Len(t, res.Refused, 1)
+			r := res.Refused[0]
+			require.ErrorIs(t, r, pdu.ErrMalformedPDU)
+			want := tc.want
+			if want == "ref" {
+				verImpl, err := gomatrixserverlib.GetRoomVersion(gomatrixserverlib.RoomVersionV10)
+				require.NoError(t, err)
+				want = pdu.ReferenceEventID(verImpl, []byte(lines[5]))
+				require.NotEmpty(t, want)
+			}
+			require.Equal(t, want, r.EventID, "%v", r)
+			if want != "" {
+				require.Contains(t, r.Error(), "bad.jsonl line 6 (event "+want+"): ")
+			}
+		})
+	}
 }
 
 // TestImportUnknownRoomVersion: a create event naming a room version nobody knows is

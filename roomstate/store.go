@@ -352,24 +352,45 @@ func (r *Room) StoredEvent(eventID string, redacted bool) (pd gomatrixserverlib.
 	return pd, nil
 }
 
-// Meta loads the metadata record of an event.
+// Meta loads the metadata record of an event; an error names the event.
 func (r *Room) Meta(eventID string) (roomrecord.EventMeta, error) {
-	return r.MetaByRecord(roomrecord.EventRecordID(eventID))
+	return r.meta(roomrecord.EventRecordID(eventID), "event "+eventID)
 }
 
 // MetaByRecord loads the metadata record of the event whose record ID (= HAMT value)
-// is ev.
+// is ev; an error names the record ID (the event ID is in the record).
 func (r *Room) MetaByRecord(ev packstore.ID) (roomrecord.EventMeta, error) {
+	return r.meta(ev, "event record "+ev.String())
+}
+
+// meta loads the metadata record of event record ev, which errors call what.
+func (r *Room) meta(ev packstore.ID, what string) (roomrecord.EventMeta, error) {
 	b, err := getKind(r.s.eng, r.coll, roomrecord.MetaRecordID(ev), roomrecord.ReadMeta)
 	if err != nil {
-		return roomrecord.EventMeta{}, fmt.Errorf("roomstate: room %s: metadata of event record %s: %w", r.head.RoomID, ev, err)
+		return roomrecord.EventMeta{}, fmt.Errorf("roomstate: room %s: metadata of %s: %w", r.head.RoomID, what, err)
 	}
 	m, err := roomrecord.DecodeMeta(b)
 	if err != nil {
-		return roomrecord.EventMeta{}, fmt.Errorf("room %s, event record %s: %w", r.head.RoomID, ev, err)
+		return roomrecord.EventMeta{}, fmt.Errorf("room %s, metadata of %s: %w", r.head.RoomID, what, err)
 	}
 	if roomrecord.EventRecordID(m.EventID) != ev {
-		return roomrecord.EventMeta{}, fmt.Errorf("%w: metadata for event record %s names event %s", roomrecord.ErrCorruptRecord, ev, m.EventID)
+		return roomrecord.EventMeta{}, fmt.Errorf("%w: room %s: metadata of %s names event %s", roomrecord.ErrCorruptRecord, r.head.RoomID, what, m.EventID)
+	}
+	return m, nil
+}
+
+// CheckMeta loads the metadata record of event i of g (the room's graph,
+// Graph) and compares it with the event's graph entry (roomrecord.Graph.DiffMeta;
+// index: event ID -> arrival index), as Check does for every event. An error
+// names the event.
+func (r *Room) CheckMeta(g *roomrecord.Graph, i int, index func(eventID string) (int32, bool)) (roomrecord.EventMeta, error) {
+	id := g.IDs[i]
+	m, err := r.Meta(id)
+	if err != nil {
+		return m, err
+	}
+	if d := g.DiffMeta(i, &m, index); d != "" {
+		return m, fmt.Errorf("%w: room %s: the graph record of event %s disagrees with its metadata: %s", roomrecord.ErrCorruptRecord, r.head.RoomID, id, d)
 	}
 	return m, nil
 }

@@ -60,13 +60,19 @@ func otherRoomError(version gomatrixserverlib.RoomVersion, id, other string) err
 		ErrOtherRoom, id, other, rule, version)
 }
 
-// refusedEventID names a PDU refused before it was parsed: its event_id field
-// (room versions 1 and 2 carry one; exports of later versions often do), or else
+// refusedEventID names a PDU refused before it was parsed, or because it did not
+// parse: its event_id field (room versions 1 and 2 carry one; exports of later
+// versions often do), read from the header or, when the header or the JSON is
+// malformed, by scanning the raw bytes for a top-level "event_id" string; or else
 // its reference hash, computed here without the checks it failed (an oversized PDU
-// is still named); "" if neither works.
+// is still named); "" if none works.
 func (imp *importer) refusedEventID(h pdu.Header, raw []byte) string {
 	if h.EventID != "" {
 		return h.EventID
+	}
+	var ids idScanner
+	if ids.feed(raw); ids.eventID != "" {
+		return ids.eventID
 	}
 	v := gomatrixserverlib.RoomVersion(imp.opts.RoomVersion)
 	if pr, ok := imp.rooms[h.RoomID]; ok && pr != nil {

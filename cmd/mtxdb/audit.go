@@ -13,8 +13,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mtxdb/mtxdb/audit"
+	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/pgstore"
 	"github.com/mtxdb/mtxdb/recorded"
+	"github.com/mtxdb/mtxdb/roomrecord"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
@@ -61,8 +63,10 @@ expected_state.jsonl and meta.json, as mtxdb verify --expected reads them).
 
 A recorded event the store lacks or has no state for (refused at import: its
 content does not give the event ID the server knows it by, say), a room that
-cannot be audited, and --room naming a room without a recording are "problem"
-lines; the other rooms are audited all the same. With --json each line is one
+cannot be audited (a room collection whose head record cannot be read among them,
+named by its recording's room ID or else its collection ID), and --room naming a
+room without a recording are "problem" lines; the other rooms are audited all the
+same. With --json each line is one
 object: {"kind":"finding","room","event","key","finding":KIND,"ours","recorded"},
 "room", "problem" and "audit" lines likewise.
 
@@ -75,7 +79,7 @@ every room agrees with the spec.`,
 			if err := nonEmptyFlag(cmd, "room", room); err != nil {
 				return err
 			}
-			eng, rooms, err := openRooms(ctx, store, room, true)
+			eng, rooms, badHeads, err := openRoomsAndErrors(ctx, store, room, true)
 			if err != nil {
 				return err
 			}
@@ -101,7 +105,7 @@ every room agrees with the spec.`,
 				return err
 			}
 			defer catchInterrupts("audit", func() string { return "stopped; audit writes nothing" })()
-			t, err := auditRooms(ctx, rooms, exps, unreadable, auditOutput{room: room, out: cmd.OutOrStdout(), asJSON: asJSON, byKey: byKey})
+			t, err := auditRooms(ctx, auditInput{rooms, badHeads, exps, unreadable}, auditOutput{room: room, out: cmd.OutOrStdout(), asJSON: asJSON, byKey: byKey})
 			if err != nil {
 				return err
 			}
@@ -158,9 +162,6 @@ type auditTotals struct {
 	kinds                             map[audit.Kind]int
 }
 
-// auditRooms audits every recorded room of exps (only room, when not empty)
-// against the store's rooms and prints the findings, a line per room and the
-// total.
 // auditOutput is what audit prints, and for which room ("" every room).
 type auditOutput struct {
 	room   string
@@ -169,18 +170,39 @@ type auditOutput struct {
 	byKey  bool
 }
 
-func auditRooms(ctx context.Context, rooms []*roomstate.Room, exps map[string][]*recorded.Expected, unreadable []error, o auditOutput) (auditTotals, error) {
-	room, out, asJSON := o.room, o.out, o.asJSON
+// auditInput is what audit compares: the store's rooms and the room
+// collections whose head cannot be read (badHeads), the recordings by room
+// ID, and the recordings that could not be read.
+type auditInput struct {
+	rooms      []*roomstate.Room
+	badHeads   []*roomstate.HeadError
+	exps       map[string][]*recorded.Expected
+	unreadable []error
+}
+
+// auditRooms audits every recorded room of in.exps (only o.room, when not
+// empty) against the store's rooms and prints the findings, a line per room
+// and the total. A room collection whose head cannot be read is a problem
+// line, named by the room ID of its recording when there is one.
+func auditRooms(ctx context.Context, in auditInput, o auditOutput) (auditTotals, error) {
+	room, out, asJSON, exps := o.room, o.out, o.asJSON, in.exps
 	t := auditTotals{kinds: map[audit.Kind]int{}}
-	for _, err := range unreadable {
+	for _, err := range in.unreadable {
 		if room != "" {
 			break // another room's, perhaps: --room audits one
 		}
 		t.problems++
 		printProblem(out, asJSON, "", err.Error())
 	}
+	bad := recordedHeads(in.badHeads, exps)
+	for _, h := range in.badHeads {
+		if _, ok := bad[h.Collection]; !ok {
+			t.problems++
+			printProblem(out, asJSON, "", h.Error()+": the room is not audited")
+		}
+	}
 	byID := map[string]*roomstate.Room{}
-	for _, r := range rooms {
+	for _, r := range in.rooms {
 		byID[r.ID()] = r
 	}
 	if room != "" && len(exps[room]) == 0 {
@@ -193,6 +215,11 @@ func auditRooms(ctx context.Context, rooms []*roomstate.Room, exps map[string][]
 		}
 		r := byID[exp.RoomID]
 		switch {
+		case r == nil && bad[roomrecord.CollectionID(exp.RoomID)] != nil:
+			t.problems++
+			printProblem(out, asJSON, exp.RoomID, fmt.Sprintf("its head record (room collection %s) cannot be read: %v: the room is not audited",
+				roomrecord.CollectionID(exp.RoomID), bad[roomrecord.CollectionID(exp.RoomID)].Err))
+			continue
 		case r == nil:
 			t.problems++
 			printProblem(out, asJSON, exp.RoomID, fmt.Sprintf("recorded in %s but not in the store", exp.Dir))
@@ -222,6 +249,20 @@ func auditRooms(ctx context.Context, rooms []*roomstate.Room, exps map[string][]
 	}
 	printLine(out, asJSON, "audit", append([]kv{{"rooms", t.rooms}, {"events", t.events}, {"findings", t.findings}, {"problems", t.problems}}, kindFields(t.kinds)...)...)
 	return t, nil
+}
+
+// recordedHeads returns the head errors of bad whose collection is that of a
+// recorded room of exps, by collection.
+func recordedHeads(bad []*roomstate.HeadError, exps map[string][]*recorded.Expected) map[packstore.ID]*roomstate.HeadError {
+	out := map[packstore.ID]*roomstate.HeadError{}
+	for _, h := range bad {
+		for id := range exps {
+			if roomrecord.CollectionID(id) == h.Collection {
+				out[h.Collection] = h
+			}
+		}
+	}
+	return out
 }
 
 // auditRoom compares one replayed room with its recording and prints each

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mtxdb/mtxdb/pdu"
@@ -270,14 +271,18 @@ func (r *importRun) importAll(ctx context.Context, paths []string, keys pdu.KeyR
 }
 
 // printRefusals prints an input's refusals: as text the first maxRefusalLines
-// and a count of the rest, as JSON every one.
+// and a count of the rest, as JSON every one. A reason naming an ImportOptions
+// field names the flag that sets it instead (importFlagWording).
 func (r *importRun) printRefusals(path string, refused []*roomstate.ImportError) {
 	for i, e := range refused {
+		reason := importFlagWording.Replace(e.Err.Error())
 		switch {
 		case r.asJSON:
-			printLine(r.out, true, "refused", kv{"file", path}, kv{"line", e.Line}, kv{"element", e.Element}, kv{"event_id", e.EventID}, kv{"reason", e.Err.Error()})
+			printLine(r.out, true, "refused", kv{"file", path}, kv{"line", e.Line}, kv{"element", e.Element}, kv{"event_id", e.EventID}, kv{"reason", reason})
 		case i < maxRefusalLines:
-			fmt.Fprintf(r.out, "refused %s\n", e)
+			worded := *e
+			worded.Err = errors.New(reason)
+			fmt.Fprintf(r.out, "refused %s\n", &worded)
 		case i == maxRefusalLines:
 			fmt.Fprintf(r.out, "refused: %d more in %s not shown (--json lists every refusal)\n", len(refused)-maxRefusalLines, path)
 		}
@@ -391,6 +396,10 @@ func (r *importRun) replayAndRepack(ctx context.Context, opts repackplan.Options
 	}
 	return err
 }
+
+// importFlagWording rewrites the roomstate.ImportOptions fields a refusal's
+// reason names as the import flags that set them.
+var importFlagWording = strings.NewReplacer("ImportOptions.RoomVersion", "--room-version")
 
 // maxRefusalLines is how many refusals of one input import prints as text; the
 // rest are counted in one line (random bytes would print one line per line).

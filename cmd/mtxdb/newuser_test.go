@@ -357,7 +357,7 @@ func TestVerifyLostStoreIsNotAProblem(t *testing.T) {
 	ctx := t.Context()
 	store := filepath.Join(t.TempDir(), "s")
 	mustRun(t, "import", "--store", store, room("room003"))
-	eng, rooms, err := openRooms(ctx, store, "", true)
+	eng, rooms, _, err := openRoomsAndErrors(ctx, store, "", true)
 	if err != nil {
 		t.Fatal(err)
 	}

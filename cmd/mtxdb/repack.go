@@ -52,8 +52,10 @@ copy was not finished keep their old layout, and the copies already written are
 garbage the next repack reclaims). Exit status 130 (143).
 
 A room that cannot be planned (not replayed, a record that does not decode) is left
-as it is, with a "problem room=…" line, and the others are repacked; exit status 2
-when there is any such room.`,
+as it is, with a "problem room=…" line, and the others are repacked; so is a room
+collection whose head record cannot be read, named by its collection ID in a
+"problem" line (the room ID is in the head). Exit status 2 when there is any such
+room.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -64,14 +66,17 @@ when there is any such room.`,
 			if err := nonEmptyFlag(cmd, "room", room); err != nil {
 				return err
 			}
-			eng, rooms, err := openRooms(ctx, store, room, false)
+			eng, rooms, badHeads, err := openRoomsAndErrors(ctx, store, room, false)
 			if err != nil {
 				return err
 			}
 			defer eng.Close()
 			defer catchInterrupts("repack", repackInterrupted(store, rooms, opts))()
+			// A collection whose head cannot be read is not in the plan: its
+			// records stay as they are.
+			unreadable := printHeadProblems(cmd.OutOrStdout(), asJSON, badHeads, "the room is not repacked (its records are left as they are)")
 			_, problems, err := repackSummaryTo(ctx, cmd.OutOrStdout(), asJSON, eng, rooms, opts)
-			if err == nil && len(problems) > 0 {
+			if err == nil && len(problems)+unreadable > 0 {
 				return exitError(2)
 			}
 			return err

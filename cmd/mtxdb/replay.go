@@ -37,9 +37,11 @@ It prints one summary line; use verify --expected to compare with recorded state
 
 A room that cannot be replayed (a record that does not decode, an event the rules
 cannot handle) is skipped with a "problem room=…" line and the other rooms are
-replayed; events that lie on a cycle of prev_events and auth_events (or descend
+replayed; so is a room collection whose head record cannot be read, named by its
+collection ID in a "problem" line (the room ID is in the head). Events that lie on a cycle of prev_events and auth_events (or descend
 from one) are left out as outliers and named in a problem line. The summary counts
-rooms_failed and cyclic; exit status 2 when there is any problem.
+rooms (every room collection), rooms_failed and cyclic; exit status 2 when there
+is any problem.
 
 Ctrl-C (SIGINT) or SIGTERM stops before the next event: the states computed so far
 are synced, the command prints its summary and how to continue, and exits 130
@@ -50,7 +52,7 @@ are synced, the command prints its summary and how to continue, and exits 130
 			if err := nonEmptyFlag(cmd, "room", room); err != nil {
 				return err
 			}
-			eng, rooms, err := openRooms(ctx, store, room, false)
+			eng, rooms, badHeads, err := openRoomsAndErrors(ctx, store, room, false)
 			if err != nil {
 				return err
 			}
@@ -63,8 +65,9 @@ are synced, the command prints its summary and how to continue, and exits 130
 				return err
 			}
 			problems.print(cmd.OutOrStdout(), asJSON)
+			unreadable := printHeadProblems(cmd.OutOrStdout(), asJSON, badHeads, "the room is not replayed")
 			p50, p99 := percentile(durs, 0.50), percentile(durs, 0.99)
-			printLine(cmd.OutOrStdout(), asJSON, "replay", kv{"rooms", len(rooms)}, kv{"rooms_failed", problems.count()}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected},
+			printLine(cmd.OutOrStdout(), asJSON, "replay", kv{"rooms", len(rooms) + unreadable}, kv{"rooms_failed", problems.count() + unreadable}, kv{"events", tot.Events}, kv{"computed", tot.Computed}, kv{"rejected", tot.Rejected},
 				kv{"outliers", tot.Outliers}, kv{"cyclic", len(tot.Cyclic)}, kv{"state_not_kept", tot.NotKept}, kv{"rederived", tot.Rederived}, kv{"resolutions", tot.Resolutions},
 				kv{"conflicted_keys", tot.ConflictedKeys}, kv{"auth_difference", tot.AuthDifference}, kv{"pdus_parsed", tot.EventsLoaded},
 				kv{"auth_checks_ahead", tot.AuthAhead}, kv{"resolution_p50_us", p50.Microseconds()}, kv{"resolution_p99_us", p99.Microseconds()})
@@ -72,7 +75,7 @@ are synced, the command prints its summary and how to continue, and exits 130
 				fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: replay: interrupted (%v): the state records of the %d events computed are stored and synced; %s\n", err, tot.Computed, replayResumeHint(store, room, force))
 				return interruptExit()
 			}
-			if len(problems) > 0 {
+			if len(problems)+unreadable > 0 {
 				return exitError(2)
 			}
 			return nil

@@ -219,8 +219,10 @@ func TestCLIStoreHelp(t *testing.T) {
 }
 
 // TestCLIVerifyBadHead: one room's head record that does not decode does not
-// stop verify or rooms: the collection is a problem line (exit 2) and the other
-// room is checked or listed; replay of every room refuses with the same error.
+// stop verify, rooms, replay, repack or audit: the collection is a problem line
+// (audit names the room by its recording), the other room is checked, listed,
+// replayed, repacked or audited, exit 2. Repack leaves the damaged room's
+// records as they are: with its head put back, the store verifies clean.
 func TestCLIVerifyBadHead(t *testing.T) {
 	dir := t.TempDir()
 	store := filepath.Join(dir, "store")
@@ -229,28 +231,47 @@ func TestCLIVerifyBadHead(t *testing.T) {
 		t.Fatalf("import: exit %d\n%s", code, out)
 	}
 	badRoom := roomID(t, filepath.Join(real, "room003"))
-	eng, err := packstore.Open(packstore.DefaultOptions(store))
-	if err != nil {
-		t.Fatal(err)
-	}
 	coll := roomrecord.CollectionID(badRoom)
-	if err := eng.PutMany(coll, []packstore.Record{{ID: roomrecord.HeadRecordID, Data: []byte("not a head")}}); err != nil {
-		t.Fatal(err)
+	putHead := func(b []byte) (old []byte) {
+		t.Helper()
+		eng, err := packstore.Open(packstore.DefaultOptions(store))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if old, err = eng.Get(coll, roomrecord.HeadRecordID); err != nil {
+			t.Fatal(err)
+		}
+		if err := eng.PutMany(coll, []packstore.Record{{ID: roomrecord.HeadRecordID, Data: b}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := eng.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return old
 	}
-	if err := eng.Close(); err != nil {
-		t.Fatal(err)
+	good := putHead([]byte("not a head"))
+	headLine := "problem roomstate: head of room collection " + coll.String()
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"verify", "--store", store}, []string{headLine, "the room is not checked", "verify: rooms=1 ", " problems=1 "}},
+		{[]string{"rooms", "--store", store}, []string{headLine, "rooms: rooms=1 unreadable=1"}},
+		{[]string{"replay", "--store", store}, []string{headLine, ": the room is not replayed", "replay: rooms=2 rooms_failed=1 events=101 computed=101 "}},
+		{[]string{"audit", "--store", store, "--expected", filepath.Join(real, "room003"), "--expected", filepath.Join(real, "room004")},
+			[]string{"problem room=" + badRoom + ": its head record (room collection " + coll.String() + ") cannot be read", "audit: rooms=1 events=101 findings=0 problems=1"}},
+		{[]string{"repack", "--store", store}, []string{headLine, "the room is not repacked", "repack: plan=reverse-topological rooms=1 "}},
+	} {
+		out, code := run(t, c.args...)
+		for _, w := range c.want {
+			if code != 2 || !strings.Contains(out, w) {
+				t.Errorf("%s: exit %d, want 2 and %q\n%s", c.args[0], code, w, out)
+				break
+			}
+		}
 	}
-	out, code := run(t, "verify", "--store", store)
-	if code != 2 || !strings.Contains(out, "head of room collection "+coll.String()) || !strings.Contains(out, "the room is not checked") ||
-		!strings.Contains(out, "verify: rooms=1 ") || !strings.Contains(out, " problems=1 ") {
-		t.Fatalf("verify: exit %d\n%s", code, out)
-	}
-	out, code = run(t, "rooms", "--store", store)
-	if code != 2 || !strings.Contains(out, "head of room collection "+coll.String()) || !strings.Contains(out, "rooms: rooms=1 unreadable=1") {
-		t.Fatalf("rooms: exit %d\n%s", code, out)
-	}
-	out, code = run(t, "replay", "--store", store)
-	if code == 0 || !strings.Contains(out, "head of room collection "+coll.String()) {
-		t.Fatalf("replay: exit %d\n%s", code, out)
+	putHead(good)
+	if out, code := run(t, "verify", "--store", store); code != 0 || !strings.Contains(out, "verify: rooms=2 events=313 ") || !strings.Contains(out, "unreplayed=212 ") {
+		t.Errorf("verify with the head put back: exit %d\n%s", code, out)
 	}
 }

@@ -215,19 +215,10 @@ func sortedSet(m map[string]bool) []string {
 	return out
 }
 
-// openRooms opens an existing store and selects every room, or the one named.
-func openRooms(ctx context.Context, store, roomID string, readOnly bool) (storeEngine, []*roomstate.Room, error) {
-	eng, rooms, bad, err := openRoomsAndErrors(ctx, store, roomID, readOnly)
-	if err == nil && len(bad) > 0 {
-		eng.Close()
-		return nil, nil, bad[0]
-	}
-	return eng, rooms, err
-}
-
-// openRoomsAndErrors is openRooms that, for every room, goes on past the room
-// collections whose head it cannot read and returns them (verify reports each
-// as a problem and checks the other rooms).
+// openRoomsAndErrors opens an existing store and selects every room, or the
+// one named. For every room it goes on past the room collections whose head it
+// cannot read and returns them (bad): the commands report each as a problem
+// (printHeadProblems) and go on with the other rooms.
 func openRoomsAndErrors(ctx context.Context, store, roomID string, readOnly bool) (storeEngine, []*roomstate.Room, []*roomstate.HeadError, error) {
 	eng, st, err := openStoreMode(store, false, readOnly)
 	if err != nil {
@@ -257,6 +248,16 @@ func selectRooms(ctx context.Context, st *roomstate.Store, roomID string) ([]*ro
 		return []*roomstate.Room{r}, nil
 	}
 	return st.Rooms(ctx)
+}
+
+// printHeadProblems prints a problem line for each room collection whose head
+// record cannot be read (bad, from openRoomsAndErrors), ending in what the
+// command leaves undone ("the room is not replayed"), and returns how many.
+func printHeadProblems(out io.Writer, asJSON bool, bad []*roomstate.HeadError, undone string) int {
+	for _, h := range bad {
+		printProblem(out, asJSON, "", h.Error()+": "+undone)
+	}
+	return len(bad)
 }
 
 // nonEmptyFlag refuses a flag given with an empty or blank value (--room ”),

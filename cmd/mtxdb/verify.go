@@ -81,12 +81,9 @@ and I/O errors, including a store lost during the run; 0 otherwise.`,
 			if err != nil {
 				return err
 			}
-			for _, h := range badHeads {
-				// Its room ID is in the head: the room is not checked, nor
-				// compared with what a recording says of it.
-				v.problems++
-				printProblem(out, asJSON, "", h.Error()+": the room is not checked")
-			}
+			// Its room ID is in the head: the room is not checked, nor
+			// compared with what a recording says of it.
+			v.problems += printHeadProblems(out, asJSON, badHeads, "the room is not checked")
 			if listRejected {
 				if err := printRejected(rooms, cmd.OutOrStdout(), asJSON); err != nil {
 					return err

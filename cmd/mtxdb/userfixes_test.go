@@ -1,0 +1,73 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mtxdb/mtxdb/packstore"
+	"github.com/mtxdb/mtxdb/roomrecord"
+)
+
+// TestCLIImportRefusalSpeaksFlags: an --any-order import of PDUs whose room's
+// m.room.create never comes names the flag that gives the room version,
+// --room-version, in its refusal lines (text and JSON), not the library's
+// ImportOptions.RoomVersion.
+func TestCLIImportRefusalSpeaksFlags(t *testing.T) {
+	dir := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(room("room050"), "events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	in := filepath.Join(dir, "nocreate.jsonl")
+	if err := os.WriteFile(in, []byte(strings.Join(lines[1:3], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, json := range []bool{false, true} {
+		args := []string{"import", "--store", filepath.Join(dir, "s"), "--any-order", in}
+		if json {
+			args = append(args, "--json")
+		}
+		out, code := run(t, args...)
+		if code != 2 || strings.Count(out, "(--room-version gives it)") != 2 || strings.Contains(out, "ImportOptions") {
+			t.Errorf("%v: exit %d, want 2 and two refusals naming --room-version, none ImportOptions\n%s", args, code, out)
+		}
+	}
+}
+
+// TestCLICorruptMetaReported: with one event's metadata record damaged (it does
+// not decode), replay and replay --force exit 2 with a problem line naming the
+// event, and verify's problem line names the event too, not its record hash.
+func TestCLICorruptMetaReported(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	mustRun(t, "import", "--store", store, room("room003"))
+	const roomID, eventID = "!FymyxFJPGCZLfPcMwA:server1.test", "$154714264912SGfjg:server1.test"
+	eng, err := packstore.Open(packstore.DefaultOptions(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	coll, rid := roomrecord.CollectionID(roomID), roomrecord.MetaRecordID(roomrecord.EventRecordID(eventID))
+	good, err := eng.Get(coll, rid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.PutMany(coll, []packstore.Record{{ID: rid, Data: good[:len(good)/2]}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := "problem room=" + roomID + ": not replayed: room " + roomID + ", metadata of event " + eventID + ": "
+	for _, args := range [][]string{{"replay", "--store", store}, {"replay", "--store", store, "--force"}} {
+		out, code := run(t, args...)
+		if code != 2 || !strings.Contains(out, want) || !strings.Contains(out, "rooms_failed=1") {
+			t.Errorf("%v: exit %d, want 2 and %q\n%s", args, code, want, out)
+		}
+	}
+	out, code := run(t, "verify", "--store", store)
+	if code != 2 || !strings.Contains(out, "metadata of event "+eventID+": ") {
+		t.Errorf("verify: exit %d, want 2 and a problem naming %s\n%s", code, eventID, out)
+	}
+}
