@@ -233,3 +233,11 @@ func (r *roomResolver) GraphKeys() ([]Key, error) {
 	}
 	return g.keys, nil
 }
+
+// SetPrefetchMembers bounds the prefetcher's parsed member events to n until the
+// returned function restores the default.
+func SetPrefetchMembers(n int) (restore func()) {
+	old := prefetchMembers
+	prefetchMembers = n
+	return func() { prefetchMembers = old }
+}

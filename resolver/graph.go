@@ -36,6 +36,11 @@ type graph struct {
 	depth    []int32                // auth depth (AuthOrder), -1 until computed
 	keyIndex map[Key]int32          // Key -> interned index
 	pos      []int32                // during Replay: position in the replay order (-1: not replayed)
+	// pre and size number the same-key lineage forest depth first (built on the
+	// first sameKeyAncestor): u is in z's subtree iff pre[z] <= pre[u] <
+	// pre[z]+size[z]. -1 for an event no walk from a lineage root reaches (on a
+	// same-key cycle: bad data) and for events that are not state events.
+	pre, size []int32
 }
 
 // lineageLink is one event's place in its key's lineage.
@@ -246,7 +251,8 @@ func (g *graph) link(i int32) lineageLink {
 }
 
 // sameKeyAncestor reports whether z is u or reached from u through same-key auth
-// events (u's previous power levels, a member's previous membership, ...).
+// events (u's previous power levels, a member's previous membership, ...): by
+// the lineage forest's depth-first numbering, O(1), else by jump pointers.
 func (g *graph) sameKeyAncestor(z, u int32) bool {
 	if z == u {
 		return true
@@ -254,7 +260,65 @@ func (g *graph) sameKeyAncestor(z, u int32) bool {
 	if g.g.Key[z] != g.g.Key[u] || g.g.Key[z] < 0 {
 		return false
 	}
+	if g.pre == nil {
+		g.numberLineages()
+	}
+	if pz, pu := g.pre[z], g.pre[u]; pz >= 0 && pu >= 0 {
+		return pz <= pu && pu < pz+g.size[z]
+	}
 	return g.climb(u, g.link(z).sdepth) == z
+}
+
+// numberLineages fills pre and size: a depth-first walk of the forest whose
+// edges go from each state event's same-key auth event (sameKeyParent) to it,
+// from every root (a state event with no same-key auth event).
+func (g *graph) numberLineages() {
+	n := int32(len(g.ids))
+	g.pre, g.size = make([]int32, n), make([]int32, n)
+	off := make([]int32, n+1) // children of p: kids[off[p]:off[p+1]]
+	for i := range n {
+		g.pre[i] = -1
+		if g.g.Key[i] >= 0 {
+			if p := g.sameKeyParent(i); p >= 0 {
+				off[p+1]++
+			}
+		}
+	}
+	for i := range n {
+		off[i+1] += off[i]
+	}
+	kids, fill := make([]int32, off[n]), make([]int32, n)
+	for i := range n {
+		if g.g.Key[i] >= 0 {
+			if p := g.sameKeyParent(i); p >= 0 {
+				kids[off[p]+fill[p]] = i
+				fill[p]++
+			}
+		}
+	}
+	next := int32(0)
+	var stack []int32 // entered events whose subtree is open
+	for root := range n {
+		if g.g.Key[root] < 0 || g.sameKeyParent(root) >= 0 {
+			continue
+		}
+		g.pre[root], next = next, next+1
+		stack = append(stack[:0], root)
+		fill[root] = 0 // children of root entered so far
+		for len(stack) > 0 {
+			v := stack[len(stack)-1]
+			if c := off[v] + fill[v]; c < off[v+1] {
+				fill[v]++
+				k := kids[c]
+				g.pre[k], next = next, next+1
+				fill[k] = 0
+				stack = append(stack, k)
+				continue
+			}
+			g.size[v] = next - g.pre[v]
+			stack = stack[:len(stack)-1]
+		}
+	}
 }
 
 // climb returns the same-key ancestor of a at lineage depth d (a itself when it is

@@ -17,9 +17,8 @@ var graphSeed = flag.Uint64("graph.seed", 0, "seed of TestSameKeyAncestorModel (
 // builds random rooms of same-key lineages (each state
 // event's auth events name an earlier event of its key, or none, and a few other
 // earlier events) and checks graph.sameKeyAncestor against walking the same-key
-// parents, for every pair of events of one key, asked in random order (the jump
-// pointers are filled on use). It fails with the jump pointers left at zero, as
-// they were when first written.
+// parents, for every pair of events of one key, asked in random order, both by
+// the depth-first numbering and by jump pointers alone (filled on use).
 func TestSameKeyAncestorModel(t *testing.T) {
 	seed := testseed.Seed(t, "graph.seed", *graphSeed, "")
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -53,6 +52,12 @@ func TestSameKeyAncestorModel(t *testing.T) {
 			t.Fatal(err)
 		}
 		g := indexGraph(rg)
+		// climbOnly answers by jump pointers alone: no event numbered.
+		climbOnly := indexGraph(rg)
+		climbOnly.pre, climbOnly.size = make([]int32, n), make([]int32, n)
+		for i := range climbOnly.pre {
+			climbOnly.pre[i] = -1
+		}
 		naive := func(z, u int32) bool {
 			for cur := u; cur >= 0; cur = g.sameKeyParent(cur) {
 				if cur == z {
@@ -70,6 +75,9 @@ func TestSameKeyAncestorModel(t *testing.T) {
 			want := naive(z, u)
 			if got := g.sameKeyAncestor(z, u); got != want {
 				t.Fatalf("seed %d room %d: sameKeyAncestor(%d, %d) = %v, want %v", seed, room, z, u, got, want)
+			}
+			if got := climbOnly.sameKeyAncestor(z, u); got != want {
+				t.Fatalf("seed %d room %d: by jump pointers, sameKeyAncestor(%d, %d) = %v, want %v", seed, room, z, u, got, want)
 			}
 			meet := int32(-1) // the first of z's same-key ancestors that is one of u's
 			for cur := z; cur >= 0 && meet < 0; cur = g.sameKeyParent(cur) {

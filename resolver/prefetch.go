@@ -34,6 +34,14 @@ type prefetcher struct {
 	// every check reads.
 	members, others *lru.Cache[string, gomatrixserverlib.PDU]
 	plain           map[string]struct{} // plainCheckKey of the plain events checked
+	// heads keeps what an eventHead gives of each member event parsed here, so
+	// that a member event the members cache has let go is still an auth event
+	// (as the replay's authEvent gives it); empty when the room ID does not
+	// parse.
+	heads   headTable
+	g       *graph
+	roomID  spec.RoomID
+	version gomatrixserverlib.RoomVersion
 }
 
 // prefetched is one event ahead of the replay.
@@ -52,9 +60,10 @@ type prefetched struct {
 // prefetchWindow is how many parsed PDUs may wait ahead of the replay (~2 KB each).
 const prefetchWindow = 1024
 
-// prefetchMembers bounds the member events the prefetcher keeps as auth events
-// (the others are bounded as the replay's are, otherCacheSize).
-const prefetchMembers = 16384
+// prefetchMembers bounds the member events the prefetcher keeps parsed as auth
+// events (the others are bounded as the replay's are, otherCacheSize); it keeps
+// the member events it let go as eventHeads (a variable for the tests).
+var prefetchMembers = 16384
 
 // prefetch starts parsing the PDUs of order on another goroutine. The
 // create, power levels, join rules and third-party invite events the replay
@@ -69,6 +78,11 @@ func (rp *replay) prefetch(order []int32) *prefetcher {
 	pf := &prefetcher{r: rp.r, out: make(chan prefetched, prefetchWindow), done: make(chan struct{}), exited: make(chan struct{}),
 		authorize: authrules.NewAuthorizer(), members: members, others: others, plain: map[string]struct{}{}}
 	g, room := rp.g, rp.r.room
+	pf.g = g
+	if rp.r.roomID != nil {
+		pf.heads, pf.roomID = newHeadTable(len(g.ids)), *rp.r.roomID
+		pf.version = gomatrixserverlib.RoomVersion(room.Head().RoomVersion)
+	}
 	go func() {
 		defer close(pf.exited)
 		defer close(pf.out)
@@ -81,6 +95,7 @@ func (rp *replay) prefetch(order []int32) *prefetcher {
 				case p.StateKey() == nil || !authTypes[p.Type()]:
 				case p.Type() == spec.MRoomMember:
 					pf.members.Add(x.id, p)
+					pf.heads.learn(g, p)
 				default:
 					pf.others.Add(x.id, p)
 				}
@@ -121,9 +136,11 @@ func (pf *prefetcher) checkAhead(p gomatrixserverlib.PDU) (bool, error) {
 			a, ok = pf.members.Get(id)
 		}
 		if !ok {
-			// Not parsed here lately: the replay checks p with its own caches
-			// (which know a member event without parsing it), rather than
-			// parsing the event a second time.
+			a, ok = pf.memberHead(id)
+		}
+		if !ok {
+			// Not parsed here: the replay checks p with its own caches, rather
+			// than parsing the event a second time.
 			return false, nil
 		}
 		auth = append(auth, a)
@@ -135,6 +152,23 @@ func (pf *prefetcher) checkAhead(p gomatrixserverlib.PDU) (bool, error) {
 		pf.plain[plainKey] = struct{}{}
 	}
 	return true, pf.authorize(p, auth)
+}
+
+// memberHead returns the eventHead of a member event parsed here whose
+// membership is kept, as the replay's authEvent would give it.
+func (pf *prefetcher) memberHead(id string) (gomatrixserverlib.PDU, bool) {
+	if pf.heads.memb == nil {
+		return nil, false
+	}
+	i, ok := pf.g.index.find(pf.g.ids, id)
+	if !ok || pf.heads.memb[i] == membUnknown {
+		return nil, false
+	}
+	h, ok := pf.heads.head(pf.g, i, pf.roomID, pf.version)
+	if !ok {
+		return nil, false
+	}
+	return h, true
 }
 
 // aheadAuth turns checkAhead on (tests turn it off to compare).

@@ -42,6 +42,13 @@ func TestReplayAuthAhead(t *testing.T) {
 		}
 		with, resWith := replayWith(true)
 		without, resWithout := replayWith(false)
+		// With a members cache of 8 the prefetcher checks ahead with the
+		// eventHeads of the member events it let go: as many checks, the same
+		// records.
+		restore := resolver.SetPrefetchMembers(8)
+		small, resSmall := replayWith(true)
+		restore()
+		require.GreaterOrEqual(t, resSmall.AuthAhead, resWith.AuthAhead*9/10, "%s: checks ahead with 8 member events parsed", dir)
 		require.Zero(t, resWithout.AuthAhead)
 		require.Positive(t, resWith.AuthAhead, "%s: checks made ahead", dir)
 		require.Equal(t, resWithout.Rejected, resWith.Rejected)
@@ -61,7 +68,12 @@ func TestReplayAuthAhead(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, okB, okA, "%s: event %s", dir, id)
 			require.Equal(t, b, a, "%s: event %s", dir, id)
+			c, okC, err := small.EventState(id)
+			require.NoError(t, err)
+			require.Equal(t, okB, okC, "%s: event %s", dir, id)
+			require.Equal(t, b, c, "%s: event %s, members cache of 8", dir, id)
 		}
 		require.Equal(t, without.Head().CurrentState, with.Head().CurrentState)
+		require.Equal(t, without.Head().CurrentState, small.Head().CurrentState)
 	}
 }
