@@ -10,7 +10,8 @@ import (
 // and b: old is nil when the key is absent from a, new is nil when it is absent
 // from b. Keys come in key-hash order. Subtrees with equal IDs on both sides are
 // never read, so the cost is about (changed keys) x depth nodes. An error from
-// fn stops the diff and is returned. old and new point to copies fn may keep.
+// fn stops the diff and is returned. old and new are valid until fn returns:
+// copy what is kept.
 func (r *Reader) Diff(a, b NodeID, fn func(key []byte, old, new *Value) error) error {
 	return r.DiffN([]NodeID{a, b}, func(key []byte, vals []*Value) error {
 		return fn(key, vals[0], vals[1])
@@ -21,8 +22,9 @@ func (r *Reader) Diff(a, b NodeID, fn func(key []byte, old, new *Value) error) e
 // unconflicted and not reported; fn is called once for every other key (the
 // conflicted ones, present in at least one map), in key-hash order, with
 // vals[i] the key's value in roots[i] or nil where absent. Subtrees whose IDs
-// are equal across all roots are never read. vals is reused between calls; the
-// pointers in it may be kept. An error from fn stops DiffN and is returned.
+// are equal across all roots are never read. vals and the values it points to
+// are reused between calls: copy what is kept beyond fn's return. An error from
+// fn stops DiffN and is returned.
 func (r *Reader) DiffN(roots []NodeID, conflicted func(key []byte, vals []*Value) error) error {
 	slots := make([]slot, len(roots))
 	for i, id := range roots {
@@ -32,7 +34,7 @@ func (r *Reader) DiffN(roots []NodeID, conflicted func(key []byte, vals []*Value
 		}
 		slots[i].n = n
 	}
-	d := differ{r: r, fn: conflicted, vals: make([]*Value, len(roots))}
+	d := differ{r: r, fn: conflicted, vals: make([]*Value, len(roots)), store: make([]Value, len(roots))}
 	return d.diff(slots, 0)
 }
 
@@ -53,9 +55,11 @@ func (s *slot) hash() *[32]byte {
 }
 
 type differ struct {
-	r    *Reader
-	fn   func(key []byte, vals []*Value) error
-	vals []*Value
+	r     *Reader
+	fn    func(key []byte, vals []*Value) error
+	vals  []*Value
+	store []Value  // what vals points to
+	keys  [][]byte // leaf's distinct keys, reused from leaf to leaf
 }
 
 // diff compares the slots of all maps at one position whose children are at depth.
@@ -146,7 +150,8 @@ func (d *differ) leaf(slots []slot, entries []*entry, depth int) error {
 		return nil
 	}
 	// Distinct keys, in key-hash order (bytewise within a collision node).
-	keys := make([][]byte, 0, len(entries))
+	keys := d.keys[:0]
+	defer func() { d.keys = keys[:0] }()
 	for _, e := range entries {
 		dup := false
 		for _, k := range keys {
@@ -178,8 +183,8 @@ func (d *differ) leaf(slots []slot, entries []*entry, depth int) error {
 		for i := range slots {
 			d.vals[i] = nil
 			if e := slots[i].lookup(k); e != nil {
-				v := e.val
-				d.vals[i] = &v
+				d.store[i] = e.val
+				d.vals[i] = &d.store[i]
 			}
 		}
 		conflict := false

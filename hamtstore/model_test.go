@@ -115,6 +115,15 @@ func modelDiff(a, b model) map[string]diffRec {
 	return out
 }
 
+// copyOf returns a pointer to a copy of *v, nil for nil.
+func copyOf(v *Value) *Value {
+	if v == nil {
+		return nil
+	}
+	c := *v
+	return &c
+}
+
 func requireDiff(t *testing.T, r *Reader, a, b NodeID, ma, mb model) {
 	t.Helper()
 	got := map[string]diffRec{}
@@ -127,7 +136,7 @@ func requireDiff(t *testing.T, r *Reader, a, b NodeID, ma, mb model) {
 			return fmt.Errorf("key %q reported out of hash order", key)
 		}
 		prev = key
-		got[string(key)] = diffRec{old: old, new: new}
+		got[string(key)] = diffRec{old: copyOf(old), new: copyOf(new)} // valid until fn returns
 		return nil
 	})
 	noErr(t, err)
@@ -178,7 +187,11 @@ func requireDiffN(t *testing.T, r *Reader, roots []NodeID, ms []model) {
 		if _, dup := got[string(key)]; dup {
 			return fmt.Errorf("key %q reported twice", key)
 		}
-		got[string(key)] = append([]*Value(nil), vals...)
+		c := make([]*Value, len(vals)) // vals is valid until fn returns
+		for i, v := range vals {
+			c[i] = copyOf(v)
+		}
+		got[string(key)] = c
 		return nil
 	})
 	noErr(t, err)

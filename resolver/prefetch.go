@@ -15,9 +15,8 @@ import (
 // core. It also checks each state event (and each event of a type whose rules
 // read its content: see Cache.allowedOnce) against its own auth events with the
 // authorization rules, the first of a server's two checks on receipt, which
-// depends on nothing the replay computes. It reads and checks each event's
-// metadata record too (checkMeta). Each parsed PDU enters the resolver's cache,
-// and each outcome is used, when the replay reaches its event.
+// depends on nothing the replay computes. Each parsed PDU enters the resolver's
+// cache, and each outcome is used, when the replay reaches its event.
 type prefetcher struct {
 	r      *roomResolver
 	out    chan prefetched
@@ -52,9 +51,6 @@ type prefetched struct {
 	// events (authrules.Authorize), which Cache.allowedOnce would compute.
 	checked bool
 	authErr error
-	// metaChecked: metaErr is the outcome of checkMeta for the event.
-	metaChecked bool
-	metaErr     error
 }
 
 // prefetchWindow is how many parsed PDUs may wait ahead of the replay (~2 KB each).
@@ -87,7 +83,7 @@ func (rp *replay) prefetch(order []int32) *prefetcher {
 		defer close(pf.exited)
 		defer close(pf.out)
 		for _, i := range order {
-			x := prefetched{id: g.ids[i], metaChecked: true, metaErr: checkMeta(room, g, i)}
+			x := prefetched{id: g.ids[i]}
 			if p, err := room.StoredEvent(g.ids[i], g.g.Redacted[i]); err == nil {
 				x.pdu = p
 				x.checked, x.authErr = pf.checkAhead(p)

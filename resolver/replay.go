@@ -178,10 +178,8 @@ type ReplayResult struct {
 // forward extremities (the non-rejected events no non-rejected event points at) and
 // current state (the resolution of the states after them).
 //
-// Each event whose state is computed has its metadata record read and compared
-// with its graph entry (Replay otherwise reads the graph records): a damaged one
-// ends the replay with an error wrapping roomrecord.ErrCorruptRecord that names
-// the event.
+// Replay reads each event's graph record, its PDU and its state records, not its
+// metadata record: roomstate.Room.Check (mtxdb verify) compares the two.
 //
 // Replay is incremental: an event that already has a state record keeps it unless
 // one of its prev_events was computed in this run (or opts.Force is set), so running
@@ -438,9 +436,6 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 	if err != nil {
 		return err
 	}
-	if err := rp.metaChecked(i); err != nil {
-		return err
-	}
 	st := roomrecord.EventState{Before: before, After: before}
 	if aerr := r.authorize(pdu, before); aerr != nil {
 		if !errors.Is(aerr, errRejected) {
@@ -470,26 +465,6 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 		return rp.flush()
 	}
 	return nil
-}
-
-// metaChecked is the outcome of checkMeta for event i: the prefetcher's when it
-// made the check, else made here.
-func (rp *replay) metaChecked(i int32) error {
-	if a := rp.r.ahead; a.metaChecked && a.id == rp.g.ids[i] {
-		return a.metaErr
-	}
-	return checkMeta(rp.r.room, rp.g, i)
-}
-
-// checkMeta reads the metadata record of event i and compares it with the
-// event's graph entry (roomstate.Room.CheckMeta): replay reads the graph
-// records, not the metadata records, which lookups of state by event record
-// read, so without it a damaged metadata record would pass a replay unseen.
-// The error names the event. It reads only what does not change during a
-// replay and is called from the prefetcher's goroutine too.
-func checkMeta(room *roomstate.Room, g *graph, i int32) error {
-	_, err := room.CheckMeta(g.g, int(i), func(id string) (int32, bool) { return g.index.find(g.ids, id) })
-	return err
 }
 
 // flush writes the state records queued by compute.
