@@ -241,3 +241,11 @@ func SetPrefetchMembers(n int) (restore func()) {
 	prefetchMembers = n
 	return func() { prefetchMembers = old }
 }
+
+// SetReplayCommitEvery makes replays commit every n state records until the
+// returned function restores the default.
+func SetReplayCommitEvery(n int) (restore func()) {
+	old := replayCommitEvery
+	replayCommitEvery = n
+	return func() { replayCommitEvery = old }
+}

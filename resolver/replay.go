@@ -251,6 +251,8 @@ type replay struct {
 	// batchIDs and batch are the state records computed and not yet written.
 	batchIDs []string
 	batch    []roomrecord.EventState
+	// uncommitted counts the state records written since the last commit.
+	uncommitted int
 }
 
 // run replays the room in phases: order (the topological order and each event's
@@ -473,9 +475,21 @@ func (rp *replay) flush() error {
 		return nil
 	}
 	err := rp.r.w.PutEventStates(rp.writeCtx, rp.batchIDs, rp.batch)
+	rp.uncommitted += len(rp.batchIDs)
 	rp.batchIDs, rp.batch = rp.batchIDs[:0], rp.batch[:0]
+	if err == nil && rp.uncommitted >= replayCommitEvery {
+		// Made durable along the way: a replay that crashes resumes from here,
+		// and the engine's index entries of the records written so far do not
+		// wait in memory for the end.
+		err = rp.r.w.Commit(rp.writeCtx, nil)
+		rp.uncommitted = 0
+	}
 	return err
 }
+
+// replayCommitEvery is how many state records a replay writes between commits
+// (each a sync of the store; a variable for the tests).
+var replayCommitEvery = 100_000
 
 // finish sets the room's head once every event of order is replayed: the forward
 // extremities (the accepted events no accepted event names in prev_events, sorted)

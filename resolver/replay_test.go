@@ -160,3 +160,27 @@ func TestReplayCorruptMeta(t *testing.T) {
 		require.Contains(t, err.Error(), "event "+ids[100])
 	}
 }
+
+// syncCounter counts the engine's syncs.
+type syncCounter struct {
+	packstore.StorageEngine
+	syncs int
+}
+
+func (s *syncCounter) Sync() error { s.syncs++; return s.StorageEngine.Sync() }
+
+// TestReplayCommitsAlongTheWay: a replay commits (syncs the store) every
+// replayCommitEvery state records, not only at its end.
+func TestReplayCommitsAlongTheWay(t *testing.T) {
+	defer resolver.SetReplayCommitEvery(50)()
+	lines, _ := realRoomLines(t, "room003")
+	eng := &syncCounter{StorageEngine: packstore.NewMemStorage()}
+	room := importLines(t, roomstate.New(eng))(lines)
+	before := eng.syncs
+	res, err := resolver.Replay(t.Context(), room, resolver.WithBatchSize(resolver.ReplayOptions{}, 10))
+	require.NoError(t, err)
+	require.Equal(t, len(lines), res.Computed)
+	// 212 records in batches of 10: commits after 50, 100, 150 and 200, then the
+	// final one.
+	require.Equal(t, 5, eng.syncs-before, "syncs of a 212-event replay")
+}
