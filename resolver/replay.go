@@ -510,6 +510,9 @@ func (rp *replay) finish(order []int32) error {
 		}
 	}
 	sort.Strings(fwd)
+	// The decoded nodes kept since the last reset are of the events just
+	// replayed; the resolution of the extremities' states reads its own.
+	r.rd.Reset()
 	var fwdRoots []hamtstore.NodeID
 	for _, id := range fwd {
 		root, err := rp.afterOf(fwdIdx[id])
