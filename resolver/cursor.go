@@ -17,23 +17,61 @@ import (
 // cost is that of the keys that differ: a replay asks for the state after an
 // event's first prev_event, then for the state before the event, then for the
 // state after the next event's first prev_event, snapshots a few keys apart.
+//
+// A replay of a room that several servers wrote switches between their branches:
+// the next event's first prev_event is often another server's last event, whose
+// state after it a cursor left a few events ago. So the resolver keeps
+// stateCursors cursors: a snapshot one of them is at costs no diff, and a
+// snapshot none is at moves the least recently used one.
 type stateCursor struct {
 	root  hamtstore.NodeID
 	val   []int32 // by key index
 	valid bool    // val holds root's state (false: not built yet, or a move failed)
+	used  uint64  // cursorSet.tick when last used
+}
+
+// stateCursors is how many state cursors a resolver keeps.
+const stateCursors = 4
+
+// cursorSet is a resolver's state cursors.
+type cursorSet struct {
+	c    [stateCursors]stateCursor
+	tick uint64
+}
+
+// at returns the cursor at root, nil when none is.
+func (cs *cursorSet) at(root hamtstore.NodeID) *stateCursor {
+	for i := range cs.c {
+		if c := &cs.c[i]; c.valid && c.root == root {
+			return c
+		}
+	}
+	return nil
 }
 
 // cursorElsewhere marks a key whose event the auth index does not hold.
 const cursorElsewhere = -2
 
-// stateAt moves the cursor to root and returns its array. The array is
-// valid until the next move.
+// stateAt returns the array of a cursor at root, moving one there when none
+// is. The array is valid until the next call.
 func (r *roomResolver) stateAt(root hamtstore.NodeID) ([]int32, error) {
 	g, err := r.graph()
 	if err != nil {
 		return nil, err
 	}
-	c := &r.cursor
+	cs := &r.cursors
+	cs.tick++
+	if c := cs.at(root); c != nil {
+		c.used = cs.tick
+		return c.val, nil
+	}
+	c := &cs.c[0]
+	for i := range cs.c {
+		if cs.c[i].used < c.used {
+			c = &cs.c[i]
+		}
+	}
+	c.used = cs.tick
 	if !c.valid {
 		if len(c.val) != len(g.keys) {
 			c.val = make([]int32, len(g.keys))
@@ -81,12 +119,12 @@ func (r *roomResolver) stateAt(root hamtstore.NodeID) ([]int32, error) {
 	return c.val, nil
 }
 
-// applied moves the cursor along a change the resolver made, from the snapshot
-// from to the snapshot to that from with set and del applied is, without a
-// diff: when the cursor is at from (else it stays where it is).
+// applied moves the cursor at from (if one is) along a change the resolver
+// made, to the snapshot to that from with set and del applied is, without a
+// diff.
 func (r *roomResolver) applied(from, to hamtstore.NodeID, set StateMap, del []Key) {
-	c := &r.cursor
-	if !c.valid || c.root != from || r.g == nil {
+	c := r.cursors.at(from)
+	if c == nil || r.g == nil || from == to {
 		return
 	}
 	g := r.g

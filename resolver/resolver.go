@@ -136,8 +136,8 @@ type roomResolver struct {
 	roomID *spec.RoomID
 	// keyMemo is the unconflicted-event memo of the current resolution (resView).
 	keyMemo keyMemo
-	// cursor is the state snapshot lookups were last asked of (cursor.go).
-	cursor stateCursor
+	// cursors hold the state snapshots lookups were last asked of (cursor.go).
+	cursors cursorSet
 
 	// onResolve, if set, is called after each resolution of two or more distinct
 	// snapshots with what it cost.
@@ -535,10 +535,11 @@ func (r *roomResolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict)
 	if _, err := r.stateAt(base); err != nil {
 		return stateChanges{}, err
 	}
+	cur := r.cursors.at(base)
 	view := &resView{g: g, upTo: r.upTo, memo: &r.keyMemo, unconflicted: func(k int32) (int32, bool, error) {
 		// Conflicted keys are in the memo already; the others are the base's.
-		if r.cursor.valid && r.cursor.root == base && r.cursor.val[k] != cursorElsewhere {
-			x := r.cursor.val[k]
+		if cur != nil && cur.valid && cur.root == base && cur.val[k] != cursorElsewhere {
+			x := cur.val[k]
 			return x, x >= 0, nil
 		}
 		v, ok, err := r.rd.Get(base, g.keyBytes[k])
