@@ -257,10 +257,12 @@ func TestCLIVerifyBadHead(t *testing.T) {
 	}{
 		{[]string{"verify", "--store", store}, []string{headLine, "the room is not checked", "verify: rooms=1 ", " problems=1 "}},
 		{[]string{"rooms", "--store", store}, []string{headLine, "rooms: rooms=1 unreadable=1"}},
+		{[]string{"stats", "--store", store}, []string{" rooms=1 unreadable=1", headLine, ": the room is not counted"}},
 		{[]string{"replay", "--store", store}, []string{headLine, ": the room is not replayed", "replay: rooms=2 rooms_failed=1 events=101 computed=101 "}},
 		{[]string{"audit", "--store", store, "--expected", filepath.Join(real, "room003"), "--expected", filepath.Join(real, "room004")},
 			[]string{"problem room=" + badRoom + ": its head record (room collection " + coll.String() + ") cannot be read", "audit: rooms=1 events=101 findings=0 problems=1"}},
 		{[]string{"repack", "--store", store}, []string{headLine, "the room is not repacked", "repack: plan=reverse-topological rooms=1 "}},
+		{[]string{"stats", "--store", store, "--reads", "--walks", "current-state"}, []string{headLine, ": the room is not walked", "reads: rooms=1 walks=1 "}},
 	} {
 		out, code := run(t, c.args...)
 		for _, w := range c.want {

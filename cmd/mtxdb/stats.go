@@ -29,7 +29,9 @@ by kind (node, pdu, meta, other): physical reads, frame bytes, distinct 4 KiB pa
 seeks (a read not in the pages of the previous read or the next one) and node-cache
 hits. Each walk runs on a freshly opened store (empty node cache); --cold also evicts
 the shard files from the page cache first (posix_fadvise DONTNEED). The counters are
-this process's: another process's reads cannot be seen.`,
+this process's: another process's reads cannot be seen. A room collection whose head
+record cannot be read is counted (unreadable=N) and is a problem line (its room ID is
+in the head); the other rooms are counted, listed or walked, and the exit status is 2.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -55,12 +57,13 @@ this process's: another process's reads cannot be seen.`,
 			if err != nil {
 				return err
 			}
-			rooms, err := st.Rooms(ctx)
+			rooms, bad, err := st.RoomsAndErrors(ctx)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			f := []kv{{"shards", s.Shards}, {"disk_bytes", s.DiskBytes}, {"collections", s.Collections}, {"live_records", s.LiveRecords}, {"live_bytes", s.LiveBytes}, {"rooms", len(rooms)}}
+			f := []kv{{"shards", s.Shards}, {"disk_bytes", s.DiskBytes}, {"collections", s.Collections}, {"live_records", s.LiveRecords}, {"live_bytes", s.LiveBytes},
+				{"rooms", len(rooms)}, {"unreadable", len(bad)}}
 			if asJSON {
 				printLine(out, true, "stats", f...)
 			} else {
@@ -90,6 +93,9 @@ this process's: another process's reads cannot be seen.`,
 						h.RoomID, h.RoomVersion, h.Events, h.Replayed, len(h.ForwardExtremities))
 				}
 			}
+			if printHeadProblems(out, asJSON, bad, "the room is not counted") > 0 {
+				return exitError(2)
+			}
 			return nil
 		},
 	}
@@ -117,7 +123,7 @@ func statsReads(ctx context.Context, out io.Writer, asJSON bool, store, roomID, 
 	if err != nil {
 		return err
 	}
-	rooms, err := selectRooms(ctx, st, roomID)
+	rooms, bad, err := selectRoomsAndErrors(ctx, st, roomID)
 	var ids []string
 	for _, r := range rooms {
 		if r.Head().Replayed {
@@ -130,6 +136,7 @@ func statsReads(ctx context.Context, out io.Writer, asJSON bool, store, roomID, 
 	if err != nil {
 		return err
 	}
+	unreadable := printHeadProblems(out, asJSON, bad, "the room is not walked")
 	if len(ids) == 0 {
 		return fmt.Errorf("no replayed room to walk (mtxdb replay first)")
 	}
@@ -164,6 +171,9 @@ func statsReads(ctx context.Context, out io.Writer, asJSON bool, store, roomID, 
 	bar.finish()
 	printLine(out, asJSON, "reads", kv{"rooms", len(ids)}, kv{"walks", len(ws)}, kv{"reads", total.Reads}, kv{"bytes", total.Bytes}, kv{"pages", total.Pages},
 		kv{"seeks", total.Seeks}, kv{"cache_hits", total.CacheHits})
+	if unreadable > 0 {
+		return exitError(2)
+	}
 	return nil
 }
 

@@ -224,18 +224,22 @@ func openRoomsAndErrors(ctx context.Context, store, roomID string, readOnly bool
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var rooms []*roomstate.Room
-	var bad []*roomstate.HeadError
-	if roomID == "" {
-		rooms, bad, err = st.RoomsAndErrors(ctx)
-	} else {
-		rooms, err = selectRooms(ctx, st, roomID)
-	}
+	rooms, bad, err := selectRoomsAndErrors(ctx, st, roomID)
 	if err != nil {
 		eng.Close()
 		return nil, nil, nil, err
 	}
 	return eng, rooms, bad, nil
+}
+
+// selectRoomsAndErrors is selectRooms going on past the room collections whose
+// head it cannot read when it selects every room: those come back as bad.
+func selectRoomsAndErrors(ctx context.Context, st *roomstate.Store, roomID string) ([]*roomstate.Room, []*roomstate.HeadError, error) {
+	if roomID == "" {
+		return st.RoomsAndErrors(ctx)
+	}
+	rooms, err := selectRooms(ctx, st, roomID)
+	return rooms, nil, err
 }
 
 // selectRooms returns every room, or the one named.
