@@ -907,8 +907,9 @@ func copyRoomFiles(t *testing.T, src, dst string, edit func(file string, b []byt
 }
 
 // TestCLIVerifyRoomOtherRecording: verify --room A --expected (a recording of room
-// B) warns that the recording is not compared, rather than passing silently with
-// compared_room_dirs=0.
+// B) warns that the recording is not compared and, having compared nothing the
+// user asked for, exits 2 with a problem line for room A; given A's recording as
+// well, it compares that one and exits 0.
 func TestCLIVerifyRoomOtherRecording(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "s")
 	for _, r := range []string{"room002", "room003"} {
@@ -920,8 +921,15 @@ func TestCLIVerifyRoomOtherRecording(t *testing.T) {
 		t.Fatalf("replay: exit %d\n%s", code, out)
 	}
 	const room003 = "!FymyxFJPGCZLfPcMwA:server1.test"
-	out, _ := run(t, "verify", "--store", store, "--room", room003, "--expected", room("room002"))
+	out, code := run(t, "verify", "--store", store, "--room", room003, "--expected", room("room002"))
 	if !strings.Contains(out, room("room002")+" records room !uQKlwVmKZwIkKruPRv:server1.test, not --room "+room003+": not compared") {
 		t.Fatalf("verify --room with another room's recording said nothing\n%s", out)
+	}
+	if want := "problem room=" + room003 + ": no --expected directory records this room"; code != 2 || !strings.Contains(out, want) || !strings.Contains(out, " problems=1 ") {
+		t.Errorf("verify --room with only another room's recording: exit %d, want 2 and %q\n%s", code, want, out)
+	}
+	out, code = run(t, "verify", "--store", store, "--room", room003, "--expected", room("room002"), "--expected", room("room003"))
+	if code != 0 || !strings.Contains(out, " compared_room_dirs=1 ") {
+		t.Errorf("verify --room with its own recording among others: exit %d, want 0 and compared_room_dirs=1\n%s", code, out)
 	}
 }

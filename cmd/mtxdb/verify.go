@@ -45,7 +45,8 @@ not a mismatch per event. A room that fails its check is a problem line, and its
 events are counted as unchecked_events (not in events).
 
 Exit status 2 when the data is wrong: a mismatch, a room that fails its check, a
-recorded room the store lacks or has not replayed, a recorded room directory whose
+recorded room the store lacks or has not replayed, --room with --expected directories
+none of which records that room (nothing compared), a recorded room directory whose
 files are malformed (a line of expected_state.jsonl that does not decode, a line
 count meta.json contradicts), or a store that fails to open as corrupt; 1 for usage
 and I/O errors, including a store lost during the run; 0 otherwise.`,
@@ -64,22 +65,20 @@ and I/O errors, including a store lost during the run; 0 otherwise.`,
 			if err != nil {
 				return err
 			}
-			if room != "" { // compare only the selected room
-				for _, exp := range sortedExpected(exps) {
-					if exp.RoomID != room {
-						fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: warning: %s records room %s, not --room %s: not compared\n", exp.Dir, exp.RoomID, room)
-					}
-				}
-				exps = map[string][]*recorded.Expected{room: exps[room]}
-				if len(exps[room]) == 0 {
-					delete(exps, room)
-				}
+			others := 0 // recorded rooms other than --room, not compared
+			if room != "" {
+				exps, others = expectedForRoom(exps, room, cmd.ErrOrStderr())
 			}
 			defer catchInterrupts("verify", func() string { return "stopped; verify writes nothing" })()
 			out := cmd.OutOrStdout()
 			v, err := verifyRoomsTo(ctx, rooms, exps, out, asJSON)
 			if err != nil {
 				return err
+			}
+			if room != "" && len(expected) > 0 && len(exps) == 0 {
+				// The user asked for a comparison and none can be made.
+				v.problems++
+				printProblem(out, asJSON, room, fmt.Sprintf("no --expected directory records this room (it holds %d recordings of other rooms, named in the warnings): nothing was compared with a recording", others))
 			}
 			// Its room ID is in the head: the room is not checked, nor
 			// compared with what a recording says of it.
@@ -122,6 +121,23 @@ and I/O errors, including a store lost during the run; 0 otherwise.`,
 	c.Flags().BoolVar(&listRejected, "rejected", false, "print each rejected event with the reason replay recorded (the authorization rule)")
 	jsonFlag(c, &asJSON)
 	return c
+}
+
+// expectedForRoom keeps of exps only the recordings of room (none: an empty
+// map), warning to warn of each recording of another room, and returns how
+// many recordings it left out.
+func expectedForRoom(exps map[string][]*recorded.Expected, room string, warn io.Writer) (map[string][]*recorded.Expected, int) {
+	others := 0
+	for _, exp := range sortedExpected(exps) {
+		if exp.RoomID != room {
+			others++
+			fmt.Fprintf(warn, "mtxdb: warning: %s records room %s, not --room %s: not compared\n", exp.Dir, exp.RoomID, room)
+		}
+	}
+	if len(exps[room]) == 0 {
+		return map[string][]*recorded.Expected{}, others
+	}
+	return map[string][]*recorded.Expected{room: exps[room]}, others
 }
 
 // loadExpectedDirs reads recorded state from room directories or directories of
