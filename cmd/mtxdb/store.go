@@ -45,6 +45,9 @@ func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.S
 	if dir == "" {
 		return nil, nil, fmt.Errorf("--store is required")
 	}
+	if err := checkStoreURL(dir); err != nil {
+		return nil, nil, err
+	}
 	if pgstore.IsURL(dir) {
 		eng, err := pgstore.Open(pgstore.Options{URL: dir, NoCreate: !create, ReadOnly: readOnly})
 		if errors.Is(err, pgstore.ErrNoSchema) {
@@ -138,6 +141,28 @@ func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.S
 			dir, r.TruncatedBytes, r.TruncatedFile, r.TruncatedAt, r.Source)
 	}
 	return eng, roomstate.New(eng), nil
+}
+
+// checkStoreURL refuses a --store value that starts with a PostgreSQL scheme
+// ("postgres:" or "postgresql:", any case) but is not a postgres:// or
+// postgresql:// URL (postgres:/db, postgres:db, POSTGRES://...): taken as a
+// directory it would become one named after the typo. The message quotes only
+// the scheme as given, not what follows (it may hold a password). A directory
+// so named is given as ./postgres:....
+func checkStoreURL(store string) error {
+	if pgstore.IsURL(store) {
+		return nil
+	}
+	lower := strings.ToLower(store)
+	for _, scheme := range []string{"postgres:", "postgresql:"} {
+		if strings.HasPrefix(lower, scheme) {
+			rest := store[len(scheme):]
+			given := store[:len(store)-len(strings.TrimLeft(rest, "/"))] // the scheme and its slashes
+			return fmt.Errorf("--store begins %q: not a PostgreSQL URL, which begins %s// in lower case (%s//[USER[:PASSWORD]@]HOST[:PORT]/DBNAME); a directory whose name begins %s is given as ./%s...",
+				given, scheme, scheme, scheme, scheme)
+		}
+	}
+	return nil
 }
 
 // storeStats is the engine's Stats; for a PostgreSQL store DiskBytes is the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,5 +70,30 @@ func TestCLICorruptMetaReported(t *testing.T) {
 		if code != 2 || !strings.Contains(out, "metadata of event "+eventID+": ") {
 			t.Errorf("verify after %v: exit %d, want 2 and a problem naming %s\n%s", args, code, eventID, out)
 		}
+	}
+}
+
+// TestCLIStoreSchemeTypo: a --store value that begins with a PostgreSQL scheme but
+// is not a postgres:// or postgresql:// URL (a typo) is refused, naming the URL
+// form, by import (which would otherwise create a directory named after it) and
+// by a command that opens an existing store; no directory is created.
+func TestCLIStoreSchemeTypo(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ store, want string }{
+		{"postgres:/x", `--store begins "postgres:/": not a PostgreSQL URL, which begins postgres:// in lower case`},
+		{"postgresql:x", `--store begins "postgresql:": not a PostgreSQL URL, which begins postgresql:// in lower case`},
+		{"POSTGRES://h/db", `--store begins "POSTGRES://": not a PostgreSQL URL`},
+	} {
+		for _, args := range [][]string{{"import", "--store", c.store, room("room003")}, {"replay", "--store", c.store}} {
+			cmd := exec.Command(bin, args...)
+			cmd.Dir = dir
+			out, err := cmd.CombinedOutput()
+			if err == nil || cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), c.want) {
+				t.Errorf("%v: %v, want exit 1 and %q\n%s", args, err, c.want, out)
+			}
+		}
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) > 0 {
+		t.Errorf("the refused --store values left %v in the working directory (%v)", ents, err)
 	}
 }
