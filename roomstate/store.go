@@ -354,27 +354,43 @@ func (r *Room) StoredEvent(eventID string, redacted bool) (pd gomatrixserverlib.
 
 // Meta loads the metadata record of an event; an error names the event.
 func (r *Room) Meta(eventID string) (roomrecord.EventMeta, error) {
-	return r.meta(roomrecord.EventRecordID(eventID), "event "+eventID)
+	return r.meta(roomrecord.EventRecordID(eventID), func() string { return "event " + eventID })
 }
 
 // MetaByRecord loads the metadata record of the event whose record ID (= HAMT value)
-// is ev; an error names the record ID (the event ID is in the record).
+// is ev. An error names the event: its ID, found by a search of the arrival
+// log (EventIDs, one record ID computed per event, on the error path only),
+// or the record ID when the log cannot be read or does not hold it.
 func (r *Room) MetaByRecord(ev packstore.ID) (roomrecord.EventMeta, error) {
-	return r.meta(ev, "event record "+ev.String())
+	return r.meta(ev, func() string { return r.recordName(ev) })
 }
 
-// meta loads the metadata record of event record ev, which errors call what.
-func (r *Room) meta(ev packstore.ID, what string) (roomrecord.EventMeta, error) {
+// recordName names the event whose record ID is ev for an error: "event $ID"
+// when the arrival log names it, else "event record <ev>".
+func (r *Room) recordName(ev packstore.ID) string {
+	if ids, err := r.EventIDs(); err == nil {
+		for _, id := range ids {
+			if roomrecord.EventRecordID(id) == ev {
+				return "event " + id
+			}
+		}
+	}
+	return "event record " + ev.String()
+}
+
+// meta loads the metadata record of event record ev; an error calls the event
+// what().
+func (r *Room) meta(ev packstore.ID, what func() string) (roomrecord.EventMeta, error) {
 	b, err := getKind(r.s.eng, r.coll, roomrecord.MetaRecordID(ev), roomrecord.ReadMeta)
 	if err != nil {
-		return roomrecord.EventMeta{}, fmt.Errorf("roomstate: room %s: metadata of %s: %w", r.head.RoomID, what, err)
+		return roomrecord.EventMeta{}, fmt.Errorf("roomstate: room %s: metadata of %s: %w", r.head.RoomID, what(), err)
 	}
 	m, err := roomrecord.DecodeMeta(b)
 	if err != nil {
-		return roomrecord.EventMeta{}, fmt.Errorf("room %s, metadata of %s: %w", r.head.RoomID, what, err)
+		return roomrecord.EventMeta{}, fmt.Errorf("room %s, metadata of %s: %w", r.head.RoomID, what(), err)
 	}
 	if roomrecord.EventRecordID(m.EventID) != ev {
-		return roomrecord.EventMeta{}, fmt.Errorf("%w: room %s: metadata of %s names event %s", roomrecord.ErrCorruptRecord, r.head.RoomID, what, m.EventID)
+		return roomrecord.EventMeta{}, fmt.Errorf("%w: room %s: metadata of %s names event %s", roomrecord.ErrCorruptRecord, r.head.RoomID, what(), m.EventID)
 	}
 	return m, nil
 }

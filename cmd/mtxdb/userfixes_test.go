@@ -41,7 +41,8 @@ func TestCLIImportRefusalSpeaksFlags(t *testing.T) {
 // TestCLICorruptMetaReported: with one event's metadata record damaged (it does
 // not decode), verify exits 2 with a problem line naming the event, not its
 // record hash, before and after a replay --force (which reads no metadata
-// record and exits 0).
+// record and exits 0); audit, which reaches the record through a snapshot entry
+// (a record ID), names the event too.
 func TestCLICorruptMetaReported(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "s")
 	mustRun(t, "import", "--store", store, room("room003"))
@@ -70,6 +71,10 @@ func TestCLICorruptMetaReported(t *testing.T) {
 		if code != 2 || !strings.Contains(out, "metadata of event "+eventID+": ") {
 			t.Errorf("verify after %v: exit %d, want 2 and a problem naming %s\n%s", args, code, eventID, out)
 		}
+	}
+	out, code := run(t, "audit", "--store", store, "--expected", room("room003"))
+	if code != 2 || !strings.Contains(out, "metadata of event "+eventID+": ") {
+		t.Errorf("audit: exit %d, want 2 and a problem naming %s\n%s", code, eventID, out)
 	}
 }
 
