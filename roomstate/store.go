@@ -418,14 +418,32 @@ func (r *Room) EventState(eventID string) (st roomrecord.EventState, ok bool, er
 		return roomrecord.EventState{}, false, nil
 	}
 	if err != nil {
-		return roomrecord.EventState{}, false, fmt.Errorf("roomstate: room %s: state of event %s: %w", r.head.RoomID, eventID, err)
+		return roomrecord.EventState{}, false, &StateRecordError{RoomID: r.head.RoomID, EventID: eventID, Err: err}
 	}
 	st, err = roomrecord.DecodeState(b)
 	if err != nil {
-		return roomrecord.EventState{}, false, fmt.Errorf("room %s event %s: %w", r.head.RoomID, eventID, err)
+		return roomrecord.EventState{}, false, &StateRecordError{RoomID: r.head.RoomID, EventID: eventID, Err: err}
 	}
 	return st, true, nil
 }
+
+// StateRecordError is returned by EventState (and the state queries that read
+// state records) when an event's state record exists but cannot be read or
+// decoded: a corrupt frame, a record that does not decode, or a failed read.
+// Replay with Force writes every state record again.
+type StateRecordError struct {
+	RoomID, EventID string
+	Err             error // the read or decode error
+}
+
+// Error names the room and the event whose state record failed, and why.
+func (e *StateRecordError) Error() string {
+	return fmt.Sprintf("roomstate: room %s: state of event %s: %v", e.RoomID, e.EventID, e.Err)
+}
+
+// Unwrap returns the read or decode error (packstore.ErrCorrupt,
+// roomrecord.ErrCorruptRecord, ...), for errors.Is.
+func (e *StateRecordError) Unwrap() error { return e.Err }
 
 // Errors of state queries (StateBefore, StateAfter, MembershipAt).
 var (

@@ -125,7 +125,14 @@ func replayRooms(ctx context.Context, rooms []*roomstate.Room, force bool, out i
 			if lostStore(err) {
 				return tot, problems, fmt.Errorf("replay room %s: %w", r.ID(), err)
 			}
-			problems = append(problems, roomProblem{room: r.ID(), what: fmt.Sprintf("not replayed: %v", err), skipped: true})
+			what := fmt.Sprintf("not replayed: %v", err)
+			var se *roomstate.StateRecordError
+			if errors.As(err, &se) && isDataProblem(err) && !force {
+				// A forced replay reads no state record: it computes every
+				// event again and writes every state record.
+				what += "; mtxdb replay --force --room " + shellArg(r.ID()) + " (with this --store) writes every state record of the room again, this one included"
+			}
+			problems = append(problems, roomProblem{room: r.ID(), what: what, skipped: true})
 			bar.add(max(0, int(r.Head().Events)-walked))
 			continue
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,21 +48,7 @@ func TestCLICorruptMetaReported(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "s")
 	mustRun(t, "import", "--store", store, room("room003"))
 	const roomID, eventID = "!FymyxFJPGCZLfPcMwA:server1.test", "$154714264912SGfjg:server1.test"
-	eng, err := packstore.Open(packstore.DefaultOptions(store))
-	if err != nil {
-		t.Fatal(err)
-	}
-	coll, rid := roomrecord.CollectionID(roomID), roomrecord.MetaRecordID(roomrecord.EventRecordID(eventID))
-	good, err := eng.Get(coll, rid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := eng.PutMany(coll, []packstore.Record{{ID: rid, Data: good[:len(good)/2]}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := eng.Close(); err != nil {
-		t.Fatal(err)
-	}
+	truncateRecord(t, store, roomID, roomrecord.MetaRecordID(roomrecord.EventRecordID(eventID)))
 	for _, args := range [][]string{{"replay", "--store", store}, {"replay", "--store", store, "--force"}} {
 		out, code := run(t, args...)
 		if code != 0 {
@@ -100,5 +87,64 @@ func TestCLIStoreSchemeTypo(t *testing.T) {
 	}
 	if ents, err := os.ReadDir(dir); err != nil || len(ents) > 0 {
 		t.Errorf("the refused --store values left %v in the working directory (%v)", ents, err)
+	}
+}
+
+// TestCLIReplayDamagedStateHint: a plain replay that fails a room on an earlier
+// event's damaged state record (read to continue from it after more events were
+// imported) says on the problem line that replay --force writes every state
+// record again; that replay then succeeds.
+func TestCLIReplayDamagedStateHint(t *testing.T) {
+	dir := t.TempDir()
+	store := filepath.Join(dir, "s")
+	b, err := os.ReadFile(filepath.Join(room("room003"), "events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	half := filepath.Join(dir, "half.jsonl")
+	if err := os.WriteFile(half, []byte(strings.Join(lines[:150], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, "import", "--store", store, half)
+	mustRun(t, "replay", "--store", store)
+	const roomID = "!FymyxFJPGCZLfPcMwA:server1.test"
+	var last struct {
+		EventID string `json:"event_id"`
+	}
+	if err := json.Unmarshal([]byte(lines[149]), &last); err != nil || last.EventID == "" {
+		t.Fatalf("event 150 of room003: %v (%q)", err, last.EventID)
+	}
+	truncateRecord(t, store, roomID, roomrecord.StateRecordID(roomrecord.EventRecordID(last.EventID)))
+	mustRun(t, "import", "--store", store, room("room003"))
+	out, code := run(t, "replay", "--store", store)
+	want := "state of event " + last.EventID + ": "
+	hint := "; mtxdb replay --force --room '" + roomID + "' (with this --store) writes every state record of the room again"
+	if code != 2 || !strings.Contains(out, want) || !strings.Contains(out, hint) {
+		t.Errorf("replay: exit %d, want 2, %q and %q\n%s", code, want, hint, out)
+	}
+	if out, code := run(t, "replay", "--store", store, "--force"); code != 0 || !strings.Contains(out, " computed=212 ") {
+		t.Errorf("replay --force: exit %d, want 0 and computed=212\n%s", code, out)
+	}
+}
+
+// truncateRecord writes record rid of the room's collection again with the
+// first half of its data, a record that exists but does not decode.
+func truncateRecord(t *testing.T, store, roomID string, rid packstore.ID) {
+	t.Helper()
+	eng, err := packstore.Open(packstore.DefaultOptions(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	coll := roomrecord.CollectionID(roomID)
+	good, err := eng.Get(coll, rid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.PutMany(coll, []packstore.Record{{ID: rid, Data: good[:len(good)/2]}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
