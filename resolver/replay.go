@@ -115,7 +115,10 @@ func sameByKey(a, b []gomatrixserverlib.PDU) bool {
 type ReplayOptions struct {
 	// Force recomputes every event and writes every state record, including those an
 	// every-k repack dropped, and clears the room head's keep rule (Head.StateEvery):
-	// the room is all-snapshots again until the next every-k repack. By default an
+	// the room is all-snapshots again until the next every-k repack. The rule is
+	// cleared, and the room marked not replayed, before the first record is
+	// written, so that a Force replay that does not finish leaves the events
+	// without a state record to a plain Replay. By default an
 	// event whose state record exists and whose prev_events were not recomputed keeps
 	// its stored state.
 	Force bool
@@ -133,8 +136,9 @@ type ReplayOptions struct {
 	// and syncs the state records computed so far and returns ErrStopped with the
 	// counts up to there. The head is not updated (the room stays not replayed), so
 	// a later Replay computes only the events left without a state record; after a
-	// stopped Force replay, run it with Force again (records are partly rewritten
-	// and the keep rule is not cleared yet).
+	// stopped Force replay (records partly rewritten, the keep rule already
+	// cleared), Force again rewrites every record, and a plain Replay computes
+	// the events left without one.
 	Stop func() bool
 
 	// batchSize is the number of state records written per batch (0: 1000; tests
@@ -275,6 +279,9 @@ func (rp *replay) run() (_ ReplayResult, err error) {
 	if rp.head.StateEvery > 0 {
 		rp.late = make([]bool, len(rp.g.ids))
 	}
+	if err := rp.startForce(); err != nil {
+		return rp.res, err
+	}
 	for p := range order {
 		if cerr := rp.ctx.Err(); cerr != nil || rp.opts.Stop != nil && rp.opts.Stop() {
 			err := rp.stop(p, len(order), cerr)
@@ -290,6 +297,25 @@ func (rp *replay) run() (_ ReplayResult, err error) {
 	rp.r.upTo = int32(len(order))
 	err = rp.finish(order)
 	return rp.res, err
+}
+
+// startForce, for a Force replay of a room under an every-k keep rule, clears
+// the rule and marks the room not replayed in its head, synced before the first
+// state record is written. A Force replay stopped or killed before its end then
+// leaves a room whose events without a state record a plain Replay computes
+// (and verify counts as unreplayed); under the rule they would be taken as
+// dropped by the repack and computed by nothing but another Force replay.
+// rp.head keeps the head as it was read.
+func (rp *replay) startForce() error {
+	h := rp.r.room.Head()
+	if !rp.opts.Force || h.StateEvery == 0 {
+		return nil
+	}
+	h.StateEvery, h.StateKeptBelow, h.Replayed = 0, 0, false
+	if err := rp.r.w.Commit(rp.writeCtx, &h); err != nil {
+		return fmt.Errorf("resolver: room %s: clear the keep rule before a forced replay: %w", h.RoomID, err)
+	}
+	return nil
 }
 
 // order computes the replay order (replayOrder), records each event's position in

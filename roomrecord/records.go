@@ -230,7 +230,7 @@ type Head struct {
 	// StateEvery is the keep rule of an every-k repack (docs/library.md): 0 keeps
 	// every event's state record; K > 0 keeps it only for the events KeepsState
 	// names, so the others may have none. Set by WithKeepRule (before an every-k repack), cleared by a
-	// forced replay (which writes every state record again).
+	// forced replay (which writes every state record again) before it writes its first one.
 	StateEvery uint32
 	// StateKeptBelow is the number of events (arrival indexes 0..StateKeptBelow-1)
 	// the keep rule covers: events that arrived after the rule was set keep their

@@ -32,7 +32,9 @@ events that already have a state record keep it (unless an earlier event was
 recomputed), so it computes only what import added; --force recomputes everything.
 After an every-k repack, events whose state was dropped stay without one
 (state_not_kept); a new event whose prev_events name one gets it recomputed in memory
-(rederived). --force writes every state record again and clears the every-k rule.
+(rederived). --force writes every state record again and clears the every-k rule
+when it starts: after a --force that did not finish (killed, interrupted), a plain
+replay computes the events still without a state record.
 It prints one summary line; use verify --expected to compare with recorded state.
 
 A room that cannot be replayed (a record that does not decode, an event the rules
@@ -168,8 +170,9 @@ func replayResumeHint(store, room string, force bool) string {
 		again += " --room " + shellArg(room)
 	}
 	if force {
-		// A forced replay rewrites records and clears the every-k rule at its
-		// end: a plain replay would keep the rule.
+		// A forced replay rewrites every record; a plain one would compute
+		// only the events left without one (the forced one cleared the
+		// every-k rule when it started) and not rewrite the others.
 		return "run " + again + " --force again to recompute every event (it starts over)"
 	}
 	return "run " + again + " to continue: it computes only the events without a state record"

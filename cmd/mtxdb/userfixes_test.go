@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -146,5 +147,54 @@ func truncateRecord(t *testing.T, store, roomID string, rid packstore.ID) {
 	}
 	if err := eng.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCLIReplayForceKilledEveryK: a replay --force SIGKILLed part way on a room
+// after an every-k repack leaves the room not replayed: verify counts the events
+// still without a state record as unreplayed (not as state_not_kept) and a plain
+// replay computes them, after which the room verifies against its recording with
+// no state left unkept.
+func TestCLIReplayForceKilledEveryK(t *testing.T) {
+	roomDir := genRoom(t, 2500)
+	store := filepath.Join(t.TempDir(), "s")
+	mustRun(t, "import", "--store", store, roomDir)
+	mustRun(t, "replay", "--store", store)
+	mustRun(t, "repack", "--store", store, "--liveness", "every-k")
+	if out := mustRun(t, "verify", "--store", store); field(t, out, "state_not_kept") == 0 {
+		t.Fatalf("the every-k repack dropped no state record:\n%s", out)
+	}
+	cmd := exec.Command(bin, "replay", "--store", store, "--force")
+	cmd.Env = append(os.Environ(), "MTXDB_TEST_STALL=replay-1000")
+	pr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(pr)
+	stalled := false
+	for !stalled && sc.Scan() {
+		stalled = strings.Contains(sc.Text(), "test stall at replay-1000")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait() // killed
+	if !stalled {
+		t.Fatal("replay --force ended before its 1001st event")
+	}
+	out, code := run(t, "verify", "--store", store)
+	if code != 0 || field(t, out, "state_not_kept") != 0 || field(t, out, "unreplayed") == 0 {
+		t.Errorf("verify after a killed replay --force: exit %d, want 0, state_not_kept=0 and unreplayed>0\n%s", code, out)
+	}
+	out = mustRun(t, "replay", "--store", store)
+	if field(t, out, "computed") == 0 || field(t, out, "state_not_kept") != 0 {
+		t.Errorf("replay after a killed replay --force computed nothing or left states unkept:\n%s", out)
+	}
+	out = mustRun(t, "verify", "--store", store, "--expected", roomDir)
+	if field(t, out, "state_not_kept") != 0 || field(t, out, "unreplayed") != 0 || field(t, out, "compared_events") == 0 {
+		t.Errorf("verify --expected after the plain replay:\n%s", out)
 	}
 }
