@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -73,5 +74,31 @@ func TestApplyMemoryLimit(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "3GiB")
 	if got := applyMemoryLimit(cmd("verify")); got != -1 || debug.SetMemoryLimit(-1) != old {
 		t.Fatalf("verify under GOMEMLIMIT: limit %d", got)
+	}
+}
+
+// TestReplayGC: replay collects at replayGCPercent only under a soft heap limit
+// and when GOGC is not set.
+func TestReplayGC(t *testing.T) {
+	oldLimit, oldPercent := debug.SetMemoryLimit(-1), debug.SetGCPercent(100)
+	defer func() { debug.SetMemoryLimit(oldLimit); debug.SetGCPercent(oldPercent) }()
+	t.Setenv("GOGC", "")
+	for _, c := range []struct {
+		name  string
+		limit int64
+		gogc  string
+		want  int
+	}{
+		{"limit", 1 << 30, "", replayGCPercent},
+		{"no limit", math.MaxInt64, "", 100},
+		{"GOGC set", 1 << 30, "100", 100},
+	} {
+		debug.SetMemoryLimit(c.limit)
+		debug.SetGCPercent(100)
+		t.Setenv("GOGC", c.gogc)
+		replayGC()
+		if got := debug.SetGCPercent(100); got != c.want {
+			t.Errorf("%s: GOGC %d, want %d", c.name, got, c.want)
+		}
 	}
 }
