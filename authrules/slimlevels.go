@@ -39,8 +39,9 @@ func (s *slimLevels) Content() []byte { return s.content }
 // that reads one or two of them); of the users map, a check of any event but a
 // power levels event reads only the sender's level, the state_key's (the target
 // of a membership change) and a restricted join's join_authorised_via_users_server
-// (gomatrixserverlib's eventauth.go, userPowerLevel and UserLevel), so with the
-// others left out Allowed decides the same. A power levels event is checked
+// (userPowerLevel and UserLevel in gomatrixserverlib's eventauth.go at the pinned
+// version, https://github.com/matrix-org/gomatrixserverlib/blob/6697d93cbcba/eventauth.go),
+// so with the others left out Allowed decides the same. A power levels event is checked
 // against the full content (it compares old and new levels of every user), as is
 // any check where gomatrixserverlib's own parse of the content fails. The memo
 // keeps gomatrixserverlib's parse per power levels event; nil memo: list.
