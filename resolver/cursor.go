@@ -98,16 +98,12 @@ func (r *roomResolver) stateAt(root hamtstore.NodeID) ([]int32, error) {
 		if v == nil {
 			return nil
 		}
-		if x, ok := g.byRecord[packstore.ID(*v)]; ok {
-			c.val[k] = x
-			return nil
-		}
-		id, err := r.eventIDOf(*v)
+		x, ok, err := r.graphIndexOf(g, *v)
 		if err != nil {
 			return err
 		}
 		c.val[k] = cursorElsewhere
-		if x, ok := g.index.find(g.ids, id); ok {
+		if ok {
 			c.val[k] = x
 		}
 		return nil
@@ -142,6 +138,20 @@ func (r *roomResolver) applied(from, to hamtstore.NodeID, set StateMap, del []Ke
 		}
 	}
 	c.root = to
+}
+
+// graphIndexOf returns the graph index of the event a snapshot value names,
+// false when the auth index does not hold it.
+func (r *roomResolver) graphIndexOf(g *graph, v hamtstore.Value) (int32, bool, error) {
+	if x, ok := g.byRecord[packstore.ID(v)]; ok {
+		return x, true, nil
+	}
+	id, err := r.eventIDOf(v)
+	if err != nil {
+		return -1, false, err
+	}
+	x, ok := g.index.find(g.ids, id)
+	return x, ok, nil
 }
 
 // lookup returns the event at a key of a snapshot: from the state cursor moved

@@ -113,11 +113,32 @@ func newHeadTable(n int) headTable {
 		senderIdx: map[string]int32{}, namesCreate: map[int32]bool{}}
 }
 
-// learn keeps what an eventHead needs of a parsed state PDU of the room.
-func (r *roomResolver) learn(p gomatrixserverlib.PDU) { r.headTable.learn(r.g, p) }
+// headFacts is what learn reads of a state PDU's content and JSON: a member
+// event's membership code (membershipCode) and whether its JSON names the
+// create event the room ID implies (namesImpliedCreate, for an event checkable
+// as its head).
+type headFacts struct {
+	memb        uint8
+	namesCreate bool
+}
 
-// learn keeps what an eventHead needs of a parsed state PDU of g's room.
-func (t *headTable) learn(g *graph, p gomatrixserverlib.PDU) {
+// factsOf reads p's headFacts.
+func factsOf(p gomatrixserverlib.PDU) headFacts {
+	var f headFacts
+	if p.Type() == spec.MRoomMember {
+		f.memb = membershipCode(p)
+	}
+	f.namesCreate = checkableHead(p.Type(), f.memb) && namesImpliedCreate(p)
+	return f
+}
+
+// learn keeps what an eventHead needs of a parsed state PDU of the room; f is
+// p's headFacts when the prefetcher read them (nil: read here).
+func (r *roomResolver) learn(p gomatrixserverlib.PDU, f *headFacts) { r.headTable.learn(r.g, p, f) }
+
+// learn keeps what an eventHead needs of a parsed state PDU of g's room; f is
+// p's headFacts when already read (nil: read here).
+func (t *headTable) learn(g *graph, p gomatrixserverlib.PDU, f *headFacts) {
 	if t.memb == nil || p.StateKey() == nil {
 		return
 	}
@@ -133,10 +154,12 @@ func (t *headTable) learn(g *graph, p gomatrixserverlib.PDU) {
 		t.senderIdx[sender] = s
 	}
 	t.senderOf[i], t.tsOf[i] = s, int64(p.OriginServerTS())
-	if p.Type() == spec.MRoomMember {
-		t.memb[i] = membershipCode(p)
+	if f == nil {
+		read := factsOf(p)
+		f = &read
 	}
-	if checkableHead(p.Type(), t.memb[i]) && namesImpliedCreate(p) {
+	t.memb[i] = f.memb
+	if f.namesCreate {
 		t.namesCreate[i] = true
 	}
 }

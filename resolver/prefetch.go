@@ -51,6 +51,9 @@ type prefetched struct {
 	// events (authrules.Authorize), which Cache.allowedOnce would compute.
 	checked bool
 	authErr error
+	// facts: what the prefetcher read of a member event for its headTable,
+	// handed to the replay's (nil: not read).
+	facts *headFacts
 }
 
 // prefetchWindow is how many parsed PDUs may wait ahead of the replay (~2 KB each).
@@ -91,7 +94,9 @@ func (rp *replay) prefetch(order []int32) *prefetcher {
 				case p.StateKey() == nil || !authTypes[p.Type()]:
 				case p.Type() == spec.MRoomMember:
 					pf.members.Add(x.id, p)
-					pf.heads.learn(g, p)
+					f := factsOf(p)
+					pf.heads.learn(g, p, &f)
+					x.facts = &f
 				default:
 					pf.others.Add(x.id, p)
 				}
@@ -185,7 +190,7 @@ func (pf *prefetcher) take() {
 	if x, ok := <-pf.out; ok && x.pdu != nil {
 		pf.r.stats.EventsLoaded++ // parsed on the prefetching goroutine
 		if !pf.r.holds(x.id) {
-			pf.r.keep(x.pdu)
+			pf.r.keep(x.pdu, x.facts)
 		}
 		pf.r.ahead = x
 	}

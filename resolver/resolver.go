@@ -324,15 +324,15 @@ func (r *roomResolver) pdu(eventID string) (gomatrixserverlib.PDU, error) {
 		return nil, err
 	}
 	r.stats.EventsLoaded++
-	r.keep(p)
+	r.keep(p, nil)
 	return p, nil
 }
 
 // keep caches a parsed PDU: a non-state event in cur, an auth event whose content
 // the rules read (create, power levels, join rules, third-party invite) in others,
 // another state event in pdus.
-func (r *roomResolver) keep(p gomatrixserverlib.PDU) {
-	r.learn(p)
+func (r *roomResolver) keep(p gomatrixserverlib.PDU, f *headFacts) {
+	r.learn(p, f)
 	switch {
 	case p.StateKey() == nil:
 		r.cur = p
@@ -546,15 +546,7 @@ func (r *roomResolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict)
 		if err != nil || !ok {
 			return -1, false, err
 		}
-		if x, ok := g.byRecord[packstore.ID(v)]; ok {
-			return x, true, nil
-		}
-		id, err := r.eventIDOf(v)
-		if err != nil {
-			return -1, false, err
-		}
-		x, ok := g.index.find(g.ids, id)
-		return x, ok, nil
+		return r.graphIndexOf(g, v)
 	}}
 	res, err := ResolveConflicts(in, r, view)
 	if err == nil {
