@@ -20,6 +20,3 @@ func CheckRules(p gomatrixserverlib.PDU, byKey map[Key]gomatrixserverlib.PDU, cr
 func ForAllowed(p gomatrixserverlib.PDU, list []gomatrixserverlib.PDU) []gomatrixserverlib.PDU {
 	return newRuleMemo().forAllowed(p, list)
 }
-
-// AppendJSONString is appendJSONString, for the tests.
-var AppendJSONString = appendJSONString

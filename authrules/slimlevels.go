@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
+
+	"github.com/mtxdb/mtxdb/internal/jsonstr"
 )
 
 // allowedLevels is gomatrixserverlib's own parse of a power levels event's
@@ -83,7 +84,7 @@ func (m *ruleMemo) forAllowed(p gomatrixserverlib.PDU, list []gomatrixserverlib.
 			b = append(b, ',')
 		}
 		n++
-		b = appendJSONString(b, u)
+		b = jsonstr.Append(b, u)
 		b = append(b, ':')
 		b = strconv.AppendInt(b, l, 10)
 	}
@@ -115,22 +116,4 @@ func (m *ruleMemo) allowedLevels(pe gomatrixserverlib.PDU) allowedLevels {
 	}
 	m.allowed.Add(k, al)
 	return al
-}
-
-// appendJSONString appends s as a JSON string: quotes, backslashes and control
-// characters escaped, invalid UTF-8 as U+FFFD (as encoding/json decodes it).
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\':
-			b = append(b, '\\', byte(r))
-		case r < 0x20:
-			b = append(b, `\u00`...)
-			b = append(b, "0123456789abcdef"[r>>4], "0123456789abcdef"[r&0xf])
-		default:
-			b = utf8.AppendRune(b, r)
-		}
-	}
-	return append(b, '"')
 }

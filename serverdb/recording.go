@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mtxdb/mtxdb/internal/jsonstr"
 	"github.com/mtxdb/mtxdb/recorded"
 )
 
@@ -113,7 +114,7 @@ func writeStates(ctx context.Context, src Source, roomID, dir string) (int, erro
 		return err
 	}, func(eventID string, group int64) error {
 		n++
-		buf = append(appendJSONString(append(buf[:0], `{"event_id":`...), eventID), `,"state_group":`...)
+		buf = append(jsonstr.Append(append(buf[:0], `{"event_id":`...), eventID), `,"state_group":`...)
 		buf = append(strconv.AppendInt(buf, group, 10), "}\n"...)
 		_, err := ws[1].Write(buf)
 		return err
@@ -142,8 +143,8 @@ func appendGroup(b []byte, g recorded.Group) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(appendJSONString(b, k), ':')
-			b = appendJSONString(b, g.Set[k])
+			b = append(jsonstr.Append(b, k), ':')
+			b = jsonstr.Append(b, g.Set[k])
 		}
 		b = append(b, '}')
 	}
@@ -153,24 +154,11 @@ func appendGroup(b []byte, g recorded.Group) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, k)
+			b = jsonstr.Append(b, k)
 		}
 		b = append(b, ']')
 	}
 	return append(b, "}\n"...)
-}
-
-// appendJSONString appends s as a JSON string: as it is between quotes when
-// it holds only printable ASCII other than ", \ and what encoding/json
-// escapes for HTML (<, >, &), else as encoding/json writes it.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	return append(append(append(b, '"'), s...), '"')
 }
 
 func writeJSON(path string, v any) error {

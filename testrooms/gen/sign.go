@@ -10,6 +10,8 @@ import (
 
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
+
+	"github.com/mtxdb/mtxdb/internal/jsonstr"
 )
 
 // buildEvent builds, hashes and signs an event as gomatrixserverlib's
@@ -196,7 +198,7 @@ func appendStrings(b []byte, ss []string) []byte {
 
 // appendCanonicalString appends s as canonical JSON encodes it.
 func appendCanonicalString(b []byte, s string) []byte {
-	j := appendJSONString(nil, s)
+	j := jsonstr.Append(nil, s)
 	if len(j) != len(s)+2 {
 		// Escaped by json.Marshal's rules (which also escape <, > and &): let
 		// gomatrixserverlib write the canonical form.

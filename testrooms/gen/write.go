@@ -17,6 +17,8 @@ import (
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
 	"github.com/tidwall/sjson"
+
+	"github.com/mtxdb/mtxdb/internal/jsonstr"
 )
 
 // Meta is meta.json of a generated room.
@@ -420,7 +422,7 @@ func (r *room) stateKeyRanks() *keyRanks {
 	keys = slices.Compact(keys)
 	kr := &keyRanks{rank: make([]int32, len(r.events)), json: make([][]byte, len(keys))}
 	for i, k := range keys {
-		kr.json[i] = appendJSONString(nil, k)
+		kr.json[i] = jsonstr.Append(nil, k)
 	}
 	for i, e := range r.events {
 		kr.rank[i] = -1
@@ -438,7 +440,7 @@ func (s *stateEncoder) stateLine(b []byte, id string, st pmap) []byte {
 	slices.Sort(s.ents)
 	b = slices.Grow(b, len(s.ents)*112)
 	b = append(b, `{"event_id":`...)
-	b = appendJSONString(b, id)
+	b = jsonstr.Append(b, id)
 	b = append(b, `,"state":{`...)
 	for i, x := range s.ents {
 		if i > 0 {
@@ -451,21 +453,4 @@ func (s *stateEncoder) stateLine(b []byte, id string, st pmap) []byte {
 		b = append(b, '"')
 	}
 	return append(b, "}}"...)
-}
-
-// appendJSONString appends s as json.Marshal encodes it (event IDs need no
-// escaping; state keys may, so those go through json.Marshal).
-func appendJSONString(b []byte, s string) []byte {
-	plain := true
-	for i := 0; i < len(s) && plain; i++ {
-		c := s[i]
-		plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
-	}
-	if plain {
-		b = append(b, '"')
-		b = append(b, s...)
-		return append(b, '"')
-	}
-	j, _ := json.Marshal(s)
-	return append(b, j...)
 }
