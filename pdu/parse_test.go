@@ -7,12 +7,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 )
 
 // TestParseDeclaredEventID: every top-level event_id of a v3+ PDU must be its
@@ -266,5 +268,31 @@ func sameAccessors(t testing.TB, version string, pd gomatrixserverlib.PDU, raw [
 	gm, gerr := gp.Membership()
 	if m != gm || (merr == nil) != (gerr == nil) {
 		t.Fatalf("membership %q (%v), gomatrixserverlib %q (%v)\n%s", m, merr, gm, gerr, raw)
+	}
+}
+
+// TestParseRequiresEdgeLists: a v1-format PDU (room003, room version 1) whose
+// auth_events is null or absent, or whose prev_events is null, is
+// ErrMalformedPDU (gomatrixserverlib's v1 decoder takes either as an empty
+// list; its v3+ decoder refuses them itself); the line as it is parses.
+func TestParseRequiresEdgeLists(t *testing.T) {
+	b, err := os.ReadFile("../testrooms/real/room003/events.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := []byte(strings.Split(string(b), "\n")[5])
+	if _, err := Parse("1", line); err != nil {
+		t.Fatalf("line as it is: %v", err)
+	}
+	null, _ := sjson.SetRawBytes(slices.Clone(line), "auth_events", []byte("null"))
+	absent, _ := sjson.DeleteBytes(slices.Clone(line), "auth_events")
+	prevNull, _ := sjson.SetRawBytes(slices.Clone(line), "prev_events", []byte("null"))
+	for name, raw := range map[string][]byte{"auth_events null": null, "auth_events absent": absent, "prev_events null": prevNull} {
+		if !gjson.ValidBytes(raw) {
+			t.Fatalf("%s: not JSON", name)
+		}
+		if _, err := Parse("1", raw); !errors.Is(err, ErrMalformedPDU) || !strings.Contains(err.Error(), "not an array") {
+			t.Errorf("%s: error %v, want ErrMalformedPDU naming the list", name, err)
+		}
 	}
 }

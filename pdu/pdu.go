@@ -223,12 +223,21 @@ func UserIDForSender(_ spec.RoomID, senderID spec.SenderID) (*spec.UserID, error
 
 // declaredEventIDs returns the values of every top-level "event_id" key of the
 // PDU JSON raw, in order (a key repeated is checked each time); a value that
-// is not a string is ErrMalformedPDU.
+// is not a string is ErrMalformedPDU. So is a PDU whose auth_events or
+// prev_events (the last of each, as gomatrixserverlib reads them) is missing or
+// not an array: gomatrixserverlib takes either as an empty list (Matrix spec
+// v1.19, Server-Server API, "PDUs": both are required).
 func declaredEventIDs(raw []byte) ([]string, error) {
 	var ids []string
 	var err error
+	lists := map[string]bool{"auth_events": false, "prev_events": false}
 	gjson.ParseBytes(raw).ForEach(func(k, v gjson.Result) bool {
-		if k.String() != "event_id" {
+		key := k.String()
+		if _, ok := lists[key]; ok {
+			lists[key] = v.IsArray()
+			return true
+		}
+		if key != "event_id" {
 			return true
 		}
 		if v.Type != gjson.String {
@@ -238,6 +247,11 @@ func declaredEventIDs(raw []byte) ([]string, error) {
 		ids = append(ids, v.String())
 		return true
 	})
+	for _, key := range []string{"auth_events", "prev_events"} {
+		if err == nil && !lists[key] {
+			err = fmt.Errorf("%w: %s is missing or not an array", ErrMalformedPDU, key)
+		}
+	}
 	return ids, err
 }
 
