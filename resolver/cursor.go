@@ -143,7 +143,7 @@ func (r *roomResolver) applied(from, to hamtstore.NodeID, set StateMap, del []Ke
 // graphIndexOf returns the graph index of the event a snapshot value names,
 // false when the auth index does not hold it.
 func (r *roomResolver) graphIndexOf(g *graph, v hamtstore.Value) (int32, bool, error) {
-	if x, ok := g.byRecord[packstore.ID(v)]; ok {
+	if x, ok := g.byRecord.find(packstore.ID(v)); ok {
 		return x, true, nil
 	}
 	id, err := r.eventIDOf(v)

@@ -24,18 +24,18 @@ import (
 // the v2.1 conflicted subgraph and replay's ordering ask without reading or
 // decoding a metadata record or a PDU.
 type graph struct {
-	ids      []string               // event ID by index
-	index    idTable                // event ID -> index
-	byRecord map[packstore.ID]int32 // event record ID (HAMT value) -> index
-	g        *roomrecord.Graph      // edges by index (missing edges are -1)
-	keys     []Key                  // interned keys; g.Key[i] indexes it
-	keyBytes [][]byte               // keys[k] as a HAMT key (roomrecord.StateKey)
-	kidsOff  []int32                // auth children CSR: kids of i are kids[kidsOff[i]:kidsOff[i+1]]
-	kids     []int32                // state events only, in index order (re-sorted by replay)
-	lin      []lineageLink          // same-key lineage, filled on use
-	depth    []int32                // auth depth (AuthOrder), -1 until computed
-	keyIndex map[Key]int32          // Key -> interned index
-	pos      []int32                // during Replay: position in the replay order (-1: not replayed)
+	ids      []string          // event ID by index
+	index    idTable           // event ID -> index
+	byRecord recordTable       // event record ID (HAMT value) -> index
+	g        *roomrecord.Graph // edges by index (missing edges are -1)
+	keys     []Key             // interned keys; g.Key[i] indexes it
+	keyBytes [][]byte          // keys[k] as a HAMT key (roomrecord.StateKey)
+	kidsOff  []int32           // auth children CSR: kids of i are kids[kidsOff[i]:kidsOff[i+1]]
+	kids     []int32           // state events only, in index order (re-sorted by replay)
+	lin      []lineageLink     // same-key lineage, filled on use
+	depth    []int32           // auth depth (AuthOrder), -1 until computed
+	keyIndex map[Key]int32     // Key -> interned index
+	pos      []int32           // during Replay: position in the replay order (-1: not replayed)
 	// pre and size number the same-key lineage forest depth first (built on the
 	// first sameKeyAncestor): u is in z's subtree iff pre[z] <= pre[u] <
 	// pre[z]+size[z]. -1 for an event no walk from a lineage root reaches (on a
@@ -65,16 +65,18 @@ func newGraph(room *roomstate.Room) (*graph, error) {
 func indexGraph(rg *roomrecord.Graph) *graph {
 	n := len(rg.IDs)
 	g := &graph{ids: rg.IDs, g: rg, keys: make([]Key, len(rg.Keys)), keyIndex: make(map[Key]int32, len(rg.Keys)),
-		index: newIDTable(rg.IDs), byRecord: make(map[packstore.ID]int32, n)}
+		index: newIDTable(rg.IDs)}
 	g.keyBytes = make([][]byte, len(rg.Keys))
 	for i, k := range rg.Keys {
 		g.keys[i] = k
 		g.keyIndex[g.keys[i]] = int32(i)
 		g.keyBytes[i] = roomrecord.StateKey(k.Type, k.StateKey)
 	}
+	recs := make([]packstore.ID, n)
 	for i, id := range rg.IDs {
-		g.byRecord[roomrecord.EventRecordID(id)] = int32(i)
+		recs[i] = roomrecord.EventRecordID(id)
 	}
+	g.byRecord = newRecordTable(recs)
 	nkids := make([]int32, n+1)
 	for i := range n {
 		if rg.Key[i] >= 0 {

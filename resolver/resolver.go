@@ -354,7 +354,7 @@ func (r *roomResolver) eventIDOf(v hamtstore.Value) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if i, ok := g.byRecord[packstore.ID(v)]; ok {
+	if i, ok := g.byRecord.find(packstore.ID(v)); ok {
 		return g.ids[i], nil
 	}
 	m, err := r.room.MetaByRecord(packstore.ID(v))

@@ -61,6 +61,7 @@ are synced, the command prints its summary and how to continue, and exits 130
 				return err
 			}
 			replayGC()
+			storeCacheBytes = replayCacheBytes
 			eng, rooms, badHeads, err := openRoomsAndErrors(ctx, store, room, false)
 			if err != nil {
 				return err
@@ -184,6 +185,12 @@ func replayResumeHint(store, room string, force bool) string {
 	}
 	return "run " + again + " to continue: it computes only the events without a state record"
 }
+
+// replayCacheBytes is replay's packstore node cache: none. A replay reads each
+// PDU once and a HAMT node again only after its resolver's Reader let it go;
+// with the default 64 MiB cache the 1M-event replay held 75 MB more live heap
+// and took no less CPU (docs/bench/issue31-progress.md).
+const replayCacheBytes = 0
 
 // replayGCPercent is replay's GOGC under a soft heap limit: it collects half as
 // often as the default, for a heap up to three times its live size, which the

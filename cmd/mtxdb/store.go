@@ -97,6 +97,7 @@ func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.S
 	opts.InlineCompressMin = 0
 	opts.ReadAhead = readAhead.mode
 	opts.ReadOnly = readOnly
+	opts.CacheBytes = storeCacheBytes
 	eng, err := packstore.Open(opts)
 	if err != nil {
 		if packstore.IsCorruption(err) {
@@ -195,6 +196,10 @@ func looksLikeStore(dir string) bool {
 	}
 	return false
 }
+
+// storeCacheBytes is packstore.Options.CacheBytes of the stores the commands
+// open: packstore's default, but for replay (replayCacheBytes).
+var storeCacheBytes int64 = packstore.DefaultCacheBytes
 
 // readAhead is the --read-ahead flag: packstore.Options.ReadAhead of every
 // store the command opens.
