@@ -343,18 +343,15 @@ func (s *PackfileStorage) checkSize(n int) error {
 }
 
 // encodeRecord appends the frame of one record to dst, compressing the
-// payload when compress is set and that makes it smaller. scratch is a
-// reusable buffer for the compressed payload; the grown buffer is returned.
-func (s *PackfileStorage) encodeRecord(dst, scratch []byte, coll, id ID, data []byte, dense, compress bool) ([]byte, []byte, error) {
+// payload with the encoder of mode when compress is set and that makes it
+// smaller. scratch is a reusable buffer for the compressed payload; the
+// grown buffer is returned.
+func (s *PackfileStorage) encodeRecord(dst, scratch []byte, coll, id ID, data []byte, mode zstdMode, compress bool) ([]byte, []byte, error) {
 	if err := s.checkSize(len(data)); err != nil {
 		return dst, scratch, err
 	}
 	if compress && len(data) >= compressMin {
-		enc, _, _ := codecs()
-		if dense {
-			enc = zstdRaw
-		}
-		if scratch = enc.EncodeAll(data, scratch[:0]); len(scratch) < len(data) {
+		if scratch = s.zstdEncoder(mode).EncodeAll(data, scratch[:0]); len(scratch) < len(data) {
 			return appendFrameCRC(dst, FlagZstd, len(data), coll, id, scratch, s.writeCRC()), scratch, nil
 		}
 	}
@@ -427,7 +424,7 @@ func (s *PackfileStorage) encodeRange(coll ID, recs []Record, frames []outFrame,
 	for i, r := range recs {
 		start := len(buf)
 		var err error
-		if buf, scratch, err = s.encodeRecord(buf, scratch, coll, r.ID, r.Data, r.Dense, compress || s.opts.Compress && r.Dense); err != nil {
+		if buf, scratch, err = s.encodeRecord(buf, scratch, coll, r.ID, r.Data, zstdNoEntropy, compress || s.opts.Compress && r.Dense); err != nil {
 			return err
 		}
 		frames[i] = outFrame{coll: coll, id: r.ID, b: buf[start:len(buf):len(buf)]}
