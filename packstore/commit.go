@@ -449,9 +449,9 @@ func (s *PackfileStorage) encodeRange(coll ID, recs []Record, frames []outFrame,
 }
 
 // frameBufs holds the buffers encodeRange encodes frames into, for reuse
-// by later batches: a bulk write allocated its whole payload again in
-// frame buffers (1 MB a batch of 1000 records of bench's mix), which the
-// garbage collector then had to reclaim.
+// by later batches: without it a bulk write allocates its payload again in
+// frame buffers at every batch (1 MB for 1000 records of bench's mix) for
+// the garbage collector to reclaim.
 var frameBufs sync.Pool
 
 // releaseFrameBufs returns encodeRange's buffers to frameBufs; no frame in

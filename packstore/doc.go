@@ -97,12 +97,12 @@
 // zstd frames without their content checksum (the frame CRC covers the
 // payload); the other modes keep it. The decoder reads every variant.
 //
-// A CPU profile of bench's bulk write (64 MB, batches of 1000 records,
-// half of them text) had zstd at 52-57% of the samples, about half of it
-// building a Huffman table for each record's literals and FSE-compressing
-// its weights. Without the entropy stage a text record took 4.3 us
-// against 12.7 us and kept 0.54 of its raw size against 0.48: the 64 MB
-// store took 58.9 MB on disk against 56.9 (74.0 raw).
+// With the entropy stage, zstd is 52-57% of the CPU samples of bench's
+// bulk write (64 MB, batches of 1000 records, half of them text), about
+// half of it building a Huffman table for each record's literals and
+// FSE-compressing its weights. Without it a text record takes 4.3 us
+// against 12.7 us and keeps 0.54 of its raw size against 0.48: the 64 MB
+// store takes 58.9 MB on disk against 56.9 (74.0 raw).
 //
 // # Reset marker
 //
@@ -174,7 +174,7 @@
 // 75% (growth rehashes into a double-size table, re-reading each record ID
 // from its frame because the slot does not hold the bucket bits; it reads
 // them in location order, the heads of frames up to 4 KiB apart in one
-// pread: one per frame took 11-15% of bench's bulk-write CPU). A tag
+// pread, where one pread per frame is 11-15% of bench's bulk-write CPU). A tag
 // match is verified against the frame's record ID; mismatches are tag
 // collisions (counted in Stats.TagCollisions). Superseding replaces the
 // slot in place with one atomic 64-bit store; growth and repack publish a

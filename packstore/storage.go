@@ -184,10 +184,10 @@ const (
 	zstdEntropy zstdMode = iota
 	// zstdNoEntropy stores the literals raw (the sequences keep FSE):
 	// PutMany compresses with it, Dense records and bulk batches alike.
-	// On bench's text records it took 4.3 us a record against 12.7 us
+	// On bench's text records it takes 4.3 us a record against 12.7 us
 	// with the entropy stage (building a Huffman table and compressing
-	// its weights per small payload was half the CPU of a bulk write), for
-	// 0.54 of the raw size against 0.48.
+	// its weights for each small payload is half of a bulk write's CPU
+	// with it), for 0.54 of the raw size against 0.48.
 	zstdNoEntropy
 )
 
