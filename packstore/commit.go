@@ -343,18 +343,15 @@ func (s *PackfileStorage) checkSize(n int) error {
 }
 
 // encodeRecord appends the frame of one record to dst, compressing the
-// payload when compress is set and that makes it smaller. scratch is a
-// reusable buffer for the compressed payload; the grown buffer is returned.
-func (s *PackfileStorage) encodeRecord(dst, scratch []byte, coll, id ID, data []byte, dense, compress bool) ([]byte, []byte, error) {
+// payload with the encoder of mode when compress is set and that makes it
+// smaller. scratch is a reusable buffer for the compressed payload; the
+// grown buffer is returned.
+func (s *PackfileStorage) encodeRecord(dst, scratch []byte, coll, id ID, data []byte, mode zstdMode, compress bool) ([]byte, []byte, error) {
 	if err := s.checkSize(len(data)); err != nil {
 		return dst, scratch, err
 	}
 	if compress && len(data) >= compressMin {
-		enc, _, _ := codecs()
-		if dense {
-			enc = zstdRaw
-		}
-		if scratch = enc.EncodeAll(data, scratch[:0]); len(scratch) < len(data) {
+		if scratch = s.zstdEncoder(mode).EncodeAll(data, scratch[:0]); len(scratch) < len(data) {
 			return appendFrameCRC(dst, FlagZstd, len(data), coll, id, scratch, s.writeCRC()), scratch, nil
 		}
 	}
@@ -387,10 +384,11 @@ func (s *PackfileStorage) inlineCompress(n int) bool {
 
 // encodeFrames encodes the frames of recs, on up to GOMAXPROCS goroutines
 // for a large batch. Each frame is a subslice of one shared buffer per
-// goroutine. Unless inlineCompress, only Dense records are compressed
+// goroutine; the buffers are returned for releaseFrameBufs once the frames
+// are written. Unless inlineCompress, only Dense records are compressed
 // (without the entropy stage, a few microseconds each); the others are
 // written raw and Repack compresses them when it copies them.
-func (s *PackfileStorage) encodeFrames(coll ID, recs []Record) ([]outFrame, error) {
+func (s *PackfileStorage) encodeFrames(coll ID, recs []Record) ([]outFrame, []*[]byte, error) {
 	frames := make([]outFrame, len(recs))
 	inline := s.opts.Compress && s.inlineCompress(len(recs))
 	workers, per := 1, parallelEncodeMin
@@ -401,38 +399,70 @@ func (s *PackfileStorage) encodeFrames(coll ID, recs []Record) ([]outFrame, erro
 		workers = min(runtime.GOMAXPROCS(0), len(recs)/(per/2))
 	}
 	errs := make([]error, workers)
+	bufs := make([]*[]byte, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
 		lo, hi := w*len(recs)/workers, (w+1)*len(recs)/workers
 		if workers == 1 {
-			errs[w] = s.encodeRange(coll, recs[lo:hi], frames[lo:hi], inline) // a small batch (a commit's): no goroutine hand-off
+			bufs[w], errs[w] = s.encodeRange(coll, recs[lo:hi], frames[lo:hi], inline) // a small batch (a commit's): no goroutine hand-off
 			break
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[w] = s.encodeRange(coll, recs[lo:hi], frames[lo:hi], inline)
+			bufs[w], errs[w] = s.encodeRange(coll, recs[lo:hi], frames[lo:hi], inline)
 		}()
 	}
 	wg.Wait()
-	return frames, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		releaseFrameBufs(bufs...)
+		return nil, nil, err
+	}
+	return frames, bufs, nil
 }
 
 // encodeRange encodes recs into frames (len(frames) == len(recs)), all in
-// one new buffer, compressing each payload when compress is set (Dense
-// ones whenever Options.Compress is) and that makes it smaller.
-func (s *PackfileStorage) encodeRange(coll ID, recs []Record, frames []outFrame, compress bool) error {
-	buf := make([]byte, 0, maxFramesSize(recs))
+// one buffer from frameBufs, compressing each payload when compress is set
+// (Dense ones whenever Options.Compress is) and that makes it smaller. It
+// returns the buffer, which the caller releases (releaseFrameBufs) once the
+// frames are appended, and does not use after an error.
+func (s *PackfileStorage) encodeRange(coll ID, recs []Record, frames []outFrame, compress bool) (*[]byte, error) {
+	n := maxFramesSize(recs)
+	bp, _ := frameBufs.Get().(*[]byte)
+	if bp == nil || cap(*bp) < n {
+		b := make([]byte, 0, n)
+		bp = &b
+	}
+	buf := (*bp)[:0]
 	var scratch []byte
 	for i, r := range recs {
 		start := len(buf)
 		var err error
-		if buf, scratch, err = s.encodeRecord(buf, scratch, coll, r.ID, r.Data, r.Dense, compress || s.opts.Compress && r.Dense); err != nil {
-			return err
+		if buf, scratch, err = s.encodeRecord(buf, scratch, coll, r.ID, r.Data, zstdNoEntropy, compress || s.opts.Compress && r.Dense); err != nil {
+			releaseFrameBufs(bp)
+			return nil, err
 		}
 		frames[i] = outFrame{coll: coll, id: r.ID, b: buf[start:len(buf):len(buf)]}
 	}
-	return nil
+	*bp = buf
+	return bp, nil
+}
+
+// frameBufs holds the buffers encodeRange encodes frames into, for reuse
+// by later batches: without it a bulk write allocates its payload again in
+// frame buffers at every batch (1 MB for 1000 records of bench's mix) for
+// the garbage collector to reclaim.
+var frameBufs sync.Pool
+
+// releaseFrameBufs returns encodeRange's buffers to frameBufs; no frame in
+// them may be used afterwards. Buffers over 4 MiB are left to the garbage
+// collector.
+func releaseFrameBufs(bufs ...*[]byte) {
+	for _, bp := range bufs {
+		if bp != nil && cap(*bp) <= 4<<20 {
+			frameBufs.Put(bp)
+		}
+	}
 }
 
 // maxFramesSize is the size of recs' frames uncompressed, which no encoding
@@ -467,10 +497,11 @@ func (s *PackfileStorage) PutMany(coll ID, recs []Record) error {
 	if len(recs) >= 2*pipelineChunk && s.opts.Compress && s.inlineCompress(len(recs)) {
 		return s.putManyPipelined(coll, recs)
 	}
-	frames, err := s.encodeFrames(coll, recs)
+	frames, bufs, err := s.encodeFrames(coll, recs)
 	if err != nil {
 		return err
 	}
+	defer releaseFrameBufs(bufs...)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.writableLocked(); err != nil {

@@ -28,11 +28,11 @@ func TestDenseEncodingSameBytes(t *testing.T) {
 			}
 			data = append(data, id...)
 		}
-		plain, _, err := s.encodeRecord(nil, nil, coll, idN(2, i), data, false, true)
+		plain, _, err := s.encodeRecord(nil, nil, coll, idN(2, i), data, zstdEntropy, true)
 		if err != nil {
 			t.Fatal(err)
 		}
-		dense, _, err := s.encodeRecord(nil, nil, coll, idN(2, i), data, true, true)
+		dense, _, err := s.encodeRecord(nil, nil, coll, idN(2, i), data, zstdNoEntropy, true)
 		if err != nil {
 			t.Fatal(err)
 		}

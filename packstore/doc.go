@@ -91,7 +91,18 @@
 // the largest payload of a shard, and the payload is a zstd stream
 // (klauspost/compress) that decodes to exactly raw_len bytes. The writer
 // compresses only payloads of at least 64 bytes and only when that makes the
-// frame smaller.
+// frame smaller. PutMany compresses at SpeedFastest without zstd's entropy
+// stage (literals stored raw, sequences FSE-coded); Repack compresses the
+// raw frames it copies with it. A store in checksum mode full writes the
+// zstd frames without their content checksum (the frame CRC covers the
+// payload); the other modes keep it. The decoder reads every variant.
+//
+// With the entropy stage, zstd is 52-57% of the CPU samples of bench's
+// bulk write (64 MB, batches of 1000 records, half of them text), about
+// half of it building a Huffman table for each record's literals and
+// FSE-compressing its weights. Without it a text record takes 4.3 us
+// against 12.7 us and keeps 0.54 of its raw size against 0.48: the 64 MB
+// store takes 58.9 MB on disk against 56.9 (74.0 raw).
 //
 // # Reset marker
 //
@@ -161,7 +172,9 @@
 // The home bucket is the top log2(size) bits of big-endian ID[0:8]; the tag
 // uses other bits of the ID. Linear probing, empty terminates, load at most
 // 75% (growth rehashes into a double-size table, re-reading each record ID
-// from its frame because the slot does not hold the bucket bits). A tag
+// from its frame because the slot does not hold the bucket bits; it reads
+// them in location order, the heads of frames up to 4 KiB apart in one
+// pread, where one pread per frame is 11-15% of bench's bulk-write CPU). A tag
 // match is verified against the frame's record ID; mismatches are tag
 // collisions (counted in Stats.TagCollisions). Superseding replaces the
 // slot in place with one atomic 64-bit store; growth and repack publish a
@@ -370,7 +383,7 @@
 // Options.InlineCompressMin records (64 by default) that follows a commit
 // also below it is written uncompressed, except its Record.Dense payloads
 // (entropy-free zstd, a few microseconds each), and Repack compresses the
-// uncompressed frames it copies (full zstd; a payload zstd cannot shrink
+// uncompressed frames it copies (with the entropy stage; a payload zstd cannot shrink
 // stays raw and is tried again at every repack). No format change: such a
 // frame is an ordinary frame without FlagZstd, which every version reads.
 //

@@ -14,9 +14,13 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Add(appendFrame(nil, 0, 5, c, id, []byte("hello")))
 	f.Add(appendFrame(nil, 0, 0, c, id, nil))
 	f.Add(appendFrame(nil, FlagReset, 0, c, ID{}, nil))
-	enc, _, _ := codecs()
+	codecs()
 	raw := bytes.Repeat([]byte("abcd"), 64)
-	f.Add(appendFrame(nil, FlagZstd, len(raw), c, id, enc.EncodeAll(raw, nil)))
+	for _, encs := range zstdEncs {
+		for _, enc := range encs {
+			f.Add(appendFrame(nil, FlagZstd, len(raw), c, id, enc.EncodeAll(raw, nil)))
+		}
+	}
 	f.Add(encodeHeader(shardHeader{PackID: 3, Created: 1}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x80})
 	f.Add([]byte{})

@@ -3,6 +3,8 @@ package packstore
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
+	"slices"
 	"sync/atomic"
 )
 
@@ -129,6 +131,10 @@ func (t *lossyTable) candidates(id ID, dst []loc) []loc {
 // idAt reads the record ID and frame size of the frame at a location.
 type idAt func(l loc) (id ID, size int, err error)
 
+// idsAt reads into ids[i] the record ID of the frame slots[i] points at;
+// the slots are sorted by location (lossyTable.grown).
+type idsAt func(slots []uint64, ids []ID) error
+
 // upsert points id at l. If id is already present (verified by reading the
 // frame through read) its slot is replaced and the old location and frame
 // size are returned with replaced=true. The caller must ensure there is room
@@ -174,19 +180,29 @@ func (t *lossyTable) insertUnique(slot uint64, id ID) {
 func (t *lossyTable) needsGrow() bool { return (t.count+1)*4 > len(t.slots)*3 }
 
 // grown returns a double-size copy of t. The slots do not hold the bucket
-// bits, so each entry's record ID is re-read from its frame.
-func (t *lossyTable) grown(read idAt) (*lossyTable, error) {
-	nt := newTable(t.bits + 1)
+// bits, so each entry's record ID is re-read from its frame: read gets the
+// used slots sorted by location (shard, then offset), so that it can read
+// the heads of neighbouring frames together.
+func (t *lossyTable) grown(read idsAt) (*lossyTable, error) {
+	// A slot rotated left by 24 bits has its location (shard, offset+1)
+	// in the high 40 bits: sorting the rotated values sorts by location.
+	used := make([]uint64, 0, t.count)
 	for i := range t.slots {
-		s := t.slots[i].Load()
-		if s == 0 {
-			continue
+		if s := t.slots[i].Load(); s != 0 {
+			used = append(used, bits.RotateLeft64(s, 64-slotTagShift))
 		}
-		id, _, err := read(slotLoc(s))
-		if err != nil {
-			return nil, err
-		}
-		nt.insertUnique(s, id)
+	}
+	slices.Sort(used)
+	for i, r := range used {
+		used[i] = bits.RotateLeft64(r, slotTagShift-64)
+	}
+	ids := make([]ID, len(used))
+	if err := read(used, ids); err != nil {
+		return nil, err
+	}
+	nt := newTable(t.bits + 1)
+	for i, s := range used {
+		nt.insertUnique(s, ids[i])
 	}
 	return nt, nil
 }
@@ -313,6 +329,47 @@ func (s *PackfileStorage) readID(l loc) (ID, int, error) { return s.frameHeadAt(
 
 func (s *PackfileStorage) readIDScan(l loc) (ID, int, error) { return s.frameHeadAt(l, true) }
 
+// readIDsScan is readIDScan for the used slots of a table sorted by
+// location (idsAt): the heads of frames up to headRunGap bytes apart in one
+// shard are read with one pread (shard.frameHeads).
+func (s *PackfileStorage) readIDsScan(slots []uint64, ids []ID) error {
+	var offs []int64
+	var buf []byte
+	for i := 0; i < len(slots); {
+		l := slotLoc(slots[i])
+		sh := s.shards[l.shard].Load()
+		if sh == nil {
+			return fmt.Errorf("%w: index references missing shard %d", ErrCorrupt, l.shard)
+		}
+		offs = append(offs[:0], int64(l.off))
+		j := i + 1
+		for ; j < len(slots); j++ {
+			n := slotLoc(slots[j])
+			if n.shard != l.shard || int64(n.off)-offs[len(offs)-1] > headRunGap || int64(n.off)+framePayloadOff-offs[0] > headRunMax {
+				break
+			}
+			offs = append(offs, int64(n.off))
+		}
+		n := int(offs[len(offs)-1] + framePayloadOff - offs[0])
+		if cap(buf) < n {
+			buf = make([]byte, n, max(n, 2*cap(buf)))
+		}
+		if err := sh.frameHeads(offs, ids[i:j], buf[:n]); err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
+}
+
+// headRunGap is the largest distance from one frame to the next whose heads
+// readIDsScan reads in one pread (copying the bytes between costs less than
+// another system call), and headRunMax the most bytes one such pread reads.
+const (
+	headRunGap = 4 << 10
+	headRunMax = 256 << 10
+)
+
 func (s *PackfileStorage) frameHeadAt(l loc, pread bool) (ID, int, error) {
 	sh := s.shards[l.shard].Load()
 	if sh == nil {
@@ -325,7 +382,7 @@ func (s *PackfileStorage) frameHeadAt(l loc, pread bool) (ID, int, error) {
 func (s *PackfileStorage) indexPutLocked(c *collection, id ID, l loc, size int) error {
 	t := c.table.Load()
 	if t.needsGrow() {
-		nt, err := t.grown(s.readIDScan)
+		nt, err := t.grown(s.readIDsScan)
 		if err != nil {
 			return err
 		}

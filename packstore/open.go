@@ -32,7 +32,7 @@ func Open(opts Options) (*PackfileStorage, error) {
 	if opts.MaxShardBytes < minShardBytes || opts.MaxShardBytes > MaxShardBytesLimit {
 		return nil, fmt.Errorf("packstore: MaxShardBytes %d outside [%d, %d]", opts.MaxShardBytes, minShardBytes, MaxShardBytesLimit)
 	}
-	if _, _, err := codecs(); err != nil {
+	if _, err := codecs(); err != nil {
 		return nil, fmt.Errorf("packstore: zstd: %w", err)
 	}
 	if opts.Checksum > ChecksumNone {

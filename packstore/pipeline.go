@@ -18,6 +18,7 @@ const pipelineChunk = 64
 // closed, or the error encoding it.
 type encodedChunk struct {
 	frames []outFrame
+	buf    *[]byte // the frames' buffer (encodeRange)
 	err    error
 	done   chan struct{}
 }
@@ -55,7 +56,7 @@ func (e *chunkEncoder) work() bool {
 	lo, hi := i*pipelineChunk, min((i+1)*pipelineChunk, len(e.recs))
 	c := &e.chunks[i]
 	c.frames = make([]outFrame, hi-lo)
-	c.err = e.s.encodeRange(e.coll, e.recs[lo:hi], c.frames, true)
+	c.buf, c.err = e.s.encodeRange(e.coll, e.recs[lo:hi], c.frames, true)
 	close(c.done)
 	return true
 }
@@ -72,10 +73,14 @@ func (e *chunkEncoder) wait(i int) *encodedChunk {
 }
 
 // stop makes the helpers stop after their current piece and waits for
-// them: afterwards no goroutine reads the caller's records.
+// them: afterwards no goroutine reads the caller's records. It releases
+// the pieces' frame buffers (releaseFrameBufs).
 func (e *chunkEncoder) stop() {
 	e.next.Store(int64(len(e.chunks)))
 	e.wg.Wait()
+	for i := range e.chunks {
+		releaseFrameBufs(e.chunks[i].buf)
+	}
 }
 
 // putManyPipelined is PutMany for a batch of at least two pieces that is

@@ -13,6 +13,29 @@ import (
 // files in stream order, with their flags.
 func frameOrderOnDisk(t *testing.T, dir string) ([]ID, []byte) {
 	t.Helper()
+	shards := shardFilesInOrder(t, dir)
+	var ids []ID
+	var flags []byte
+	for _, b := range shards {
+		for off := HeaderSize; off < len(b) && !allZero(b[off:]); {
+			fv, err := decodeFrame(b[off:])
+			if err != nil {
+				t.Fatalf("frame at %d: %v", off, err)
+			}
+			if fv.Flags&FlagReset == 0 {
+				ids = append(ids, fv.ID)
+				flags = append(flags, fv.Flags)
+			}
+			off += fv.Size
+		}
+	}
+	return ids, flags
+}
+
+// shardFilesInOrder returns the bytes of every shard file of dir, in
+// stream (sequence number) order.
+func shardFilesInOrder(t *testing.T, dir string) [][]byte {
+	t.Helper()
 	paths, err := filepath.Glob(filepath.Join(dir, "shard-*.mtdb"))
 	if err != nil {
 		t.Fatal(err)
@@ -34,22 +57,11 @@ func frameOrderOnDisk(t *testing.T, dir string) ([]ID, []byte) {
 		shards = append(shards, sh{h.Seq, b})
 	}
 	slices.SortFunc(shards, func(a, b sh) int { return int(a.seq) - int(b.seq) })
-	var ids []ID
-	var flags []byte
-	for _, s := range shards {
-		for off := HeaderSize; off < len(s.b) && !allZero(s.b[off:]); {
-			fv, err := decodeFrame(s.b[off:])
-			if err != nil {
-				t.Fatalf("frame at %d: %v", off, err)
-			}
-			if fv.Flags&FlagReset == 0 {
-				ids = append(ids, fv.ID)
-				flags = append(flags, fv.Flags)
-			}
-			off += fv.Size
-		}
+	out := make([][]byte, len(shards))
+	for i, s := range shards {
+		out[i] = s.b
 	}
-	return ids, flags
+	return out
 }
 
 // A compressed PutMany of many pieces (putManyPipelined: pieces compressed

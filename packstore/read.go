@@ -17,7 +17,7 @@ func decodePayload(sh *shard, off int64, fv frameView) ([]byte, error) {
 		copy(out, fv.Payload)
 		return out, nil
 	}
-	_, dec, err := codecs()
+	dec, err := codecs()
 	if err != nil {
 		return nil, err
 	}

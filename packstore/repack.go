@@ -538,7 +538,7 @@ func (s *PackfileStorage) recompress(b, scratch []byte) ([]byte, []byte) {
 	if err != nil || fv.Flags != 0 || len(fv.Payload) < compressMin {
 		return b, scratch
 	}
-	out, scratch, err := s.encodeRecord(nil, scratch, fv.Coll, fv.ID, fv.Payload, false, true)
+	out, scratch, err := s.encodeRecord(nil, scratch, fv.Coll, fv.ID, fv.Payload, zstdEntropy, true)
 	if err != nil || len(out) >= len(b) {
 		return b, scratch
 	}

@@ -234,6 +234,42 @@ func (s *shard) frameHead(off int64, pread bool) (_ ID, _ int, err error) {
 	return ID(hdr[frameIDOff : frameIDOff+idLen]), size, nil
 }
 
+// frameHeads reads the record IDs of the frames at offs (ascending, within
+// headRunMax bytes) with one pread through the file, as frameHead with
+// pread does for one frame; a read that comes back short is retried frame
+// by frame so that the error names the frame. buf is a scratch buffer of
+// the run's length: from offs[0] to the end of the last frame's head.
+func (s *shard) frameHeads(offs []int64, ids []ID, buf []byte) error {
+	start := offs[0]
+	if err := s.preadRange(buf, start); err != nil {
+		for i, off := range offs {
+			if ids[i], _, err = s.frameHead(off, true); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i, off := range offs {
+		hdr := buf[off-start : off-start+framePayloadOff]
+		if _, err := frameSizeAt(hdr); err != nil {
+			return s.corruptf(off, "%v", err)
+		}
+		ids[i] = ID(hdr[frameIDOff : frameIDOff+idLen])
+	}
+	return nil
+}
+
+// preadRange reads len(buf) bytes at off through the file.
+func (s *shard) preadRange(buf []byte, off int64) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.gone {
+		return errShardGone
+	}
+	_, err := s.f.ReadAt(buf, off)
+	return err
+}
+
 // rawFrame appends a copy of the validated frame at off to dst (for
 // repack), with a CRC when withCRC. Re-encoding a validated frame with a CRC
 // reproduces its bytes exactly.
