@@ -18,11 +18,12 @@ import (
 // and then decodes it as gomatrixserverlib does (NewEventFromTrustedJSON,
 // then CheckFields). It reports false, and the caller takes
 // NewEventFromUntrustedJSON, for every other PDU: a v1/v2 one, JSON that is
-// not canonical (isCanonical), a top-level key starting with "_" (a headered
-// event), JSON CheckCanonicalJSON refuses, a content hash that does not
-// match, and any error.
+// not canonical (isCanonical; for a version whose CheckCanonicalJSON refuses
+// numbers that are not integers of at most 53 bits, one with such a number,
+// which is all that check refuses), a top-level key starting with "_" (a
+// headered event), a content hash that does not match, and any error.
 func parseCanonical(verImpl gomatrixserverlib.IRoomVersion, raw []byte) (gomatrixserverlib.PDU, bool) {
-	if verImpl.EventFormat() == gomatrixserverlib.EventFormatV1 || !isCanonical(raw) || verImpl.CheckCanonicalJSON(raw) != nil {
+	if verImpl.EventFormat() == gomatrixserverlib.EventFormatV1 || !isCanonical(raw, enforcesIntegers(verImpl)) {
 		return nil, false
 	}
 	stripped := make([]byte, 1, len(raw))
@@ -88,6 +89,13 @@ func appendEntry(obj []byte, key, value string) []byte {
 
 func closeObject(obj []byte) []byte { return append(obj, '}') }
 
+// enforcesIntegers reports whether the room version's CheckCanonicalJSON
+// refuses numbers other than integers of at most 53 bits (room version 6 on;
+// gomatrixserverlib's other versions check nothing).
+func enforcesIntegers(verImpl gomatrixserverlib.IRoomVersion) bool {
+	return verImpl.CheckCanonicalJSON([]byte(`{"a":0.5}`)) != nil
+}
+
 // isCanonical reports whether b is one JSON object that gomatrixserverlib's
 // CanonicalJSONAssumeValid leaves unchanged, and which canonicalJSON
 // checks strictly: no white space; object keys in strictly increasing byte
@@ -95,34 +103,42 @@ func closeObject(obj []byte) []byte { return append(obj, '}') }
 // strings whose escapes are the ones CompactJSON writes (\" \\ \b \f \n \r
 // \t, and \u00xx in lower-case hex for the other control characters) and
 // without raw control characters; numbers without a minus before a 0
-// (CompactJSON drops it) and without an exponent; and nothing after the
-// object. Anything else,
-// valid JSON or not, is false.
-func isCanonical(b []byte) bool {
+// (CompactJSON drops it) and without an exponent, and with ints only
+// integers from -(2^53)+1 to 2^53-1 without a fraction; and nothing after
+// the object. Anything else, valid JSON or not, is false.
+func isCanonical(b []byte, ints bool) bool {
 	if len(b) == 0 || b[0] != '{' {
 		return false
 	}
-	end, ok := canonicalValue(b, 0, 0)
+	sc := canonicalScan{b: b, ints: ints}
+	end, ok := sc.value(0, 0)
 	return ok && end == len(b)
+}
+
+// canonicalScan is isCanonical's pass over b.
+type canonicalScan struct {
+	b    []byte
+	ints bool // numbers must be integers of at most 53 bits
 }
 
 // maxCanonicalDepth bounds the nesting isCanonical follows (deeper: false).
 const maxCanonicalDepth = 64
 
-// canonicalValue checks the value at b[i:] and returns the index after it.
-func canonicalValue(b []byte, i, depth int) (int, bool) {
+// value checks the value at b[i:] and returns the index after it.
+func (sc *canonicalScan) value(i, depth int) (int, bool) {
+	b := sc.b
 	if i >= len(b) || depth > maxCanonicalDepth {
 		return i, false
 	}
 	switch c := b[i]; {
 	case c == '{':
-		return canonicalObject(b, i+1, depth+1)
+		return sc.object(i+1, depth+1)
 	case c == '[':
-		return canonicalArray(b, i+1, depth+1)
+		return sc.array(i+1, depth+1)
 	case c == '"':
-		return canonicalString(b, i+1)
+		return sc.string(i + 1)
 	case c == '-' || (c >= '0' && c <= '9'):
-		return canonicalNumber(b, i)
+		return sc.number(i)
 	}
 	for _, lit := range []string{"true", "false", "null"} {
 		if bytes.HasPrefix(b[i:], []byte(lit)) {
@@ -132,8 +148,9 @@ func canonicalValue(b []byte, i, depth int) (int, bool) {
 	return i, false
 }
 
-// canonicalObject checks an object's members after its '{' at b[i-1].
-func canonicalObject(b []byte, i, depth int) (int, bool) {
+// object checks an object's members after its '{' at b[i-1].
+func (sc *canonicalScan) object(i, depth int) (int, bool) {
+	b := sc.b
 	if i < len(b) && b[i] == '}' {
 		return i + 1, true
 	}
@@ -157,7 +174,7 @@ func canonicalObject(b []byte, i, depth int) (int, bool) {
 		}
 		prev = key
 		var ok bool
-		if i, ok = canonicalValue(b, i+2, depth); !ok || i >= len(b) {
+		if i, ok = sc.value(i+2, depth); !ok || i >= len(b) {
 			return i, false
 		}
 		switch b[i] {
@@ -171,14 +188,15 @@ func canonicalObject(b []byte, i, depth int) (int, bool) {
 	}
 }
 
-// canonicalArray checks an array's elements after its '[' at b[i-1].
-func canonicalArray(b []byte, i, depth int) (int, bool) {
+// array checks an array's elements after its '[' at b[i-1].
+func (sc *canonicalScan) array(i, depth int) (int, bool) {
+	b := sc.b
 	if i < len(b) && b[i] == ']' {
 		return i + 1, true
 	}
 	for {
 		var ok bool
-		if i, ok = canonicalValue(b, i, depth); !ok || i >= len(b) {
+		if i, ok = sc.value(i, depth); !ok || i >= len(b) {
 			return i, false
 		}
 		switch b[i] {
@@ -192,8 +210,9 @@ func canonicalArray(b []byte, i, depth int) (int, bool) {
 	}
 }
 
-// canonicalString checks a string's characters after its '"' at b[i-1].
-func canonicalString(b []byte, i int) (int, bool) {
+// string checks a string's characters after its '"' at b[i-1].
+func (sc *canonicalScan) string(i int) (int, bool) {
+	b := sc.b
 	const hex = "0123456789abcdef"
 	for i < len(b) {
 		c := b[i]
@@ -234,9 +253,10 @@ func canonicalString(b []byte, i int) (int, bool) {
 	return i, false
 }
 
-// canonicalNumber checks a JSON number at b[i:]: no minus before a 0, no
-// exponent.
-func canonicalNumber(b []byte, i int) (int, bool) {
+// number checks a JSON number at b[i:]: no minus before a 0, no
+// exponent, and with ints an integer of at most 53 bits.
+func (sc *canonicalScan) number(i int) (int, bool) {
+	b := sc.b
 	start := i
 	if b[i] == '-' {
 		i++
@@ -256,7 +276,13 @@ func canonicalNumber(b []byte, i int) (int, bool) {
 	} else if digits() == 0 {
 		return i, false
 	}
+	if sc.ints && (i-start > 16 || (i-start == 16 && string(b[start:i]) > "9007199254740991")) {
+		return i, false // over 2^53-1; a minus counts as a digit, and "-" < "9"
+	}
 	if i < len(b) && b[i] == '.' {
+		if sc.ints {
+			return i, false
+		}
 		i++
 		if digits() == 0 {
 			return i, false

@@ -155,38 +155,51 @@ func TestIsCanonical(t *testing.T) {
 	for _, c := range []struct {
 		in   string
 		want bool
+		ints bool // isCanonical with ints true: the same, but false for numbers CheckCanonicalJSON refuses
 	}{
-		{`{}`, true},
-		{`{"a":[],"b":{},"c":[1,-2,0.5,"x",true,false,null,{"d":"\"\\\b\f\n\r\t\u0000\u001f\u000b"}]}`, true},
-		{`{"a":1,"a":2}`, false},
-		{`{"b":1,"a":2}`, false},
-		{`{"a":"\u0041"}`, false},
-		{`{"a":"\u000a"}`, false},
-		{`{"a":"\u001F"}`, false},
-		{`{"a":"\/"}`, false},
-		{`{"a":-0}`, false},
-		{`{"a":-0.5}`, false},
-		{`{"a":1e5}`, false},
-		{`{"a":01}`, false},
-		{`{"a":1 }`, false},
-		{`{"a":1}x`, false},
-		{`{"a":1`, false},
-		{`{"a":"x`, false},
-		{`{"a":"x\`, false},
-		{`{"a":"x\u00`, false},
-		{`{"a":tru}`, false},
-		{`{"a":truex}`, false},
-		{`{"a":[1,]}`, false},
-		{`{"a":1,}`, false},
-		{`{"é":1}`, false},
-		{`{"a\"b":1}`, false},
-		{`{"a":"é\u0001"}`, true},
-		{"{\"a\":\"\x01\"}", false},
-		{`[1]`, false},
-		{`{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`, false},
+		{`{}`, true, true},
+		{`{"a":[],"b":{},"c":[1,-2,0.5,"x",true,false,null,{"d":"\"\\\b\f\n\r\t\u0000\u001f\u000b"}]}`, true, false},
+		{`{"a":[],"b":{},"c":[1,-2,5,"0.5",true,false,null,{"d":"\"\\\b\f\n\r\t\u0000\u001f\u000b"}]}`, true, true},
+		{`{"a":9007199254740991,"b":-900719925474099,"c":0}`, true, true},
+		{`{"a":9007199254740992}`, true, false},
+		{`{"a":10000000000000000}`, true, false},
+		{`{"a":-9007199254740991}`, true, false},
+		{`{"a":0.0}`, true, false},
+		{`{"a":1,"a":2}`, false, false},
+		{`{"b":1,"a":2}`, false, false},
+		{`{"a":"\u0041"}`, false, false},
+		{`{"a":"\u000a"}`, false, false},
+		{`{"a":"\u001F"}`, false, false},
+		{`{"a":"\/"}`, false, false},
+		{`{"a":-0}`, false, false},
+		{`{"a":-0.5}`, false, false},
+		{`{"a":1e5}`, false, false},
+		{`{"a":01}`, false, false},
+		{`{"a":1 }`, false, false},
+		{`{"a":1}x`, false, false},
+		{`{"a":1`, false, false},
+		{`{"a":"x`, false, false},
+		{`{"a":"x\`, false, false},
+		{`{"a":"x\u00`, false, false},
+		{`{"a":tru}`, false, false},
+		{`{"a":truex}`, false, false},
+		{`{"a":[1,]}`, false, false},
+		{`{"a":1,}`, false, false},
+		{`{"é":1}`, false, false},
+		{`{"a\"b":1}`, false, false},
+		{`{"a":"é\u0001"}`, true, true},
+		{"{\"a\":\"\x01\"}", false, false},
+		{`[1]`, false, false},
+		{`{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`, false, false},
 	} {
-		if got := isCanonical([]byte(c.in)); got != c.want {
-			t.Errorf("isCanonical(%s) = %v, want %v", c.in, got, c.want)
+		if got := isCanonical([]byte(c.in), false); got != c.want {
+			t.Errorf("isCanonical(%s, false) = %v, want %v", c.in, got, c.want)
+		}
+		if got := isCanonical([]byte(c.in), true); got != (c.want && c.ints) {
+			t.Errorf("isCanonical(%s, true) = %v, want %v", c.in, got, c.want && c.ints)
+		}
+		if c.ints && gomatrixserverlib.MustGetRoomVersion(gomatrixserverlib.RoomVersionV12).CheckCanonicalJSON([]byte(c.in)) != nil {
+			t.Errorf("CheckCanonicalJSON refuses %s", c.in)
 		}
 		if c.want {
 			if out := gomatrixserverlib.CanonicalJSONAssumeValid([]byte(c.in)); !bytes.Equal(out, []byte(c.in)) {
@@ -197,14 +210,18 @@ func TestIsCanonical(t *testing.T) {
 }
 
 // FuzzIsCanonical: whatever isCanonical accepts is JSON that
-// CanonicalJSONAssumeValid leaves unchanged.
+// CanonicalJSONAssumeValid leaves unchanged, and with ints JSON that
+// CheckCanonicalJSON accepts.
 func FuzzIsCanonical(f *testing.F) {
-	for _, s := range []string{`{}`, `{"a":[1,"x\n",{"b":null}]}`, `{"a":-1.5}`, `{"a":"\u0001"}`} {
+	for _, s := range []string{`{}`, `{"a":[1,"x\n",{"b":null}]}`, `{"a":-1.5}`, `{"a":"\u0001"}`, `{"a":9007199254740991}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if !isCanonical(b) {
+		if !isCanonical(b, false) {
 			return
+		}
+		if isCanonical(b, true) && gomatrixserverlib.MustGetRoomVersion(gomatrixserverlib.RoomVersionV12).CheckCanonicalJSON(b) != nil {
+			t.Fatalf("isCanonical(%q, true), but CheckCanonicalJSON refuses it", b)
 		}
 		if out := gomatrixserverlib.CanonicalJSONAssumeValid(b); !bytes.Equal(out, b) {
 			t.Fatalf("isCanonical(%q), but it canonicalises to %q", b, out)
