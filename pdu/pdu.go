@@ -120,7 +120,8 @@ func CreateRoomVersion(h Header) (gomatrixserverlib.RoomVersion, error) {
 	return rv, nil
 }
 
-// Parse parses PDU JSON for a room version with gomatrixserverlib: the content
+// Parse parses PDU JSON for a room version with gomatrixserverlib (a v3+ PDU
+// that is canonical JSON already by parseCanonical, with the same result): the content
 // hash is checked and a PDU whose hash fails is redacted (Matrix spec v1.19,
 // Server-Server API, "Checks performed on receipt of a PDU"); signatures are not
 // checked. For v3+ formats a top-level event_id is stripped and must equal the
@@ -131,7 +132,10 @@ func Parse(version gomatrixserverlib.RoomVersion, raw []byte) (pdu gomatrixserve
 		return nil, err
 	}
 	defer recoverMalformed(&pdu, &err)
-	pdu, err = verImpl.NewEventFromUntrustedJSON(raw)
+	pdu, ok := parseCanonical(verImpl, raw)
+	if !ok {
+		pdu, err = verImpl.NewEventFromUntrustedJSON(raw)
+	}
 	if errors.Is(err, gomatrixserverlib.ErrCanonicalJSON) {
 		// gomatrixserverlib's wording ("value is outside of safe range") is also
 		// its answer for a fraction, an exponent and -0.
@@ -142,7 +146,7 @@ func Parse(version gomatrixserverlib.RoomVersion, raw []byte) (pdu gomatrixserve
 		return nil, fmt.Errorf("%w: %v", ErrMalformedPDU, err)
 	}
 	if verImpl.EventFormat() != gomatrixserverlib.EventFormatV1 {
-		id, err := referenceHashID(verImpl, pdu.JSON())
+		id, err := canonicalReferenceHashID(verImpl, pdu.JSON())
 		if err != nil {
 			return nil, fmt.Errorf("%w: reference hash: %v", ErrMalformedPDU, err)
 		}
@@ -322,10 +326,26 @@ func referenceHashID(verImpl gomatrixserverlib.IRoomVersion, eventJSON []byte) (
 	}
 	// json.Marshal wrote red: valid JSON, not yet canonical (it escapes <, >
 	// and &, for one).
-	red = gomatrixserverlib.CanonicalJSONAssumeValid(red)
+	return hashID(verImpl, gomatrixserverlib.CanonicalJSONAssumeValid(red)), nil
+}
+
+// canonicalReferenceHashID is referenceHashID for the canonical JSON of a
+// parsed PDU: canonicalRedacted's filtering of its bytes where that gives
+// gomatrixserverlib's redaction, referenceHashID's otherwise.
+func canonicalReferenceHashID(verImpl gomatrixserverlib.IRoomVersion, canon []byte) (string, error) {
+	var buf [2048]byte
+	if red, ok := canonicalRedacted(verImpl.Version(), canon, buf[:0]); ok {
+		return hashID(verImpl, red), nil
+	}
+	return referenceHashID(verImpl, canon)
+}
+
+// hashID is the event ID of the redacted canonical JSON red: "$" and its
+// SHA-256 in the room version's base64.
+func hashID(verImpl gomatrixserverlib.IRoomVersion, red []byte) string {
 	sum := sha256.Sum256(red)
 	if verImpl.EventIDFormat() == gomatrixserverlib.EventIDFormatV2 {
-		return "$" + base64.RawStdEncoding.EncodeToString(sum[:]), nil
+		return "$" + base64.RawStdEncoding.EncodeToString(sum[:])
 	}
-	return "$" + base64.RawURLEncoding.EncodeToString(sum[:]), nil
+	return "$" + base64.RawURLEncoding.EncodeToString(sum[:])
 }

@@ -58,6 +58,9 @@ prev/auth events (a backfill, newest first): replay then sorts them and leaves o
 outliers events whose ancestors never arrive; --room-version names the version of a
 room whose m.room.create comes later. --repack replays and repacks the rooms just
 imported, with --plan, --liveness and --every as in mtxdb repack.
+Under a soft heap limit (--memory-limit, default 1.5GiB) and without GOGC set,
+import collects garbage at GOGC=200, as replay does (the 1M-event generated
+room: about 580 MB of RSS, 420 at GOGC=100).
 
 Ctrl-C (SIGINT) or SIGTERM stops at the next read: what was imported is synced,
 the command says where it stopped and exits 130 (143); run the same import again
@@ -74,6 +77,7 @@ to continue. A second signal stops at once.`,
 			if err != nil {
 				return err
 			}
+			importGC()
 			if cmd.Flags().Changed("from") {
 				return f.runFrom(cmd, opts)
 			}

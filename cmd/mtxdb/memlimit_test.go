@@ -77,28 +77,34 @@ func TestApplyMemoryLimit(t *testing.T) {
 	}
 }
 
-// TestReplayGC: replay collects at replayGCPercent only under a soft heap limit
-// and when GOGC is not set.
+// TestReplayGC: replay and import collect at replayGCPercent and
+// importGCPercent only under a soft heap limit and when GOGC is not set.
 func TestReplayGC(t *testing.T) {
 	oldLimit, oldPercent := debug.SetMemoryLimit(-1), debug.SetGCPercent(100)
 	defer func() { debug.SetMemoryLimit(oldLimit); debug.SetGCPercent(oldPercent) }()
 	t.Setenv("GOGC", "")
-	for _, c := range []struct {
-		name  string
-		limit int64
-		gogc  string
-		want  int
-	}{
-		{"limit", 1 << 30, "", replayGCPercent},
-		{"no limit", math.MaxInt64, "", 100},
-		{"GOGC set", 1 << 30, "100", 100},
-	} {
-		debug.SetMemoryLimit(c.limit)
-		debug.SetGCPercent(100)
-		t.Setenv("GOGC", c.gogc)
-		replayGC()
-		if got := debug.SetGCPercent(100); got != c.want {
-			t.Errorf("%s: GOGC %d, want %d", c.name, got, c.want)
+	for _, cmd := range []struct {
+		name    string
+		set     func()
+		percent int
+	}{{"replay", replayGC, replayGCPercent}, {"import", importGC, importGCPercent}} {
+		for _, c := range []struct {
+			name  string
+			limit int64
+			gogc  string
+			want  int
+		}{
+			{"limit", 1 << 30, "", cmd.percent},
+			{"no limit", math.MaxInt64, "", 100},
+			{"GOGC set", 1 << 30, "100", 100},
+		} {
+			debug.SetMemoryLimit(c.limit)
+			debug.SetGCPercent(100)
+			t.Setenv("GOGC", c.gogc)
+			cmd.set()
+			if got := debug.SetGCPercent(100); got != c.want {
+				t.Errorf("%s, %s: GOGC %d, want %d", cmd.name, c.name, got, c.want)
+			}
 		}
 	}
 }

@@ -197,10 +197,21 @@ const replayCacheBytes = 0
 // limit caps (docs/bench/issue31-progress.md has the measurements).
 const replayGCPercent = 200
 
-// replayGC sets replayGCPercent when a soft heap limit bounds the heap and the
-// user did not set GOGC.
-func replayGC() {
+// importGCPercent is import's GOGC under a soft heap limit, as replay's: its
+// live heap is small (the batch, the rooms' known event IDs), and what it
+// allocates per PDU is garbage by the next batch.
+const importGCPercent = 200
+
+// replayGC sets replayGCPercent (limitedGC).
+func replayGC() { limitedGC(replayGCPercent) }
+
+// importGC sets importGCPercent (limitedGC).
+func importGC() { limitedGC(importGCPercent) }
+
+// limitedGC sets GOGC to percent when a soft heap limit bounds the heap and
+// the user did not set GOGC.
+func limitedGC(percent int) {
 	if os.Getenv("GOGC") == "" && debug.SetMemoryLimit(-1) < math.MaxInt64 {
-		debug.SetGCPercent(replayGCPercent)
+		debug.SetGCPercent(percent)
 	}
 }
