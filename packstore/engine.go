@@ -28,6 +28,10 @@ type (
 	RepackPlan = storage.RepackPlan
 	// RepackStats reports what a repack did.
 	RepackStats = storage.RepackStats
+	// RepackMissingError is the error of a Repack whose plan lists a record
+	// the collection does not hold; it wraps ErrNotFound
+	// (storage.RepackMissingError).
+	RepackMissingError = storage.RepackMissingError
 )
 
 var (

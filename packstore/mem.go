@@ -160,7 +160,7 @@ func (m *MemStorage) Repack(plan RepackPlan) (RepackStats, error) {
 			}
 			seen[id] = true
 			if _, ok := m.colls[cp.Collection][id]; !ok {
-				return st, fmt.Errorf("packstore: repack: collection %s record %s: %w", cp.Collection, id, ErrNotFound)
+				return st, fmt.Errorf("packstore: repack: %w", &RepackMissingError{Collection: cp.Collection, Record: id})
 			}
 		}
 	}

@@ -341,7 +341,7 @@ func (s *PackfileStorage) planJobsLocked(plan RepackPlan) ([]repackJob, error) {
 				}
 			}
 			if !found {
-				return nil, fmt.Errorf("packstore: repack: collection %s record %s: %w", cp.Collection, id, ErrNotFound)
+				return nil, fmt.Errorf("packstore: repack: %w", &RepackMissingError{Collection: cp.Collection, Record: id})
 			}
 		}
 		jobs = append(jobs, j)

@@ -580,8 +580,7 @@ func (s *Store) Repack(plan storage.RepackPlan) (storage.RepackStats, error) {
 			return st, writeErr(cp.Collection, len(keys), err)
 		}
 		if n != len(keys) {
-			return st, fmt.Errorf("%w: repack plan for collection %s lists %d records that do not exist",
-				storage.ErrNotFound, cp.Collection, len(keys)-n)
+			return st, fmt.Errorf("pgstore: repack: %w", &storage.RepackMissingError{Collection: cp.Collection, Missing: len(keys) - n})
 		}
 		tag, err := tx.Exec(ctx, `DELETE FROM mtxdb_records WHERE coll = $1 AND NOT (id = ANY($2))`, cp.Collection[:], keys)
 		if err != nil {

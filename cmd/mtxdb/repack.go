@@ -10,11 +10,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/pgstore"
 	"github.com/mtxdb/mtxdb/repackplan"
+	"github.com/mtxdb/mtxdb/roomrecord"
 	"github.com/mtxdb/mtxdb/roomstate"
 )
 
@@ -75,8 +77,14 @@ room.`,
 			// A collection whose head cannot be read is not in the plan: its
 			// records stay as they are.
 			unreadable := printHeadProblems(cmd.OutOrStdout(), asJSON, badHeads, "the room is not repacked (its records are left as they are)")
+			before, _ := storeStats(eng)
 			_, problems, err := repackSummaryTo(ctx, cmd.OutOrStdout(), asJSON, eng, rooms, opts)
 			if err == nil && len(problems)+unreadable > 0 {
+				after, _ := storeStats(eng)
+				if grown := after.DiskBytes - before.DiskBytes; grown > 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "mtxdb: repack: the store grew by %s: a shard that holds a room left as it is cannot be retired and stays on disk beside the copies, until that room is repaired and repacked too (rooms left as they are: %d)\n",
+						humanize.IBytes(uint64(grown)), len(problems.skipped())+unreadable)
+				}
 				return exitError(2)
 			}
 			return err
@@ -177,8 +185,59 @@ func repackRooms(ctx context.Context, eng storeEngine, rooms []*roomstate.Room, 
 	if err != nil || len(plan.Collections) == 0 {
 		return packstore.RepackStats{}, problems, err
 	}
-	rs, err := eng.Repack(plan)
-	return rs, problems, err
+	rs, missing, err := repackLeavingMissing(plan, rooms, eng.Repack)
+	return rs, append(problems, missing...), err
+}
+
+// repackLeavingMissing runs repack on plan. When the engine refuses the plan
+// because a room's collection lacks a record the plan lists (a damaged frame
+// or index: the engine refuses before it changes anything), it leaves that
+// room out, as a skipped problem naming the record, and repacks the others.
+func repackLeavingMissing(plan packstore.RepackPlan, rooms []*roomstate.Room, repack func(packstore.RepackPlan) (packstore.RepackStats, error)) (packstore.RepackStats, roomProblems, error) {
+	var problems roomProblems
+	for len(plan.Collections) > 0 {
+		rs, err := repack(plan)
+		var miss *packstore.RepackMissingError
+		if !errors.As(err, &miss) {
+			return rs, problems, err
+		}
+		i := slices.IndexFunc(plan.Collections, func(cp packstore.CollectionPlan) bool { return cp.Collection == miss.Collection })
+		j := slices.IndexFunc(rooms, func(r *roomstate.Room) bool { return roomrecord.CollectionID(r.ID()) == miss.Collection })
+		if i < 0 || j < 0 {
+			return rs, problems, err
+		}
+		problems = append(problems, roomProblem{room: rooms[j].ID(), what: missingRecordProblem(rooms[j], miss), skipped: true})
+		plan.Collections = slices.Delete(slices.Clone(plan.Collections), i, i+1)
+	}
+	return packstore.RepackStats{}, problems, nil
+}
+
+// missingRecordProblem says which record of room a repack found missing: the
+// PDU, metadata or state record of an event when the record is one, and
+// what to run.
+func missingRecordProblem(room *roomstate.Room, miss *packstore.RepackMissingError) string {
+	what := "records the plan lists are not in the store"
+	if miss.Record != (packstore.ID{}) {
+		what = fmt.Sprintf("record %s (a state snapshot node or a room record) is not in the store", miss.Record)
+		ids, _ := room.EventIDs()
+		for _, id := range ids {
+			ev := roomrecord.EventRecordID(id)
+			kind := ""
+			switch miss.Record {
+			case ev:
+				kind = "the PDU"
+			case roomrecord.MetaRecordID(ev):
+				kind = "the metadata record"
+			case roomrecord.StateRecordID(ev):
+				kind = "the state record"
+			}
+			if kind != "" {
+				what = fmt.Sprintf("record %s (%s of event %s) is not in the store", miss.Record, kind, id)
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("not repacked: %s: a damaged frame or index; its records are left as they are (mtxdb audit --room %s shows the damage)", what, room.ID())
 }
 
 // repackSummary repacks the rooms (one plan per room, one output stream) and
@@ -274,11 +333,13 @@ func repackSummaryTo(ctx context.Context, out io.Writer, asJSON bool, eng storeE
 	}
 	repackPhase.Store("copying")
 	testStall("repack-copy")
-	var rs packstore.RepackStats
-	if len(plan.Collections) > 0 {
-		if rs, err = repackWithProgress(eng, plan, out); err != nil {
-			return rs, problems, err
-		}
+	rs, missing, err := repackLeavingMissing(plan, rooms, func(plan packstore.RepackPlan) (packstore.RepackStats, error) {
+		return repackWithProgress(eng, plan, out)
+	})
+	missing.print(out, asJSON)
+	problems = append(problems, missing...)
+	if err != nil {
+		return rs, problems, err
 	}
 	after, err := storeStats(eng)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"fmt"
 )
 
 // ID is a 16-byte identifier: a collection ID or a record ID. Engines do not
@@ -116,6 +117,31 @@ var (
 	// the requested ID.
 	ErrNotFound = errors.New("packstore: record not found")
 )
+
+// RepackMissingError is the error of a Repack whose plan lists records a
+// collection does not hold (a damaged frame or index, or a planner that read
+// something else): the repack fails before it changes anything. Record is
+// the first such record when the engine names one (zero otherwise); Missing
+// counts them when the engine counts them (0 otherwise). It wraps
+// ErrNotFound.
+type RepackMissingError struct {
+	Collection, Record ID
+	Missing            int
+}
+
+// Error names the collection and the record or the count.
+func (e *RepackMissingError) Error() string {
+	switch {
+	case e.Record != ID{}:
+		return fmt.Sprintf("repack plan for collection %s lists record %s, which the collection does not hold: %v", e.Collection, e.Record, ErrNotFound)
+	case e.Missing > 0:
+		return fmt.Sprintf("repack plan for collection %s lists %d records that the collection does not hold: %v", e.Collection, e.Missing, ErrNotFound)
+	}
+	return fmt.Sprintf("repack plan for collection %s lists records that the collection does not hold: %v", e.Collection, ErrNotFound)
+}
+
+// Unwrap returns ErrNotFound.
+func (e *RepackMissingError) Unwrap() error { return ErrNotFound }
 
 // Errors returned by writes.
 var (

@@ -277,6 +277,12 @@ func caseRepack(t *testing.T, e Engine) {
 	if !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("repack with missing record: %v, want ErrNotFound", err)
 	}
+	// The error names the collection (the caller leaves that one out and
+	// repacks the others), and the record where the engine names one.
+	var miss *storage.RepackMissingError
+	if !errors.As(err, &miss) || miss.Collection != c1 || (miss.Record != ID{} && miss.Record != ident(6, 11)) {
+		t.Fatalf("repack with missing record: %v, want a RepackMissingError naming collection %s", err, c1)
+	}
 	if ids, _ := e.CollectionRecords(c2); len(ids) != 50 {
 		t.Fatalf("failed repack changed c2: %d records", len(ids))
 	}
