@@ -1,13 +1,17 @@
 package packstore
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/edsrzf/mmap-go"
 )
 
 // splitCheckpoint returns a checkpoint with a table that
@@ -135,5 +139,86 @@ func TestCheckpointSplitTableCorrupt(t *testing.T) {
 				t.Fatalf("decode: %v (offset %d), want slot %d at offset %d", err, ckptErrorOffset(err), tc.slot, tc.at)
 			}
 		})
+	}
+}
+
+// noMapFS is the real filesystem on which index.ckpt cannot be mapped.
+type noMapFS struct{ osFS }
+
+type noMapFile struct{ osFile }
+
+func (noMapFS) OpenFile(name string, flag int, perm os.FileMode) (vfile, error) {
+	f, err := osFS{}.OpenFile(name, flag, perm)
+	if err != nil || filepath.Base(name) != checkpointFile {
+		return f, err
+	}
+	return noMapFile{f.(osFile)}, nil
+}
+
+func (noMapFile) Map(int) (mmap.MMap, error) { return nil, errors.New("no mapping") }
+
+// TestCheckpointReadUnmapped: a checkpoint that cannot be mapped is read
+// into a buffer instead, and Open still loads the index from it.
+func TestCheckpointReadUnmapped(t *testing.T) {
+	cp, live := splitCheckpoint(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, checkpointFile), encodeCheckpoint(cp), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, fs := range map[string]vfs{"mapped": osFS{}, "unmapped": noMapFS{}} {
+		s := &PackfileStorage{opts: Options{Dir: dir}, fs: fs}
+		var f indexFiles
+		if err := s.readCheckpoint(&f); err != nil || f.cpErr != nil || *f.cp.live != live || f.ckptVersion != checkpointVersion {
+			t.Fatalf("%s: %v, %v", name, err, f.cpErr)
+		}
+	}
+	opts := Options{Dir: t.TempDir(), fs: noMapFS{}}
+	s := openStore(t, opts)
+	m := model{}
+	for i := range 50 {
+		m.put(idN(1, 0), idN(2, i), []byte{byte(i)})
+		if err := s.Put(idN(1, 0), idN(2, i), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, opts)
+	defer s.Close()
+	if src := s.OpenReport().Source; src != "checkpoint" {
+		t.Fatalf("Open rebuilt the index from %q", src)
+	}
+	compareAll(t, s, m, "after reopen without a mapped checkpoint")
+}
+
+// TestGuardFault: reading a mapped page past the end of a file truncated
+// under the mapping (SIGBUS) comes back from guardFault as an error, and
+// the process lives on.
+func TestGuardFault(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("SIGBUS on a truncated mapping is checked on Linux")
+	}
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, make([]byte, 2*os.Getpagesize()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := osFS{}.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := f.Map(2 * os.Getpagesize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unmap()
+	if err := f.Truncate(0); err != nil {
+		t.Fatal(err)
+	}
+	var x byte
+	err = guardFault(func() error { x = m[os.Getpagesize()]; return nil })
+	if err == nil || !strings.Contains(err.Error(), "faulted") {
+		t.Fatalf("guardFault = %v (read %d), want a fault error", err, x)
 	}
 }

@@ -531,18 +531,25 @@ func decodeCompactSlots(r *ckptBody, slots []uint64, count int, t *ckptShards) e
 	mid := len(bitmap) / 2 &^ 7 // a bitmap word boundary
 	k := 8 * onesCount(bitmap[:mid])
 	first, second := ckptSlots{b: vals.b[:k], off: vals.off}, ckptSlots{b: vals.b[k:], off: vals.off + k}
-	done := make(chan error, 1)
+	var err2 error
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		if r.avail != nil {
 			r.avail(second.off + len(second.b))
 		}
-		done <- second.fill(bitmap[mid:], slots[8*mid:], 8*mid, t, &t.second, nil)
+		err2 = guardFault(func() error { return second.fill(bitmap[mid:], slots[8*mid:], 8*mid, t, &t.second, nil) })
 	}()
-	err := first.fill(bitmap[:mid], slots[:8*mid], 0, t, &t.live, r)
-	if err == nil {
+	err := func() error {
+		// Wait for the second half even when the first faults (a mapped
+		// file): it must not read the bytes after they are unmapped.
+		defer func() { <-done }()
+		if err := first.fill(bitmap[:mid], slots[:8*mid], 0, t, &t.live, r); err != nil {
+			return err
+		}
 		r.take(uint64(len(second.b)))
-	}
-	err2 := <-done
+		return nil
+	}()
 	for i, n := range t.second {
 		t.live[i] += n
 	}

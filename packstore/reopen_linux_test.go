@@ -74,7 +74,9 @@ func buildReopenStore(b *testing.B, dir string, mb, colls int) (ID, ID) {
 // evicted from the page cache (cold) and cached (warm), on stores of
 // -packstore.reopenmb MB with 1 and 32 collections kept in
 // -packstore.reopendir (built on the first run, reused after). It reports
-// the median over -packstore.reopenreps opens, and "decode" times
+// the medians over -packstore.reopenreps opens of the wall time and of the
+// process's CPU time (user + system, every thread: on a loaded machine the
+// steadier figure), and "decode" times
 // decodeCheckpoint alone over the checkpoint's bytes. Example:
 //
 //	go test -run '^$' -bench ReopenLarge -benchtime 1x . -packstore.reopendir /tmp/reopen
@@ -95,25 +97,27 @@ func BenchmarkReopenLarge(b *testing.B) {
 				files = append(files, filepath.Join(dir, e.Name()))
 			}
 		}
-		open := func(cold bool) time.Duration {
+		// open returns the wall time and the CPU time (user + system, all
+		// threads of the process) of one open.
+		open := func(cold bool) (time.Duration, time.Duration) {
 			if cold {
 				if err := pagecache.Evict(files...); err != nil {
 					b.Fatal(err)
 				}
 			}
-			t0 := time.Now()
+			c0, t0 := cpuTime(), time.Now()
 			s := openStore(b, DefaultOptions(dir))
 			if _, err := s.Get(coll, first); err != nil {
 				b.Fatal(err)
 			}
-			d := time.Since(t0)
+			d, c := time.Since(t0), cpuTime()-c0
 			if src := s.OpenReport().Source; src != "checkpoint" {
 				b.Fatalf("Open rebuilt the index from %q", src)
 			}
 			if err := s.Close(); err != nil {
 				b.Fatal(err)
 			}
-			return d
+			return d, c
 		}
 		for _, mode := range []string{"cold", "warm", "decode"} {
 			b.Run(fmt.Sprintf("colls=%d/%s", colls, mode), func(b *testing.B) {
@@ -122,20 +126,23 @@ func BenchmarkReopenLarge(b *testing.B) {
 					b.Fatal(err)
 				}
 				for b.Loop() {
-					var ds []time.Duration
+					var ds, cs []time.Duration
 					for range *reopenRepsFlag {
 						if mode == "decode" {
-							t0 := time.Now()
+							c0, t0 := cpuTime(), time.Now()
 							if _, err := decodeCheckpoint(ckpt); err != nil {
 								b.Fatal(err)
 							}
-							ds = append(ds, time.Since(t0))
+							ds, cs = append(ds, time.Since(t0)), append(cs, cpuTime()-c0)
 							continue
 						}
-						ds = append(ds, open(mode == "cold"))
+						d, c := open(mode == "cold")
+						ds, cs = append(ds, d), append(cs, c)
 					}
 					slices.Sort(ds)
+					slices.Sort(cs)
 					b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1e3, "ms/open")
+					b.ReportMetric(float64(cs[len(cs)/2].Microseconds())/1e3, "cpu-ms/open")
 					b.ReportMetric(float64(len(ckpt))/1e6, "ckpt-MB")
 				}
 			})
