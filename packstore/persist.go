@@ -132,15 +132,22 @@ func (s *PackfileStorage) readIndexFiles() indexFiles {
 	return f
 }
 
-// ckptReadChunk is the size of the reads readCheckpoint issues.
+// ckptReadChunk is the size of the pieces readCheckpoint reads (or, from
+// a mapping, checksums) at a time.
 const ckptReadChunk = 1 << 20
 
 // readCheckpoint reads the checkpoint file and decodes it into f (cp,
-// cpErr, ckptVersion). Another goroutine reads the file in ckptReadChunk
-// pieces and checksums the body as it reads, while decoding consumes what
-// has arrived (decodeCheckpointAsRead), so that decoding a large index
-// overlaps reading it from a cold disk and its checksumming. It returns the error of opening or reading
-// the file (fs.ErrNotExist when it is missing); then f.cp is unset.
+// cpErr, ckptVersion). It maps the file, so that decoding reads the page
+// cache's bytes in place (no buffer to zero, no copy), and reads it into a
+// buffer when it cannot be mapped. Another goroutine goes through the file
+// in ckptReadChunk pieces (reading them, or touching the mapped pages, which
+// reads them from disk if they are not cached), checksums the body as it
+// goes, while decoding consumes what it has passed
+// (decodeCheckpointAsRead), so that decoding a large index overlaps reading
+// it from a cold disk and its checksumming. A device error under the
+// mapping (a SIGBUS, see shard.faultToError) is caught and returned as a
+// read error. It returns the error of opening or reading the file
+// (fs.ErrNotExist when it is missing); then f.cp is unset.
 func (s *PackfileStorage) readCheckpoint(f *indexFiles) error {
 	file, err := s.fs.OpenFile(s.indexPath(checkpointFile), os.O_RDONLY, 0)
 	if err != nil {
@@ -154,7 +161,18 @@ func (s *PackfileStorage) readCheckpoint(f *indexFiles) error {
 	if n > 1<<40 {
 		return fmt.Errorf("%s: %d bytes is not plausible", checkpointFile, n)
 	}
-	b := make([]byte, n)
+	var b []byte
+	mapped := false
+	if n > 0 {
+		if m, err := file.Map(int(n)); err == nil {
+			defer m.Unmap()                // after decoding and the reader below are done
+			_ = madvise(m, madvSequential) // advice only: more read-ahead
+			b, mapped = m, true
+		}
+	}
+	if !mapped {
+		b = make([]byte, n)
+	}
 	var mu sync.Mutex
 	cond := sync.NewCond(&mu)
 	read, readErr, crc := 0, error(nil), uint32(0) // guarded by mu
@@ -164,9 +182,16 @@ func (s *PackfileStorage) readCheckpoint(f *indexFiles) error {
 		sum := uint32(0) // CRC-32C of the body bytes read so far
 		for off := 0; off < len(b); {
 			end := min(off+ckptReadChunk, len(b))
-			_, err := file.ReadAt(b[off:end], int64(off))
+			var err error
+			if !mapped {
+				_, err = file.ReadAt(b[off:end], int64(off))
+			}
+			// From a mapping, the checksum is what reads the body's pages.
 			if lo, hi := max(off, ckptHeaderLen), min(end, len(b)-crcLen); err == nil && lo < hi {
-				sum = crc32.Update(sum, castagnoli, b[lo:hi])
+				err = guardFault(func() error {
+					sum = crc32.Update(sum, castagnoli, b[lo:hi])
+					return nil
+				})
 			}
 			mu.Lock()
 			read, readErr, crc, off = end, err, sum, end
@@ -189,10 +214,17 @@ func (s *PackfileStorage) readCheckpoint(f *indexFiles) error {
 		defer mu.Unlock()
 		return crc
 	}
-	// On a read error decoding runs over bytes never read (zeros; every
-	// count is checked against the size): its result is dropped below.
-	f.cp, f.cpErr = decodeCheckpointAsRead(b, avail, bodyCRC)
+	// On a read error decoding runs over bytes never read (zeros, or
+	// pages that fault; every count is checked against the size): its
+	// result is dropped below.
+	decodeErr := guardFault(func() error {
+		f.cp, f.cpErr = decodeCheckpointAsRead(b, avail, bodyCRC)
+		return nil
+	})
 	<-finished
+	if readErr == nil {
+		readErr = decodeErr
+	}
 	if readErr != nil {
 		f.cp, f.cpErr = nil, nil
 		return readErr
@@ -201,6 +233,26 @@ func (s *PackfileStorage) readCheckpoint(f *indexFiles) error {
 		f.ckptVersion = b[4]
 	}
 	return nil
+}
+
+// guardFault runs fn with debug.SetPanicOnFault on and returns a fault
+// (SIGBUS from a mapped file whose page the device failed to read, see
+// shard.faultToError) as an error instead of letting it kill the process.
+// Any other panic is re-raised.
+func guardFault(fn func() error) (err error) {
+	defer func(old bool) {
+		debug.SetPanicOnFault(old)
+		r := recover()
+		if r == nil {
+			return
+		}
+		if f, ok := r.(interface{ Addr() uintptr }); ok {
+			err = fmt.Errorf("packstore: reading a mapped index file faulted at address %#x: the device failed to read it, or it was truncated", f.Addr())
+			return
+		}
+		panic(r)
+	}(debug.SetPanicOnFault(true))
+	return fn()
 }
 
 // syncedFloor returns, per pack ID, how many bytes of the shard the index

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"math/bits"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Index checkpoint and delta file formats (see doc.go, "Index checkpoint"
@@ -298,18 +299,27 @@ func decodeCheckpointAsRead(b []byte, avail func(n int), bodyCRC func() uint32) 
 type ckptShards struct {
 	size [MaxShards]uint32
 	live [MaxShards]int
+	// second counts the used slots of the second half of a table that
+	// decodeCompactSlots decodes in two halves (zero in between).
+	second [MaxShards]int
 }
 
 // use checks that a used slot points inside a listed shard's covered bytes
-// and counts it.
+// (valid) and counts it.
 func (t *ckptShards) use(v uint64) bool {
-	l := slotLoc(v) // l.shard < MaxShards: 12 bits
-	size := t.size[l.shard]
-	if size == 0 || l.off < HeaderSize || int64(l.off)+FrameOverhead > int64(size) {
+	if !t.valid(v) {
 		return false
 	}
-	t.live[l.shard]++
+	t.live[slotLoc(v).shard]++
 	return true
+}
+
+// valid reports whether a used slot points inside a listed shard's covered
+// bytes.
+func (t *ckptShards) valid(v uint64) bool {
+	l := slotLoc(v) // l.shard < MaxShards: 12 bits
+	size := t.size[l.shard]
+	return size != 0 && l.off >= HeaderSize && int64(l.off)+FrameOverhead <= int64(size)
 }
 
 // decodeCkptHeader checks the fixed header (magic, version, CRC, reserved
@@ -442,19 +452,40 @@ func decodeCkptColl(r *ckptBody, version byte, t *ckptShards) (ckptColl, error) 
 	if need > uint64(len(r.b)) {
 		return cc, ckptErrorf(at+16, "%d slots (%d bytes) exceed the remaining %d bytes", n, need, len(r.b))
 	}
-	cc.slots = make([]atomic.Uint64, n)
+	// The table is not published yet: it is filled with plain stores
+	// (an atomic store is a locked exchange on amd64, a full barrier per
+	// slot) and handed out as the []atomic.Uint64 the readers load.
+	slots := make([]uint64, n)
 	var err error
 	if version >= checkpointVersion {
-		err = decodeCompactSlots(r, cc.slots, cc.count, t)
+		err = decodeCompactSlots(r, slots, cc.count, t)
 	} else {
-		err = decodeFullSlots(r, cc.slots, cc.count, t)
+		err = decodeFullSlots(r, slots, cc.count, t)
 	}
+	cc.slots = slotsView(slots)
 	return cc, err
 }
 
+// slotsView returns the slots s as the []atomic.Uint64 of a lossyTable,
+// sharing their memory. atomic.Uint64 is a uint64 with 64-bit alignment
+// (checked below), and the first word of an allocated slice is 64-bit
+// aligned on every platform (sync/atomic's rule), so each element is a
+// valid atomic.Uint64. The caller must not store into s once the table is
+// published.
+func slotsView(s []uint64) []atomic.Uint64 {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
+}
+
+// slotsView relies on atomic.Uint64 having exactly the size of a uint64.
+var _ [unsafe.Sizeof(atomic.Uint64{}) - 8]struct{}
+var _ [8 - unsafe.Sizeof(atomic.Uint64{})]struct{}
+
 // decodeFullSlots decodes a table stored slot by slot (versions 0x01 and
-// 0x02).
-func decodeFullSlots(r *ckptBody, slots []atomic.Uint64, count int, t *ckptShards) error {
+// 0x02) into slots (all zero).
+func decodeFullSlots(r *ckptBody, slots []uint64, count int, t *ckptShards) error {
 	var b []byte // the taken bytes from slot j on
 	used, at := 0, r.off
 	for j := range slots {
@@ -469,7 +500,7 @@ func decodeFullSlots(r *ckptBody, slots []atomic.Uint64, count int, t *ckptShard
 		if !t.use(v) {
 			return ckptErrorf(r.off-len(b)-8, "slot %d points at %d/%d outside the covered shards", j, slotLoc(v).shard, slotLoc(v).off)
 		}
-		slots[j].Store(v)
+		slots[j] = v
 		used++
 	}
 	if used != count {
@@ -479,37 +510,119 @@ func decodeFullSlots(r *ckptBody, slots []atomic.Uint64, count int, t *ckptShard
 }
 
 // decodeCompactSlots decodes a table stored as an occupancy bitmap and the
-// used slots (version 0x03; appendCompactSlots): the bitmap must mark
-// exactly count slots, and every used slot must be nonzero and point
-// inside a listed shard.
-func decodeCompactSlots(r *ckptBody, slots []atomic.Uint64, count int, t *ckptShards) error {
+// used slots (version 0x03; appendCompactSlots) into slots (all zero): the
+// bitmap must mark exactly count slots, and every used slot must be
+// nonzero and point inside a listed shard. A table of ckptSplitSlots slots
+// or more is decoded in two halves at once: another goroutine decodes the
+// second half (its used slots start after the first half's, counted in the
+// bitmap) once its bytes are read, with its own per-shard counts; an error
+// in the first half is returned before one in the second, as a sequential
+// decode would.
+func decodeCompactSlots(r *ckptBody, slots []uint64, count int, t *ckptShards) error {
 	bitmap := r.take(uint64(len(slots) / 8))
 	at := r.off - len(bitmap)
-	used := 0
-	for _, x := range bitmap {
-		used += bits.OnesCount8(x)
-	}
-	if used != count {
+	if used := onesCount(bitmap); used != count {
 		return ckptErrorf(at, "occupancy bitmap marks %d slots, count %d", used, count)
 	}
-	var packed []byte // the taken used slots from the next on
-	left := count     // used slots not taken yet
-	for i, x := range bitmap {
-		for ; x != 0; x &= x - 1 {
-			if len(packed) == 0 {
-				n := min(left, ckptTakeChunk/8)
-				packed, left = r.take(uint64(n)*8), left-n
-			}
-			j := 8*i + bits.TrailingZeros8(x)
-			v := binary.LittleEndian.Uint64(packed)
-			packed = packed[8:]
-			if v == 0 || !t.use(v) {
-				return ckptErrorf(r.off-len(packed)-8, "slot %d holds %#x: not a location inside the covered shards", j, v)
-			}
-			slots[j].Store(v)
+	vals := ckptSlots{b: r.b[:count*8], off: r.off} // r.take consumes them as decoded
+	if len(slots) < ckptSplitSlots {
+		return vals.fill(bitmap, slots, 0, t, &t.live, r)
+	}
+	mid := len(bitmap) / 2 &^ 7 // a bitmap word boundary
+	k := 8 * onesCount(bitmap[:mid])
+	first, second := ckptSlots{b: vals.b[:k], off: vals.off}, ckptSlots{b: vals.b[k:], off: vals.off + k}
+	var err2 error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if r.avail != nil {
+			r.avail(second.off + len(second.b))
 		}
+		err2 = guardFault(func() error { return second.fill(bitmap[mid:], slots[8*mid:], 8*mid, t, &t.second, nil) })
+	}()
+	err := func() error {
+		// Wait for the second half even when the first faults (a mapped
+		// file): it must not read the bytes after they are unmapped.
+		defer func() { <-done }()
+		if err := first.fill(bitmap[:mid], slots[:8*mid], 0, t, &t.live, r); err != nil {
+			return err
+		}
+		r.take(uint64(len(second.b)))
+		return nil
+	}()
+	for i, n := range t.second {
+		t.live[i] += n
+	}
+	clear(t.second[:])
+	if err != nil {
+		return err
+	}
+	return err2
+}
+
+// ckptSplitSlots is the smallest table decodeCompactSlots decodes in two
+// halves at once (2^16 slots, 512 KiB): below it a goroutine costs more
+// than it saves.
+const ckptSplitSlots = 1 << 16
+
+// ckptSlots is a run of a 0x03 table's used slots (8 bytes each) and the
+// file offset of its first byte.
+type ckptSlots struct {
+	b   []byte
+	off int
+}
+
+// fill stores the used slots v.b into dst, the slots (from slot index base
+// of the table) that bitmap describes, checking each against t and
+// counting it in live. With r set, it consumes v.b from r (r.take) as it
+// goes, in ckptTakeChunk pieces, so that decoding follows the reading. It
+// walks the bitmap 64 slots (one little-endian word) at a time and the set
+// bits of each word with TrailingZeros64: the loop branches once per used
+// slot and once per 64 slots, not once per bitmap byte.
+func (v ckptSlots) fill(bitmap []byte, dst []uint64, base int, t *ckptShards, live *[MaxShards]int, r *ckptBody) error {
+	taken, k := 0, 0 // bytes of v.b taken from r; used slots stored
+	for len(bitmap) > 0 {
+		nb := min(8, len(bitmap))
+		w := uint64(0)
+		if nb == 8 {
+			w = binary.LittleEndian.Uint64(bitmap)
+		} else {
+			for i, x := range bitmap[:nb] {
+				w |= uint64(x) << (8 * i)
+			}
+		}
+		bitmap = bitmap[nb:]
+		if need := 8 * (k + bits.OnesCount64(w)); r != nil && need > taken {
+			n := min(len(v.b)-taken, max(ckptTakeChunk, need-taken))
+			r.take(uint64(n))
+			taken += n
+		}
+		for ; w != 0; w &= w - 1 {
+			j := bits.TrailingZeros64(w)
+			s := binary.LittleEndian.Uint64(v.b[8*k:])
+			if s == 0 || !t.valid(s) {
+				return ckptErrorf(v.off+8*k, "slot %d holds %#x: not a location inside the covered shards", base+j, s)
+			}
+			live[slotLoc(s).shard]++
+			dst[j] = s
+			k++
+		}
+		dst = dst[8*nb:]
+		base += 8 * nb
 	}
 	return nil
+}
+
+// onesCount returns the number of set bits in b.
+func onesCount(b []byte) int {
+	n := 0
+	for ; len(b) >= 8; b = b[8:] {
+		n += bits.OnesCount64(binary.LittleEndian.Uint64(b))
+	}
+	for _, x := range b {
+		n += bits.OnesCount8(x)
+	}
+	return n
 }
 
 // encodeDeltaHeader returns the header of a delta file for a generation.
