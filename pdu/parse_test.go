@@ -296,3 +296,28 @@ func TestParseRequiresEdgeLists(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateRoomVersion: content.room_version absent is "1"; a string names the
+// version (an unknown one is ErrUnknownRoomVersion); null or another type is
+// ErrMalformedPDU, not "1".
+func TestCreateRoomVersion(t *testing.T) {
+	for _, c := range []struct {
+		content string
+		want    gomatrixserverlib.RoomVersion
+		err     error
+	}{
+		{``, "1", nil},
+		{`{}`, "1", nil},
+		{`{"room_version":"10"}`, "10", nil},
+		{`{"room_version":"99"}`, "", ErrUnknownRoomVersion},
+		{`{"room_version":null}`, "", ErrMalformedPDU},
+		{`{"room_version":10}`, "", ErrMalformedPDU},
+		{`{"room_version":["10"]}`, "", ErrMalformedPDU},
+		{`[]`, "", ErrMalformedPDU},
+	} {
+		got, err := CreateRoomVersion(Header{Content: []byte(c.content)})
+		if got != c.want || !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
+			t.Errorf("content %s: %q, %v; want %q, %v", c.content, got, err, c.want, c.err)
+		}
+	}
+}

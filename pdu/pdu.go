@@ -99,10 +99,11 @@ func headerString(dst *string, key string, v gjson.Result) error {
 }
 
 // CreateRoomVersion reads content.room_version of an m.room.create; absent means "1"
-// (Matrix spec v1.19, Client-Server API, "m.room.create").
+// (Matrix spec v1.19, Client-Server API, "m.room.create"). A room_version that is
+// present but not a string (null included) is ErrMalformedPDU.
 func CreateRoomVersion(h Header) (gomatrixserverlib.RoomVersion, error) {
 	var c struct {
-		RoomVersion *string `json:"room_version"`
+		RoomVersion json.RawMessage `json:"room_version"`
 	}
 	if len(h.Content) > 0 {
 		if err := json.Unmarshal(h.Content, &c); err != nil {
@@ -111,7 +112,9 @@ func CreateRoomVersion(h Header) (gomatrixserverlib.RoomVersion, error) {
 	}
 	v := "1"
 	if c.RoomVersion != nil {
-		v = *c.RoomVersion
+		if err := json.Unmarshal(c.RoomVersion, &v); err != nil || string(c.RoomVersion) == "null" {
+			return "", fmt.Errorf("%w: m.room.create content: room_version is %s, not a string", ErrMalformedPDU, c.RoomVersion)
+		}
 	}
 	rv := gomatrixserverlib.RoomVersion(v)
 	if !gomatrixserverlib.KnownRoomVersion(rv) {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"unicode"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
@@ -65,8 +66,11 @@ func (f *memoryLimitFlag) Set(v string) error {
 	if err != nil {
 		return fmt.Errorf("%q is not a size (examples: 1.5GiB, 800MiB, none)", v)
 	}
+	if n < minMemoryLimit && strings.IndexFunc(v, unicode.IsLetter) < 0 {
+		return fmt.Errorf("%q has no unit, so it would be bytes, below the smallest limit of 64 MiB (give a unit: 1.5GiB, 800MiB)", v)
+	}
 	if n < minMemoryLimit {
-		return fmt.Errorf("%q is %d bytes, below the smallest limit of 64 MiB (give a unit: 1.5GiB, 800MiB)", v, n)
+		return fmt.Errorf("%q is %s, below the smallest limit of 64 MiB (examples: 1.5GiB, 800MiB)", v, humanize.IBytes(n))
 	}
 	*f = memoryLimitFlag{set: true, bytes: int64(n)}
 	return nil

@@ -23,7 +23,10 @@ func TestMemoryLimitFlag(t *testing.T) {
 		{in: "2GB", want: 2_000_000_000},
 		{in: "none", none: true},
 		{in: " None ", none: true},
-		{in: "12", errPart: `"12" is 12 bytes`},
+		{in: "12", errPart: `"12" has no unit`},
+		{in: "1.5", errPart: `"1.5" has no unit`},
+		{in: "10MB", errPart: `"10MB" is 9.5 MiB, below`},
+		{in: "2000000000", want: 2_000_000_000},
 		{in: "lots", errPart: `"lots" is not a size`},
 		{in: "", errPart: `"" is not a size`},
 	} {
