@@ -19,6 +19,32 @@ import (
 // in a problem line, repacks the other room, says why the store grew and
 // exits 2.
 func TestCLIRepackLeavesRoomWithMissingRecord(t *testing.T) {
+	// Flip the last byte of the record ID in the frame head.
+	store, damaged, event, rec := damagedPDUStore(t, func(at int) int { return at + 15 })
+	out, code := run(t, "repack", "--store", store)
+	want := "problem room=" + damaged + ": not repacked: record " + rec.String() + " (the PDU of event " + event + ")"
+	if code != 2 || !strings.Contains(out, want) || !strings.Contains(out, " rooms=1 ") || !strings.Contains(out, "the store grew by") {
+		t.Fatalf("repack: exit %d, want 2 with %q, the other room repacked and the growth explained\n%s", code, want, out)
+	}
+}
+
+// TestCLIStatsReadsGoesOnPastDamagedRoom: stats --reads names a room whose walk
+// meets a damaged frame as a problem, walks the other room and exits 2.
+func TestCLIStatsReadsGoesOnPastDamagedRoom(t *testing.T) {
+	// Flip a byte of the PDU's payload: its frame's CRC no longer matches.
+	store, damaged, _, _ := damagedPDUStore(t, func(at int) int { return at + 40 })
+	out, code := run(t, "stats", "--store", store, "--reads")
+	if code != 2 || !strings.Contains(out, "problem room="+damaged+": this walk and the room's later ones not measured") ||
+		strings.Count(out, "\nroom ") != 1 || !strings.Contains(out, "rooms_failed=1") {
+		t.Fatalf("stats --reads: exit %d, want 2, the damaged room named, the other walked\n%s", code, out)
+	}
+}
+
+// damagedPDUStore imports and replays two real rooms and flips one byte of the
+// shard at flip(offset of the frame head's record ID) of the third event of
+// the first room. It returns the store, that room, the event and its record ID.
+func damagedPDUStore(t *testing.T, flip func(at int) int) (string, string, string, packstore.ID) {
+	t.Helper()
 	store := filepath.Join(t.TempDir(), "s")
 	for _, args := range [][]string{{"import", "--store", store, room("room001"), room("room003")}, {"replay", "--store", store}} {
 		if out, code := run(t, args...); code != 0 {
@@ -52,13 +78,9 @@ func TestCLIRepackLeavesRoomWithMissingRecord(t *testing.T) {
 	if at < 0 {
 		t.Fatalf("record %s not in %s", rec, shard)
 	}
-	b[at+len(rec)-1] ^= 0x01
+	b[flip(at)] ^= 0x01
 	if err := os.WriteFile(shard, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, code := run(t, "repack", "--store", store)
-	want := "problem room=" + damaged + ": not repacked: record " + rec.String() + " (the PDU of event " + event + ")"
-	if code != 2 || !strings.Contains(out, want) || !strings.Contains(out, " rooms=1 ") || !strings.Contains(out, "the store grew by") {
-		t.Fatalf("repack: exit %d, want 2 with %q, the other room repacked and the growth explained\n%s", code, want, out)
-	}
+	return store, damaged, event, rec
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -31,7 +32,10 @@ hits. Each walk runs on a freshly opened store (empty node cache); --cold also e
 the shard files from the page cache first (posix_fadvise DONTNEED). The counters are
 this process's: another process's reads cannot be seen. A room collection whose head
 record cannot be read is counted (unreadable=N) and is a problem line (its room ID is
-in the head); the other rooms are counted, listed or walked, and the exit status is 2.`,
+in the head); the other rooms are counted, listed or walked, and the exit status is 2.
+A room whose walk meets a damaged record is a problem line too (the walk and the
+room's later walks are not measured; rooms_failed=N on the summary line), and the
+other rooms are walked; exit status 2.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -141,14 +145,23 @@ func statsReads(ctx context.Context, out io.Writer, asJSON bool, store, roomID, 
 		return fmt.Errorf("no replayed room to walk (mtxdb replay first)")
 	}
 	var total packstore.ReadCounters
+	failed := 0
 	bar := newProgress(out, int64(len(ids)*len(ws)), "walks", false)
 	for _, id := range ids {
 		bar.clear()
 		if !asJSON {
 			fmt.Fprintf(out, "room %s\n", id)
 		}
-		for _, w := range ws {
+		for j, w := range ws {
 			wb, err := measureWalk(ctx, store, id, w, limit, cold)
+			if err != nil && (isDataProblem(err) || errors.Is(err, packstore.ErrNotFound)) {
+				// A damaged room: say so and walk the others.
+				bar.clear()
+				printProblem(out, asJSON, id, fmt.Sprintf("this walk and the room's later ones not measured: %v", err))
+				failed++
+				bar.add(len(ws) - j)
+				break
+			}
 			if err != nil {
 				bar.finish()
 				return err
@@ -170,8 +183,8 @@ func statsReads(ctx context.Context, out io.Writer, asJSON bool, store, roomID, 
 	}
 	bar.finish()
 	printLine(out, asJSON, "reads", kv{"rooms", len(ids)}, kv{"walks", len(ws)}, kv{"reads", total.Reads}, kv{"bytes", total.Bytes}, kv{"pages", total.Pages},
-		kv{"seeks", total.Seeks}, kv{"cache_hits", total.CacheHits})
-	if unreadable > 0 {
+		kv{"seeks", total.Seeks}, kv{"cache_hits", total.CacheHits}, kv{"rooms_failed", failed})
+	if unreadable+failed > 0 {
 		return exitError(2)
 	}
 	return nil
