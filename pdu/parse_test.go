@@ -321,3 +321,41 @@ func TestCreateRoomVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckUnicode: JSON that is not UTF-8, or escapes a lone UTF-16
+// surrogate, is refused before any decoder stores U+FFFD in its place; valid
+// escapes, pairs and escaped backslashes are not.
+func TestCheckUnicode(t *testing.T) {
+	for _, c := range []struct {
+		raw string
+		ok  bool
+	}{
+		{`{"a":"x"}`, true},
+		{`{"a":"é \u00e9 \ud83d\ude00 \uD83D\uDE00"}`, true},
+		{`{"a":"\\ud800"}`, true}, // an escaped backslash, then "ud800"
+		{`{"a":"\"\ud800"}`, false},
+		{`{"a":"x\ud800y"}`, false},
+		{`{"a":"x\udc00y"}`, false},
+		{`{"a":"\ud800\u0041"}`, false},
+		{`{"a":"\ud800`, false},
+		{"{\"a\":\"x\xffy\"}", false},
+		{"{\"x\xfe\":1}", false},
+	} {
+		err := checkUnicode([]byte(c.raw))
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrMalformedPDU)) {
+			t.Errorf("checkUnicode(%q) = %v, want ok %v", c.raw, err, c.ok)
+		}
+	}
+}
+
+// TestParseRefusesInvalidUnicode: Parse refuses a real PDU with an invalid
+// UTF-8 byte or a lone surrogate escape in a string, whatever its hashes say.
+func TestParseRefusesInvalidUnicode(t *testing.T) {
+	raw := []byte(`{"auth_events":[],"content":{"topic":"x"},"depth":1,"hashes":{"sha256":"AAAA"},"origin_server_ts":1,"prev_events":[],"room_id":"!r:x","sender":"@a:x","signatures":{},"state_key":"KEY","type":"m.room.topic"}`)
+	for _, key := range []string{"x\xffy", `x\ud800y`} {
+		_, err := Parse(gomatrixserverlib.RoomVersionV10, bytes.Replace(raw, []byte("KEY"), []byte(key), 1))
+		if !errors.Is(err, ErrMalformedPDU) || !strings.Contains(err.Error(), "UTF") {
+			t.Errorf("state_key %q: %v, want a malformed-PDU error naming UTF", key, err)
+		}
+	}
+}

@@ -1,11 +1,14 @@
 package pdu
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
@@ -128,13 +131,19 @@ func CreateRoomVersion(h Header) (gomatrixserverlib.RoomVersion, error) {
 // hash is checked and a PDU whose hash fails is redacted (Matrix spec v1.19,
 // Server-Server API, "Checks performed on receipt of a PDU"); signatures are not
 // checked. For v3+ formats a top-level event_id is stripped and must equal the
-// reference hash. Panics inside gomatrixserverlib become ErrMalformedPDU errors.
+// reference hash. JSON that is not UTF-8 or escapes a lone UTF-16 surrogate is
+// ErrMalformedPDU (RFC 8259 sections 8.1 and 8.2: the decoders would store U+FFFD
+// where the reference hash covers other bytes, so two PDUs could share an event
+// ID or a state key). Panics inside gomatrixserverlib become ErrMalformedPDU errors.
 func Parse(version gomatrixserverlib.RoomVersion, raw []byte) (pdu gomatrixserverlib.PDU, err error) {
 	verImpl, err := versionImpl(version)
 	if err != nil {
 		return nil, err
 	}
 	defer recoverMalformed(&pdu, &err)
+	if err := checkUnicode(raw); err != nil {
+		return nil, err
+	}
 	pdu, ok := parseCanonical(verImpl, raw)
 	if !ok {
 		pdu, err = verImpl.NewEventFromUntrustedJSON(raw)
@@ -351,4 +360,59 @@ func hashID(verImpl gomatrixserverlib.IRoomVersion, red []byte) string {
 		return "$" + base64.RawStdEncoding.EncodeToString(sum[:])
 	}
 	return "$" + base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// checkUnicode refuses raw unless it is UTF-8 and every \u escape of a UTF-16
+// surrogate is half of a pair (a high surrogate escape followed by a low one).
+func checkUnicode(raw []byte) error {
+	if !utf8.Valid(raw) {
+		return fmt.Errorf("%w: the JSON is not valid UTF-8", ErrMalformedPDU)
+	}
+	if !bytes.Contains(raw, []byte(`\u`)) {
+		return nil
+	}
+	inString := false
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case c == '"':
+			inString = !inString
+		case c == '\\' && inString && i+1 < len(raw):
+			if raw[i+1] != 'u' {
+				i++ // an escaped character, perhaps a quote
+				continue
+			}
+			r, ok := escapedUnit(raw[i:])
+			if !ok || !utf16.IsSurrogate(r) {
+				i += 5
+				continue
+			}
+			lo, ok := escapedUnit(raw[min(i+6, len(raw)):])
+			if r >= 0xdc00 || !ok || lo < 0xdc00 || lo > 0xdfff {
+				return fmt.Errorf("%w: a string escapes a lone UTF-16 surrogate (\\u%04x)", ErrMalformedPDU, r)
+			}
+			i += 11
+		}
+	}
+	return nil
+}
+
+// escapedUnit decodes the \uXXXX escape at the start of b.
+func escapedUnit(b []byte) (rune, bool) {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[2:6] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
