@@ -47,7 +47,8 @@ func TestParseDeclaredEventID(t *testing.T) {
 		{"declared", "10", line, nil},
 		{"not declared", "10", without, nil},
 		{"wrong", "10", strings.Replace(line, id, "$wrong", 1), ErrEventIDMismatch},
-		{"right then wrong", "10", strings.Replace(line, `{`, `{"event_id":"$wrong",`, 1), ErrEventIDMismatch},
+		// The key twice in one object: refused before any decoder picks one.
+		{"right then wrong", "10", strings.Replace(line, `{`, `{"event_id":"$wrong",`, 1), ErrMalformedPDU},
 		{"escaped key, wrong", "10", strings.Replace(without, `{`, `{"event\u005fid":"$wrong",`, 1), ErrEventIDMismatch},
 		// gomatrixserverlib's decoder matches keys in any case and takes such
 		// a key for the event ID; Parse computes the reference hash.
@@ -357,5 +358,29 @@ func TestParseRefusesInvalidUnicode(t *testing.T) {
 		if !errors.Is(err, ErrMalformedPDU) || !strings.Contains(err.Error(), "UTF") {
 			t.Errorf("state_key %q: %v, want a malformed-PDU error naming UTF", key, err)
 		}
+	}
+}
+
+// TestParseRefusesRepeatedKeys: a key twice in one object, at the top or
+// nested, is refused (the decoders keep different copies); the same key in
+// different objects is not.
+func TestParseRefusesRepeatedKeys(t *testing.T) {
+	for _, c := range []struct {
+		raw string
+		dup bool
+	}{
+		{`{"a":1,"b":{"a":2},"c":[{"a":3},{"a":4}]}`, false},
+		{`{"type":"x","a":1,"type":"y"}`, true},
+		{`{"content":{"topic":"a","topic":"b"}}`, true},
+		{`{"c":[{"k":1,"k":2}]}`, true},
+		{`{"a\u0062":1,"ab":2}`, true},
+	} {
+		if _, dup := repeatedKey(gjson.Parse(c.raw), 0); dup != c.dup {
+			t.Errorf("repeatedKey(%s) = %v, want %v", c.raw, dup, c.dup)
+		}
+	}
+	raw := `{"auth_events":[],"content":{"topic":"x"},"depth":1,"hashes":{"sha256":"AAAA"},"origin_server_ts":1,"prev_events":[],"room_id":"!r:x","sender":"@a:x","signatures":{},"state_key":"","type":"m.room.name","type":"m.room.topic"}`
+	if _, err := Parse(gomatrixserverlib.RoomVersionV10, []byte(raw)); !errors.Is(err, ErrMalformedPDU) || !strings.Contains(err.Error(), `"type" appears twice`) {
+		t.Errorf("a repeated type: %v, want a malformed-PDU error naming it", err)
 	}
 }

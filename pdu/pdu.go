@@ -146,6 +146,10 @@ func Parse(version gomatrixserverlib.RoomVersion, raw []byte) (pdu gomatrixserve
 	}
 	pdu, ok := parseCanonical(verImpl, raw)
 	if !ok {
+		// Canonical JSON has no repeated key; other JSON is checked here.
+		if key, dup := repeatedKey(gjson.ParseBytes(raw), 0); dup {
+			return nil, fmt.Errorf("%w: the key %q appears twice in one object (decoders disagree on which value counts)", ErrMalformedPDU, key)
+		}
 		pdu, err = verImpl.NewEventFromUntrustedJSON(raw)
 	}
 	if errors.Is(err, gomatrixserverlib.ErrCanonicalJSON) {
@@ -415,4 +419,33 @@ func escapedUnit(b []byte) (rune, bool) {
 		}
 	}
 	return r, true
+}
+
+// maxKeyDepth bounds the nesting repeatedKey follows (gomatrixserverlib
+// refuses deeper JSON).
+const maxKeyDepth = 100
+
+// repeatedKey returns a key that appears twice in one object of v, at any
+// depth up to maxKeyDepth.
+func repeatedKey(v gjson.Result, depth int) (string, bool) {
+	if depth > maxKeyDepth || !(v.IsObject() || v.IsArray()) {
+		return "", false
+	}
+	var seen map[string]bool
+	if v.IsObject() {
+		seen = map[string]bool{}
+	}
+	key, dup := "", false
+	v.ForEach(func(k, e gjson.Result) bool {
+		if seen != nil {
+			if seen[k.String()] {
+				key, dup = k.String(), true
+				return false
+			}
+			seen[k.String()] = true
+		}
+		key, dup = repeatedKey(e, depth+1)
+		return !dup
+	})
+	return key, dup
 }
