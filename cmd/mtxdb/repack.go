@@ -53,11 +53,12 @@ nothing is repacked yet; during the copy the store stays consistent (rooms whose
 copy was not finished keep their old layout, and the copies already written are
 garbage the next repack reclaims). Exit status 130 (143).
 
-A room that cannot be planned (not replayed, a record that does not decode) is left
-as it is, with a "problem room=…" line, and the others are repacked; so is a room
-collection whose head record cannot be read, named by its collection ID in a
-"problem" line (the room ID is in the head). Exit status 2 when there is any such
-room.`,
+A room that cannot be planned (not replayed, a record that does not decode or is not
+found) is left as it is, with a "problem room=…" line, and the others are repacked;
+so is a room whose plan lists a record the store's index does not find (a damaged
+frame head), and a room collection whose head record cannot be read, named by its
+collection ID in a "problem" line (the room ID is in the head). Exit status 2 when
+there is any such room.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -143,7 +144,8 @@ func (f *repackFlags) options(c *cobra.Command) (repackplan.Options, error) {
 
 // planRooms plans every room (under every-k this writes each room's head: the keep
 // rule) and returns the repack plan and the plans' stats summed. A room that cannot
-// be planned because of its data (not replayed, a record that does not decode) is a
+// be planned because of its data (not replayed, a record that does not decode or is
+// not found) is a
 // skipped problem and left as it is; any other error (options the room's keep rule
 // refuses, a store lost during the run) ends planning.
 func planRooms(ctx context.Context, rooms []*roomstate.Room, opts repackplan.Options, out io.Writer) (packstore.RepackPlan, repackplan.Stats, roomProblems, error) {
@@ -154,7 +156,7 @@ func planRooms(ctx context.Context, rooms []*roomstate.Room, opts repackplan.Opt
 	defer bar.finish()
 	for _, r := range rooms {
 		cp, ps, err := repackplan.Plan(ctx, r, opts)
-		if errors.Is(err, repackplan.ErrNotReplayed) || isDataProblem(err) {
+		if errors.Is(err, repackplan.ErrNotReplayed) || isDataProblem(err) || errors.Is(err, packstore.ErrNotFound) {
 			what := fmt.Sprintf("not repacked: %v", err)
 			if errors.Is(err, repackplan.ErrNotReplayed) {
 				// Plans walk the state records: say what to run first.

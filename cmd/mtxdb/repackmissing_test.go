@@ -28,6 +28,39 @@ func TestCLIRepackLeavesRoomWithMissingRecord(t *testing.T) {
 	}
 }
 
+// TestCLIRepackPlanMissingRecord: a shard cut in half under lost index files
+// (the index is rebuilt by a scan) leaves a room whose metadata records are
+// gone; planning it fails with "record not found", and repack names the room
+// on a problem line and exits 2 instead of ending with exit 1.
+func TestCLIRepackPlanMissingRecord(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "s")
+	for _, args := range [][]string{{"import", "--store", store, room("room001"), room("room003")}, {"replay", "--store", store}, {"repack", "--store", store}} {
+		if out, code := run(t, args...); code != 0 {
+			t.Fatalf("%s: exit %d\n%s", args[0], code, out)
+		}
+	}
+	shards, _ := filepath.Glob(filepath.Join(store, "shard-*.mtdb"))
+	if len(shards) != 1 {
+		t.Fatalf("shards after repack: %v", shards)
+	}
+	fi, err := os.Stat(shards[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(shards[0], fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"index.ckpt", "index.delta"} {
+		if err := os.Remove(filepath.Join(store, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, code := run(t, "repack", "--store", store)
+	if code != 2 || !strings.Contains(out, "problem room=") || !strings.Contains(out, "not repacked: ") || !strings.Contains(out, "record not found") {
+		t.Fatalf("repack: exit %d, want 2 with a problem line naming the room\n%s", code, out)
+	}
+}
+
 // TestCLIStatsReadsGoesOnPastDamagedRoom: stats --reads names a room whose walk
 // meets a damaged frame as a problem, walks the other room and exits 2.
 func TestCLIStatsReadsGoesOnPastDamagedRoom(t *testing.T) {
@@ -67,8 +100,8 @@ func damagedPDUStore(t *testing.T, flip func(at int) int) (string, string, strin
 	if err := eng.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// The PDU's frame is written at import, before any frame whose payload
-	// could hold its record ID: the first occurrence is its frame head.
+	// The record's frame is written at import, before any frame whose payload
+	// could hold its ID: the first occurrence is its frame head.
 	shard := filepath.Join(store, "shard-00000.mtdb")
 	b, err := os.ReadFile(shard)
 	if err != nil {
