@@ -2,6 +2,7 @@ package packstore
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/mtxdb/mtxdb/internal/storage"
 )
@@ -57,3 +58,20 @@ var (
 // IsCorruption reports whether err (or any error it wraps) marks on-disk
 // corruption.
 func IsCorruption(err error) bool { return errors.Is(err, ErrCorrupt) }
+
+// RepackCorruptError is the error of a Repack that met a corrupt frame while
+// copying the records of Collection; the repack changed nothing (the copies
+// written are removed), so the caller may leave that collection out of the
+// plan and repack the others. It wraps Err (IsCorruption holds).
+type RepackCorruptError struct {
+	Collection ID
+	Err        error
+}
+
+// Error names the collection and the corruption.
+func (e *RepackCorruptError) Error() string {
+	return fmt.Sprintf("collection %s: %v", e.Collection, e.Err)
+}
+
+// Unwrap returns the corruption error.
+func (e *RepackCorruptError) Unwrap() error { return e.Err }

@@ -127,6 +127,9 @@ func (s *PackfileStorage) Repack(plan RepackPlan) (RepackStats, error) {
 	for i, j := range jobs {
 		s.repackProgress.Store(int64(i))
 		t, start, n, err := s.copyJobLocked(j, startOut)
+		if IsCorruption(err) {
+			err = &RepackCorruptError{Collection: j.coll, Err: err}
+		}
 		if err != nil {
 			return st, abandon(err)
 		}

@@ -56,7 +56,8 @@ garbage the next repack reclaims). Exit status 130 (143).
 A room that cannot be planned (not replayed, a record that does not decode or is not
 found) is left as it is, with a "problem room=…" line, and the others are repacked;
 so is a room whose plan lists a record the store's index does not find (a damaged
-frame head), and a room collection whose head record cannot be read, named by its
+frame head), a room whose copy meets a damaged frame (the copies already written
+are removed first), and a room collection whose head record cannot be read, named by its
 collection ID in a "problem" line (the room ID is in the head). Exit status 2 when
 there is any such room.`,
 		Args: noArgs,
@@ -193,22 +194,37 @@ func repackRooms(ctx context.Context, eng storeEngine, rooms []*roomstate.Room, 
 
 // repackLeavingMissing runs repack on plan. When the engine refuses the plan
 // because a room's collection lacks a record the plan lists (a damaged frame
-// or index: the engine refuses before it changes anything), it leaves that
-// room out, as a skipped problem naming the record, and repacks the others.
+// or index: the engine refuses before it changes anything), or meets a
+// corrupt frame while copying a room's records (the engine then removes its
+// copies and changes nothing), it leaves that room out, as a skipped problem
+// naming the record or the damage, and repacks the others.
 func repackLeavingMissing(plan packstore.RepackPlan, rooms []*roomstate.Room, repack func(packstore.RepackPlan) (packstore.RepackStats, error)) (packstore.RepackStats, roomProblems, error) {
 	var problems roomProblems
 	for len(plan.Collections) > 0 {
 		rs, err := repack(plan)
 		var miss *packstore.RepackMissingError
-		if !errors.As(err, &miss) {
+		var bad *packstore.RepackCorruptError
+		var coll packstore.ID
+		switch {
+		case errors.As(err, &miss):
+			coll = miss.Collection
+		case errors.As(err, &bad):
+			coll = bad.Collection
+		default:
 			return rs, problems, err
 		}
-		i := slices.IndexFunc(plan.Collections, func(cp packstore.CollectionPlan) bool { return cp.Collection == miss.Collection })
-		j := slices.IndexFunc(rooms, func(r *roomstate.Room) bool { return roomrecord.CollectionID(r.ID()) == miss.Collection })
+		i := slices.IndexFunc(plan.Collections, func(cp packstore.CollectionPlan) bool { return cp.Collection == coll })
+		j := slices.IndexFunc(rooms, func(r *roomstate.Room) bool { return roomrecord.CollectionID(r.ID()) == coll })
 		if i < 0 || j < 0 {
 			return rs, problems, err
 		}
-		problems = append(problems, roomProblem{room: rooms[j].ID(), what: missingRecordProblem(rooms[j], miss), skipped: true})
+		var what string
+		if miss != nil {
+			what = missingRecordProblem(rooms[j], miss)
+		} else {
+			what = fmt.Sprintf("not repacked: a record it copies is damaged (%v); its records are left as they are (mtxdb audit --room %s shows the damage)", bad.Err, rooms[j].ID())
+		}
+		problems = append(problems, roomProblem{room: rooms[j].ID(), what: what, skipped: true})
 		plan.Collections = slices.Delete(slices.Clone(plan.Collections), i, i+1)
 	}
 	return packstore.RepackStats{}, problems, nil

@@ -28,6 +28,18 @@ func TestCLIRepackLeavesRoomWithMissingRecord(t *testing.T) {
 	}
 }
 
+// TestCLIRepackLeavesRoomWithDamagedFrame: a PDU frame whose payload fails
+// its CRC is met while repack copies the room; the engine removes its copies,
+// and repack leaves that room as it is with a problem line, repacks the other
+// and exits 2.
+func TestCLIRepackLeavesRoomWithDamagedFrame(t *testing.T) {
+	store, damaged, _, _ := damagedPDUStore(t, func(at int) int { return at + 40 })
+	out, code := run(t, "repack", "--store", store)
+	if code != 2 || !strings.Contains(out, "problem room="+damaged+": not repacked: a record it copies is damaged") || !strings.Contains(out, " rooms=1 ") {
+		t.Fatalf("repack: exit %d, want 2 naming %s and the other room repacked\n%s", code, damaged, out)
+	}
+}
+
 // TestCLIRepackPlanMissingRecord: a shard cut in half under lost index files
 // (the index is rebuilt by a scan) leaves a room whose metadata records are
 // gone; planning it fails with "record not found", and repack names the room
