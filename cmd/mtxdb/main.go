@@ -157,6 +157,14 @@ func isDataProblem(err error) bool {
 		errors.Is(err, hamtstore.ErrCorrupt) || errors.Is(err, roomrecord.ErrCorruptRecord)
 }
 
+// isRoomDamage reports whether err, met reading one room, is damage to that
+// room's records: a data problem (isDataProblem) or a record its other
+// records name that the store does not find. The commands that walk many
+// rooms name such a room on a problem line and go on with the others.
+func isRoomDamage(err error) bool {
+	return isDataProblem(err) || errors.Is(err, packstore.ErrNotFound)
+}
+
 // exitError carries a specific exit status (e.g. 2 for "mismatches found").
 type exitError int
 

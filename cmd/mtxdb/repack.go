@@ -157,7 +157,7 @@ func planRooms(ctx context.Context, rooms []*roomstate.Room, opts repackplan.Opt
 	defer bar.finish()
 	for _, r := range rooms {
 		cp, ps, err := repackplan.Plan(ctx, r, opts)
-		if errors.Is(err, repackplan.ErrNotReplayed) || isDataProblem(err) || errors.Is(err, packstore.ErrNotFound) {
+		if errors.Is(err, repackplan.ErrNotReplayed) || isRoomDamage(err) {
 			what := fmt.Sprintf("not repacked: %v", err)
 			if errors.Is(err, repackplan.ErrNotReplayed) {
 				// Plans walk the state records: say what to run first.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -154,7 +153,7 @@ func statsReads(ctx context.Context, out io.Writer, asJSON bool, store, roomID, 
 		}
 		for j, w := range ws {
 			wb, err := measureWalk(ctx, store, id, w, limit, cold)
-			if err != nil && (isDataProblem(err) || errors.Is(err, packstore.ErrNotFound)) {
+			if err != nil && isRoomDamage(err) {
 				// A damaged room: say so and walk the others.
 				bar.clear()
 				printProblem(out, asJSON, id, fmt.Sprintf("this walk and the room's later ones not measured: %v", err))
