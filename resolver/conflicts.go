@@ -113,7 +113,7 @@ func ResolveConflicts(in ConflictInput, src EventSource, idx AuthIndex) (Resolut
 	}
 	diff, err := authDifference(in.PerState, idx)
 	if err != nil {
-		return Resolution{}, fmt.Errorf("%w: auth difference: %v", ErrResolution, err)
+		return Resolution{}, fmt.Errorf("%w: auth difference: %w", ErrResolution, err)
 	}
 	full := map[string]bool{}
 	for id := range conflicted {
@@ -171,7 +171,7 @@ func conflictedKeys(perState [][]string, idx AuthIndex) ([]Key, error) {
 		for _, id := range ids {
 			h, err := idx.Handle(id)
 			if err != nil {
-				return nil, fmt.Errorf("%w: conflicted event %s: %v", ErrResolution, id, err)
+				return nil, fmt.Errorf("%w: conflicted event %s: %w", ErrResolution, id, err)
 			}
 			k, ok := idx.StateKeyOfHandle(h)
 			if !ok {

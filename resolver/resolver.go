@@ -476,7 +476,7 @@ func (r *roomResolver) resolve(ctx context.Context, uniq []hamtstore.NodeID) (ha
 		return nil
 	})
 	if err != nil {
-		return hamtstore.NodeID{}, fmt.Errorf("%w: room %s: diff of %d states: %v", ErrResolution, r.room.ID(), len(uniq), err)
+		return hamtstore.NodeID{}, fmt.Errorf("%w: room %s: diff of %d states: %w", ErrResolution, r.room.ID(), len(uniq), err)
 	}
 	r.stats.ConflictedKeys += len(conflicts)
 
