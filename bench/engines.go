@@ -30,23 +30,24 @@ type Engine interface {
 
 // engineNames is the run order of a forward pass.
 var engineNames = []string{
-	"packstore-none", "packstore-writeonly", "packstore-full", "packstore-full-raw",
+	"packstore-none", "packstore-writeonly", "packstore-full", "packstore-full-putmany", "packstore-full-raw",
 	"bbolt", "pebble", "badger", "sqlite", "mdbx", "postgres",
 }
 
 // engineSettings says, per engine, what the harness changed from its
 // defaults; it is written into the JSON and the Markdown.
 var engineSettings = map[string]string{
-	"packstore-none":      "DefaultOptions (zstd on, 64 MiB node cache), Checksum=none; PutMany per collection then Sync per batch",
-	"packstore-writeonly": "DefaultOptions, Checksum=writeonly; PutMany per collection then Sync per batch",
-	"packstore-full":      "DefaultOptions, Checksum=full (the default; batches under 64 records, the steady appends, are written uncompressed until a repack: Options.InlineCompressMin); PutMany per collection then Sync per batch",
-	"packstore-full-raw":  "DefaultOptions, Checksum=full, Compress=false (no zstd: separates the format from the compression CPU; bbolt, SQLite and mdbx do not compress either)",
-	"bbolt":               "v1.5.0 defaults (fsync per Update); one bucket per collection",
-	"pebble":              "v2.1.7 defaults (Snappy blocks, 8 MiB block cache); key = 16 B collection prefix + ID; Batch.Commit(pebble.Sync)",
-	"badger":              "v4.9.6 defaults (Snappy, 256 MiB block cache, values in LSM below 1 MiB) + SyncWrites=true; key = prefix + ID; one Txn per batch",
-	"sqlite":              "mattn/go-sqlite3 v1.14.53, journal_mode=WAL, synchronous=FULL (fsync of the WAL per commit); one table (k BLOB PRIMARY KEY, v BLOB) per collection; one transaction per batch",
-	"mdbx":                "mdbx-go v0.39.0 (libmdbx), default SYNC_DURABLE (fsync per commit), geometry upper 64 GiB grow 32 MiB; one DBI per collection",
-	"postgres":            "pgstore over PostgreSQL 15 (Debian, scripts/pgserver.sh: defaults, fsync and synchronous_commit on, loopback TCP); one transaction per batch (PutCollections); cold reads restart the server and evict its files; disk = pg_total_relation_size of the records table (WAL not counted); storage read bytes are the server's, not counted",
+	"packstore-none":         "DefaultOptions (zstd on, 64 MiB node cache), Checksum=none; one PutBatch (every collection's records) then Sync per batch",
+	"packstore-writeonly":    "DefaultOptions, Checksum=writeonly; one PutBatch then Sync per batch",
+	"packstore-full":         "DefaultOptions, Checksum=full (the default; batches under 64 records, the steady appends, are written uncompressed until a repack: Options.InlineCompressMin); one PutBatch then Sync per batch",
+	"packstore-full-putmany": "as packstore-full, but one PutMany per collection then Sync per batch (each collection's part compressed on its own)",
+	"packstore-full-raw":     "DefaultOptions, Checksum=full, Compress=false (no zstd: separates the format from the compression CPU; bbolt, SQLite and mdbx do not compress either); one PutBatch then Sync per batch",
+	"bbolt":                  "v1.5.0 defaults (fsync per Update); one bucket per collection",
+	"pebble":                 "v2.1.7 defaults (Snappy blocks, 8 MiB block cache); key = 16 B collection prefix + ID; Batch.Commit(pebble.Sync)",
+	"badger":                 "v4.9.6 defaults (Snappy, 256 MiB block cache, values in LSM below 1 MiB) + SyncWrites=true; key = prefix + ID; one Txn per batch",
+	"sqlite":                 "mattn/go-sqlite3 v1.14.53, journal_mode=WAL, synchronous=FULL (fsync of the WAL per commit); one table (k BLOB PRIMARY KEY, v BLOB) per collection; one transaction per batch",
+	"mdbx":                   "mdbx-go v0.39.0 (libmdbx), default SYNC_DURABLE (fsync per commit), geometry upper 64 GiB grow 32 MiB; one DBI per collection",
+	"postgres":               "pgstore over PostgreSQL 15 (Debian, scripts/pgserver.sh: defaults, fsync and synchronous_commit on, loopback TCP); one transaction per batch (PutCollections); cold reads restart the server and evict its files; disk = pg_total_relation_size of the records table (WAL not counted); storage read bytes are the server's, not counted",
 }
 
 func newEngine(name string) (Engine, error) {
@@ -57,6 +58,8 @@ func newEngine(name string) (Engine, error) {
 		return &packEngine{mode: packstore.ChecksumWriteOnly}, nil
 	case "packstore-full":
 		return &packEngine{mode: packstore.ChecksumFull}, nil
+	case "packstore-full-putmany":
+		return &packEngine{mode: packstore.ChecksumFull, perCollection: true}, nil
 	case "packstore-full-raw":
 		return &packEngine{mode: packstore.ChecksumFull, raw: true}, nil
 	case "bbolt":
@@ -80,7 +83,10 @@ func newEngine(name string) (Engine, error) {
 type packEngine struct {
 	mode packstore.ChecksumMode
 	raw  bool // Compress off
-	s    *packstore.PackfileStorage
+	// perCollection writes a batch as one PutMany per collection instead of
+	// one PutBatch.
+	perCollection bool
+	s             *packstore.PackfileStorage
 }
 
 func (e *packEngine) Open(dir string, colls int) error {
@@ -102,10 +108,18 @@ func (e *packEngine) Write(batch []rec) error {
 		}
 		groups[r.Coll] = append(groups[r.Coll], packstore.Record{ID: r.ID, Data: r.Data})
 	}
-	for _, c := range order {
-		if err := e.s.PutMany(packstore.ID(collID(c)), groups[c]); err != nil {
-			return err
+	parts := make([]packstore.CollectionRecords, len(order))
+	for i, c := range order {
+		parts[i] = packstore.CollectionRecords{Coll: packstore.ID(collID(c)), Recs: groups[c]}
+	}
+	if e.perCollection {
+		for _, p := range parts {
+			if err := e.s.PutMany(p.Coll, p.Recs); err != nil {
+				return err
+			}
 		}
+	} else if err := e.s.PutBatch(parts); err != nil {
+		return err
 	}
 	return e.s.Sync()
 }

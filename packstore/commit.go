@@ -495,7 +495,7 @@ func (s *PackfileStorage) PutMany(coll ID, recs []Record) error {
 		return nil
 	}
 	if len(recs) >= 2*pipelineChunk && s.opts.Compress && s.inlineCompress(len(recs)) {
-		return s.putManyPipelined(coll, recs)
+		return s.putPipelined([]CollectionRecords{{Coll: coll, Recs: recs}})
 	}
 	frames, bufs, err := s.encodeFrames(coll, recs)
 	if err != nil {
@@ -515,6 +515,41 @@ func (s *PackfileStorage) PutMany(coll ID, recs []Record) error {
 		return err
 	}
 	return s.indexFramesLocked(coll, frames, locs)
+}
+
+// CollectionRecords is one collection's part of a PutBatch.
+type CollectionRecords struct {
+	Coll ID
+	Recs []Record
+}
+
+// PutBatch appends the records of several collections as one batch: as
+// PutMany of each part in turn, except that a batch that compresses (see
+// Options.InlineCompressMin) is compressed as a whole, its records of every
+// part on all cores while earlier pieces are appended, so a commit spread
+// over many collections in small parts costs what one PutMany of all its
+// records does. The batch is not atomic across a crash: after Sync it is
+// durable; before, any prefix of it may survive. ErrShardLimit when the
+// batch would pass the shard limit: the parts before the one that would pass
+// it stay written (none of a batch compressed as a whole). Other errors: as
+// PutMany's.
+func (s *PackfileStorage) PutBatch(parts []CollectionRecords) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	n := 0
+	for _, p := range parts {
+		n += len(p.Recs)
+	}
+	if n >= 2*pipelineChunk && s.opts.Compress && s.inlineCompress(n) {
+		return s.putPipelined(parts)
+	}
+	for _, p := range parts {
+		if err := s.PutMany(p.Coll, p.Recs); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // indexFramesLocked points the index at frames just appended at locs, in

@@ -14,11 +14,13 @@ import (
 // appends as one piece; PutMany pipelines batches of at least two pieces.
 const pipelineChunk = 64
 
-// encodedChunk is one piece of a pipelined batch: its frames once done is
+// encodedChunk is one piece of a pipelined batch: up to pipelineChunk
+// records, in parts of one collection each, its frames once done is
 // closed, or the error encoding it.
 type encodedChunk struct {
+	parts  []CollectionRecords
 	frames []outFrame
-	buf    *[]byte // the frames' buffer (encodeRange)
+	bufs   []*[]byte // the frames' buffers (encodeRange), one per part
 	err    error
 	done   chan struct{}
 }
@@ -40,8 +42,6 @@ func (c *encodedChunk) result() ([]outFrame, error) { return c.frames, c.err }
 // that compress them (the caller among them) in order.
 type chunkEncoder struct {
 	s      *PackfileStorage
-	coll   ID
-	recs   []Record
 	chunks []encodedChunk
 	next   atomic.Int64 // the next piece nobody encodes yet
 	wg     sync.WaitGroup
@@ -53,10 +53,20 @@ func (e *chunkEncoder) work() bool {
 	if i >= len(e.chunks) {
 		return false
 	}
-	lo, hi := i*pipelineChunk, min((i+1)*pipelineChunk, len(e.recs))
 	c := &e.chunks[i]
-	c.frames = make([]outFrame, hi-lo)
-	c.buf, c.err = e.s.encodeRange(e.coll, e.recs[lo:hi], c.frames, true)
+	n := 0
+	for _, p := range c.parts {
+		n += len(p.Recs)
+	}
+	c.frames = make([]outFrame, n)
+	c.bufs = make([]*[]byte, len(c.parts))
+	at := 0
+	for j, p := range c.parts {
+		if c.bufs[j], c.err = e.s.encodeRange(p.Coll, p.Recs, c.frames[at:at+len(p.Recs)], true); c.err != nil {
+			break
+		}
+		at += len(p.Recs)
+	}
 	close(c.done)
 	return true
 }
@@ -79,32 +89,55 @@ func (e *chunkEncoder) stop() {
 	e.next.Store(int64(len(e.chunks)))
 	e.wg.Wait()
 	for i := range e.chunks {
-		releaseFrameBufs(e.chunks[i].buf)
+		releaseFrameBufs(e.chunks[i].bufs...)
 	}
 }
 
-// putManyPipelined is PutMany for a batch of at least two pieces that is
-// compressed as it is written. GOMAXPROCS-1 helper goroutines and the
-// caller compress the pieces of pipelineChunk records, each taking the next
-// piece nobody has taken (so a helper the scheduler holds back delays one
-// piece, not half the batch); the caller, holding the writer lock, appends
-// each piece as soon as it and every piece before it are encoded and
-// indexes it, compressing other pieces while it waits. Compressing the
-// rest thus overlaps appending and indexing the first pieces. The batch is
-// written in stream order as with PutMany: a crash before Sync leaves a
-// prefix of it, and Sync makes all of it durable. Size and shard limit are
-// checked for the whole batch (at its uncompressed size, which no encoding
-// exceeds) before anything is written.
-func (s *PackfileStorage) putManyPipelined(coll ID, recs []Record) error {
-	for _, r := range recs {
-		if err := s.checkSize(len(r.Data)); err != nil {
-			return err
+// pipelineChunks splits a batch into pieces of pipelineChunk records (the
+// last fewer), in batch order; a piece holds the ends and starts of as
+// many of the batch's parts as it spans.
+func pipelineChunks(parts []CollectionRecords) []encodedChunk {
+	var chunks []encodedChunk
+	var cur []CollectionRecords
+	n := 0
+	for _, p := range parts {
+		for recs := p.Recs; len(recs) > 0; {
+			take := min(pipelineChunk-n, len(recs))
+			cur = append(cur, CollectionRecords{Coll: p.Coll, Recs: recs[:take]})
+			recs, n = recs[take:], n+take
+			if n == pipelineChunk {
+				chunks = append(chunks, encodedChunk{parts: cur, done: make(chan struct{})})
+				cur, n = nil, 0
+			}
 		}
 	}
-	e := &chunkEncoder{s: s, coll: coll, recs: recs, chunks: make([]encodedChunk, (len(recs)+pipelineChunk-1)/pipelineChunk)}
-	for i := range e.chunks {
-		e.chunks[i].done = make(chan struct{})
+	if n > 0 {
+		chunks = append(chunks, encodedChunk{parts: cur, done: make(chan struct{})})
 	}
+	return chunks
+}
+
+// putPipelined is PutBatch (and PutMany) for a batch of at least two
+// pieces that is compressed as it is written. GOMAXPROCS-1 helper
+// goroutines and the caller compress the pieces (pipelineChunks), each
+// taking the next piece nobody has taken (so a helper the scheduler holds
+// back delays one piece, not half the batch); the caller, holding the
+// writer lock, appends each piece as soon as it and every piece before it
+// are encoded and indexes it, compressing other pieces while it waits.
+// Compressing the rest thus overlaps appending and indexing the first
+// pieces. The batch is written in stream order: a crash before Sync leaves
+// a prefix of it, and Sync makes all of it durable. Size and shard limit
+// are checked for the whole batch (at its uncompressed size, which no
+// encoding exceeds) before anything is written.
+func (s *PackfileStorage) putPipelined(parts []CollectionRecords) error {
+	for _, p := range parts {
+		for _, r := range p.Recs {
+			if err := s.checkSize(len(r.Data)); err != nil {
+				return err
+			}
+		}
+	}
+	e := &chunkEncoder{s: s, chunks: pipelineChunks(parts)}
 	for range min(runtime.GOMAXPROCS(0)-1, len(e.chunks)-1) {
 		e.wg.Add(1)
 		go func() {
@@ -120,9 +153,11 @@ func (s *PackfileStorage) putManyPipelined(coll ID, recs []Record) error {
 		return err
 	}
 	bound := func(yield func(int) bool) {
-		for _, r := range recs {
-			if !yield(FrameOverhead + len(r.Data)) {
-				return
+		for _, p := range parts {
+			for _, r := range p.Recs {
+				if !yield(FrameOverhead + len(r.Data)) {
+					return
+				}
 			}
 		}
 	}
@@ -132,6 +167,7 @@ func (s *PackfileStorage) putManyPipelined(coll ID, recs []Record) error {
 	for i := 0; i < len(e.chunks); {
 		// The next piece, and the ones after it that are encoded already:
 		// one write for all of them.
+		first := i
 		frames, err := e.wait(i).result()
 		for i++; err == nil && i < len(e.chunks) && e.chunks[i].isDone(); i++ {
 			var more []outFrame
@@ -145,8 +181,14 @@ func (s *PackfileStorage) putManyPipelined(coll ID, recs []Record) error {
 		if err != nil {
 			return err
 		}
-		if err := s.indexFramesLocked(coll, frames, locs); err != nil {
-			return err
+		for _, c := range e.chunks[first:i] {
+			for _, p := range c.parts {
+				n := len(p.Recs)
+				if err := s.indexFramesLocked(p.Coll, frames[:n], locs[:n]); err != nil {
+					return err
+				}
+				frames, locs = frames[n:], locs[n:]
+			}
 		}
 	}
 	return nil

@@ -151,3 +151,77 @@ func TestPutManyPipelinedNothingWritten(t *testing.T) {
 		t.Fatalf("%d live records after refused batches", st.LiveRecords)
 	}
 }
+
+// PutBatch writes a batch spread over many collections in small parts as
+// the PutMany calls of its parts in turn would, frame for frame in batch
+// order: a collection met twice in one batch keeps the later value of an ID
+// given in both parts, and everything reads back before and after a reopen.
+// A batch large enough to compress is compressed whole (every frame); a small
+// first one is not (Options.InlineCompressMin).
+func TestPutBatchAcrossCollections(t *testing.T) {
+	r := rand.New(rand.NewPCG(testSeed(t), 31))
+	dir := t.TempDir()
+	opts := DefaultOptions(dir)
+	opts.MaxShardBytes = 64 << 10 // rolls inside the batch
+	s := openStore(t, opts)
+	type key struct{ coll, id ID }
+	want := map[key][]byte{}
+	var parts []CollectionRecords
+	var order []key
+	for c := range 33 {
+		coll := idN(1, c%31) // collections 0 and 1 get a second part
+		var recs []Record
+		for i := range 1 + r.IntN(40) {
+			id := idN(2, i)
+			recs = append(recs, Record{ID: id, Data: payload(r, 100+r.IntN(900), true)})
+			want[key{coll, id}] = recs[len(recs)-1].Data
+			order = append(order, key{coll, id})
+		}
+		parts = append(parts, CollectionRecords{Coll: coll, Recs: recs})
+	}
+	if len(order) < 2*pipelineChunk {
+		t.Fatalf("only %d records: the batch would not be pipelined", len(order))
+	}
+	small := []CollectionRecords{{Coll: idN(1, 40), Recs: []Record{{ID: idN(2, 0), Data: payload(r, 500, true)}}},
+		{Coll: idN(1, 41), Recs: []Record{{ID: idN(2, 1), Data: payload(r, 500, true)}}}}
+	for _, batch := range [][]CollectionRecords{small, parts} {
+		if err := s.PutBatch(batch); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first []key
+	for _, p := range small {
+		want[key{p.Coll, p.Recs[0].ID}] = p.Recs[0].Data
+		first = append(first, key{p.Coll, p.Recs[0].ID})
+	}
+	order = append(first, order...)
+	ids, flags := frameOrderOnDisk(t, dir)
+	if len(ids) != len(order) {
+		t.Fatalf("%d frames on disk, %d records", len(ids), len(order))
+	}
+	for i, k := range order {
+		compressed := i >= len(small)
+		if ids[i] != k.id || (flags[i] == FlagZstd) != compressed {
+			t.Fatalf("frame %d: record %s flags %#x, want %s compressed=%v", i, ids[i], flags[i], k.id, compressed)
+		}
+	}
+	check := func() {
+		for k, data := range want {
+			mustGet(t, s, k.coll, k.id, data)
+		}
+		if st := s.Stats(); st.LiveRecords != len(want) {
+			t.Fatalf("%d live records, want %d", st.LiveRecords, len(want))
+		}
+	}
+	check()
+	mustCheck(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, opts)
+	defer s.Close()
+	check()
+}
