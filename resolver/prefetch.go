@@ -1,8 +1,6 @@
 package resolver
 
 import (
-	"slices"
-
 	"github.com/hashicorp/golang-lru/v2"
 	"github.com/matrix-org/gomatrixserverlib"
 	"github.com/matrix-org/gomatrixserverlib/spec"
@@ -32,7 +30,7 @@ type prefetcher struct {
 	// room would push out the create, power levels and join rules events
 	// every check reads.
 	members, others *lru.Cache[string, gomatrixserverlib.PDU]
-	plain           map[string]struct{} // plainCheckKey of the plain events checked
+	plain           map[checkKey]struct{} // plainCheckKey of the plain events checked
 	// heads keeps what an eventHead gives of each member event parsed here, so
 	// that a member event the members cache has let go is still an auth event
 	// (as the replay's authEvent gives it); empty when the room ID does not
@@ -75,7 +73,7 @@ func (rp *replay) prefetch(order []int32) *prefetcher {
 		others.Add(p.EventID(), p)
 	}
 	pf := &prefetcher{r: rp.r, out: make(chan prefetched, prefetchWindow), done: make(chan struct{}), exited: make(chan struct{}),
-		authorize: authrules.NewAuthorizer(), members: members, others: others, plain: map[string]struct{}{}}
+		authorize: authrules.NewAuthorizer(), members: members, others: others, plain: map[checkKey]struct{}{}}
 	g, room := rp.g, rp.r.room
 	pf.g = g
 	if rp.r.roomID != nil {
@@ -120,12 +118,13 @@ func (pf *prefetcher) checkAhead(p gomatrixserverlib.PDU) (bool, error) {
 		return false, nil
 	}
 	ids := p.AuthEventIDs()
-	plainKey := ""
-	if p.StateKey() == nil && !contentRuled[p.Type()] {
+	var plainKey checkKey
+	plain := p.StateKey() == nil && !contentRuled[p.Type()]
+	if plain {
 		// The replay's Cache most likely holds the outcome of a plain event
 		// whose check this goroutine made (their bounds differ: the replay
 		// checks what it misses itself).
-		plainKey = plainCheckKey(p, slices.Clone(ids))
+		plainKey = plainCheckKey(p, ids)
 		if _, ok := pf.plain[plainKey]; ok {
 			return false, nil
 		}
@@ -146,7 +145,7 @@ func (pf *prefetcher) checkAhead(p gomatrixserverlib.PDU) (bool, error) {
 		}
 		auth = append(auth, a)
 	}
-	if plainKey != "" {
+	if plain {
 		if len(pf.plain) >= maxAuthChecks {
 			clear(pf.plain)
 		}

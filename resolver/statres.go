@@ -574,13 +574,13 @@ type Cache struct {
 	// allowed: authCheckKey(event, auth events) -> whether the rules allowed it;
 	// when it reaches maxAuthChecks entries it becomes allowedOld (still read) and
 	// a new one starts, so the most recent checks are kept.
-	allowed, allowedOld map[string]bool
+	allowed, allowedOld map[checkKey]bool
 	// needed: event ID -> the state keys the authorization rules read for it
 	// (gomatrixserverlib.StateNeededForAuth). Cleared at maxAuthChecks entries.
 	needed map[string][]gomatrixserverlib.StateKeyTuple
 	// plain: outcome of a plain event's check by (room, type, sender, auth events)
 	// (allowedOnce). Cleared at maxAuthChecks entries.
-	plain map[string]error
+	plain map[checkKey]error
 	// levels: power levels event ID -> its parsed content, for the senders' power
 	// levels of reverse topological power ordering. Cleared at maxLevels entries.
 	levels map[string]*gomatrixserverlib.PowerLevelContent
@@ -612,33 +612,15 @@ const (
 	maxLevels = 1 << 10
 )
 
-// maxAuthChecks bounds each generation of Cache.allowed (an entry is about 150-500
-// bytes: the event ID and its auth events' IDs).
+// maxAuthChecks bounds each generation of Cache.allowed (an entry is a
+// 16-byte checkKey and its outcome), Cache.plain and Cache.needed.
 const maxAuthChecks = 1 << 16
 
 // NewCache returns an empty Cache.
 func NewCache() *Cache {
-	return &Cache{plParent: map[string]string{}, mainline: map[string]map[string]int64{}, allowed: map[string]bool{},
-		needed: map[string][]gomatrixserverlib.StateKeyTuple{}, plain: map[string]error{},
+	return &Cache{plParent: map[string]string{}, mainline: map[string]map[string]int64{}, allowed: map[checkKey]bool{},
+		needed: map[string][]gomatrixserverlib.StateKeyTuple{}, plain: map[checkKey]error{},
 		levels: map[string]*gomatrixserverlib.PowerLevelContent{}, authorize: authrules.NewAuthorizer()}
-}
-
-// authCheckKey names one authorization check: the event ID, then the IDs of the
-// auth events it is checked against, sorted.
-func authCheckKey(id string, byKey map[Key]gomatrixserverlib.PDU) string {
-	ids := make([]string, 0, len(byKey))
-	n := len(id)
-	for _, e := range byKey {
-		ids = append(ids, e.EventID())
-		n += 1 + len(ids[len(ids)-1])
-	}
-	sort.Strings(ids)
-	b := make([]byte, 0, n)
-	b = append(b, id...)
-	for _, x := range ids {
-		b = append(append(b, 0), x...)
-	}
-	return string(b)
 }
 
 // allowedCached is check with its outcome kept in the Cache.
@@ -652,16 +634,16 @@ func (c *Cache) allowedCached(p gomatrixserverlib.PDU, byKey map[Key]gomatrixser
 	return ok
 }
 
-func (c *Cache) lookupAllowed(k string) (ok, hit bool) {
+func (c *Cache) lookupAllowed(k checkKey) (ok, hit bool) {
 	if ok, hit = c.allowed[k]; !hit {
 		ok, hit = c.allowedOld[k]
 	}
 	return ok, hit
 }
 
-func (c *Cache) noteAllowed(k string, ok bool) {
+func (c *Cache) noteAllowed(k checkKey, ok bool) {
 	if len(c.allowed) >= maxAuthChecks {
-		c.allowedOld, c.allowed = c.allowed, make(map[string]bool, maxAuthChecks)
+		c.allowedOld, c.allowed = c.allowed, make(map[checkKey]bool, maxAuthChecks)
 	}
 	c.allowed[k] = ok
 }
@@ -737,21 +719,6 @@ func (c *Cache) allowedOnceBy(p gomatrixserverlib.PDU, authEvents []gomatrixserv
 	}
 	c.plain[key] = err
 	return err
-}
-
-// plainCheckKey names the check of a plain event (see allowedOnce): its room,
-// type and sender and the IDs of its auth events, sorted (ids is sorted in
-// place).
-func plainCheckKey(p gomatrixserverlib.PDU, ids []string) string {
-	slices.Sort(ids)
-	key := make([]byte, 0, 256)
-	key = append(append(key, p.RoomID().String()...), 0)
-	key = append(append(key, p.Type()...), 0)
-	key = append(append(key, p.SenderID()...), 0)
-	for _, id := range ids {
-		key = append(append(key, id...), 0)
-	}
-	return string(key)
 }
 
 // note records the outcome of a check of p against authEvents made elsewhere
