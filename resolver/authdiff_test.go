@@ -19,15 +19,26 @@ import (
 // resolution", "Auth difference": the union of the states' full auth chains, each
 // the union of its events' auth chains, minus their intersection).
 //
-// It runs with the default lineage-cut depth, again on a larger v10 room, and
+// It runs with the default lineage-cut depth, again on a larger v10 room (where
+// walks must stop below a floor at least once), and
 // with cuts searched from depth 1 (these rooms' lineages are short), where the
 // test fails if no cut was made.
 func TestAuthDifferenceModel(t *testing.T) {
 	t.Run("default", func(t *testing.T) { authDifferenceModel(t, 600, []string{"10", "11", "12"}, true) })
 	// A larger room: walks that meet events an earlier walk of the same
 	// resolution visited (inUnconflictedChain's memo; a memo consulted before
-	// asking whether the event itself is unconflicted failed here, not at 600).
-	t.Run("4000-events", func(t *testing.T) { authDifferenceModel(t, 4000, []string{"10"}, false) })
+	// asking whether the event itself is unconflicted failed here, not at 600),
+	// and walks that enter a floor's lineage below the floor from the side,
+	// where they stop (belowFloor); the test fails if none did.
+	t.Run("4000-events", func(t *testing.T) {
+		before := resolver.BelowFloorStops()
+		authDifferenceModel(t, 4000, []string{"10"}, false)
+		if stops := resolver.BelowFloorStops() - before; stops == 0 {
+			t.Fatal("no walk stopped below a floor: the stop is not exercised")
+		} else {
+			t.Logf("%d walks stopped below a floor", stops)
+		}
+	})
 	t.Run("cut-every-lineage", func(t *testing.T) {
 		cuts, restore := resolver.SetMinCutDepth(1)
 		defer restore()

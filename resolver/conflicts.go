@@ -241,7 +241,40 @@ type authDiff struct {
 	m       *walkMarks
 	words   int     // bit words per handle: one bit per input state
 	touched []int32 // handles in some state's chain, in first-reached order
+	floors  []int32 // the events flagged flagFloor, one or two per conflicted key
 }
+
+// addFloor flags h as in every state's full auth chain (flagFloor).
+func (ad *authDiff) addFloor(h int32) {
+	if !ad.flag(h, flagFloor) {
+		ad.setFlag(h, flagFloor)
+		ad.floors = append(ad.floors, h)
+	}
+}
+
+// belowFloor reports whether h is a floor or in a floor's same-key lineage
+// below it (a member's earlier membership, earlier power levels): then h is
+// in the floor's auth chain, so h and its own auth chain are in every
+// state's full auth chain, as the floor's are. The walks stop there: a
+// conflicted member's or power levels' lineage is also entered from the side
+// (a power levels event cites its sender's membership at the time), below
+// the floor set on it, and without the stop each state's walk would go down
+// that lineage to its root, a walk as long as the key's history.
+func (ad *authDiff) belowFloor(h int32) bool {
+	for _, f := range ad.floors {
+		if ad.idx.SameKeyAncestor(h, f) {
+			if h != f {
+				belowFloorStops.Add(1)
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// belowFloorStops counts the events belowFloor found under a floor, not
+// the floor itself (read by tests).
+var belowFloorStops atomic.Int64
 
 // Flags of walkMarks.flags.
 const (
@@ -420,7 +453,7 @@ func (ad *authDiff) findFloors(perState [][]int32) error {
 			common = p
 		}
 		if common != none {
-			ad.setFlag(common, flagFloor)
+			ad.addFloor(common)
 		}
 	}
 	return ad.cutLineages(perState)
@@ -473,7 +506,7 @@ func (ad *authDiff) cutLineages(perState [][]int32) error {
 				}
 			}
 			if hi >= 0 {
-				ad.setFlag(ad.idx.SameKeyAncestorAt(v, hi), flagFloor)
+				ad.addFloor(ad.idx.SameKeyAncestorAt(v, hi))
 				lineageCuts.Add(1)
 			}
 		}
@@ -510,9 +543,10 @@ func (ad *authDiff) inLineage(z int32) (self, below bool) {
 
 // chainOf puts in state i's chain the union of the auth chains of hs, except that
 // it does not descend below an event of the unconflicted map or of its same-key
-// lineage: such an event's own auth chain is part of every state's full auth chain,
-// so none of it can be in the auth difference (the event itself is kept and tested
-// like any other). The events of hs are in the chain only where the walk reaches
+// lineage, nor below a floor or an event of a floor's lineage below it
+// (belowFloor): such an event's own auth chain is part of every state's full auth
+// chain, so none of it can be in the auth difference (the event itself is kept and
+// tested like any other). The events of hs are in the chain only where the walk reaches
 // them.
 func (ad *authDiff) chainOf(i int, hs []int32) error {
 	stack := slices.Clone(hs)
@@ -520,7 +554,7 @@ func (ad *authDiff) chainOf(i int, hs []int32) error {
 		h := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		if ad.inChain(h, i) { // reached through the walk, not a starting event
-			if ad.flag(h, flagFloor) {
+			if ad.belowFloor(h) {
 				continue
 			}
 			if self, below := ad.inLineage(h); self || below {
@@ -562,7 +596,7 @@ func (ad *authDiff) inUnconflictedChain(x int32) (bool, error) {
 		}
 		return v, nil
 	}
-	if ad.flag(x, flagFloor) {
+	if ad.belowFloor(x) {
 		return true, nil
 	}
 	if _, below := ad.inLineage(x); below {
@@ -585,7 +619,7 @@ func (ad *authDiff) inUnconflictedChain(x int32) (bool, error) {
 				continue
 			}
 			m.visit[k] = m.visitEpoch
-			if ad.flag(k, flagFloor) {
+			if ad.belowFloor(k) {
 				return answer(true)
 			}
 			if u, ok := ad.idx.UnconflictedOf(k); ok && u == k {

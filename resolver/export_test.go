@@ -144,6 +144,10 @@ func SetMinCutDepth(d int32) (cuts func() int64, restore func()) {
 	return lineageCuts.Load, func() { minCutDepth = old }
 }
 
+// BelowFloorStops returns the number of events the auth difference's walks
+// found in a floor's same-key lineage below it so far.
+func BelowFloorStops() int64 { return belowFloorStops.Load() }
+
 // MemberAuthFor returns the stand-in authorisation uses for a parsed member event
 // (an eventHead: key, sender, timestamp, membership, auth and prev events), false
 // when the event is not one it stands in for.
