@@ -218,6 +218,15 @@ func SetAheadAuth(on bool) (restore func()) {
 	return func() { aheadAuth = old }
 }
 
+// SetBoundByPrevs turns the replay's bound on auth children at its prev
+// events' positions (prevsBound) on or off until the returned function
+// restores it; bounded counts the events whose bound it lowered.
+func SetBoundByPrevs(on bool) (bounded func() int64, restore func()) {
+	old := boundByPrevs
+	boundByPrevs = on
+	return boundedResolutions.Load, func() { boundByPrevs = old }
+}
+
 // Lookup is lookup (the state cursor, else the HAMT); LookupHAMT reads the HAMT
 // only.
 func (r *roomResolver) Lookup(root hamtstore.NodeID, k Key) (string, bool, error) {

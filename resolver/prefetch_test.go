@@ -20,25 +20,11 @@ import (
 // that makes every check itself, on a generated v12 room with rejections (most
 // of its checks made ahead) and on a real v1 room.
 func TestReplayAuthAhead(t *testing.T) {
-	genDir := t.TempDir()
-	opts := gen.DefaultOptions()
-	opts.Seed, opts.Events, opts.Servers, opts.RoomVersion = 5, 3000, 4, "12"
-	_, err := gen.Generate(opts, genDir, nil)
-	require.NoError(t, err)
+	genDir := generatedV12Room(t, 5, 3000)
 	for _, dir := range []string{genDir, filepath.Join(testrooms.Dir(), "real", "room003")} {
 		replayWith := func(ahead bool) (*roomstate.Room, resolver.ReplayResult) {
 			defer resolver.SetAheadAuth(ahead)()
-			f, err := os.Open(filepath.Join(dir, "events.jsonl"))
-			require.NoError(t, err)
-			defer f.Close()
-			st := roomstate.New(packstore.NewMemStorage())
-			imp, err := st.Import(t.Context(), f, dir, roomstate.ImportOptions{})
-			require.NoError(t, err)
-			room, err := st.Room(t.Context(), imp.Rooms[0])
-			require.NoError(t, err)
-			res, err := resolver.Replay(t.Context(), room, resolver.ReplayOptions{})
-			require.NoError(t, err)
-			return room, res
+			return replayInMemory(t, dir)
 		}
 		with, resWith := replayWith(true)
 		without, resWithout := replayWith(false)
@@ -59,21 +45,77 @@ func TestReplayAuthAhead(t *testing.T) {
 			require.Positive(t, resWith.Rejected, "the generated room has rejections")
 		}
 		t.Logf("%s: %d events, %d checked ahead, %d rejected", filepath.Base(dir), resWith.Events, resWith.AuthAhead, resWith.Rejected)
-		ids, err := with.EventIDs()
-		require.NoError(t, err)
-		for _, id := range ids {
-			a, okA, err := with.EventState(id)
-			require.NoError(t, err)
-			b, okB, err := without.EventState(id)
-			require.NoError(t, err)
-			require.Equal(t, okB, okA, "%s: event %s", dir, id)
-			require.Equal(t, b, a, "%s: event %s", dir, id)
-			c, okC, err := small.EventState(id)
-			require.NoError(t, err)
-			require.Equal(t, okB, okC, "%s: event %s", dir, id)
-			require.Equal(t, b, c, "%s: event %s, members cache of 8", dir, id)
-		}
-		require.Equal(t, without.Head().CurrentState, with.Head().CurrentState)
-		require.Equal(t, without.Head().CurrentState, small.Head().CurrentState)
+		requireSameRecords(t, dir, without, with)
+		requireSameRecords(t, dir+", members cache of 8", without, small)
 	}
+}
+
+// TestReplayBoundByPrevs: a replay whose resolutions leave out the auth
+// children replayed after the event's last prev event (prevsBound) writes the
+// same state record for every event, and the same current state, as one that
+// leaves out only those not replayed yet, on a generated v12 room of four
+// servers and on a real v5 room. The test fails if the bound was never below
+// the replay position.
+func TestReplayBoundByPrevs(t *testing.T) {
+	genDir := generatedV12Room(t, 7, 2000)
+	for _, dir := range []string{genDir, filepath.Join(testrooms.Dir(), "real", "room004_union")} {
+		replay := func(bound bool) (*roomstate.Room, int64) {
+			bounded, restore := resolver.SetBoundByPrevs(bound)
+			defer restore()
+			before := bounded()
+			room, _ := replayInMemory(t, dir)
+			return room, bounded() - before
+		}
+		with, n := replay(true)
+		without, _ := replay(false)
+		require.Positive(t, n, "%s: the bound was never below the replay position", dir)
+		requireSameRecords(t, dir, without, with)
+		t.Logf("%s: bound lowered for %d events", filepath.Base(dir), n)
+	}
+}
+
+// replayInMemory imports the room of dir into an in-memory store and replays it.
+func replayInMemory(t *testing.T, dir string) (*roomstate.Room, resolver.ReplayResult) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
+	require.NoError(t, err)
+	defer f.Close()
+	st := roomstate.New(packstore.NewMemStorage())
+	imp, err := st.Import(t.Context(), f, dir, roomstate.ImportOptions{})
+	require.NoError(t, err)
+	room, err := st.Room(t.Context(), imp.Rooms[0])
+	require.NoError(t, err)
+	res, err := resolver.Replay(t.Context(), room, resolver.ReplayOptions{})
+	require.NoError(t, err)
+	return room, res
+}
+
+// requireSameRecords fails unless got has the state record of want for every
+// event (states before and after, rejection and its reason) and its current
+// state.
+func requireSameRecords(t *testing.T, what string, want, got *roomstate.Room) {
+	t.Helper()
+	ids, err := want.EventIDs()
+	require.NoError(t, err)
+	for _, id := range ids {
+		a, okA, err := want.EventState(id)
+		require.NoError(t, err)
+		b, okB, err := got.EventState(id)
+		require.NoError(t, err)
+		require.Equal(t, okA, okB, "%s: event %s", what, id)
+		require.Equal(t, a, b, "%s: event %s", what, id)
+	}
+	require.Equal(t, want.Head().CurrentState, got.Head().CurrentState, what)
+}
+
+// generatedV12Room generates a v12 room of four servers (mtxdb gen) and
+// returns its directory.
+func generatedV12Room(t *testing.T, seed uint64, events int) string {
+	t.Helper()
+	dir := t.TempDir()
+	opts := gen.DefaultOptions()
+	opts.Seed, opts.Events, opts.Servers, opts.RoomVersion = seed, events, 4, "12"
+	_, err := gen.Generate(opts, dir, nil)
+	require.NoError(t, err)
+	return dir
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/matrix-org/gomatrixserverlib"
@@ -456,7 +457,14 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 		}
 		prevRoots = append(prevRoots, root)
 	}
+	if b, ok := prevsBound(g, prevs); ok && boundByPrevs {
+		if b < r.upTo {
+			boundedResolutions.Add(1)
+		}
+		r.upTo = b
+	}
 	before, err := r.resolveSnapshots(rp.ctx, prevRoots)
+	r.upTo = int32(p) - 1
 	if err != nil {
 		return fmt.Errorf("event %s: %w", id, err)
 	}
@@ -562,6 +570,35 @@ func (rp *replay) finish(order []int32) error {
 	rp.res.Stats, rp.res.AuthAhead = r.stats, r.aheadUsed
 	return nil
 }
+
+// prevsBound returns the last replay position of prevs. The states after
+// them hold only events at that position or before: a state after an event
+// holds events of its history (prev_events, followed back), and the replay
+// order puts an event after its prev_events. So does every path of auth
+// events between two events of those states (each event on it is in the
+// history of the later one). The resolution of the states leaves out the
+// auth children replayed after it (graph.childHandles): an event whose
+// prev_events are far back in the room's history would otherwise have its
+// auth difference's forward walks (inUnconflictedChain) and conflicted
+// subgraph walk through every later event of the room. ok is false when a
+// prev event has no replay position.
+func prevsBound(g *graph, prevs []int32) (bound int32, ok bool) {
+	bound = -1
+	for _, x := range prevs {
+		if x < 0 || g.pos[x] < 0 {
+			return 0, false
+		}
+		bound = max(bound, g.pos[x])
+	}
+	return bound, len(prevs) > 0
+}
+
+// boundByPrevs turns prevsBound's bound on (tests compare without it);
+// boundedResolutions counts the events it lowered the bound for.
+var (
+	boundByPrevs       = true
+	boundedResolutions atomic.Int64
+)
 
 // readerResetEvery bounds the HAMT nodes a replay keeps decoded: the reader is reset
 // every so many events (the nodes a later event needs are read again from the store).
