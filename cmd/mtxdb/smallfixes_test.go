@@ -262,7 +262,7 @@ func TestCLIVerifyBadHead(t *testing.T) {
 		{[]string{"audit", "--store", store, "--expected", filepath.Join(real, "room003"), "--expected", filepath.Join(real, "room004")},
 			[]string{"problem room=" + badRoom + ": its head record (room collection " + coll.String() + ") cannot be read", "audit: rooms=1 events=101 findings=0 problems=1"}},
 		{[]string{"repack", "--store", store}, []string{headLine, "the room is not repacked", "repack: plan=reverse-topological rooms=1 "}},
-		{[]string{"stats", "--store", store, "--reads", "--walks", "current-state"}, []string{headLine, ": the room is not walked", "reads: rooms=1 walks=1 "}},
+		{[]string{"stats", "--store", store, "--reads", "--walks", "current-state"}, []string{headLine, ": the room is not walked", "reads: rooms=1 unreadable=1 walks=1 "}},
 	} {
 		out, code := run(t, c.args...)
 		for _, w := range c.want {

@@ -181,7 +181,7 @@ func statsReads(ctx context.Context, out io.Writer, asJSON bool, store, roomID, 
 		}
 	}
 	bar.finish()
-	printLine(out, asJSON, "reads", kv{"rooms", len(ids)}, kv{"walks", len(ws)}, kv{"reads", total.Reads}, kv{"bytes", total.Bytes}, kv{"pages", total.Pages},
+	printLine(out, asJSON, "reads", kv{"rooms", len(ids)}, kv{"unreadable", unreadable}, kv{"walks", len(ws)}, kv{"reads", total.Reads}, kv{"bytes", total.Bytes}, kv{"pages", total.Pages},
 		kv{"seeks", total.Seeks}, kv{"cache_hits", total.CacheHits}, kv{"rooms_failed", failed})
 	if unreadable+failed > 0 {
 		return exitError(2)
