@@ -494,7 +494,7 @@ func (s *PackfileStorage) PutMany(coll ID, recs []Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	if len(recs) >= 2*pipelineChunk && s.opts.Compress && s.inlineCompress(len(recs)) {
+	if s.pipelines(len(recs)) {
 		return s.putPipelined([]CollectionRecords{{Coll: coll, Recs: recs}})
 	}
 	frames, bufs, err := s.encodeFrames(coll, recs)
@@ -515,6 +515,12 @@ func (s *PackfileStorage) PutMany(coll ID, recs []Record) error {
 		return err
 	}
 	return s.indexFramesLocked(coll, frames, locs)
+}
+
+// pipelines reports whether a batch of n records is written by putPipelined:
+// it compresses as it is written and holds at least two pieces.
+func (s *PackfileStorage) pipelines(n int) bool {
+	return n >= 2*pipelineChunk && s.opts.Compress && s.inlineCompress(n)
 }
 
 // CollectionRecords is one collection's part of a PutBatch.
@@ -541,7 +547,7 @@ func (s *PackfileStorage) PutBatch(parts []CollectionRecords) error {
 	for _, p := range parts {
 		n += len(p.Recs)
 	}
-	if n >= 2*pipelineChunk && s.opts.Compress && s.inlineCompress(n) {
+	if s.pipelines(n) {
 		return s.putPipelined(parts)
 	}
 	for _, p := range parts {
