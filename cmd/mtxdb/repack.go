@@ -80,6 +80,12 @@ there is any such room.`,
 			// records stay as they are.
 			unreadable := printHeadProblems(cmd.OutOrStdout(), asJSON, badHeads, "the room is not repacked (its records are left as they are)")
 			before, _ := storeStats(eng)
+			if len(rooms) == 0 && room == "" && unreadable == 0 && before.LiveRecords > 0 {
+				// Records but no room (as verify says): nothing to plan, and
+				// not a clean store either.
+				printProblem(cmd.OutOrStdout(), asJSON, "", fmt.Sprintf("store: %d records but no mtxdb room: not a store of mtxdb's rooms, or its room heads are lost; nothing was repacked", before.LiveRecords))
+				return exitError(2)
+			}
 			_, problems, err := repackSummaryTo(ctx, cmd.OutOrStdout(), asJSON, eng, rooms, opts)
 			if err == nil && len(problems)+unreadable > 0 {
 				after, _ := storeStats(eng)

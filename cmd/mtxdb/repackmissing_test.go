@@ -11,6 +11,7 @@ import (
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/roomrecord"
 	"github.com/mtxdb/mtxdb/roomstate"
+	"github.com/mtxdb/mtxdb/testrooms"
 )
 
 // TestCLIRepackLeavesRoomWithMissingRecord: a PDU frame whose record ID is
@@ -128,4 +129,26 @@ func damagedPDUStore(t *testing.T, flip func(at int) int) (string, string, strin
 		t.Fatal(err)
 	}
 	return store, damaged, event, rec
+}
+
+// TestCLIRepackNoRoomHeads: a store whose records hold no room head (its
+// heads lost: a shard cut short under lost index files) gets a problem line
+// from repack and exit 2, as from verify, instead of "rooms=0" and exit 0.
+func TestCLIRepackNoRoomHeads(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	if out, code := run(t, "import", "--store", store, filepath.Join(testrooms.Dir(), "real", "room003")); code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, out)
+	}
+	for _, f := range []string{"index.ckpt", "index.delta"} {
+		if err := os.Remove(filepath.Join(store, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Truncate(filepath.Join(store, "shard-00000.mtdb"), 150000); err != nil {
+		t.Fatal(err)
+	}
+	out, code := run(t, "repack", "--store", store)
+	if code != 2 || !strings.Contains(out, "but no mtxdb room") {
+		t.Fatalf("repack: exit %d, want 2 and a problem line\n%s", code, out)
+	}
 }
