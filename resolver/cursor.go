@@ -1,6 +1,9 @@
 package resolver
 
 import (
+	"errors"
+	"sync/atomic"
+
 	"github.com/mtxdb/mtxdb/hamtstore"
 	"github.com/mtxdb/mtxdb/packstore"
 	"github.com/mtxdb/mtxdb/roomrecord"
@@ -22,7 +25,9 @@ import (
 // the next event's first prev_event is often another server's last event, whose
 // state after it a cursor left a few events ago. So the resolver keeps
 // stateCursors cursors: a snapshot one of them is at costs no diff, and a
-// snapshot none is at moves the least recently used one.
+// snapshot none is at moves the least recently used one, unless the move is
+// more than cursorMoveMax keys: that snapshot's keys are then read from its
+// HAMT, a node per level each.
 type stateCursor struct {
 	root  hamtstore.NodeID
 	val   []int32 // by key index
@@ -37,6 +42,11 @@ const stateCursors = 4
 type cursorSet struct {
 	c    [stateCursors]stateCursor
 	tick uint64
+	// far is the last snapshot stateAt found too far from its cursor
+	// (errCursorFar), asked again without a diff; moves is the buffer of a
+	// move.
+	far   hamtstore.NodeID
+	moves []cursorMove
 }
 
 // at returns the cursor at root, nil when none is.
@@ -53,7 +63,9 @@ func (cs *cursorSet) at(root hamtstore.NodeID) *stateCursor {
 const cursorElsewhere = -2
 
 // stateAt returns the array of a cursor at root, moving one there when none
-// is. The array is valid until the next call.
+// is. The array is valid until the next call. errCursorFar when root is more
+// than cursorMoveMax keys from the cursor that would move: the caller reads
+// root from the HAMT.
 func (r *roomResolver) stateAt(root hamtstore.NodeID) ([]int32, error) {
 	g, err := r.graph()
 	if err != nil {
@@ -84,35 +96,93 @@ func (r *roomResolver) stateAt(root hamtstore.NodeID) ([]int32, error) {
 	if c.root == root {
 		return c.val, nil
 	}
+	if c.root != hamtstore.EmptyRoot {
+		if root == cs.far {
+			return nil, errCursorFar
+		}
+		// A move of more than cursorMoveMax keys is given up before the
+		// cursor changes: the callers read that snapshot from the HAMT.
+		moves := cs.moves[:0]
+		err = r.rd.Diff(c.root, root, func(key []byte, _, v *hamtstore.Value) error {
+			if len(moves) == cursorMoveMax {
+				return errCursorFar
+			}
+			k, x, ok, err := r.cursorValue(g, key, v)
+			if ok {
+				moves = append(moves, cursorMove{k, x})
+			}
+			return err
+		})
+		cs.moves = moves
+		if errors.Is(err, errCursorFar) {
+			cs.far = root
+			farMoves.Add(1)
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range moves {
+			c.val[m.k] = m.x
+		}
+		c.root = root
+		return c.val, nil
+	}
 	c.valid = false // until the whole diff is applied
 	err = r.rd.Diff(c.root, root, func(key []byte, _, v *hamtstore.Value) error {
-		typ, sk, err := roomrecord.SplitStateKey(key)
-		if err != nil {
-			return err
-		}
-		k, ok := g.keyIndex[Key{Type: typ, StateKey: sk}]
-		if !ok {
-			return nil // a key no event of the auth index has: never asked by index
-		}
-		c.val[k] = -1
-		if v == nil {
-			return nil
-		}
-		x, ok, err := r.graphIndexOf(g, *v)
-		if err != nil {
-			return err
-		}
-		c.val[k] = cursorElsewhere
+		k, x, ok, err := r.cursorValue(g, key, v)
 		if ok {
 			c.val[k] = x
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	c.root, c.valid = root, true
 	return c.val, nil
+}
+
+// cursorMoveMax is the most keys a cursor moves by from one snapshot to
+// another. Snapshots further apart are read from the HAMT, a node per level
+// for each key asked, which a resolution or authorisation asks a few dozen of.
+// They are those of events whose prev_events are far back in the room's
+// history: the last 420 events of the generated 1M-event room each fork off
+// an older event, and moving a cursor from the current state to the first of
+// them is a diff of 123,640 keys (a variable for the tests).
+var cursorMoveMax = 1024
+
+// farMoves counts the cursor moves given up (read by tests).
+var farMoves atomic.Int64
+
+// errCursorFar is stateAt's error for a snapshot more than cursorMoveMax keys
+// away from every cursor (a cursor not built yet is built whatever the size).
+var errCursorFar = errors.New("resolver: snapshot too far from the state cursors")
+
+// cursorMove is one key of a cursor move: its key index and its new value.
+type cursorMove struct{ k, x int32 }
+
+// cursorValue returns the key index and cursor value of one change of a
+// snapshot diff (v nil: the key removed); ok is false for a key the auth
+// index does not hold (never asked by index).
+func (r *roomResolver) cursorValue(g *graph, key []byte, v *hamtstore.Value) (k, x int32, ok bool, err error) {
+	typ, sk, err := roomrecord.SplitStateKey(key)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	if k, ok = g.keyIndex[Key{Type: typ, StateKey: sk}]; !ok {
+		return 0, 0, false, nil
+	}
+	if v == nil {
+		return k, -1, true, nil
+	}
+	i, held, err := r.graphIndexOf(g, *v)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	if !held {
+		return k, cursorElsewhere, true, nil
+	}
+	return k, i, true, nil
 }
 
 // applied moves the cursor at from (if one is) along a change the resolver
@@ -163,6 +233,9 @@ func (r *roomResolver) lookup(root hamtstore.NodeID, k Key) (string, bool, error
 	}
 	if ki, ok := g.keyIndex[k]; ok {
 		st, err := r.stateAt(root)
+		if errors.Is(err, errCursorFar) {
+			return r.lookupHAMT(root, k)
+		}
 		if err != nil {
 			return "", false, err
 		}

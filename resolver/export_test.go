@@ -227,6 +227,14 @@ func SetBoundByPrevs(on bool) (bounded func() int64, restore func()) {
 	return boundedResolutions.Load, func() { boundByPrevs = old }
 }
 
+// SetCursorMoveMax sets the most keys a state cursor moves by (cursorMoveMax)
+// until the returned function restores it; given counts the moves given up.
+func SetCursorMoveMax(n int) (given func() int64, restore func()) {
+	old := cursorMoveMax
+	cursorMoveMax = n
+	return farMoves.Load, func() { cursorMoveMax = old }
+}
+
 // Lookup is lookup (the state cursor, else the HAMT); LookupHAMT reads the HAMT
 // only.
 func (r *roomResolver) Lookup(root hamtstore.NodeID, k Key) (string, bool, error) {

@@ -1,6 +1,7 @@
 package resolver_test
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -75,6 +76,31 @@ func TestReplayBoundByPrevs(t *testing.T) {
 }
 
 // replayInMemory imports the room of dir into an in-memory store and replays it.
+// TestReplayFarCursor: a replay whose state cursors never move (every move
+// is more than cursorMoveMax keys, 0; a cursor is still built once, from the
+// empty snapshot) reads the snapshots from the HAMT and writes the same state
+// record for every event, and the same current state, as one whose cursors
+// always move, on a generated v12 room of four servers and on a real v5 room.
+// It fails if no move was given up.
+func TestReplayFarCursor(t *testing.T) {
+	genDir := generatedV12Room(t, 7, 2000)
+	for _, dir := range []string{genDir, filepath.Join(testrooms.Dir(), "real", "room004_union")} {
+		replay := func(moveMax int) (*roomstate.Room, int64) {
+			given, restore := resolver.SetCursorMoveMax(moveMax)
+			defer restore()
+			before := given()
+			room, _ := replayInMemory(t, dir)
+			return room, given() - before
+		}
+		always, n := replay(math.MaxInt)
+		require.Zero(t, n, "%s: a move was given up without a bound", dir)
+		never, n := replay(0)
+		require.Positive(t, n, "%s: no cursor move was given up", dir)
+		requireSameRecords(t, dir, always, never)
+		t.Logf("%s: %d cursor moves given up", filepath.Base(dir), n)
+	}
+}
+
 func replayInMemory(t *testing.T, dir string) (*roomstate.Room, resolver.ReplayResult) {
 	t.Helper()
 	f, err := os.Open(filepath.Join(dir, "events.jsonl"))

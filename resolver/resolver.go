@@ -532,7 +532,7 @@ func (r *roomResolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict)
 			r.keyMemo.set(ki, -1) // no unconflicted event
 		}
 	}
-	if _, err := r.stateAt(base); err != nil {
+	if _, err := r.stateAt(base); err != nil && !errors.Is(err, errCursorFar) {
 		return stateChanges{}, err
 	}
 	cur := r.cursors.at(base)
