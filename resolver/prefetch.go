@@ -59,8 +59,9 @@ const prefetchWindow = 1024
 
 // prefetchMembers bounds the member events the prefetcher keeps parsed as auth
 // events (the others are bounded as the replay's are, otherCacheSize); it keeps
-// the member events it let go as eventHeads (a variable for the tests).
-var prefetchMembers = 16384
+// the member events it let go as eventHeads (sized with pduCacheSize; a
+// variable for the tests).
+var prefetchMembers = 4096
 
 // prefetch starts parsing the PDUs of order on another goroutine. The
 // create, power levels, join rules and third-party invite events the replay

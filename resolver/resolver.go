@@ -224,12 +224,14 @@ func newRoomResolver(room *roomstate.Room) (*roomResolver, error) {
 
 // pduCacheSize bounds the parsed PDUs a roomResolver keeps (a parsed PDU is about
 // 0.7-1.5 KB: 708 bytes of heap for a generated member event, 751 bytes of
-// JSON). Sizing it to a 1M-event room's 100,000 members (125,000 entries) cut
-// its parses from 1.65M to 1.14M but tripled the collector's marking (14 s ->
-// 49 s of CPU samples), for no gain in wall time: a member event the cache let
-// go is an auth event or an event being sorted in the lighter form eventHead
-// instead.
-const pduCacheSize = 20_000
+// JSON, and two dozen objects for the collector to mark). A member event the
+// cache let go is an auth event or an event being sorted in the lighter form
+// eventHead instead, and is not parsed again. The collector's marking grows with
+// the size: 125,000 entries (a 1M-event room's 100,000 members) tripled it
+// against 20,000 for no gain in wall time; 5,000 entries, with the prefetcher's
+// 4,096 members (prefetchMembers), took the 1M-event replay's collections
+// under a 900 MiB limit from 23.0 to 15.9 s of CPU against 20,000 and 16,384.
+const pduCacheSize = 5_000
 
 // otherCacheSize bounds roomResolver.others. A generated 1M-event room has 4,760
 // power levels and 3,916 join rules events.

@@ -12,13 +12,19 @@ import (
 )
 
 // defaultStreamLimit is the soft heap limit of the commands that stream a
-// room through memory (import, replay, verify, repack, demo): 1.5 GiB. A
-// replay's live heap at 1M events is about 1.2 GB (the auth index, caches,
-// the batch being written); without a limit the collector lets the heap grow
-// to twice the live data (GOGC=100), and the replay of the 1M-event room
-// peaked at 3.1 GB of RSS. Under GOMEMLIMIT=1300MiB the same replay held its
-// heap at 1.26 GB and took no longer (docs/bench/replay-1m.md).
+// room through memory (import, verify, repack, demo): 1.5 GiB. Without a limit
+// the collector lets the heap grow to twice the live data (GOGC=100) or three
+// times (replay and import's GOGC=200).
 const defaultStreamLimit = 3 << 29
+
+// defaultReplayLimit is replay's soft heap limit: 900 MiB, so that the replay
+// of a 1M-event room peaks under 1 GB of RSS. Its live heap there is 550-620 MB
+// (the auth index, the engine's index, parsed-PDU caches, the batch being
+// written): under 1.5 GiB the replay of the generated 1M-event room peaked at
+// 1,602 MB of RSS in 67-71 s, under 900 MiB at 980-986 MB in 80-85 s, the
+// collector running three times as often. A room much larger than that needs
+// --memory-limit raised, or the collector runs all the time.
+const defaultReplayLimit = 900 << 20
 
 // minMemoryLimit refuses limits too small to mean what the user meant ("12"
 // read as 12 bytes would make the collector run all the time).
@@ -31,9 +37,9 @@ const minMemoryLimit = 64 << 20
 const defaultGenLimit = 9 << 28
 
 // defaultLimits are the commands with a soft heap limit of their own
-// (defaultStreamLimit, defaultGenLimit) unless --memory-limit or GOMEMLIMIT
+// (defaultStreamLimit, defaultReplayLimit, defaultGenLimit) unless --memory-limit or GOMEMLIMIT
 // says otherwise; the others keep the 60%-of-memory default (main).
-var defaultLimits = map[string]int64{"import": defaultStreamLimit, "replay": defaultStreamLimit, "verify": defaultStreamLimit,
+var defaultLimits = map[string]int64{"import": defaultStreamLimit, "replay": defaultReplayLimit, "verify": defaultStreamLimit,
 	"repack": defaultStreamLimit, "demo": defaultStreamLimit, "gen": defaultGenLimit}
 
 // memoryLimitFlag is --memory-limit: a byte size ("1.5GiB", "800MB"), or

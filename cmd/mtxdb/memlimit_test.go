@@ -45,8 +45,8 @@ func TestMemoryLimitFlag(t *testing.T) {
 	}
 }
 
-// TestApplyMemoryLimit: streaming commands get the 1.5 GiB default, gen its
-// 2.25 GiB, others keep the runtime's, the flag wins over both, and GOMEMLIMIT
+// TestApplyMemoryLimit: streaming commands get the 1.5 GiB default, replay
+// its 900 MiB, gen its 2.25 GiB, others keep the runtime's, the flag wins over both, and GOMEMLIMIT
 // over the default.
 func TestApplyMemoryLimit(t *testing.T) {
 	old := debug.SetMemoryLimit(-1)
@@ -57,8 +57,12 @@ func TestApplyMemoryLimit(t *testing.T) {
 
 	t.Setenv("GOMEMLIMIT", "")
 	memoryLimit = memoryLimitFlag{}
-	if got := applyMemoryLimit(cmd("replay")); got != defaultStreamLimit || debug.SetMemoryLimit(-1) != defaultStreamLimit {
+	if got := applyMemoryLimit(cmd("replay")); got != 900<<20 || debug.SetMemoryLimit(-1) != 900<<20 {
 		t.Fatalf("replay: limit %d, runtime %d", got, debug.SetMemoryLimit(-1))
+	}
+	debug.SetMemoryLimit(old)
+	if got := applyMemoryLimit(cmd("import")); got != defaultStreamLimit || debug.SetMemoryLimit(-1) != defaultStreamLimit {
+		t.Fatalf("import: limit %d, runtime %d", got, debug.SetMemoryLimit(-1))
 	}
 	debug.SetMemoryLimit(old)
 	if got := applyMemoryLimit(cmd("gen")); got != defaultGenLimit || debug.SetMemoryLimit(-1) != defaultGenLimit {
