@@ -18,10 +18,10 @@ import (
 const defaultStreamLimit = 3 << 29
 
 // defaultReplayLimit is replay's soft heap limit: 900 MiB, so that the replay
-// of a 1M-event room peaks under 1 GB of RSS. Its live heap there is 550-620 MB
+// of a 1M-event room peaks under 1 GiB of RSS. Its live heap there is 450-560 MB
 // (the auth index, the engine's index, parsed-PDU caches, the batch being
 // written): under 1.5 GiB the replay of the generated 1M-event room peaked at
-// 1,602 MB of RSS in 67-71 s, under 900 MiB at 980-986 MB in 80-85 s, the
+// 1,565 MiB of RSS in 67-71 s, under 900 MiB at 955-963 MiB in 80-85 s, the
 // collector running three times as often. A room much larger than that needs
 // --memory-limit raised, or the collector runs all the time.
 const defaultReplayLimit = 900 << 20

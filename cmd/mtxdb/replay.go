@@ -42,8 +42,8 @@ It prints one summary line; use verify --expected to compare with recorded state
 Under a soft heap limit (--memory-limit, default 900MiB) and without GOGC set,
 replay collects garbage at GOGC=200: faster, with a larger heap in rooms whose live
 heap is well under the limit (a 100k-event room: about 0.5-0.65 GB of RSS). A
-1M-event room peaks under 1 GB of RSS; a larger one needs a higher limit (its live
-heap grows with the room: 550-620 MB at 1M events).
+1M-event room peaks under 1 GiB of RSS; a larger one needs a higher limit (its live
+heap grows with the room: 450-560 MB at 1M events).
 
 A room that cannot be replayed (a record that does not decode, an event the rules
 cannot handle) is skipped with a "problem room=…" line and the other rooms are
