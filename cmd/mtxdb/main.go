@@ -68,7 +68,7 @@ func rootCmd() *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return plainFlagError(err) })
 	root.PersistentFlags().Var(&readAhead, "read-ahead", "access-pattern hint for the shard mappings: random (MADV_RANDOM plus read-ahead of forward runs) or kernel (no hint)")
-	root.PersistentFlags().Var(&memoryLimit, "memory-limit", "soft limit of the Go heap (default 900MiB for replay, 1.5GiB for import, verify, repack and demo, 2.25GiB for gen; e.g. 1.5GiB, 800MiB; none: the default of 60% of memory that the other commands use); GOMEMLIMIT, when set, wins over the default but not over this flag")
+	root.PersistentFlags().Var(&memoryLimit, "memory-limit", "soft limit of the Go heap (default 900MiB for replay, 1.5GiB for import, verify, repack and demo, 2.25GiB for gen; e.g. 1.5GiB, 800MiB; none: what the other commands use, GOMEMLIMIT when set, else 60% of memory); GOMEMLIMIT, when set, wins over the defaults but not over a size given here")
 	root.PersistentFlags().StringVar(&profs.cpuPath, "cpuprofile", "", "write a CPU profile of the command to this file (go tool pprof reads it); created before the command runs")
 	root.PersistentFlags().StringVar(&profs.memPath, "memprofile", "", "write a heap profile (live objects at the command's end) to this file; created before the command runs")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {

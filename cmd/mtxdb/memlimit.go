@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -77,6 +78,11 @@ func (f *memoryLimitFlag) Set(v string) error {
 	}
 	if n < minMemoryLimit {
 		return fmt.Errorf("%q is %s, below the smallest limit of 64 MiB (examples: 1.5GiB, 800MiB)", v, humanize.IBytes(n))
+	}
+	if n > math.MaxInt64 {
+		// The runtime takes a limit as an int64; a larger value would reach it
+		// negative, which it reads as "leave the limit as it is".
+		return fmt.Errorf("%q is more than the largest limit, 8 EiB (use none for no limit of ours)", v)
 	}
 	*f = memoryLimitFlag{set: true, bytes: int64(n)}
 	return nil

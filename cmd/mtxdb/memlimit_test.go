@@ -27,6 +27,9 @@ func TestMemoryLimitFlag(t *testing.T) {
 		{in: "1.5", errPart: `"1.5" has no unit`},
 		{in: "10MB", errPart: `"10MB" is 9.5 MiB, below`},
 		{in: "2000000000", want: 2_000_000_000},
+		{in: "8EiB", errPart: `"8EiB" is more than the largest limit`},
+		{in: "9223372036854775808B", errPart: "more than the largest limit"},
+		{in: "8000PiB", want: 8000 << 50},
 		{in: "lots", errPart: `"lots" is not a size`},
 		{in: "", errPart: `"" is not a size`},
 	} {

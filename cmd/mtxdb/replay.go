@@ -41,7 +41,7 @@ replay computes the events still without a state record.
 It prints one summary line; use verify --expected to compare with recorded state.
 Under a soft heap limit (--memory-limit, default 900MiB) and without GOGC set,
 replay collects garbage at GOGC=200: faster, with a larger heap in rooms whose live
-heap is well under the limit (a 100k-event room: about 0.5-0.65 GB of RSS). A
+heap is well under the limit (a 100k-event room: about 0.4-0.5 GiB of RSS). A
 1M-event room peaks under 1 GiB of RSS; a larger one needs a higher limit (its live
 heap grows with the room: 450-560 MB at 1M events).
 
