@@ -99,7 +99,9 @@ every room agrees with the spec.`,
 			if len(expected) == 1 && expected[0] == filepath.Join(store, recordedSubdir) {
 				exps, unreadable, err = loadRecorded(expected[0], cmd.ErrOrStderr())
 			} else {
-				exps, err = loadExpectedDirs(expected, cmd.ErrOrStderr())
+				if exps, err = loadExpectedDirs(expected, cmd.ErrOrStderr()); err != nil {
+					err = fmt.Errorf("--expected: %w", err)
+				}
 			}
 			if err != nil {
 				return err

@@ -67,7 +67,10 @@ the command says where it stopped and exits 130 (143); run the same import again
 to continue. A second signal stops at once.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("from") {
-				return noArgs(cmd, args)
+				if len(args) > 0 {
+					return fmt.Errorf("--from imports a server's database, not PATHs: give one or the other (got %q)", strings.Join(args, " "))
+				}
+				return nil
 			}
 			return cobra.MinimumNArgs(1)(cmd, args)
 		},

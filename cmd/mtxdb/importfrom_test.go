@@ -88,7 +88,7 @@ func TestCLIImportFromSynapse(t *testing.T) {
 		{[]string{"--from", "synapse:" + filepath.Join(dir, "missing.db")}, "missing.db"},
 		{[]string{"--from", "dendrite:" + dbA}, "not a Dendrite roomserver database"},
 		{[]string{"--from", "matrix:" + dbA}, "unknown server kind"},
-		{[]string{"--from", "synapse:" + dbA, real}, "takes no arguments"},
+		{[]string{"--from", "synapse:" + dbA, real}, "--from imports a server's database, not PATHs"},
 		{[]string{"--room", "!r:s", real}, "--room"},
 	} {
 		o, code := run(t, append([]string{"import", "--store", filepath.Join(dir, "refused")}, c.args...)...)

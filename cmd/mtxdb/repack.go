@@ -228,7 +228,7 @@ func repackLeavingMissing(plan packstore.RepackPlan, rooms []*roomstate.Room, re
 		if miss != nil {
 			what = missingRecordProblem(rooms[j], miss)
 		} else {
-			what = fmt.Sprintf("not repacked: a record it copies is damaged (%v); its records are left as they are (mtxdb audit --room %s shows the damage)", bad.Err, rooms[j].ID())
+			what = fmt.Sprintf("not repacked: a record it copies is damaged (%v); its records are left as they are (mtxdb verify --room %s shows the damage)", bad.Err, rooms[j].ID())
 		}
 		problems = append(problems, roomProblem{room: rooms[j].ID(), what: what, skipped: true})
 		plan.Collections = slices.Delete(slices.Clone(plan.Collections), i, i+1)
@@ -261,7 +261,7 @@ func missingRecordProblem(room *roomstate.Room, miss *packstore.RepackMissingErr
 			}
 		}
 	}
-	return fmt.Sprintf("not repacked: %s: a damaged frame or index; its records are left as they are (mtxdb audit --room %s shows the damage)", what, room.ID())
+	return fmt.Sprintf("not repacked: %s: a damaged frame or index; its records are left as they are (mtxdb verify --room %s shows the damage)", what, room.ID())
 }
 
 // repackSummary repacks the rooms (one plan per room, one output stream) and

@@ -32,12 +32,20 @@ func TestCLIRepackLeavesRoomWithMissingRecord(t *testing.T) {
 // TestCLIRepackLeavesRoomWithDamagedFrame: a PDU frame whose payload fails
 // its CRC is met while repack copies the room; the engine removes its copies,
 // and repack leaves that room as it is with a problem line, repacks the other
-// and exits 2.
+// and exits 2. The command the line names (verify --room) shows the damage.
 func TestCLIRepackLeavesRoomWithDamagedFrame(t *testing.T) {
 	store, damaged, _, _ := damagedPDUStore(t, func(at int) int { return at + 40 })
 	out, code := run(t, "repack", "--store", store)
 	if code != 2 || !strings.Contains(out, "problem room="+damaged+": not repacked: a record it copies is damaged") || !strings.Contains(out, " rooms=1 ") {
 		t.Fatalf("repack: exit %d, want 2 naming %s and the other room repacked\n%s", code, damaged, out)
+	}
+	// The command the problem line names shows the damage.
+	hint := "(mtxdb verify --room " + damaged + " shows the damage)"
+	if !strings.Contains(out, hint) {
+		t.Fatalf("repack: no %q in\n%s", hint, out)
+	}
+	if out, code := run(t, "verify", "--store", store, "--room", damaged); code != 2 || !strings.Contains(out, "crc mismatch") {
+		t.Fatalf("verify --room %s: exit %d, want 2 naming the damage\n%s", damaged, code, out)
 	}
 }
 

@@ -14,7 +14,8 @@ import (
 )
 
 // TestCLISayWhatThePathIs: import into a file or a dangling symbolic link names
-// what the path is; a stray argument is named as one; verify of a packstore that
+// what the path is; a stray argument is named as one, a missing --expected
+// directory under its flag; verify of a packstore that
 // holds no mtxdb room says so instead of reporting nothing wrong.
 func TestCLISayWhatThePathIs(t *testing.T) {
 	dir := t.TempDir()
@@ -44,6 +45,8 @@ func TestCLISayWhatThePathIs(t *testing.T) {
 		{[]string{"import", "--store", file, room("room002")}, "store " + file + " is a file, not a store directory"},
 		{[]string{"import", "--store", link, room("room002")}, "is a symbolic link to " + filepath.Join(dir, "nowhere") + ", which does not exist"},
 		{[]string{"replay", "--store", other, "extra"}, `replay takes no arguments, got "extra"`},
+		{[]string{"verify", "--store", other, "--expected", filepath.Join(dir, "nowhere")}, "--expected: open " + filepath.Join(dir, "nowhere") + ": no such file"},
+		{[]string{"audit", "--store", other, "--expected", filepath.Join(dir, "nowhere")}, "--expected: open " + filepath.Join(dir, "nowhere") + ": no such file"},
 	} {
 		out, code := run(t, c.args...)
 		if code != 1 || !strings.Contains(out, c.want) {

@@ -63,7 +63,7 @@ and I/O errors, including a store lost during the run; 0 otherwise.`,
 			defer eng.Close()
 			exps, err := loadExpectedDirs(expected, cmd.ErrOrStderr())
 			if err != nil {
-				return err
+				return fmt.Errorf("--expected: %w", err)
 			}
 			others := 0 // recorded rooms other than --room, not compared
 			if room != "" {
