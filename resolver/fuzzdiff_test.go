@@ -868,6 +868,30 @@ func TestResolverDifferential(t *testing.T) {
 	}
 }
 
+// TestResolverDifferentialFarCursors checks TestResolverDifferential's rooms
+// with every state cursor move given up
+// (SetCursorMoveMax(0)): each snapshot then reads the keys it is asked from its
+// HAMT, the path a replay takes for a snapshot far from its cursors (the
+// differential rooms are too small for the default bound to be reached).
+func TestResolverDifferentialFarCursors(t *testing.T) {
+	seed, n := fuzzConfig(t)
+	t.Logf("seed %d, %d rooms (rerun: MTXDB_FUZZ_SEED=%d MTXDB_FUZZ_SEEDS=%d)", seed, n, seed, n)
+	given, restore := resolver.SetCursorMoveMax(0)
+	defer restore()
+	before := given()
+	stats := newFuzzStats(false, os.Getenv("MTXDB_FUZZ_STRICT") != "")
+	checkRooms(t, seed, n, stats, "")
+	if given() == before {
+		t.Fatal("no cursor move was given up")
+	}
+	t.Logf("%s", stats.summary())
+	stats.mu.Lock()
+	defer stats.mu.Unlock()
+	if d := stats.differenceCount(); d > stats.reported {
+		t.Errorf("%d more differences, counted in the summary, not shown", d-stats.reported)
+	}
+}
+
 // FuzzResolverDifferential checks the room a seed and a room version byte (1-12,
 // modulo 12) generate, as TestResolverDifferential checks each of its rooms.
 func FuzzResolverDifferential(f *testing.F) {
