@@ -909,7 +909,8 @@ func copyRoomFiles(t *testing.T, src, dst string, edit func(file string, b []byt
 // TestCLIVerifyRoomOtherRecording: verify --room A --expected (a recording of room
 // B) warns that the recording is not compared and, having compared nothing the
 // user asked for, exits 2 with a problem line for room A; given A's recording as
-// well, it compares that one and exits 0.
+// well, it compares that one and exits 0. Given a directory of many recordings,
+// it names three of the others and counts the rest in one warning.
 func TestCLIVerifyRoomOtherRecording(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "s")
 	for _, r := range []string{"room002", "room003"} {
@@ -931,5 +932,10 @@ func TestCLIVerifyRoomOtherRecording(t *testing.T) {
 	out, code = run(t, "verify", "--store", store, "--room", room003, "--expected", room("room002"), "--expected", room("room003"))
 	if code != 0 || !strings.Contains(out, " compared_room_dirs=1 ") {
 		t.Errorf("verify --room with its own recording among others: exit %d, want 0 and compared_room_dirs=1\n%s", code, out)
+	}
+	// A directory of 190 recordings: three named, the rest counted in one line.
+	out, code = run(t, "verify", "--store", store, "--room", room003, "--expected", filepath.Join(testrooms.Dir(), "real"))
+	if n := strings.Count(out, "mtxdb: warning: "); code != 0 || n != 4 || !strings.Contains(out, "mtxdb: warning: 186 more recordings of rooms other than --room "+room003+": not compared") {
+		t.Errorf("verify --room with the real rooms' directory: exit %d and %d warnings, want 0 and 4 (three named, one counting 186)\n%s", code, n, out)
 	}
 }

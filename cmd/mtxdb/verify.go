@@ -78,7 +78,7 @@ and I/O errors, including a store lost during the run; 0 otherwise.`,
 			if room != "" && len(expected) > 0 && len(exps) == 0 {
 				// The user asked for a comparison and none can be made.
 				v.problems++
-				printProblem(out, asJSON, room, fmt.Sprintf("no --expected directory records this room (it holds %d recordings of other rooms, named in the warnings): nothing was compared with a recording", others))
+				printProblem(out, asJSON, room, fmt.Sprintf("no --expected directory records this room (it holds %d recordings of other rooms, named or counted in the warnings): nothing was compared with a recording", others))
 			}
 			// Its room ID is in the head: the room is not checked, nor
 			// compared with what a recording says of it.
@@ -126,13 +126,22 @@ and I/O errors, including a store lost during the run; 0 otherwise.`,
 // expectedForRoom keeps of exps only the recordings of room (none: an empty
 // map), warning to warn of each recording of another room, and returns how
 // many recordings it left out.
+// otherRecordingsNamed is how many recordings of rooms other than --room
+// expectedForRoom names in a warning of their own; the rest are counted in one.
+const otherRecordingsNamed = 3
+
 func expectedForRoom(exps map[string][]*recorded.Expected, room string, warn io.Writer) (map[string][]*recorded.Expected, int) {
 	others := 0
 	for _, exp := range sortedExpected(exps) {
 		if exp.RoomID != room {
+			if others < otherRecordingsNamed {
+				fmt.Fprintf(warn, "mtxdb: warning: %s records room %s, not --room %s: not compared\n", exp.Dir, exp.RoomID, room)
+			}
 			others++
-			fmt.Fprintf(warn, "mtxdb: warning: %s records room %s, not --room %s: not compared\n", exp.Dir, exp.RoomID, room)
 		}
+	}
+	if others > otherRecordingsNamed {
+		fmt.Fprintf(warn, "mtxdb: warning: %d more recordings of rooms other than --room %s: not compared\n", others-otherRecordingsNamed, room)
 	}
 	if len(exps[room]) == 0 {
 		return map[string][]*recorded.Expected{}, others
