@@ -60,22 +60,14 @@ func TestReplayAuthAhead(t *testing.T) {
 func TestReplayBoundByPrevs(t *testing.T) {
 	genDir := generatedV12Room(t, 7, 2000)
 	for _, dir := range []string{genDir, filepath.Join(testrooms.Dir(), "real", "room004_union")} {
-		replay := func(bound bool) (*roomstate.Room, int64) {
-			bounded, restore := resolver.SetBoundByPrevs(bound)
-			defer restore()
-			before := bounded()
-			room, _ := replayInMemory(t, dir)
-			return room, bounded() - before
-		}
-		with, n := replay(true)
-		without, _ := replay(false)
+		with, n := replayWith(t, dir, resolver.SetBoundByPrevs, true)
+		without, _ := replayWith(t, dir, resolver.SetBoundByPrevs, false)
 		require.Positive(t, n, "%s: the bound was never below the replay position", dir)
 		requireSameRecords(t, dir, without, with)
 		t.Logf("%s: bound lowered for %d events", filepath.Base(dir), n)
 	}
 }
 
-// replayInMemory imports the room of dir into an in-memory store and replays it.
 // TestReplayFarCursor: a replay whose state cursors never move (every move
 // is more than cursorMoveMax keys, 0; a cursor is still built once, from the
 // empty snapshot) reads the snapshots from the HAMT and writes the same state
@@ -85,22 +77,28 @@ func TestReplayBoundByPrevs(t *testing.T) {
 func TestReplayFarCursor(t *testing.T) {
 	genDir := generatedV12Room(t, 7, 2000)
 	for _, dir := range []string{genDir, filepath.Join(testrooms.Dir(), "real", "room004_union")} {
-		replay := func(moveMax int) (*roomstate.Room, int64) {
-			given, restore := resolver.SetCursorMoveMax(moveMax)
-			defer restore()
-			before := given()
-			room, _ := replayInMemory(t, dir)
-			return room, given() - before
-		}
-		always, n := replay(math.MaxInt)
+		always, n := replayWith(t, dir, resolver.SetCursorMoveMax, math.MaxInt)
 		require.Zero(t, n, "%s: a move was given up without a bound", dir)
-		never, n := replay(0)
+		never, n := replayWith(t, dir, resolver.SetCursorMoveMax, 0)
 		require.Positive(t, n, "%s: no cursor move was given up", dir)
 		requireSameRecords(t, dir, always, never)
 		t.Logf("%s: %d cursor moves given up", filepath.Base(dir), n)
 	}
 }
 
+// replayWith replays dir in memory (replayInMemory) with a setting made by set
+// (one of the resolver's Set functions, restored after), and returns the room
+// and how much the setting's counter grew during the replay.
+func replayWith[T any](t *testing.T, dir string, set func(T) (counter func() int64, restore func()), v T) (*roomstate.Room, int64) {
+	t.Helper()
+	counter, restore := set(v)
+	defer restore()
+	before := counter()
+	room, _ := replayInMemory(t, dir)
+	return room, counter() - before
+}
+
+// replayInMemory imports the room of dir into an in-memory store and replays it.
 func replayInMemory(t *testing.T, dir string) (*roomstate.Room, resolver.ReplayResult) {
 	t.Helper()
 	f, err := os.Open(filepath.Join(dir, "events.jsonl"))

@@ -123,13 +123,14 @@ and I/O errors, including a store lost during the run; 0 otherwise.`,
 	return c
 }
 
-// expectedForRoom keeps of exps only the recordings of room (none: an empty
-// map), warning to warn of each recording of another room, and returns how
-// many recordings it left out.
 // otherRecordingsNamed is how many recordings of rooms other than --room
 // expectedForRoom names in a warning of their own; the rest are counted in one.
 const otherRecordingsNamed = 3
 
+// expectedForRoom keeps of exps only the recordings of room (none: an empty
+// map), warning to warn of the recordings of other rooms (the first
+// otherRecordingsNamed by name, the rest by count), and returns how many
+// recordings it left out.
 func expectedForRoom(exps map[string][]*recorded.Expected, room string, warn io.Writer) (map[string][]*recorded.Expected, int) {
 	others := 0
 	for _, exp := range sortedExpected(exps) {
