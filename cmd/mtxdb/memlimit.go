@@ -70,6 +70,10 @@ func (f *memoryLimitFlag) Set(v string) error {
 		return nil
 	}
 	n, err := humanize.ParseBytes(v)
+	if err != nil && strings.HasPrefix(err.Error(), "too large") {
+		// A size past 16 EiB (humanize's uint64) is out of range, not malformed.
+		n, err = math.MaxUint64, nil
+	}
 	if err != nil {
 		return fmt.Errorf("%q is not a size (examples: 1.5GiB, 800MiB, none)", v)
 	}

@@ -30,6 +30,7 @@ func TestMemoryLimitFlag(t *testing.T) {
 		{in: "8EiB", errPart: `"8EiB" is more than the largest limit`},
 		{in: "9223372036854775808B", errPart: "more than the largest limit"},
 		{in: "8000PiB", want: 8000 << 50},
+		{in: "99999999999999999999GiB", errPart: "more than the largest limit"},
 		{in: "lots", errPart: `"lots" is not a size`},
 		{in: "", errPart: `"" is not a size`},
 	} {
