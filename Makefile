@@ -217,11 +217,17 @@ comma := ,
 # waits on a round trip per read: a 100k-event room ran for more than 8 minutes
 # (load 13-18) before the run was stopped, so the default is the 10k room.
 BENCH_REPLAY_PG_ROOMS ?= 12:10000
+# After the rooms, BENCH_REPLAY_PAIRS replays of the large room of
+# BENCH_REPLAY_RATIO (SMALL,LARGE), each between two of the small one, give the
+# per-event cost ratio side by side (about 7 minutes more for the default pair;
+# 0: none).
+BENCH_REPLAY_RATIO ?= 12:100000,12:1000000
+BENCH_REPLAY_PAIRS ?= 3
 bench-replay: build
 	@set -e; mkdir -p bench/.work; dir=$$(mktemp -d "$$(pwd)/bench/.work/replay-pg.XXXXXX"); \
 	trap 'scripts/pgserver.sh stop "'"$$dir"'" >/dev/null 2>&1 || true; rm -rf "'"$$dir"'"' EXIT; trap 'exit 1' HUP INT TERM; \
 	pg=; if [ -n "$(BENCH_REPLAY_PG_ROOMS)" ]; then pg="-postgres $$(scripts/pgserver.sh start "$$dir") -postgres-rooms $(BENCH_REPLAY_PG_ROOMS)"; fi; \
-	cd bench && $(GO) run ./cmd/benchreplay -mtxdb ../bin/mtxdb -rooms $(BENCH_REPLAY_ROOMS) -out ../$(BENCH_REPLAY_OUT) $$pg
+	cd bench && $(GO) run ./cmd/benchreplay -mtxdb ../bin/mtxdb -rooms $(BENCH_REPLAY_ROOMS) -ratio-rooms $(BENCH_REPLAY_RATIO) -ratio-pairs $(BENCH_REPLAY_PAIRS) -out ../$(BENCH_REPLAY_OUT) $$pg
 
 # bench-import-synapse: mtxdb import --from synapse: on a Synapse-layout SQLite
 # database of about 1 GB (39 generated v12 rooms of 10,000 events, seed 100;

@@ -24,7 +24,7 @@ func TestVerdicts(t *testing.T) {
 		"- v12 1M: replay at least 10,000 events/s (wall): 9,000, NOT met.\n",
 		// wall per event 111 µs over 62.5 µs, CPU 130 µs over 100 µs
 		"- Per-event replay cost at 1M at most 1.15x that at 100k: wall 1.78x, CPU 1.30x: NOT met",
-		"- v12 1M: replay peak RSS at most 1,000 MB: 1,200 MB, NOT met.\n",
+		"- v12 1M: replay peak RSS at most 1,000 MB (every 1M replay of the run): 1,200 MB, NOT met.\n",
 		"- v12 1M: import at least 25,000 events/s (events / import wall): 20,000, NOT met.\n",
 		"- v12 1M: `mtxdb gen` peak RSS at most 3,000 MB: 3,500 MB, NOT met.\n",
 		"- 0 mismatches everywhere (verify --expected runs: 4): v12 100000 on PostgreSQL: 1; v12 1000000 on packfiles: not printed, NOT met.\n",
@@ -54,6 +54,58 @@ func TestVerdicts(t *testing.T) {
 	rep.Rooms = rep.Rooms[:2]
 	if got = verdicts(rep); strings.Contains(got, "1M") {
 		t.Errorf("a run without the 1M room states its targets:\n%s", got)
+	}
+}
+
+// TestVerdictsInterleaved: with interleaved replays the per-event cost target
+// reads their median ratios, and the peak RSS target every 1M replay's peak.
+func TestVerdictsInterleaved(t *testing.T) {
+	rep := verdictReport()
+	run := func(events int, wall, cpu, mb float64) interleavedRun {
+		return interleavedRun{Events: events, Replay: step{Wall: wall, CPU: cpu, PeakMB: mb}}
+	}
+	rep.Interleaved = &interleaved{Small: "12:100000", Large: "12:1000000",
+		Runs:       []interleavedRun{run(100_000, 6, 10, 400), run(1_000_000, 66, 110, 1_300), run(100_000, 6, 10, 400)},
+		WallRatios: []float64{1.12, 1.30, 1.10}, CPURatios: []float64{1.14, 1.2, 1.0}}
+	got := verdicts(rep)
+	for _, want := range []string{
+		"side by side (median of 3 interleaved pairs, below): wall 1.12x, CPU 1.14x: met (both must hold). From the rooms' rows, run up to half an hour apart: wall 1.78x, CPU 1.30x.\n",
+		"- v12 1M: replay peak RSS at most 1,000 MB (every 1M replay of the run): 1,300 MB, NOT met.\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("verdicts lack %q:\n%s", want, got)
+		}
+	}
+	sec := rep.Interleaved.section()
+	for _, want := range []string{"| 2 | 1,000,000 | 66.00 s | 110.00 s | 1300 MB |", "wall 1.12x, 1.30x, 1.10x (median 1.12x), CPU 1.14x, 1.20x, 1.00x (median 1.14x)"} {
+		if !strings.Contains(sec, want) {
+			t.Errorf("section lacks %q:\n%s", want, sec)
+		}
+	}
+	if (*interleaved)(nil).section() != "" {
+		t.Error("a run without interleaved replays has a section")
+	}
+}
+
+func TestMedianAndRatioPair(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 2, 3}, 2.5}} {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+	if _, _, ok, err := ratioPair("12:100000,12:1000000", "12:10000,12:100000,12:1000000"); !ok || err != nil {
+		t.Errorf("default pair: ok %v, err %v", ok, err)
+	}
+	if _, _, ok, err := ratioPair("12:100000,12:1000000", "12:10000,12:100000"); ok || err != nil {
+		t.Errorf("pair without its large room in -rooms: ok %v, err %v", ok, err)
+	}
+	for _, bad := range []string{"12:100000", "12:x,12:1000000", "12:1000000,12:100000"} {
+		if _, _, _, err := ratioPair(bad, "12:100000,12:1000000"); err == nil {
+			t.Errorf("ratioPair(%q) accepted", bad)
+		}
 	}
 }
 
