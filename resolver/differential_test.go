@@ -236,7 +236,9 @@ func TestAuthOrderIsTopological(t *testing.T) {
 
 // TestConflictedSubgraphWalks: at every merge of a generated v12 room, v2.1's
 // conflicted subgraph of the merge's conflicted events is the same from the
-// ancestors walk alone, from the descendants walk alone, and by brute force here
+// ancestors walk alone, from the descendants walk alone, from both in lockstep
+// (each over the events alone, over the GraphSource methods by event ID and over
+// the auth index by handle), and by brute force here
 // (every event of the conflicted events' auth chains whose own auth chain holds a
 // conflicted event); so is step 1's power subset of a full conflicted set (the
 // subgraph and the conflicted events' auth events).
@@ -334,23 +336,28 @@ func TestConflictedSubgraphWalks(t *testing.T) {
 		if len(wantX) > len(power) {
 			nonTrivialX++
 		}
-		for _, d := range []string{"up", "down"} {
-			restore := resolver.ForceWalk(d)
-			got, err := resolver.ConflictedSubgraph(r, conflicted)
-			if err != nil {
-				t.Fatalf("%s: walk %s: %v", id, d, err)
-			}
-			x, err := resolver.PowerSubset(r, sortedKeys(full))
-			restore()
-			if err != nil {
-				t.Fatalf("%s: walk %s: %v", id, d, err)
-			}
-			if fmt.Sprint(sortedKeys(got)) != fmt.Sprint(sortedKeys(want)) {
-				t.Fatalf("merge %s, walk %s: subgraph %v, want %v", id, d, sortedKeys(got), sortedKeys(want))
-			}
-			sort.Strings(x)
-			if fmt.Sprint(x) != fmt.Sprint(sortedKeys(wantX)) {
-				t.Fatalf("merge %s, walk %s: power subset %v, want %v", id, d, x, sortedKeys(wantX))
+		for _, mode := range resolver.WalkModes {
+			for _, d := range []string{"up", "down", "both"} {
+				restore := func() {}
+				if d != "both" {
+					restore = resolver.ForceWalk(d)
+				}
+				got, err := resolver.ConflictedSubgraph(mode, r, conflicted)
+				if err != nil {
+					t.Fatalf("%s: %s walk %s: %v", id, mode, d, err)
+				}
+				x, err := resolver.PowerSubset(mode, r, sortedKeys(full))
+				restore()
+				if err != nil {
+					t.Fatalf("%s: %s walk %s: %v", id, mode, d, err)
+				}
+				if fmt.Sprint(sortedKeys(got)) != fmt.Sprint(sortedKeys(want)) {
+					t.Fatalf("merge %s, %s walk %s: subgraph %v, want %v", id, mode, d, sortedKeys(got), sortedKeys(want))
+				}
+				sort.Strings(x)
+				if fmt.Sprint(x) != fmt.Sprint(sortedKeys(wantX)) {
+					t.Fatalf("merge %s, %s walk %s: power subset %v, want %v", id, mode, d, x, sortedKeys(wantX))
+				}
 			}
 		}
 		merges++

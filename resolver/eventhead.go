@@ -105,12 +105,20 @@ type headTable struct {
 	senders     []string
 	senderIdx   map[string]int32
 	namesCreate map[int32]bool
+	// recent holds the eventHeads head made last, by graph index modulo
+	// headCacheSize: what head gives of an event does not change once learnt,
+	// and the auth events of consecutive events are mostly the same few
+	// member and power events.
+	recent []*eventHead
 }
+
+// headCacheSize is the number of eventHeads a headTable keeps (a power of two).
+const headCacheSize = 1 << 14
 
 // newHeadTable returns a headTable for a room of n events.
 func newHeadTable(n int) headTable {
 	return headTable{memb: make([]uint8, n), senderOf: make([]int32, n), tsOf: make([]int64, n),
-		senderIdx: map[string]int32{}, namesCreate: map[int32]bool{}}
+		senderIdx: map[string]int32{}, namesCreate: map[int32]bool{}, recent: make([]*eventHead, headCacheSize)}
 }
 
 // headFacts is what learn reads of a state PDU's content and JSON: a member
@@ -230,7 +238,8 @@ func (r *roomResolver) head(i int32) (*eventHead, bool) {
 }
 
 // head returns the eventHead of event i of g's room, false when what it needs
-// has not been learnt.
+// has not been learnt. The same event may be given the same *eventHead again
+// (recent): callers do not modify it but through its lazily named edges.
 func (t *headTable) head(g *graph, i int32, room spec.RoomID, version gomatrixserverlib.RoomVersion) (*eventHead, bool) {
 	s := t.senderOf[i]
 	k := g.keyOf(i)
@@ -241,8 +250,14 @@ func (t *headTable) head(g *graph, i int32, room spec.RoomID, version gomatrixse
 	if key.Type == spec.MRoomMember && t.memb[i] == membUnknown {
 		return nil, false
 	}
-	return &eventHead{id: g.ids[i], typ: key.Type, stateKey: key.StateKey, sender: t.senders[s-1], ts: t.tsOf[i],
-		memb: t.memb[i], g: g, i: i, room: room, version: version}, true
+	slot := &t.recent[int(i)&(headCacheSize-1)]
+	if h := *slot; h != nil && h.i == i && h.g == g && h.room == room && h.version == version {
+		return h, true
+	}
+	h := &eventHead{id: g.ids[i], typ: key.Type, stateKey: key.StateKey, sender: t.senders[s-1], ts: t.tsOf[i],
+		memb: t.memb[i], g: g, i: i, room: room, version: version}
+	*slot = h
+	return h, true
 }
 
 // cached returns the parsed PDU of an event when the resolver holds it.

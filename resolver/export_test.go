@@ -26,14 +26,46 @@ func ForceWalk(dir string) (restore func()) {
 	return func() { walkDirection = old }
 }
 
-// ConflictedSubgraph is conflictedSubgraph for src.
-func ConflictedSubgraph(src EventSource, conflicted map[string]bool) (map[string]bool, error) {
-	return conflictedSubgraph(&stateRes{src: src, pdus: map[string]gomatrixserverlib.PDU{}}, conflicted)
+// Sources of a stateRes for ConflictedSubgraph and PowerSubset: events only
+// (whole auth chains walked up), the GraphSource methods (lockstep by event ID),
+// or the roomResolver itself (lockstep over its auth index by handle).
+const (
+	WalkPlain = "plain"
+	WalkGraph = "graph"
+	WalkIndex = "index"
+)
+
+// WalkModes are the three, in the order tests run them.
+var WalkModes = []string{WalkPlain, WalkGraph, WalkIndex}
+
+// graphOnly hides a GraphSource's other methods (the roomResolver's).
+type graphOnly struct{ GraphSource }
+
+// stateResFor returns a stateRes over src of the given mode.
+func stateResFor(mode string, src EventSource) *stateRes {
+	switch mode {
+	case WalkPlain:
+		return &stateRes{src: src, pdus: map[string]gomatrixserverlib.PDU{}}
+	case WalkGraph:
+		return newStateRes(graphOnly{src.(GraphSource)})
+	case WalkIndex:
+		if _, ok := src.(*roomResolver); !ok {
+			panic("stateResFor: index mode needs the roomResolver")
+		}
+		return newStateRes(src)
+	}
+	panic("stateResFor: " + mode)
 }
 
-// PowerSubset is step 1's set of the full conflicted set ids, for src.
-func PowerSubset(src EventSource, ids []string) ([]string, error) {
-	st := &stateRes{src: src, pdus: map[string]gomatrixserverlib.PDU{}}
+// ConflictedSubgraph is conflictedSubgraph for src, read as mode says.
+func ConflictedSubgraph(mode string, src EventSource, conflicted map[string]bool) (map[string]bool, error) {
+	return conflictedSubgraph(stateResFor(mode, src), conflicted)
+}
+
+// PowerSubset is step 1's set of the full conflicted set ids, for src read as
+// mode says.
+func PowerSubset(mode string, src EventSource, ids []string) ([]string, error) {
+	st := stateResFor(mode, src)
 	full := map[string]bool{}
 	for _, id := range ids {
 		p, err := st.event(id)

@@ -147,19 +147,21 @@ func conflictedSubgraph(st *stateRes, conflicted map[string]bool) (map[string]bo
 	if err != nil {
 		return nil, err
 	}
-	w.targets = conflicted
+	defer releaseWalk(w)
+	w.setTargets(conflicted)
 	out := map[string]bool{}
 	for id := range conflicted {
 		out[id] = true
 	}
-	for id := range w.seen {
+	err = w.forSeen(func(id string) error {
 		r, err := w.reaches(id)
-		if err != nil {
-			return nil, err
-		}
 		if r {
 			out[id] = true
 		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -168,8 +170,13 @@ func conflictedSubgraph(st *stateRes, conflicted map[string]bool) (map[string]bo
 // numbered below floor, and, when the source is a GraphSource and floor is set, from downFrom towards descendants, leaving out
 // events numbered top or higher, one event of each in turn, and returns the walk
 // that closes first (up: whether it is the ancestors walk). Without a GraphSource
-// the ancestors walk covers whole auth chains.
-func (st *stateRes) lockstep(upFrom []string, floor int64, downFrom []string, top int64) (w *reachWalk, up bool, err error) {
+// the ancestors walk covers whole auth chains. Over the roomResolver it walks
+// the auth index by handle (lockstepHandles). The caller hands the walk to
+// releaseWalk once done with it.
+func (st *stateRes) lockstep(upFrom []string, floor int64, downFrom []string, top int64) (w walkSet, up bool, err error) {
+	if st.r != nil && floor != noFloor {
+		return st.lockstepHandles(upFrom, floor, downFrom, top)
+	}
 	o := st.graph
 	anc := &reachWalk{next: st.authEventsOf, seen: map[string]bool{}, stack: slices.Clone(upFrom)}
 	if o != nil && floor != noFloor {

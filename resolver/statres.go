@@ -182,16 +182,18 @@ func (st *stateRes) powerSubset(ids []string, full map[string]bool) ([]string, e
 	if err != nil {
 		return nil, err
 	}
+	defer releaseWalk(w)
 	x := power
 	if up {
-		for a := range w.seen {
+		err := w.forSeen(func(a string) error {
 			if full[a] && !powerSet[a] {
 				x = append(x, a)
 			}
-		}
-		return x, nil
+			return nil
+		})
+		return x, err
 	}
-	w.targets = powerSet
+	w.setTargets(powerSet)
 	for _, id := range others {
 		r, err := w.reaches(id)
 		if err != nil {
