@@ -205,8 +205,8 @@ REPACK_RUNS   ?= 5
 # (bench/cmd/benchreplay) stated as met or NOT met. The measured replay runs with
 # --cpuprofile (100 Hz): replay.md and replay.json summarise each room's profile,
 # the files themselves stay in bench/.work-replay, removed after a completed run. The default set includes the
-# 1M-event room: about 30 minutes here, 2.7 GB of memory for its generation and
-# 3 GB of disk for its store.
+# 1M-event room: about 40 minutes here (the interleaved replays below included),
+# 2.7 GB of memory for its generation and about 5 GB of disk for its room and stores.
 # The published run is the default set; other sets write to BENCH_REPLAY_OUT
 # (default: a directory of their own under docs/bench, untracked unless added).
 BENCH_REPLAY_ROOMS ?= 12:10000,12:100000,12:1000000,10:100000

@@ -128,7 +128,7 @@ func (iv *interleaved) section() string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## Per-event cost, side by side\n\n")
-	small, large := "v"+strings.Replace(iv.Small, ":", " ", 1)+" events", "v"+strings.Replace(iv.Large, ":", " ", 1)+" events"
+	small, large := roomName(iv.Small), roomName(iv.Large)
 	fmt.Fprintf(&b, "After the rooms above, the run replayed the %s and %s rooms again in turn (the %s room first and last, each replay on a store imported afresh for it, no profiler), and set each large replay's per-event time against the mean of the small replays just before and after it. The rooms' rows above are up to half an hour apart (the 1M room's generation runs between them), and this VM's speed drifts by 15-25%% within an hour; the ratio of neighbouring runs does not carry that drift.\n\n",
 		small, large, small)
 	b.WriteString("| order | room events | replay wall | replay CPU | peak RSS |\n|---:|---:|---:|---:|---:|\n")
@@ -166,4 +166,13 @@ func ratioPair(flagValue, rooms string) (small, large roomSpec, ok bool, err err
 	}
 	listed := strings.Split(rooms, ",")
 	return small, large, slices.Contains(listed, small.String()) && slices.Contains(listed, large.String()), nil
+}
+
+// roomName renders a VERSION:EVENTS room as "v12 100,000-event".
+func roomName(spec string) string {
+	r, err := parseRoomSpec(spec)
+	if err != nil {
+		return spec
+	}
+	return "v" + r.ver + " " + thousands(float64(r.events)) + "-event"
 }

@@ -18,8 +18,9 @@
 //
 //	go run ./cmd/benchreplay -mtxdb ../bin/mtxdb -rooms 12:10000,12:100000,12:1000000,10:100000 -out ../docs/bench
 //
-// The 1M-event room takes about half an hour of the run (generation 12 min and
-// 11 GB of memory, import 4 min, replay and verify some minutes each).
+// The 1M-event room takes about half an hour of the run (generation 26 min and
+// 2.7 GB of memory, import, replay and verify a minute or two each), the
+// interleaved replays about 7 minutes more.
 //
 // -from FILE writes replay.md and replay.png again from a replay.json ("—" for
 // what a replay.json from before the per-core rate and the profile lacks); -plot
