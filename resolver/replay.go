@@ -602,7 +602,7 @@ var (
 
 // readerResetEvery bounds the HAMT nodes a replay keeps decoded: the reader is reset
 // every so many events (the nodes a later event needs are read again from the store).
-const readerResetEvery = 16384
+const readerResetEvery = 4096
 
 // releaseMappedEvery is how often (in events) a replay releases the store's
 // mapped pages.
