@@ -215,19 +215,21 @@ comma := ,
 # BENCH_REPLAY_PG_ROOMS are also imported, replayed and verified on PostgreSQL
 # (a throwaway durable server, scripts/pgserver.sh; empty: none). Replay there
 # waits on a round trip per read: a 100k-event room ran for more than 8 minutes
-# (load 13-18) before the run was stopped, so the default is the 10k room.
-BENCH_REPLAY_PG_ROOMS ?= 12:10000
+# (load 13-18) before the run was stopped, so the default is the 10k room when
+# BENCH_REPLAY_ROOMS has it (else none).
+BENCH_REPLAY_PG_ROOMS ?= $(if $(filter 12:10000,$(subst $(comma), ,$(BENCH_REPLAY_ROOMS))),12:10000,)
 # After the rooms, BENCH_REPLAY_PAIRS replays of the large room of
-# BENCH_REPLAY_RATIO (SMALL,LARGE), each between two of the small one, give the
-# per-event cost ratio side by side (about 7 minutes more for the default pair;
-# 0: none).
+# BENCH_REPLAY_RATIO (SMALL,LARGE, both among BENCH_REPLAY_ROOMS), each between
+# two of the small one, give the per-event cost ratio side by side (about 7
+# minutes more for the default pair). Default: 3 for the default set, else 0.
 BENCH_REPLAY_RATIO ?= 12:100000,12:1000000
-BENCH_REPLAY_PAIRS ?= 3
+BENCH_REPLAY_PAIRS ?= $(if $(filter 12:10000$(comma)12:100000$(comma)12:1000000$(comma)10:100000,$(BENCH_REPLAY_ROOMS)),3,0)
 bench-replay: build
-	@set -e; mkdir -p bench/.work; dir=$$(mktemp -d "$$(pwd)/bench/.work/replay-pg.XXXXXX"); \
-	trap 'scripts/pgserver.sh stop "'"$$dir"'" >/dev/null 2>&1 || true; rm -rf "'"$$dir"'"' EXIT; trap 'exit 1' HUP INT TERM; \
-	pg=; if [ -n "$(BENCH_REPLAY_PG_ROOMS)" ]; then pg="-postgres $$(scripts/pgserver.sh start "$$dir") -postgres-rooms $(BENCH_REPLAY_PG_ROOMS)"; fi; \
-	cd bench && $(GO) run ./cmd/benchreplay -mtxdb ../bin/mtxdb -rooms $(BENCH_REPLAY_ROOMS) -ratio-rooms $(BENCH_REPLAY_RATIO) -ratio-pairs $(BENCH_REPLAY_PAIRS) -out ../$(BENCH_REPLAY_OUT) $$pg
+	@set -e; root=$$(pwd); mkdir -p bench/.work; dir=$$(mktemp -d "$$root/bench/.work/replay-pg.XXXXXX"); \
+	trap '"$$root"/scripts/pgserver.sh stop "'"$$dir"'" >/dev/null 2>&1 || true; rm -rf "'"$$dir"'"' EXIT; trap 'exit 1' HUP INT TERM; \
+	pg=; if [ -n "$(BENCH_REPLAY_PG_ROOMS)" ]; then pg="-postgres $$(scripts/pgserver.sh start "$$dir")"; fi; \
+	cd bench && $(GO) run ./cmd/benchreplay -mtxdb ../bin/mtxdb -rooms "$(BENCH_REPLAY_ROOMS)" -ratio-rooms "$(BENCH_REPLAY_RATIO)" \
+	  -ratio-pairs "$(BENCH_REPLAY_PAIRS)" -postgres-rooms "$(BENCH_REPLAY_PG_ROOMS)" -out "$(abspath $(BENCH_REPLAY_OUT))" $$pg
 
 # bench-import-synapse: mtxdb import --from synapse: on a Synapse-layout SQLite
 # database of about 1 GB (39 generated v12 rooms of 10,000 events, seed 100;

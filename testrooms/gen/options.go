@@ -213,7 +213,7 @@ func (o *Options) normalise() error {
 		v, lo, hi int
 		why       string
 	}{
-		{"--events", o.Events, 10, MaxEvents, " (the generator holds the whole room in memory: 13.6 GB at 1M events)"},
+		{"--events", o.Events, 10, MaxEvents, " (about 2.7 GB of memory at 1M events)"},
 		{"--servers", o.Servers, 1, MaxServers, " (the initial m.room.power_levels lists 3 users per server: about 42 KB at 500 servers, over the 65,536-byte PDU limit at 800)"},
 		{"--members", o.Members, 0, MaxMembers, " (0: events/5)"},
 		{"--max-prev-events", o.MaxPrevEvents, 1, 20, " (Synapse creates at most 10 and rejects more than 20 on receipt)"},

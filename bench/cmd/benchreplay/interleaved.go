@@ -129,11 +129,11 @@ func (iv *interleaved) section() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## Per-event cost, side by side\n\n")
 	small, large := roomName(iv.Small), roomName(iv.Large)
-	fmt.Fprintf(&b, "After the rooms above, the run replayed the %s and %s rooms again in turn (the %s room first and last, each replay on a store imported afresh for it, no profiler), and set each large replay's per-event time against the mean of the small replays just before and after it. The rooms' rows above are up to half an hour apart (the 1M room's generation runs between them), and this VM's speed drifts by 15-25%% within an hour; the ratio of neighbouring runs does not carry that drift.\n\n",
+	fmt.Fprintf(&b, "After the rooms above, the run replayed the %s and %s rooms again in turn (the %s room first and last, each replay on a store imported afresh for it, no profiler), and set each large replay's per-event time against the mean of the small replays just before and after it. The rooms' rows above can be far apart in time (in the default set half an hour: the 1M room's generation runs between them), and the measuring VM's speed drifts by 15-25%% within an hour; the ratio of neighbouring runs does not carry that drift.\n\n",
 		small, large, small)
 	b.WriteString("| order | room events | replay wall | replay CPU | peak RSS |\n|---:|---:|---:|---:|---:|\n")
 	for i, r := range iv.Runs {
-		fmt.Fprintf(&b, "| %d | %s | %.2f s | %.2f s | %.0f MB |\n", i+1, thousands(float64(r.Events)), r.Replay.Wall, r.Replay.CPU, r.Replay.PeakMB)
+		fmt.Fprintf(&b, "| %d | %s | %.3f s | %.3f s | %.0f MB |\n", i+1, thousands(float64(r.Events)), r.Replay.Wall, r.Replay.CPU, r.Replay.PeakMB)
 	}
 	fmt.Fprintf(&b, "\nPer-event cost of each large replay over its neighbours': wall %s (median %.2fx), CPU %s (median %.2fx).\n",
 		ratioList(iv.WallRatios), median(iv.WallRatios), ratioList(iv.CPURatios), median(iv.CPURatios))
@@ -148,24 +148,80 @@ func ratioList(vs []float64) string {
 	return strings.Join(s, ", ")
 }
 
-// ratioPair parses -ratio-rooms; ok is false when either room is not among
-// -rooms (nothing to interleave).
-func ratioPair(flagValue, rooms string) (small, large roomSpec, ok bool, err error) {
-	a, b, found := strings.Cut(flagValue, ",")
-	if !found {
-		return small, large, false, fmt.Errorf("%q is not SMALL,LARGE", flagValue)
+// runPlan is what a run measures, from its flags, checked before anything
+// runs: the rooms in order, those also run on PostgreSQL, and the interleaved
+// pair (pairs 0: none).
+type runPlan struct {
+	rooms, pg    []roomSpec
+	small, large roomSpec
+	pairs        int
+}
+
+// parseRoomList parses a comma-separated list of VERSION:EVENTS (spaces around
+// entries allowed; empty: none); flagName names the flag in errors.
+func parseRoomList(flagName, list string) ([]roomSpec, error) {
+	var out []roomSpec
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
 	}
-	if small, err = parseRoomSpec(a); err != nil {
-		return
+	for _, f := range strings.Split(list, ",") {
+		r, err := parseRoomSpec(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w (entries are VERSION:EVENTS, separated by commas)", flagName, err)
+		}
+		if slices.Contains(out, r) {
+			return nil, fmt.Errorf("%s: %s is listed twice", flagName, r)
+		}
+		out = append(out, r)
 	}
-	if large, err = parseRoomSpec(b); err != nil {
-		return
+	return out, nil
+}
+
+// planRun checks the flags: every room parses and is listed once, the
+// PostgreSQL rooms (with a server) and the ratio rooms (with pairs > 0) are
+// among the rooms, the ratio's small room has fewer events than its large.
+func planRun(rooms, ratioRooms string, pairs int, pgRooms string, withPG bool) (runPlan, error) {
+	var p runPlan
+	var err error
+	if p.rooms, err = parseRoomList("-rooms", rooms); err != nil {
+		return p, err
 	}
-	if small.events >= large.events {
-		return small, large, false, fmt.Errorf("%q: the small room must have fewer events than the large", flagValue)
+	if len(p.rooms) == 0 {
+		return p, fmt.Errorf("-rooms: no room given")
 	}
-	listed := strings.Split(rooms, ",")
-	return small, large, slices.Contains(listed, small.String()) && slices.Contains(listed, large.String()), nil
+	if withPG {
+		if p.pg, err = parseRoomList("-postgres-rooms", pgRooms); err != nil {
+			return p, err
+		}
+		for _, r := range p.pg {
+			if !slices.Contains(p.rooms, r) {
+				return p, fmt.Errorf("-postgres-rooms: %s is not among -rooms (%s)", r, rooms)
+			}
+		}
+	}
+	if pairs < 0 {
+		return p, fmt.Errorf("-ratio-pairs: %d is negative (0: no interleaved replays)", pairs)
+	}
+	if pairs == 0 {
+		return p, nil
+	}
+	pair, err := parseRoomList("-ratio-rooms", ratioRooms)
+	if err != nil {
+		return p, err
+	}
+	if len(pair) != 2 {
+		return p, fmt.Errorf("-ratio-rooms: %q names %d rooms, not two (SMALL,LARGE; or -ratio-pairs 0)", ratioRooms, len(pair))
+	}
+	p.small, p.large, p.pairs = pair[0], pair[1], pairs
+	if p.small.events >= p.large.events {
+		return p, fmt.Errorf("-ratio-rooms: %q: the small room (first) must have fewer events than the large", ratioRooms)
+	}
+	for _, r := range pair {
+		if !slices.Contains(p.rooms, r) {
+			return p, fmt.Errorf("-ratio-rooms: %s is not among -rooms (%s); give both rooms there, or -ratio-pairs 0", r, rooms)
+		}
+	}
+	return p, nil
 }
 
 // roomName renders a VERSION:EVENTS room as "v12 100,000-event".
