@@ -159,6 +159,9 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	if plan.pairs == 0 {
+		log.Printf("no side-by-side replays (-ratio-pairs 0; make: BENCH_REPLAY_PAIRS): a per-event cost ratio comes from the rooms' rows")
+	}
 	abs, err := filepath.Abs(*bin)
 	if err != nil {
 		log.Fatal(err)
