@@ -17,6 +17,36 @@ type walkSet interface {
 	// target; for the descendants walk, whether it is an ancestor of one. An
 	// auth_events cycle is an ErrResolution error.
 	reaches(id string) (bool, error)
+	// forSeenReaching calls fn for every event the walk reached that reaches a
+	// target, stopping at an error of reaches.
+	forSeenReaching(fn func(id string)) error
+}
+
+func (w *reachWalk) forSeenReaching(fn func(id string)) error {
+	for id := range w.seen {
+		r, err := w.reaches(id)
+		if err != nil {
+			return err
+		}
+		if r {
+			fn(id)
+		}
+	}
+	return nil
+}
+
+// forSeenReaching is reachWalk's by handle: no ID lookups.
+func (w *handleWalk) forSeenReaching(fn func(id string)) error {
+	for _, h := range w.seen {
+		r, err := w.reachesHandle(h)
+		if err != nil {
+			return err
+		}
+		if r {
+			fn(w.g.ids[h])
+		}
+	}
+	return nil
 }
 
 func (w *reachWalk) forSeen(fn func(id string) error) error {
@@ -132,7 +162,7 @@ func (w *handleWalk) step() error {
 	for j, a := range w.next(cur) {
 		if a < 0 {
 			id := w.g.g.MissingAuth(int(cur), j)
-			return fmt.Errorf("%w: %s: %w: event %s is not in the room", errNoEvent, id, errNoEvent, id)
+			return fmt.Errorf("%w: %s: not in the room", errNoEvent, id)
 		}
 		if w.m.get(a)&seen != 0 {
 			continue

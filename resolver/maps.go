@@ -153,14 +153,7 @@ func conflictedSubgraph(st *stateRes, conflicted map[string]bool) (map[string]bo
 	for id := range conflicted {
 		out[id] = true
 	}
-	err = w.forSeen(func(id string) error {
-		r, err := w.reaches(id)
-		if r {
-			out[id] = true
-		}
-		return err
-	})
-	if err != nil {
+	if err := w.forSeenReaching(func(id string) { out[id] = true }); err != nil {
 		return nil, err
 	}
 	return out, nil

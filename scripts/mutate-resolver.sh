@@ -27,7 +27,7 @@ tiebreak-ts|resolver/statres.go|s/(\tif a\.ts != b\.ts \{\n\t\treturn a\.ts )< (
 tiebreak-level|resolver/statres.go|s/items\[id\] = orderItem\{id: id, major: -pl,/items[id] = orderItem{id: id, major: pl,/
 authdiff-maps|resolver/maps.go|s/(\t\t\tfor _, o := range chains) \{/$1\[:1\] {/
 authdiff-index|resolver/conflicts.go|s/(\t\tif !in \{\n\t\t\tdiff = append\(diff, idx\.ID\(x\)\)\n\t\t\})/$1\n\t\tif len(diff) > 0 \&\& len(diff)%2 == 0 {\n\t\t\tdiff = diff[1:]\n\t\t}/
-subgraph|resolver/maps.go|s/(\t\tif r \{\n\t\t\tout\[id\] = true\n\t\t\})/\t\tif r \&\& len(out) < 0 {\n\t\t\tout[id] = true\n\t\t}/
+subgraph|resolver/maps.go|s/w\.forSeenReaching\(func\(id string\) \{ out\[id\] = true \}\)/w.forSeenReaching(func(id string) {})/
 handle-walk-targets|resolver/handlewalk.go|s/(\t\tif f\&flagTarget != 0) \{/$1 \&\& w.down {/
 receipt-rules|resolver/statres.go|s/(\t\t\tok = st\.cache\.check\(fp, byKey\) == nil\n)/$1\t\t\tif ok {\n\t\t\t\tvar own []gomatrixserverlib.PDU\n\t\t\t\tfor _, a := range p.AuthEventIDs() {\n\t\t\t\t\tif ae, err := st.full(a); err == nil {\n\t\t\t\t\t\town = append(own, ae)\n\t\t\t\t\t}\n\t\t\t\t}\n\t\t\t\tok = authrules.CheckAuthEvents(fp, own, st.src.Rejected, nil) == nil\n\t\t\t}\n/
 v21-unconflicted|resolver/statres.go|s/if st\.in\.algo == gomatrixserverlib\.StateResV2_1 \|\| st\.in\.unconflicted == nil \{/if st.in.unconflicted == nil {/

@@ -45,8 +45,13 @@ type roomSpec struct {
 func parseRoomSpec(s string) (roomSpec, error) {
 	ver, n, ok := strings.Cut(s, ":")
 	events, err := strconv.Atoi(n)
-	if !ok || err != nil || events <= 0 {
+	switch {
+	case !ok || err != nil:
 		return roomSpec{}, fmt.Errorf("%q is not VERSION:EVENTS", s)
+	case events <= 0:
+		return roomSpec{}, fmt.Errorf("%q: the events must be a positive number", s)
+	case ver != "10" && ver != "11" && ver != "12":
+		return roomSpec{}, fmt.Errorf("%q: room version %q is not one mtxdb gen generates (10, 11, 12)", s, ver)
 	}
 	return roomSpec{ver, events}, nil
 }
@@ -112,9 +117,13 @@ func median(vs []float64) float64 {
 
 // largePeakMB is the largest peak RSS of the large room's interleaved replays.
 func (iv *interleaved) largePeakMB() float64 {
+	large, err := parseRoomSpec(iv.Large)
+	if err != nil {
+		return 0
+	}
 	peak := 0.0
 	for _, r := range iv.Runs {
-		if strconv.Itoa(r.Events) == strings.SplitN(iv.Large, ":", 2)[1] {
+		if r.Events == large.events {
 			peak = max(peak, r.Replay.PeakMB)
 		}
 	}
