@@ -120,6 +120,8 @@ func TestPlanRun(t *testing.T) {
 		{"12:500,12:abc", "", 0, "", `-rooms: "12:abc" is not VERSION:EVENTS`},
 		{"12:500,12:500", "", 0, "", "-rooms: 12:500 is listed twice"},
 		{"", "", 0, "", "-rooms: no room given"},
+		{"12:0", "", 0, "", `-rooms: "12:0": the events must be a positive number`},
+		{"99:500", "12:500,12:1000", 1, "", `-rooms: "99:500": room version "99" is not one mtxdb gen generates`},
 		{"12:500,12:1000", "12:1000", 2, "", `-ratio-rooms: "12:1000" names 1 rooms, not two`},
 		{"12:500,12:1000", "12:500,12:1000,12:2000", 2, "", "names 3 rooms"},
 		{"12:500,12:1000", "12:1000,12:500", 2, "", "the small room (first) must have fewer events"},
