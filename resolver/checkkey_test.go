@@ -82,3 +82,25 @@ func sameMultiset(a, b string) bool {
 	}
 	return true
 }
+
+// Cache.allowed keeps every outcome noted in its last maxAllowedChecks to
+// 2*maxAllowedChecks notes, with the outcome noted, and forgets older ones.
+func TestAllowedGenerations(t *testing.T) {
+	c := NewCache()
+	key := func(i int) checkKey { return newCheckKey("$" + strconv.Itoa(i)) }
+	n := 2*maxAllowedChecks + 1
+	for i := range n {
+		c.noteAllowed(key(i), i%3 == 0)
+	}
+	for _, i := range []int{0, maxAllowedChecks - 1} {
+		if _, hit := c.lookupAllowed(key(i)); hit {
+			t.Errorf("check %d of %d notes is still kept", i, n)
+		}
+	}
+	for _, i := range []int{maxAllowedChecks, 2*maxAllowedChecks - 1, 2 * maxAllowedChecks} {
+		ok, hit := c.lookupAllowed(key(i))
+		if !hit || ok != (i%3 == 0) {
+			t.Errorf("check %d of %d notes: allowed %v, kept %v; want %v, kept", i, n, ok, hit, i%3 == 0)
+		}
+	}
+}
