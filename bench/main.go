@@ -283,7 +283,7 @@ func logResult(r Result) {
 		fmt.Fprintf(os.Stderr, "%-20s colls=%-2d ERROR %s\n", r.Engine, r.Colls, r.Error)
 		return
 	}
-	fmt.Fprintf(os.Stderr, "%-20s colls=%-2d bulk %6.1f MB/s  append p50 %6.0f us p99 %6.0f us  warm get %6.0f ns  cold get p50 %6.0f us  reopen %6.1f ms  disk %5.1f MB  rss %4d MB\n",
+	fmt.Fprintf(os.Stderr, "%-20s colls=%-2d bulk %6.1f MB/s  append p50 %6.0f us p99 %6.0f us  warm get %6.0f ns  cold get p50 %6.0f us  reopen %6.1f ms  disk %5.1f MB  rss %4d MiB\n",
 		r.Engine, r.Colls, r.BulkMBs, r.Append.P50, r.Append.P99, r.WarmGetNs, r.ColdGet.P50, r.ReopenColdUs/1e3, float64(r.DiskAlloc)/1e6, r.PeakRSSKiB>>10)
 }
 

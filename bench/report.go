@@ -135,7 +135,7 @@ func markdown(run *Run, tag string) string {
 		rr := limitMean(s.Limits, func(l Limits) float64 { return l.RandRead4K.P50 })
 		ap := limitMean(s.Limits, func(l Limits) float64 { return l.Append4KSync.P50 })
 		fmt.Fprintf(&w, "\nFractions (x) use the mean of the two limit runs: bulk write / %.0f MB/s; steady append p50 as floor / engine with floor = 4 KiB append + fdatasync p50 %.0f us; cold get p50 as floor / engine with floor = 4 KiB random read p50 %.0f us.\n\n", seqW, ap, rr)
-		w.WriteString("| engine | colls | bulk write MB/s (x limit) | bulk CPU s | bulk batch p50 / p99 ms | first append ms | steady append p50 / p99 ms (x floor) | warm get ns | cold get p50 / p99 us (x floor) | cold read KiB/get | get_many 1000 cold / warm ms | reopen to first read cold / warm ms | disk MB | peak RSS MB |\n")
+		w.WriteString("| engine | colls | bulk write MB/s (x limit) | bulk CPU s | bulk batch p50 / p99 ms | first append ms | steady append p50 / p99 ms (x floor) | warm get ns | cold get p50 / p99 us (x floor) | cold read KiB/get | get_many 1000 cold / warm ms | reopen to first read cold / warm ms | disk MB | peak RSS MiB |\n")
 		w.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range cells(s) {
 			if e := c.err(); e != "" && len(c.rs) == 1 {
@@ -269,7 +269,7 @@ func plots(out string, s SizeRun) error {
 	if err := bar("disk", "Disk space after the bulk load", "MB allocated", []ser{{"1 collection", disk, 1}, {"32 collections", disk, 32}}, float64(s.PayloadMB)*1.048576, "payload"); err != nil {
 		return err
 	}
-	return bar("peak-rss", "Peak RSS of the engine's process", "MB", []ser{{"1 collection", rss, 1}, {"32 collections", rss, 32}}, 0, "")
+	return bar("peak-rss", "Peak RSS of the engine's process", "MiB", []ser{{"1 collection", rss, 1}, {"32 collections", rss, 32}}, 0, "")
 }
 
 // ratioTable writes each engine's figures divided by packstore-full's with the

@@ -333,7 +333,7 @@ func write(rep report, out string) error {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Replay at room scale (`make bench-replay`)\n\n")
-	fmt.Fprintf(&b, "Run %s at commit %s on %s; load average before/after: %s. One run per room: each step is its own `mtxdb` process (wall clock, user+system CPU and peak RSS from its rusage). Rooms from `mtxdb gen --seed 1 --servers 5`; the ratios' denominator is the generation of the same room in the same run without its reference checks (gen's reference line gives their wall and CPU time; the gen column shows the whole run and the reference's share). ",
+	fmt.Fprintf(&b, "Run %s at commit %s on %s; load average before/after: %s. One run per room: each step is its own `mtxdb` process (wall clock, user+system CPU and peak RSS from its rusage; MB are 10^6 bytes). Rooms from `mtxdb gen --seed 1 --servers 5`; the ratios' denominator is the generation of the same room in the same run without its reference checks (gen's reference line gives their wall and CPU time; the gen column shows the whole run and the reference's share). ",
 		rep.Date, rep.Commit, rep.Machine, strings.Join(rep.LoadAvg, " / "))
 	fmt.Fprintf(&b, "Replay events/s per core is the events over the replay's CPU seconds (user+system), beside its ratio to the anchors' per-core ceiling of %s events/s (gomatrixserverlib parses and hash-checks an event in about 50 µs).", thousands(anchorParsePerS))
 	if slices.ContainsFunc(rep.Rooms, func(r result) bool { return r.Profile != nil }) {

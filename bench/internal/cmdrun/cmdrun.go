@@ -21,14 +21,15 @@ import (
 // Step is one command's measurement.
 type Step struct {
 	Wall   float64 `json:"wall_s"`
-	CPU    float64 `json:"cpu_s"` // user + system
-	PeakMB float64 `json:"peak_rss_mb"`
-	Output string  `json:"summary"` // the command's last line
+	CPU    float64 `json:"cpu_s"`       // user + system
+	PeakMB float64 `json:"peak_rss_mb"` // maximum resident set, MB (10^6 bytes)
+	Output string  `json:"summary"`     // the command's last line
 	Stdout string  `json:"-"`
 }
 
 // Run runs bin with args and measures it (rusage of the child: CPU and
-// maximum resident set). A failed command is an error holding its output.
+// maximum resident set, which Linux gives in KiB and Step in MB). A failed
+// command is an error holding its output.
 func Run(bin string, args ...string) (Step, error) {
 	cmd := exec.Command(bin, args...)
 	var stdout, stderr bytes.Buffer
@@ -41,7 +42,7 @@ func Run(bin string, args ...string) (Step, error) {
 	}
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return Step{Wall: wall.Seconds(), CPU: cpu.Seconds(), PeakMB: float64(ru.Maxrss) / 1024, Output: LastLine(stdout.String()), Stdout: stdout.String()}, nil
+	return Step{Wall: wall.Seconds(), CPU: cpu.Seconds(), PeakMB: float64(ru.Maxrss) * 1024 / 1e6, Output: LastLine(stdout.String()), Stdout: stdout.String()}, nil
 }
 
 // LastLine is the last non-empty line of s.
