@@ -19,12 +19,14 @@ import (
 const defaultStreamLimit = 3 << 29
 
 // defaultReplayLimit is replay's soft heap limit: 900 MiB, so that the replay
-// of a 1M-event room peaks under 1 GiB of RSS. Its live heap there is 450-560 MB
-// (the auth index, the engine's index, parsed-PDU caches, the batch being
-// written): under 1.5 GiB the replay of the generated 1M-event room peaked at
-// 1,565 MiB of RSS in 67-71 s, under 900 MiB at 955-963 MiB in 80-85 s, the
-// collector running three times as often. A room much larger than that needs
-// --memory-limit raised, or the collector runs all the time.
+// of a 1M-event room peaks under 1 GB (10^9 bytes) of RSS. Its live heap there
+// is 450-560 MB (the auth index, the engine's index, parsed-PDU caches, the
+// batch being written); the rest of its RSS is the store's mapped pages
+// (packstore releases them every 1,024 frame reads). The replay of the
+// generated 1M-event room peaks at about 920 MiB (965 MB) under this limit and
+// at about 1,565 MiB under 1.5 GiB, where the collector runs a third as often.
+// A room much larger than that needs --memory-limit raised, or the collector
+// runs all the time.
 const defaultReplayLimit = 900 << 20
 
 // minMemoryLimit refuses limits too small to mean what the user meant ("12"
