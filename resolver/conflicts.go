@@ -191,8 +191,9 @@ func conflictedKeys(perState [][]string, idx AuthIndex) ([]Key, error) {
 func authDifference(perState [][]string, idx AuthIndex) ([]string, error) {
 	n := idx.Len()
 	ad := &authDiff{idx: idx, words: (len(perState) + 63) / 64}
-	ad.m = getMarks(n, ad.words)
-	defer marksPool.Put(ad.m)
+	sp := sparesOf(idx)
+	ad.m = getMarks(sp, n, ad.words)
+	defer putMarks(sp, ad.m)
 	handles := make([][]int32, len(perState))
 	for i, ids := range perState {
 		handles[i] = make([]int32, len(ids))
@@ -286,34 +287,65 @@ const (
 // walkMarks are the per-handle marks of one auth difference. A mark is valid only
 // where stamp[h] == epoch, so a fresh computation costs an epoch increment, not a
 // clear; visit is a second stamp for the forward walks of inUnconflictedChain,
-// each with its own visitEpoch.
+// each with its own visitEpoch. h's chain bits are the words of bits from
+// h*stride (stride >= words, so that computations over fewer states reuse the
+// arrays).
 type walkMarks struct {
 	epoch, visitEpoch uint32
 	stamp, visit      []uint32
-	bits              []uint64 // words per handle: bit i set when state i's chain holds it
+	bits              []uint64 // bit i set when state i's chain holds the handle
 	flags             []uint8
-	words             int
+	words, stride     int
 }
 
 var marksPool sync.Pool
 
+// markSpares keeps the marks of the last walks over one room's auth index for
+// the next walk over it (see sparesOf). Safe for concurrent use: a walk that
+// finds the spare taken uses the pool.
+type markSpares struct {
+	walk  atomic.Pointer[walkMarks]
+	reach atomic.Pointer[reachMarks]
+}
+
+// sparesOf returns the spares of the room idx indexes, nil if it has none (the
+// marks then come from the pools). A replay resolves its room from one
+// goroutine, which the pools, kept per P, served with a second set of marks
+// (tens of MB in a 1M-event room) whenever the goroutine had moved to the
+// other P.
+func sparesOf(idx AuthIndex) *markSpares {
+	if v, ok := idx.(*resView); ok {
+		return &v.g.spares
+	}
+	return nil
+}
+
 // getMarks returns marks for n handles and the given bit words per handle, with
-// a fresh epoch.
-func getMarks(n, words int) *walkMarks {
-	m, _ := marksPool.Get().(*walkMarks)
+// a fresh epoch: sp's spare if there is one, else one from the pool (put back
+// with putMarks).
+func getMarks(sp *markSpares, n, words int) *walkMarks {
+	var m *walkMarks
+	if sp != nil {
+		m = sp.walk.Swap(nil)
+	}
+	if m == nil {
+		m, _ = marksPool.Get().(*walkMarks)
+	}
 	if m == nil {
 		m = &walkMarks{}
 	}
-	if len(m.stamp) < n || m.words != words {
+	if len(m.stamp) < n || m.stride < words {
 		// Grow by an eighth more than is asked: the generator's room grows by
 		// an event between resolutions, and arrays of the room's exact size
 		// would be allocated (and cleared) at each one; an eighth keeps that to
 		// one allocation per n/8 events while a replay's room, which does not
 		// grow, holds 1/8 more than it needs.
 		size := max(n+n/8+64, len(m.stamp))
-		*m = walkMarks{stamp: make([]uint32, size), visit: make([]uint32, size), bits: make([]uint64, size*words),
-			flags: make([]uint8, size), words: words}
+		stride := max(words, m.stride)
+		*m = walkMarks{stamp: make([]uint32, size), visit: make([]uint32, size), bits: make([]uint64, size*stride),
+			flags: make([]uint8, size), stride: stride}
 	}
+	m.words = words
 	m.epoch++
 	if m.epoch == 0 { // wrapped: old stamps could match again
 		clear(m.stamp)
@@ -322,12 +354,25 @@ func getMarks(n, words int) *walkMarks {
 	return m
 }
 
+// putMarks gives m back: to sp when its spare is free, else to the pool.
+func putMarks(sp *markSpares, m *walkMarks) {
+	if sp == nil || !sp.walk.CompareAndSwap(nil, m) {
+		marksPool.Put(m)
+	}
+}
+
+// chainBits returns h's chain bit words.
+func (m *walkMarks) chainBits(h int32) []uint64 {
+	at := int(h) * m.stride
+	return m.bits[at : at+m.words]
+}
+
 // mark makes h's marks this computation's (zeroed on first touch).
 func (ad *authDiff) mark(h int32) {
 	m := ad.m
 	if m.stamp[h] != m.epoch {
 		m.stamp[h] = m.epoch
-		clear(m.bits[int(h)*m.words : int(h+1)*m.words])
+		clear(m.chainBits(h))
 		m.flags[h] = 0
 	}
 }
@@ -344,7 +389,7 @@ func (ad *authDiff) setFlag(h int32, f uint8) {
 // inChain reports whether state i's chain holds h.
 func (ad *authDiff) inChain(h int32, i int) bool {
 	m := ad.m
-	return m.stamp[h] == m.epoch && m.bits[int(h)*m.words+i/64]&(1<<(i%64)) != 0
+	return m.stamp[h] == m.epoch && m.bits[int(h)*m.stride+i/64]&(1<<(i%64)) != 0
 }
 
 // addToChain puts h in state i's chain; it reports false when it was there.
@@ -356,14 +401,14 @@ func (ad *authDiff) addToChain(h int32, i int) bool {
 	if ad.anyBits(h) == 0 {
 		ad.touched = append(ad.touched, h)
 	}
-	ad.m.bits[int(h)*ad.m.words+i/64] |= 1 << (i % 64)
+	ad.m.bits[int(h)*ad.m.stride+i/64] |= 1 << (i % 64)
 	return true
 }
 
 // anyBits reports the OR of h's bit words (0: in no chain yet).
 func (ad *authDiff) anyBits(h int32) uint64 {
 	var or uint64
-	for _, b := range ad.m.bits[int(h)*ad.m.words : int(h+1)*ad.m.words] {
+	for _, b := range ad.m.chainBits(h) {
 		or |= b
 	}
 	return or

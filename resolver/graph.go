@@ -41,6 +41,8 @@ type graph struct {
 	// pre[z]+size[z]. -1 for an event no walk from a lineage root reaches (on a
 	// same-key cycle: bad data) and for events that are not state events.
 	pre, size []int32
+	// spares keeps the marks of the last walks over the graph (sparesOf).
+	spares markSpares
 }
 
 // lineageLink is one event's place in its key's lineage.

@@ -98,10 +98,17 @@ type reachMarks struct {
 
 var reachMarksPool sync.Pool
 
-// getReachMarks returns marks for n handles with a fresh epoch (put back with
+// getReachMarks returns marks for n handles with a fresh epoch: sp's spare if
+// there is one (sp may be nil), else one from the pool (put back with
 // putReachMarks).
-func getReachMarks(n int) *reachMarks {
-	m, _ := reachMarksPool.Get().(*reachMarks)
+func getReachMarks(sp *markSpares, n int) *reachMarks {
+	var m *reachMarks
+	if sp != nil {
+		m = sp.reach.Swap(nil)
+	}
+	if m == nil {
+		m, _ = reachMarksPool.Get().(*reachMarks)
+	}
 	if m == nil {
 		m = &reachMarks{}
 	}
@@ -117,7 +124,12 @@ func getReachMarks(n int) *reachMarks {
 	return m
 }
 
-func putReachMarks(m *reachMarks) { reachMarksPool.Put(m) }
+// putReachMarks gives m back: to sp when its spare is free, else to the pool.
+func putReachMarks(sp *markSpares, m *reachMarks) {
+	if sp == nil || !sp.reach.CompareAndSwap(nil, m) {
+		reachMarksPool.Put(m)
+	}
+}
 
 // get returns h's flags in this epoch.
 func (m *reachMarks) get(h int32) uint16 {
@@ -265,13 +277,13 @@ func (st *stateRes) lockstepHandles(upFrom []string, floor int64, downFrom []str
 	if err != nil {
 		return nil, false, err
 	}
-	m := getReachMarks(len(g.ids))
+	m := getReachMarks(&g.spares, len(g.ids))
 	anc := &handleWalk{g: g, bound: floor, m: m, stack: up}
 	var desc *handleWalk
 	if walkDirection != walkUp {
 		down, err := handles(downFrom)
 		if err != nil {
-			putReachMarks(m)
+			putReachMarks(&g.spares, m)
 			return nil, false, err
 		}
 		desc = &handleWalk{g: g, upTo: st.r.upTo, down: true, bound: top, m: m, shift: walkFlagBits, stack: down}
@@ -282,7 +294,7 @@ func (st *stateRes) lockstepHandles(upFrom []string, floor int64, downFrom []str
 				return anc, true, nil
 			}
 			if err := anc.step(); err != nil {
-				putReachMarks(m)
+				putReachMarks(&g.spares, m)
 				return nil, false, err
 			}
 		}
@@ -291,7 +303,7 @@ func (st *stateRes) lockstepHandles(upFrom []string, floor int64, downFrom []str
 				return desc, false, nil
 			}
 			if err := desc.step(); err != nil {
-				putReachMarks(m)
+				putReachMarks(&g.spares, m)
 				return nil, false, err
 			}
 		}
@@ -301,6 +313,6 @@ func (st *stateRes) lockstepHandles(upFrom []string, floor int64, downFrom []str
 // releaseWalk puts back what a walk of lockstep holds from a pool.
 func releaseWalk(w walkSet) {
 	if hw, ok := w.(*handleWalk); ok {
-		putReachMarks(hw.m)
+		putReachMarks(&hw.g.spares, hw.m)
 	}
 }
