@@ -41,8 +41,18 @@ type graph struct {
 	// pre[z]+size[z]. -1 for an event no walk from a lineage root reaches (on a
 	// same-key cycle: bad data) and for events that are not state events.
 	pre, size []int32
-	// spares keeps the marks of the last walks over the graph (sparesOf).
-	spares markSpares
+	// spares keeps the marks of the last walks over the graph when keepMarks
+	// (set by Replay; sparesOf).
+	spares    markSpares
+	keepMarks bool
+}
+
+// markSpares returns the graph's spare marks, nil unless it keeps them.
+func (g *graph) markSpares() *markSpares {
+	if g.keepMarks {
+		return &g.spares
+	}
+	return nil
 }
 
 // lineageLink is one event's place in its key's lineage.

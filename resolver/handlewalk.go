@@ -277,13 +277,13 @@ func (st *stateRes) lockstepHandles(upFrom []string, floor int64, downFrom []str
 	if err != nil {
 		return nil, false, err
 	}
-	m := getReachMarks(&g.spares, len(g.ids))
+	m := getReachMarks(g.markSpares(), len(g.ids))
 	anc := &handleWalk{g: g, bound: floor, m: m, stack: up}
 	var desc *handleWalk
 	if walkDirection != walkUp {
 		down, err := handles(downFrom)
 		if err != nil {
-			putReachMarks(&g.spares, m)
+			putReachMarks(g.markSpares(), m)
 			return nil, false, err
 		}
 		desc = &handleWalk{g: g, upTo: st.r.upTo, down: true, bound: top, m: m, shift: walkFlagBits, stack: down}
@@ -294,7 +294,7 @@ func (st *stateRes) lockstepHandles(upFrom []string, floor int64, downFrom []str
 				return anc, true, nil
 			}
 			if err := anc.step(); err != nil {
-				putReachMarks(&g.spares, m)
+				putReachMarks(g.markSpares(), m)
 				return nil, false, err
 			}
 		}
@@ -303,7 +303,7 @@ func (st *stateRes) lockstepHandles(upFrom []string, floor int64, downFrom []str
 				return desc, false, nil
 			}
 			if err := desc.step(); err != nil {
-				putReachMarks(&g.spares, m)
+				putReachMarks(g.markSpares(), m)
 				return nil, false, err
 			}
 		}
@@ -313,6 +313,6 @@ func (st *stateRes) lockstepHandles(upFrom []string, floor int64, downFrom []str
 // releaseWalk puts back what a walk of lockstep holds from a pool.
 func releaseWalk(w walkSet) {
 	if hw, ok := w.(*handleWalk); ok {
-		putReachMarks(&hw.g.spares, hw.m)
+		putReachMarks(hw.g.markSpares(), hw.m)
 	}
 }

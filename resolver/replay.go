@@ -221,6 +221,7 @@ func Replay(ctx context.Context, room *roomstate.Room, opts ReplayOptions) (Repl
 	if err != nil {
 		return ReplayResult{}, err
 	}
+	g.keepMarks = true
 	n := len(g.ids)
 	rp := &replay{ctx: ctx, writeCtx: context.WithoutCancel(ctx), r: r, g: g, opts: opts, after: make([]hamtstore.NodeID, n), hasAfter: make([]bool, n),
 		computed: make([]bool, n), referenced: make([]bool, n), dropped: make([]bool, n)}
