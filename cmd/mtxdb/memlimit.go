@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -71,7 +72,18 @@ func (f *memoryLimitFlag) Set(v string) error {
 		*f = memoryLimitFlag{set: true, none: true}
 		return nil
 	}
+	if strings.Contains(v, ",") {
+		// humanize drops commas as thousands separators: "1,5GiB" would be 15 GiB.
+		return fmt.Errorf("%q has a comma: write sizes without separators, with a decimal point (examples: 1.5GiB, 800MiB)", v)
+	}
 	n, err := humanize.ParseBytes(v)
+	if digits := strings.TrimSuffix(v, "B"); digits != "" && strings.Trim(digits, "0123456789") == "" {
+		// Bytes exactly (humanize goes through a float64, which rounds past 2^53).
+		n, err = strconv.ParseUint(digits, 10, 64)
+		if err != nil {
+			n, err = math.MaxUint64, nil
+		}
+	}
 	if err != nil && strings.HasPrefix(err.Error(), "too large") {
 		// A size past 16 EiB (humanize's uint64) is out of range, not malformed.
 		n, err = math.MaxUint64, nil
@@ -83,12 +95,12 @@ func (f *memoryLimitFlag) Set(v string) error {
 		return fmt.Errorf("%q has no unit, so it would be bytes, below the smallest limit of 64 MiB (give a unit: 1.5GiB, 800MiB)", v)
 	}
 	if n < minMemoryLimit {
-		return fmt.Errorf("%q is %s, below the smallest limit of 64 MiB (examples: 1.5GiB, 800MiB)", v, humanize.IBytes(n))
+		return fmt.Errorf("%q is %s (%d bytes), below the smallest limit of 64 MiB (%d bytes; examples: 1.5GiB, 800MiB)", v, humanize.IBytes(n), n, minMemoryLimit)
 	}
 	if n > math.MaxInt64 {
 		// The runtime takes a limit as an int64; a larger value would reach it
 		// negative, which it reads as "leave the limit as it is".
-		return fmt.Errorf("%q is more than the largest limit, 8 EiB (use none for no limit of ours)", v)
+		return fmt.Errorf("%q is more than the largest limit, %d bytes (8 EiB less a byte; use none for no limit of ours)", v, int64(math.MaxInt64))
 	}
 	*f = memoryLimitFlag{set: true, bytes: int64(n)}
 	return nil
