@@ -939,3 +939,33 @@ func TestCLIVerifyRoomOtherRecording(t *testing.T) {
 		t.Errorf("verify --room with the real rooms' directory: exit %d and %d warnings, want 0 and 4 (three named, one counting 186)\n%s", code, n, out)
 	}
 }
+
+// TestCLIReplayFailedRoomPercentiles: a room whose replay fails midway (a byte
+// flipped half-way into the imported shard, which holds the room's PDUs and
+// graph records) is left out of the summary's resolution percentiles as it is of
+// its counts: resolutions=0 comes with resolution_p50_us=0 and
+// resolution_p99_us=0, though the replay resolved merges before the damaged
+// frame.
+func TestCLIReplayFailedRoomPercentiles(t *testing.T) {
+	room := genRoom(t, 3000)
+	store := filepath.Join(t.TempDir(), "store")
+	mustRun(t, "import", "--store", store, room)
+	shard := filepath.Join(store, "shard-00000.mtdb")
+	b, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(shard, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := run(t, "replay", "--store", store)
+	if code != 2 || !strings.Contains(out, "rooms_failed=1") {
+		t.Fatalf("replay of a damaged room: exit %d, want 2 and rooms_failed=1\n%s", code, out)
+	}
+	for _, k := range []string{"resolutions", "resolution_p50_us", "resolution_p99_us"} {
+		if v := field(t, out, k); v != 0 {
+			t.Errorf("%s=%d after the only room failed, want 0\n%s", k, v, out)
+		}
+	}
+}

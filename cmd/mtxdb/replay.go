@@ -127,6 +127,10 @@ func replayRooms(ctx context.Context, rooms []*roomstate.Room, force bool, out i
 	done := 0 // events walked, for testStall
 	for _, r := range rooms {
 		walked := 0
+		timed := 0 // resolution times kept before this room
+		if times != nil {
+			timed = len(*times)
+		}
 		res, err := resolver.Replay(ctx, r, resolver.ReplayOptions{Force: force, Progress: func(done, _ int) { walked++; bar.add(1) }, ResolutionTimes: times, Stop: func() bool {
 			if done++; done == 1001 { // asked before event 1001: 1000 walked
 				testStall("replay-1000")
@@ -146,6 +150,10 @@ func replayRooms(ctx context.Context, rooms []*roomstate.Room, force bool, out i
 			}
 			problems = append(problems, roomProblem{room: r.ID(), what: what, skipped: true})
 			bar.add(max(0, int(r.Head().Events)-walked))
+			if times != nil {
+				// The summary's counts leave the failed room out; so do its percentiles.
+				*times = (*times)[:timed]
+			}
 			continue
 		}
 		tot.Events += res.Events
