@@ -117,6 +117,11 @@ type report struct {
 	Interleaved *interleaved `json:"interleaved,omitempty"`
 }
 
+// makeVariables names the make variables of `make bench-replay` that set the
+// flags its errors name.
+const makeVariables = "make bench-replay sets -rooms from BENCH_REPLAY_ROOMS, -ratio-rooms from BENCH_REPLAY_RATIO, " +
+	"-ratio-pairs from BENCH_REPLAY_PAIRS, -postgres-rooms from BENCH_REPLAY_PG_ROOMS, -out from BENCH_REPLAY_OUT"
+
 func main() {
 	bin := flag.String("mtxdb", "../bin/mtxdb", "the mtxdb binary")
 	rooms := flag.String("rooms", "12:10000,12:100000,12:1000000,10:100000", "rooms to measure, VERSION:EVENTS, comma-separated")
@@ -129,6 +134,12 @@ func main() {
 	pgRooms := flag.String("postgres-rooms", "12:10000", "with -postgres: the rooms (VERSION:EVENTS) also run on PostgreSQL")
 	ratioRooms := flag.String("ratio-rooms", "12:100000,12:1000000", "SMALL,LARGE: the rooms (VERSION:EVENTS, both in -rooms) replayed in turn after the others for the per-event cost ratio")
 	ratioPairs := flag.Int("ratio-pairs", 3, "large replays in the interleaved measurement, each between two small ones (0: none)")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: benchreplay [flags] (docs/benchmarks.md; %s); -h lists the flags\n", makeVariables)
+		if len(os.Args) > 1 && (os.Args[1] == "-h" || os.Args[1] == "-help" || os.Args[1] == "--help") {
+			flag.PrintDefaults()
+		}
+	}
 	flag.Parse()
 	outSet := false
 	flag.Visit(func(f *flag.Flag) { outSet = outSet || f.Name == "out" })
@@ -157,7 +168,7 @@ func main() {
 	}
 	plan, err := planRun(*rooms, *ratioRooms, *ratioPairs, *pgRooms, *pgURL != "")
 	if err != nil {
-		log.Fatal(err)
+		log.Fatalf("%v (%s)", err, makeVariables)
 	}
 	if plan.pairs == 0 {
 		log.Printf("no side-by-side replays (-ratio-pairs 0; make: BENCH_REPLAY_PAIRS): a per-event cost ratio comes from the rooms' rows")
