@@ -310,9 +310,9 @@ type markSpares struct {
 
 // sparesOf returns the spares of the room idx indexes, nil if it has none (the
 // marks then come from the pools). A replay resolves its room from one
-// goroutine, which the pools, kept per P, served with a second set of marks
-// (tens of MB in a 1M-event room) whenever the goroutine had moved to the
-// other P; its graph keeps spares. Other graphs do not: a server keeps the
+// goroutine, which the pools, kept per P, serve with a second set of marks
+// (tens of MB in a 1M-event room) whenever the goroutine moves to the other
+// P; its graph keeps spares. Other graphs do not: a server keeps the
 // graphs of many rooms (roomrules.Graphs), and marks kept by each would add
 // about 26 bytes an event to every one.
 func sparesOf(idx AuthIndex) *markSpares {
