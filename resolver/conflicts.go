@@ -191,9 +191,9 @@ func conflictedKeys(perState [][]string, idx AuthIndex) ([]Key, error) {
 func authDifference(perState [][]string, idx AuthIndex) ([]string, error) {
 	n := idx.Len()
 	ad := &authDiff{idx: idx, words: (len(perState) + 63) / 64}
-	sp := sparesOf(idx)
-	ad.m = getMarks(sp, n, ad.words)
-	defer putMarks(sp, ad.m)
+	slot := sparesOf(idx).walkSlot()
+	ad.m = getMarks(slot, n, ad.words)
+	defer giveSpare(slot, &marksPool, ad.m)
 	handles := make([][]int32, len(perState))
 	for i, ids := range perState {
 		handles[i] = make([]int32, len(ids))
@@ -323,16 +323,10 @@ func sparesOf(idx AuthIndex) *markSpares {
 }
 
 // getMarks returns marks for n handles and the given bit words per handle, with
-// a fresh epoch: sp's spare if there is one, else one from the pool (put back
-// with putMarks).
-func getMarks(sp *markSpares, n, words int) *walkMarks {
-	var m *walkMarks
-	if sp != nil {
-		m = sp.walk.Swap(nil)
-	}
-	if m == nil {
-		m, _ = marksPool.Get().(*walkMarks)
-	}
+// a fresh epoch: slot's spare if there is one (slot may be nil), else one from
+// the pool (put back with giveSpare).
+func getMarks(slot *atomic.Pointer[walkMarks], n, words int) *walkMarks {
+	m := takeSpare(slot, &marksPool)
 	if m == nil {
 		m = &walkMarks{}
 	}
@@ -356,10 +350,37 @@ func getMarks(sp *markSpares, n, words int) *walkMarks {
 	return m
 }
 
-// putMarks gives m back: to sp when its spare is free, else to the pool.
-func putMarks(sp *markSpares, m *walkMarks) {
-	if sp == nil || !sp.walk.CompareAndSwap(nil, m) {
-		marksPool.Put(m)
+// walkSlot and reachSlot return sp's slots, nil when sp is nil.
+func (sp *markSpares) walkSlot() *atomic.Pointer[walkMarks] {
+	if sp == nil {
+		return nil
+	}
+	return &sp.walk
+}
+
+func (sp *markSpares) reachSlot() *atomic.Pointer[reachMarks] {
+	if sp == nil {
+		return nil
+	}
+	return &sp.reach
+}
+
+// takeSpare returns slot's value when it holds one (slot may be nil), else one
+// from pool, else nil.
+func takeSpare[T any](slot *atomic.Pointer[T], pool *sync.Pool) *T {
+	if slot != nil {
+		if m := slot.Swap(nil); m != nil {
+			return m
+		}
+	}
+	m, _ := pool.Get().(*T)
+	return m
+}
+
+// giveSpare puts m back: in slot when it is there and empty, else in pool.
+func giveSpare[T any](slot *atomic.Pointer[T], pool *sync.Pool, m *T) {
+	if slot == nil || !slot.CompareAndSwap(nil, m) {
+		pool.Put(m)
 	}
 }
 

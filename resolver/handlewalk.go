@@ -3,6 +3,7 @@ package resolver
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // walkSet is a finished walk of lockstep: the events it reached (not its start
@@ -98,17 +99,11 @@ type reachMarks struct {
 
 var reachMarksPool sync.Pool
 
-// getReachMarks returns marks for n handles with a fresh epoch: sp's spare if
-// there is one (sp may be nil), else one from the pool (put back with
-// putReachMarks).
-func getReachMarks(sp *markSpares, n int) *reachMarks {
-	var m *reachMarks
-	if sp != nil {
-		m = sp.reach.Swap(nil)
-	}
-	if m == nil {
-		m, _ = reachMarksPool.Get().(*reachMarks)
-	}
+// getReachMarks returns marks for n handles with a fresh epoch: slot's spare
+// if there is one (slot may be nil), else one from the pool (put back with
+// giveSpare).
+func getReachMarks(slot *atomic.Pointer[reachMarks], n int) *reachMarks {
+	m := takeSpare(slot, &reachMarksPool)
 	if m == nil {
 		m = &reachMarks{}
 	}
@@ -122,13 +117,6 @@ func getReachMarks(sp *markSpares, n int) *reachMarks {
 		m.epoch = 1
 	}
 	return m
-}
-
-// putReachMarks gives m back: to sp when its spare is free, else to the pool.
-func putReachMarks(sp *markSpares, m *reachMarks) {
-	if sp == nil || !sp.reach.CompareAndSwap(nil, m) {
-		reachMarksPool.Put(m)
-	}
 }
 
 // get returns h's flags in this epoch.
@@ -277,13 +265,13 @@ func (st *stateRes) lockstepHandles(upFrom []string, floor int64, downFrom []str
 	if err != nil {
 		return nil, false, err
 	}
-	m := getReachMarks(g.markSpares(), len(g.ids))
+	m := getReachMarks(g.markSpares().reachSlot(), len(g.ids))
 	anc := &handleWalk{g: g, bound: floor, m: m, stack: up}
 	var desc *handleWalk
 	if walkDirection != walkUp {
 		down, err := handles(downFrom)
 		if err != nil {
-			putReachMarks(g.markSpares(), m)
+			giveSpare(g.markSpares().reachSlot(), &reachMarksPool, m)
 			return nil, false, err
 		}
 		desc = &handleWalk{g: g, upTo: st.r.upTo, down: true, bound: top, m: m, shift: walkFlagBits, stack: down}
@@ -294,7 +282,7 @@ func (st *stateRes) lockstepHandles(upFrom []string, floor int64, downFrom []str
 				return anc, true, nil
 			}
 			if err := anc.step(); err != nil {
-				putReachMarks(g.markSpares(), m)
+				giveSpare(g.markSpares().reachSlot(), &reachMarksPool, m)
 				return nil, false, err
 			}
 		}
@@ -303,7 +291,7 @@ func (st *stateRes) lockstepHandles(upFrom []string, floor int64, downFrom []str
 				return desc, false, nil
 			}
 			if err := desc.step(); err != nil {
-				putReachMarks(g.markSpares(), m)
+				giveSpare(g.markSpares().reachSlot(), &reachMarksPool, m)
 				return nil, false, err
 			}
 		}
@@ -313,6 +301,6 @@ func (st *stateRes) lockstepHandles(upFrom []string, floor int64, downFrom []str
 // releaseWalk puts back what a walk of lockstep holds from a pool.
 func releaseWalk(w walkSet) {
 	if hw, ok := w.(*handleWalk); ok {
-		putReachMarks(hw.g.markSpares(), hw.m)
+		giveSpare(hw.g.markSpares().reachSlot(), &reachMarksPool, hw.m)
 	}
 }

@@ -76,13 +76,15 @@ func (f *memoryLimitFlag) Set(v string) error {
 		// humanize drops commas as thousands separators: "1,5GiB" would be 15 GiB.
 		return fmt.Errorf("%q has a comma: write sizes without separators, with a decimal point (examples: 1.5GiB, 800MiB)", v)
 	}
-	n, err := humanize.ParseBytes(v)
+	var n uint64
+	var err error
 	if digits := strings.TrimSuffix(v, "B"); digits != "" && strings.Trim(digits, "0123456789") == "" {
 		// Bytes exactly (humanize goes through a float64, which rounds past 2^53).
-		n, err = strconv.ParseUint(digits, 10, 64)
-		if err != nil {
+		if n, err = strconv.ParseUint(digits, 10, 64); err != nil {
 			n, err = math.MaxUint64, nil
 		}
+	} else {
+		n, err = humanize.ParseBytes(v)
 	}
 	if err != nil && strings.HasPrefix(err.Error(), "too large") {
 		// A size past 16 EiB (humanize's uint64) is out of range, not malformed.

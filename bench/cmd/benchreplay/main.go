@@ -136,7 +136,7 @@ func main() {
 	ratioPairs := flag.Int("ratio-pairs", 3, "large replays in the interleaved measurement, each between two small ones (0: none)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: benchreplay [flags] (docs/benchmarks.md; %s); -h lists the flags\n", makeVariables)
-		if len(os.Args) > 1 && (os.Args[1] == "-h" || os.Args[1] == "-help" || os.Args[1] == "--help") {
+		if slices.ContainsFunc(os.Args[1:], func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
 			flag.PrintDefaults()
 		}
 	}
