@@ -314,7 +314,7 @@ func (p *planner) addSnapshot(root hamtstore.NodeID) error {
 		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("repackplan: room %s: snapshot %x: %w", p.room.ID(), root, err)
+		return fmt.Errorf("repackplan: room %s: snapshot %v: %w", p.room.ID(), root, err)
 	}
 	return nil
 }

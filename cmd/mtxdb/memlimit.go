@@ -97,7 +97,8 @@ func (f *memoryLimitFlag) Set(v string) error {
 		return fmt.Errorf("%q has no unit, so it would be bytes, below the smallest limit of 64 MiB (give a unit: 1.5GiB, 800MiB)", v)
 	}
 	if n < minMemoryLimit {
-		return fmt.Errorf("%q is %s (%d bytes), below the smallest limit of 64 MiB (%d bytes; examples: 1.5GiB, 800MiB)", v, humanize.IBytes(n), n, minMemoryLimit)
+		// Exact bytes: a rounded size ("64 MiB" for 63.9MiB) would read as the limit itself.
+		return fmt.Errorf("%q is %d bytes, below the smallest limit of 64 MiB (%d bytes; examples: 1.5GiB, 800MiB)", v, n, minMemoryLimit)
 	}
 	if n > math.MaxInt64 {
 		// The runtime takes a limit as an int64; a larger value would reach it

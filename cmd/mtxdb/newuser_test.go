@@ -950,15 +950,7 @@ func TestCLIReplayFailedRoomPercentiles(t *testing.T) {
 	room := genRoom(t, 3000)
 	store := filepath.Join(t.TempDir(), "store")
 	mustRun(t, "import", "--store", store, room)
-	shard := filepath.Join(store, "shard-00000.mtdb")
-	b, err := os.ReadFile(shard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[len(b)/2] ^= 0xff
-	if err := os.WriteFile(shard, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	flipMiddleByte(t, filepath.Join(store, "shard-00000.mtdb"))
 	out, code := run(t, "replay", "--store", store)
 	if code != 2 || !strings.Contains(out, "rooms_failed=1") {
 		t.Fatalf("replay of a damaged room: exit %d, want 2 and rooms_failed=1\n%s", code, out)
@@ -967,5 +959,32 @@ func TestCLIReplayFailedRoomPercentiles(t *testing.T) {
 		if v := field(t, out, k); v != 0 {
 			t.Errorf("%s=%d after the only room failed, want 0\n%s", k, v, out)
 		}
+	}
+}
+
+// TestCLIWarnsDamagedCheckpoint: a store whose index.ckpt is damaged opens by a
+// scan, and the warning names the damage and what the index was rebuilt from,
+// without saying both that the index files were not used and that they were.
+func TestCLIWarnsDamagedCheckpoint(t *testing.T) {
+	st := filepath.Join(t.TempDir(), "store")
+	mustRun(t, "import", "--store", st, room("room001"))
+	flipMiddleByte(t, filepath.Join(st, "index.ckpt"))
+	out, code := run(t, "rooms", "--store", st)
+	if code != 0 || !strings.Contains(out, "warning: "+st+": damaged index files (") ||
+		!strings.Contains(out, "; index rebuilt from scan") || strings.Contains(out, "not used") {
+		t.Fatalf("rooms with a damaged index.ckpt: exit %d, want 0 and the damage warning\n%s", code, out)
+	}
+}
+
+// flipMiddleByte inverts the byte in the middle of the file at path.
+func flipMiddleByte(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

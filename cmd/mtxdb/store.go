@@ -117,8 +117,14 @@ func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.S
 				why = append(why, e.Error())
 			}
 		}
-		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: index files not used (%s), index rebuilt from %s\n",
-			dir, strings.Join(why, "; "), r.Source)
+		// The checkpoint, or the delta from its damaged entry on, went unused;
+		// what they did not cover was scanned.
+		scanned := ""
+		if r.Source != "scan" && r.ScannedFrames > 0 {
+			scanned = fmt.Sprintf(" and %d shard frames scanned past it", r.ScannedFrames)
+		}
+		fmt.Fprintf(os.Stderr, "mtxdb: warning: %s: damaged index files (%s); index rebuilt from %s%s\n",
+			dir, strings.Join(why, "; "), r.Source, scanned)
 	}
 	if r.Source == "scan" && r.CheckpointErr == nil && r.ScannedFrames > 0 {
 		// Every close writes index.ckpt: a store with frames and none lost
