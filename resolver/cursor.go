@@ -169,7 +169,7 @@ func (r *roomResolver) cursorValue(g *graph, key []byte, v *hamtstore.Value) (k,
 	if err != nil {
 		return 0, 0, false, err
 	}
-	if k, ok = g.keyIndex[Key{Type: typ, StateKey: sk}]; !ok {
+	if k, ok = g.keyIdx(Key{Type: typ, StateKey: sk}); !ok {
 		return 0, 0, false, nil
 	}
 	if v == nil {
@@ -195,12 +195,12 @@ func (r *roomResolver) applied(from, to hamtstore.NodeID, set StateMap, del []Ke
 	}
 	g := r.g
 	for _, k := range del {
-		if ki, ok := g.keyIndex[k]; ok {
+		if ki, ok := g.keyIdx(k); ok {
 			c.val[ki] = -1
 		}
 	}
 	for k, id := range set {
-		if ki, ok := g.keyIndex[k]; ok {
+		if ki, ok := g.keyIdx(k); ok {
 			c.val[ki] = cursorElsewhere
 			if x, ok := g.index.find(g.ids, id); ok {
 				c.val[ki] = x
@@ -231,7 +231,7 @@ func (r *roomResolver) lookup(root hamtstore.NodeID, k Key) (string, bool, error
 	if err != nil {
 		return "", false, err
 	}
-	if ki, ok := g.keyIndex[k]; ok {
+	if ki, ok := g.keyIdx(k); ok {
 		st, err := r.stateAt(root)
 		if errors.Is(err, errCursorFar) {
 			return r.lookupHAMT(root, k)

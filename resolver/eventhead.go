@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"hash/maphash"
 	"strconv"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/matrix-org/gomatrixserverlib/spec"
 
 	"github.com/mtxdb/mtxdb/authrules"
+	"github.com/mtxdb/mtxdb/internal/strtab"
 )
 
 // A roomResolver keeps, for each state event of the room it has parsed, what state
@@ -99,11 +101,13 @@ func membershipCode(p gomatrixserverlib.PDU) uint8 {
 // event the room ID implies (namesImpliedCreate), checked in parsed form. A
 // zero headTable learns nothing.
 type headTable struct {
-	memb        []uint8
-	senderOf    []int32
-	tsOf        []int64
-	senders     []string
-	senderIdx   map[string]int32
+	memb     []uint8
+	senderOf []int32
+	tsOf     []int64
+	// senders numbers the senders from 0 (senderOf holds the number + 1), their
+	// strings in arena.
+	senders     *strtab.Index[string]
+	arena       *strtab.Arena
 	namesCreate map[int32]bool
 	// recent holds the eventHeads head made last, by graph index modulo
 	// headCacheSize: what head gives of an event does not change once learnt,
@@ -118,7 +122,7 @@ const headCacheSize = 1 << 14
 // newHeadTable returns a headTable for a room of n events.
 func newHeadTable(n int) headTable {
 	return headTable{memb: make([]uint8, n), senderOf: make([]int32, n), tsOf: make([]int64, n),
-		senderIdx: map[string]int32{}, namesCreate: map[int32]bool{}, recent: make([]*eventHead, headCacheSize)}
+		senders: strtab.NewIndex[string](0, maphash.String), arena: new(strtab.Arena), namesCreate: map[int32]bool{}, recent: make([]*eventHead, headCacheSize)}
 }
 
 // headFacts is what learn reads of a state PDU's content and JSON: a member
@@ -155,13 +159,11 @@ func (t *headTable) learn(g *graph, p gomatrixserverlib.PDU, f *headFacts) {
 		return
 	}
 	sender := string(p.SenderID())
-	s, ok := t.senderIdx[sender]
+	s, ok := t.senders.Find(sender)
 	if !ok {
-		t.senders = append(t.senders, sender)
-		s = int32(len(t.senders)) // from 1: 0 is "not learnt"
-		t.senderIdx[sender] = s
+		s, _ = t.senders.Add(t.arena.Copy(sender))
 	}
-	t.senderOf[i], t.tsOf[i] = s, int64(p.OriginServerTS())
+	t.senderOf[i], t.tsOf[i] = s+1, int64(p.OriginServerTS()) // from 1: 0 is "not learnt"
 	if f == nil {
 		read := factsOf(p)
 		f = &read
@@ -254,7 +256,7 @@ func (t *headTable) head(g *graph, i int32, room spec.RoomID, version gomatrixse
 	if h := *slot; h != nil && h.i == i && h.g == g && h.room == room && h.version == version {
 		return h, true
 	}
-	h := &eventHead{id: g.ids[i], typ: key.Type, stateKey: key.StateKey, sender: t.senders[s-1], ts: t.tsOf[i],
+	h := &eventHead{id: g.ids[i], typ: key.Type, stateKey: key.StateKey, sender: t.senders.At(s - 1), ts: t.tsOf[i],
 		memb: t.memb[i], g: g, i: i, room: room, version: version}
 	*slot = h
 	return h, true

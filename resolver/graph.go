@@ -3,7 +3,10 @@ package resolver
 import (
 	"cmp"
 	"fmt"
+	"hash/maphash"
 	"slices"
+
+	"github.com/mtxdb/mtxdb/internal/strtab"
 
 	"github.com/mtxdb/mtxdb/roomrecord"
 
@@ -29,13 +32,14 @@ type graph struct {
 	byRecord recordTable       // event record ID (HAMT value) -> index
 	g        *roomrecord.Graph // edges by index (missing edges are -1)
 	keys     []Key             // interned keys; g.Key[i] indexes it
-	keyBytes [][]byte          // keys[k] as a HAMT key (roomrecord.StateKey)
-	kidsOff  []int32           // auth children CSR: kids of i are kids[kidsOff[i]:kidsOff[i+1]]
-	kids     []int32           // state events only, in index order (re-sorted by replay)
-	lin      []lineageLink     // same-key lineage, filled on use
-	depth    []int32           // auth depth (AuthOrder), -1 until computed
-	keyIndex map[Key]int32     // Key -> interned index
-	pos      []int32           // during Replay: position in the replay order (-1: not replayed)
+	keyBuf   []byte            // keys[k] as a HAMT key (roomrecord.StateKey) is keyBuf[keyOff[k]:keyOff[k+1]]
+	keyOff   []int
+	kidsOff  []int32            // auth children CSR: kids of i are kids[kidsOff[i]:kidsOff[i+1]]
+	kids     []int32            // state events only, in index order (re-sorted by replay)
+	lin      []lineageLink      // same-key lineage, filled on use
+	depth    []int32            // auth depth (AuthOrder), -1 until computed
+	keyIndex *strtab.Index[Key] // Key -> interned index (over keys)
+	pos      []int32            // during Replay: position in the replay order (-1: not replayed)
 	// pre and size number the same-key lineage forest depth first (built on the
 	// first sameKeyAncestor): u is in z's subtree iff pre[z] <= pre[u] <
 	// pre[z]+size[z]. -1 for an event no walk from a lineage root reaches (on a
@@ -76,13 +80,16 @@ func newGraph(room *roomstate.Room) (*graph, error) {
 // indexGraph builds the index over a room's dense DAG.
 func indexGraph(rg *roomrecord.Graph) *graph {
 	n := len(rg.IDs)
-	g := &graph{ids: rg.IDs, g: rg, keys: make([]Key, len(rg.Keys)), keyIndex: make(map[Key]int32, len(rg.Keys)),
-		index: newIDTable(rg.IDs)}
-	g.keyBytes = make([][]byte, len(rg.Keys))
+	g := &graph{ids: rg.IDs, g: rg, keys: rg.Keys, keyIndex: strtab.IndexOf(rg.Keys, hashKey),
+		index: newIDTable(rg.IDs), keyOff: make([]int, len(rg.Keys)+1)}
+	size := 0
+	for _, k := range rg.Keys {
+		size += len(k.Type) + len(k.StateKey) + 2 // a type of up to 16,383 bytes
+	}
+	g.keyBuf = make([]byte, 0, size)
 	for i, k := range rg.Keys {
-		g.keys[i] = k
-		g.keyIndex[g.keys[i]] = int32(i)
-		g.keyBytes[i] = roomrecord.StateKey(k.Type, k.StateKey)
+		g.keyBuf = roomrecord.AppendStateKey(g.keyBuf, k.Type, k.StateKey)
+		g.keyOff[i+1] = len(g.keyBuf)
 	}
 	recs := make([]packstore.ID, n)
 	for i, id := range rg.IDs {
@@ -124,6 +131,19 @@ func indexGraph(rg *roomrecord.Graph) *graph {
 	}
 	return g
 }
+
+// hashKey hashes a Key for the graph's key index.
+func hashKey(seed maphash.Seed, k Key) uint64 {
+	return maphash.String(seed, k.Type)*0x9e3779b97f4a7c15 ^ maphash.String(seed, k.StateKey)
+}
+
+// keyIdx returns the interned index of k, false for a key no state event of the
+// room has.
+func (g *graph) keyIdx(k Key) (int32, bool) { return g.keyIndex.Find(k) }
+
+// keyBytes returns key k as a HAMT key (roomrecord.StateKey), capped at its
+// length.
+func (g *graph) keyBytes(k int32) []byte { return g.keyBuf[g.keyOff[k]:g.keyOff[k+1]:g.keyOff[k+1]] }
 
 // idx returns the index of an event of the room.
 func (g *graph) idx(id string) (int32, error) {

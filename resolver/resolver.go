@@ -530,7 +530,7 @@ func (r *roomResolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict)
 	}
 	r.keyMemo.reset(len(g.keys))
 	for k := range conflictedKey {
-		if ki, ok := g.keyIndex[k]; ok {
+		if ki, ok := g.keyIdx(k); ok {
 			r.keyMemo.set(ki, -1) // no unconflicted event
 		}
 	}
@@ -544,7 +544,7 @@ func (r *roomResolver) resolveV2(roots []hamtstore.NodeID, conflicts []conflict)
 			x := cur.val[k]
 			return x, x >= 0, nil
 		}
-		v, ok, err := r.rd.Get(base, g.keyBytes[k])
+		v, ok, err := r.rd.Get(base, g.keyBytes(k))
 		if err != nil || !ok {
 			return -1, false, err
 		}

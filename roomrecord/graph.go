@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/mtxdb/mtxdb/internal/bin"
+	"github.com/mtxdb/mtxdb/internal/strtab"
 	"github.com/mtxdb/mtxdb/packstore"
 )
 
@@ -55,6 +56,11 @@ type GraphBuilder struct {
 	g      *Graph
 	index  map[string]int32
 	keyIdx map[StatePair]int32
+	// The Graph's Keys hold their strings in arena, each event type once
+	// (types): a room's keys are then a few objects for the garbage collector
+	// to mark, not two per key.
+	arena strtab.Arena
+	types map[string]string
 }
 
 // NewGraphBuilder starts the graph of the events ids (the arrival log, in order).
@@ -64,6 +70,7 @@ func NewGraphBuilder(ids []string) *GraphBuilder {
 			prevOff: make([]int32, 1, len(ids)+1), authOff: make([]int32, 1, len(ids)+1), missing: map[edgeRef]string{}},
 		index:  make(map[string]int32, len(ids)),
 		keyIdx: map[StatePair]int32{},
+		types:  map[string]string{},
 	}
 	for i, id := range ids {
 		b.index[id] = int32(i)
@@ -115,8 +122,13 @@ func (b *GraphBuilder) addEntry(e *GraphEntry) error {
 		var ok bool
 		if k, ok = b.keyIdx[e.key]; !ok {
 			k = int32(len(g.Keys))
-			g.Keys = append(g.Keys, e.key)
-			b.keyIdx[e.key] = k
+			key := StatePair{Type: b.types[e.key.Type], StateKey: b.arena.Copy(e.key.StateKey)}
+			if key.Type == "" && e.key.Type != "" {
+				key.Type = b.arena.Copy(e.key.Type)
+				b.types[key.Type] = key.Type
+			}
+			g.Keys = append(g.Keys, key)
+			b.keyIdx[key] = k
 		}
 	}
 	g.Key = append(g.Key, k)

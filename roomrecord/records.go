@@ -63,9 +63,14 @@ func LogChunkID(i uint32) packstore.ID {
 // StateKey encodes (event_type, state_key) as a HAMT key:
 // uvarint(len(event_type)) || event_type || state_key.
 func StateKey(eventType, stateKey string) []byte {
-	k := binary.AppendUvarint(make([]byte, 0, len(eventType)+len(stateKey)+2), uint64(len(eventType)))
-	k = append(k, eventType...)
-	return append(k, stateKey...)
+	return AppendStateKey(make([]byte, 0, len(eventType)+len(stateKey)+2), eventType, stateKey)
+}
+
+// AppendStateKey appends StateKey(eventType, stateKey) to b.
+func AppendStateKey(b []byte, eventType, stateKey string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(eventType)))
+	b = append(b, eventType...)
+	return append(b, stateKey...)
 }
 
 // SplitStateKey is the inverse of StateKey.
