@@ -227,26 +227,35 @@ func (r *roomResolver) graphIndexOf(g *graph, v hamtstore.Value) (int32, bool, e
 // lookup returns the event at a key of a snapshot: from the state cursor moved
 // to root, or from the HAMT for a key or event the auth index does not hold.
 func (r *roomResolver) lookup(root hamtstore.NodeID, k Key) (string, bool, error) {
+	id, _, ok, err := r.lookupAt(root, k)
+	return id, ok, err
+}
+
+// lookupAt is lookup, with the event's graph index when the state cursor gave
+// it (findIndex when the HAMT did).
+func (r *roomResolver) lookupAt(root hamtstore.NodeID, k Key) (string, int32, bool, error) {
 	g, err := r.graph()
 	if err != nil {
-		return "", false, err
+		return "", 0, false, err
 	}
 	if ki, ok := g.keyIdx(k); ok {
 		st, err := r.stateAt(root)
 		if errors.Is(err, errCursorFar) {
-			return r.lookupHAMT(root, k)
+			id, ok, err := r.lookupHAMT(root, k)
+			return id, findIndex, ok, err
 		}
 		if err != nil {
-			return "", false, err
+			return "", 0, false, err
 		}
 		switch x := st[ki]; {
 		case x >= 0:
-			return g.ids[x], true, nil
+			return g.ids[x], x, true, nil
 		case x == -1:
-			return "", false, nil
+			return "", 0, false, nil
 		}
 	}
-	return r.lookupHAMT(root, k)
+	id, ok, err := r.lookupHAMT(root, k)
+	return id, findIndex, ok, err
 }
 
 // lookupHAMT returns the event at a key of a snapshot, read from the HAMT.

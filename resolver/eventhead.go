@@ -276,9 +276,16 @@ func (r *roomResolver) cached(eventID string) (gomatrixserverlib.PDU, bool) {
 
 // light returns the cached PDU of an event, else its eventHead when use allows
 // one for that graph index; false when neither (the caller parses the PDU).
-func (r *roomResolver) light(eventID string, use func(i int32) bool) (gomatrixserverlib.PDU, bool) {
+//
+// at is the event's graph index when the caller knows it: findIndex to look
+// it up, notInGraph for an event the graph does not hold.
+func (r *roomResolver) light(eventID string, at int32, use func(i int32) bool) (gomatrixserverlib.PDU, bool) {
 	if p, ok := r.cached(eventID); ok {
-		if r.touch.on {
+		switch {
+		case !r.touch.on:
+		case at >= 0:
+			r.touch.mark(at)
+		case at == findIndex:
 			r.markID(eventID)
 		}
 		return p, true
@@ -286,19 +293,38 @@ func (r *roomResolver) light(eventID string, use func(i int32) bool) (gomatrixse
 	if r.memb == nil {
 		return nil, false
 	}
-	if i, ok := r.g.index.find(r.g.ids, eventID); ok && use(i) {
-		if h, ok := r.head(i); ok {
-			return h, true
+	if at == findIndex {
+		at = notInGraph
+		if i, ok := r.g.index.find(r.g.ids, eventID); ok {
+			at = i
 		}
+	}
+	if at < 0 || !use(at) {
+		return nil, false
+	}
+	if h, ok := r.head(at); ok {
+		return h, true
 	}
 	return nil, false
 }
+
+// Graph indexes that light and authEventAt take for an event whose index the
+// caller does not have.
+const (
+	notInGraph int32 = -1 // the graph holds no event of that ID
+	findIndex  int32 = -2 // look the ID up
+)
 
 // authEvent returns an event of the room to use as an auth event of an event being
 // authorised (authorize): the cached PDU, else the eventHead of a member event
 // whose membership is kept, else the PDU read and parsed.
 func (r *roomResolver) authEvent(eventID string) (gomatrixserverlib.PDU, error) {
-	if p, ok := r.light(eventID, func(i int32) bool { return r.memb[i] != membUnknown }); ok {
+	return r.authEventAt(eventID, findIndex)
+}
+
+// authEventAt is authEvent for the event at graph index at (see light).
+func (r *roomResolver) authEventAt(eventID string, at int32) (gomatrixserverlib.PDU, error) {
+	if p, ok := r.light(eventID, at, func(i int32) bool { return r.memb[i] != membUnknown }); ok {
 		return p, nil
 	}
 	return r.pdu(eventID)
@@ -308,7 +334,7 @@ func (r *roomResolver) authEvent(eventID string) (gomatrixserverlib.PDU, error) 
 // PDU, else the eventHead of a state event whose head is learnt; false when
 // neither (the caller parses the PDU).
 func (r *roomResolver) headOf(eventID string) (gomatrixserverlib.PDU, bool) {
-	return r.light(eventID, func(int32) bool { return true })
+	return r.light(eventID, findIndex, func(int32) bool { return true })
 }
 
 // checkEvent returns the event to check against the authorization rules in
@@ -316,7 +342,7 @@ func (r *roomResolver) headOf(eventID string) (gomatrixserverlib.PDU, bool) {
 // its eventHead when checkableHead says the rules read no more of it
 // (TestEventHeadChecked), else the PDU read and parsed.
 func (r *roomResolver) checkEvent(eventID string) (gomatrixserverlib.PDU, error) {
-	p, ok := r.light(eventID, func(i int32) bool {
+	p, ok := r.light(eventID, findIndex, func(i int32) bool {
 		k := r.g.keyOf(i)
 		return k >= 0 && !r.namesCreate[i] && checkableHead(r.g.keys[k].Type, r.memb[i])
 	})

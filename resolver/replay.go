@@ -28,23 +28,45 @@ var errRejected = errors.New("resolver: event rejected")
 // against the state before it. It returns nil when the event is allowed and an
 // error wrapping errRejected that says why when it is not. Panics inside
 // gomatrixserverlib become rejections naming the event.
-func (r *roomResolver) authorize(pdu gomatrixserverlib.PDU, before hamtstore.NodeID) (err error) {
+func (r *roomResolver) authorize(pdu gomatrixserverlib.PDU, at int32, before hamtstore.NodeID) (err error) {
 	defer func() {
 		if rec := recover(); rec != nil {
 			err = fmt.Errorf("%w: event %s: gomatrixserverlib panicked: %v", errRejected, pdu.EventID(), rec)
 		}
 	}()
 	var authPDUs []gomatrixserverlib.PDU
-	for _, id := range pdu.AuthEventIDs() {
-		p, err := r.authEvent(id)
+	ids := pdu.AuthEventIDs()
+	var edges []int32 // the auth events' graph indexes, as the PDU lists them
+	if at >= 0 && r.g != nil {
+		if e := r.g.g.Auth(int(at)); len(e) == len(ids) {
+			edges = e
+		}
+	}
+	var at4 [4]int32
+	idx := at4[:0] // the graph index of each auth event, as light takes it
+	for j, id := range ids {
+		x := findIndex
+		if edges != nil && (edges[j] < 0 || r.g.ids[edges[j]] == id) { // else the graph record and the PDU disagree: look the ID up
+			x = edges[j]
+		}
+		idx = append(idx, x)
+		p, err := r.authEventAt(id, x)
 		if err != nil {
 			return err
 		}
 		authPDUs = append(authPDUs, p)
 	}
+	rejected := func(id string) bool { // Rejected, by the indexes known above
+		for j, aid := range ids {
+			if aid == id && idx[j] >= 0 {
+				return r.rejectedAt(idx[j])
+			}
+		}
+		return r.Rejected(id)
+	}
 	// The rules on auth_events first; then the rules against the auth events and
 	// the state (authrules.Authorize).
-	if err := authrules.CheckAuthEvents(pdu, authPDUs, r.Rejected, r.impliedCreate(pdu)); err != nil {
+	if err := authrules.CheckAuthEvents(pdu, authPDUs, rejected, r.impliedCreate(pdu)); err != nil {
 		return fmt.Errorf("%w: event %s: against its auth events: %w", errRejected, pdu.EventID(), err)
 	}
 	if err := r.allowedByAuthEvents(pdu, authPDUs); err != nil {
@@ -54,14 +76,14 @@ func (r *roomResolver) authorize(pdu gomatrixserverlib.PDU, before hamtstore.Nod
 	var statePDUs []gomatrixserverlib.PDU
 	same := true // the state before gives exactly the auth events, key for key
 	for _, t := range r.cache.neededFor(pdu) {
-		id, ok, err := r.lookup(before, Key{Type: t.EventType, StateKey: t.StateKey})
+		id, x, ok, err := r.lookupAt(before, Key{Type: t.EventType, StateKey: t.StateKey})
 		if err != nil {
 			return err
 		}
 		if !ok {
 			continue
 		}
-		p, err := r.authEvent(id)
+		p, err := r.authEventAt(id, x)
 		if err != nil {
 			return err
 		}
@@ -474,7 +496,7 @@ func (rp *replay) compute(order []int32, p int, prevs []int32) error {
 		return err
 	}
 	st := roomrecord.EventState{Before: before, After: before}
-	if aerr := r.authorize(pdu, before); aerr != nil {
+	if aerr := r.authorize(pdu, i, before); aerr != nil {
 		if !errors.Is(aerr, errRejected) {
 			return aerr
 		}
