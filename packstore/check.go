@@ -33,7 +33,7 @@ func (s *PackfileStorage) Check() error {
 				return
 			}
 			var id ID
-			err = sh.withFrame(int64(l.off), func(fv frameView) error {
+			err = sh.withFrame(int64(l.off), false, func(fv frameView) error {
 				if fv.Flags&FlagReset != 0 || fv.Coll != coll {
 					return sh.corruptf(int64(l.off), "index of %s points at a frame of %s (flags %02x)", coll, fv.Coll, fv.Flags)
 				}

@@ -45,6 +45,9 @@ func Open(opts Options) (*PackfileStorage, error) {
 		opts.fs = osFS{}
 	}
 	s := &PackfileStorage{opts: opts, fs: opts.fs, maxShards: opts.maxShards, deltaLimit: defaultDeltaLimit}
+	for _, k := range opts.PreadKinds {
+		s.pread[k] = true
+	}
 	s.repackProgress.Store(-1)
 	if s.maxShards <= 0 || s.maxShards > MaxShards {
 		s.maxShards = MaxShards

@@ -65,8 +65,11 @@ func (s *PackfileStorage) viewRecord(l loc, coll, id ID, kind ReadKind, fn func(
 		}
 	}
 	off := int64(l.off)
-	s.mappedReads.Add(1)
-	return sh.withFrame(off, func(fv frameView) error {
+	pread := s.pread[kind]
+	if !pread {
+		s.mappedReads.Add(1)
+	}
+	return sh.withFrame(off, pread, func(fv frameView) error {
 		s.reads.physical(kind, l.shard, off, FrameOverhead+len(fv.Payload))
 		if fv.Flags&FlagReset != 0 {
 			return sh.corruptf(off, "index points at a reset marker")

@@ -141,10 +141,11 @@ func (s *shard) close() error {
 }
 
 // withFrame validates the frame at off and calls fn with it. The view's
-// payload is valid only during fn. It returns errShardGone if the shard was
-// retired, and an ErrCorrupt error naming the shard and offset if the frame
-// is bad.
-func (s *shard) withFrame(off int64, fn func(fv frameView) error) (err error) {
+// payload is valid only during fn. The frame is read through the mapping
+// when the mapping covers off and pread is false, else with pread. It
+// returns errShardGone if the shard was retired, and an ErrCorrupt error
+// naming the shard and offset if the frame is bad.
+func (s *shard) withFrame(off int64, pread bool, fn func(fv frameView) error) (err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	defer s.faultToError(off, debug.SetPanicOnFault(true), &err)
@@ -152,23 +153,20 @@ func (s *shard) withFrame(off int64, fn func(fv frameView) error) (err error) {
 		return errShardGone
 	}
 	var b []byte
-	if off >= HeaderSize && off < int64(len(s.mm)) {
+	if !pread && off >= HeaderSize && off < int64(len(s.mm)) {
 		if err := s.readAheadLocked(off); err != nil {
 			return err
 		}
 		b = s.mm[off:]
 	} else {
-		var lenBuf [frameLenLen]byte
-		if _, err := s.f.ReadAt(lenBuf[:], off); err != nil {
-			return s.readErr(off, err)
+		bp, _ := preadBufs.Get().(*[]byte)
+		if bp == nil {
+			b := make([]byte, preadGuess)
+			bp = &b
 		}
-		size, err := frameSizeAt(lenBuf[:])
-		if err != nil {
-			return s.corruptf(off, "%v", err)
-		}
-		b = make([]byte, size)
-		if _, err := s.f.ReadAt(b, off); err != nil {
-			return s.readErr(off, err)
+		defer preadBufs.Put(bp)
+		if b, err = s.preadFrame(bp, off); err != nil {
+			return err
 		}
 	}
 	fv, err := decodeFrameCRC(b, s.verify)
@@ -198,6 +196,45 @@ func (s *shard) faultToError(off int64, old bool, err *error) {
 		return
 	}
 	panic(r)
+}
+
+// preadGuess is the size of withFrame's first pread of a frame: the whole
+// frame of most HAMT nodes and event records, in one system call.
+const preadGuess = 4 << 10
+
+// preadBufs holds withFrame's pread buffers (*[]byte of preadGuess bytes or
+// more).
+var preadBufs sync.Pool
+
+// preadFrame reads the frame at off with pread: preadGuess bytes first (fewer
+// at the end of the file) into *bp, then the rest of a longer frame into a
+// buffer of its own. The caller holds s.mu.
+func (s *shard) preadFrame(bp *[]byte, off int64) ([]byte, error) {
+	b := (*bp)[:preadGuess]
+	n, err := s.f.ReadAt(b, off)
+	if n < frameLenLen {
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, s.readErr(off, err)
+	}
+	size, err := frameSizeAt(b[:n])
+	if err != nil {
+		return nil, s.corruptf(off, "%v", err)
+	}
+	if size <= n {
+		return b[:size], nil
+	}
+	if size > cap(b) {
+		nb := make([]byte, size)
+		copy(nb, b[:n])
+		b = nb
+	}
+	b = b[:size]
+	if _, err := s.f.ReadAt(b[n:], off+int64(n)); err != nil {
+		return nil, s.readErr(off, err)
+	}
+	return b, nil
 }
 
 func (s *shard) readErr(off int64, err error) error {
@@ -274,7 +311,7 @@ func (s *shard) preadRange(buf []byte, off int64) error {
 // repack), with a CRC when withCRC. Re-encoding a validated frame with a CRC
 // reproduces its bytes exactly.
 func (s *shard) rawFrame(off int64, dst []byte, withCRC bool) ([]byte, error) {
-	err := s.withFrame(off, func(fv frameView) error {
+	err := s.withFrame(off, false, func(fv frameView) error {
 		dst = appendFrameCRC(dst, fv.Flags, fv.RawLen, fv.Coll, fv.ID, fv.Payload, withCRC)
 		return nil
 	})

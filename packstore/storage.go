@@ -112,6 +112,16 @@ type Options struct {
 	// (a server whose store fits its memory).
 	ReleaseEvery int
 
+	// PreadKinds lists read kinds (GetKind's tag) whose frames are read
+	// with pread(2) into a buffer instead of through the shard mappings.
+	// Through a mapping, the first touch of a page since it was written or
+	// released (ReleaseEvery) costs a page fault that also maps up to 15
+	// neighbouring pages (the kernel's fault-around): a few microseconds
+	// for a small record read at random, where one pread of the frame
+	// costs about one. Reads of the other kinds, and Get, use the
+	// mappings.
+	PreadKinds []ReadKind
+
 	// raMax replaces raMaxWindow in tests and benchmarks; negative turns the
 	// explicit read-ahead off (MADV_RANDOM alone).
 	raMax int64
@@ -258,6 +268,7 @@ type PackfileStorage struct {
 	colls       sync.Map                         // ID -> *collection
 	collisions  atomic.Uint64                    // index tag collisions seen
 	mappedReads atomic.Uint64                    // frames read from the mappings (Options.ReleaseEvery)
+	pread       [256]bool                        // by ReadKind: Options.PreadKinds
 	// retirements counts retireLocked's detachments of shards: a reader
 	// that saw it change may have followed a slot naming a pack ID that a
 	// new shard took since (read.go staleRead).

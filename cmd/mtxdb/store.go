@@ -98,6 +98,7 @@ func openStoreMode(dir string, create, readOnly bool) (storeEngine, *roomstate.S
 	opts.ReadAhead = readAhead.mode
 	opts.ReadOnly = readOnly
 	opts.CacheBytes = storeCacheBytes
+	opts.PreadKinds = storePreadKinds
 	eng, err := packstore.Open(opts)
 	if err != nil {
 		if packstore.IsCorruption(err) {
@@ -206,6 +207,10 @@ func looksLikeStore(dir string) bool {
 // storeCacheBytes is packstore.Options.CacheBytes of the stores the commands
 // open: packstore's default, but for replay (replayCacheBytes).
 var storeCacheBytes int64 = packstore.DefaultCacheBytes
+
+// storePreadKinds is packstore.Options.PreadKinds of the stores the commands
+// open: none, but for replay (replayPreadKinds).
+var storePreadKinds []packstore.ReadKind
 
 // readAhead is the --read-ahead flag: packstore.Options.ReadAhead of every
 // store the command opens.
