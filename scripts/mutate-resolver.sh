@@ -35,7 +35,7 @@ rejected-auth|resolver/statres.go|s/(\t\tfor _, a := range p\.AuthEventIDs\(\) \
 sender-level-state|resolver/statres.go|s/(\tvar plEvent, createEvent gomatrixserverlib\.PDU\n)/$1\tif id, ok, _ := st.lookup(Key{Type: spec.MRoomPowerLevels, StateKey: ""}); ok {\n\t\tif e, err := st.event(id); err == nil {\n\t\t\tplEvent = e\n\t\t}\n\t}\n/
 create-power-event|resolver/statres.go|s/(\tcase spec\.MRoomPowerLevels, spec\.MRoomJoinRules):\n\t\treturn p\.StateKeyEquals/$1, spec.MRoomCreate:\n\t\treturn p.StateKeyEquals/
 rules-memo-shared|authrules/check.go|s/(func newRuleMemo\(\) \*ruleMemo \{\n)/var sharedMemo = func() *ruleMemo {\n\tl, _ := lru.New[string, *levels](memoLevels)\n\tc, _ := lru.New[string, createFacts](memoCreate)\n\treturn \&ruleMemo{pl: l, create: c}\n}()\n\n$1\treturn sharedMemo\n/
-far-cursor-member|resolver/cursor.go|s/(\t\tif errors\.Is\(err, errCursorFar\) \{\n)(\t\t\treturn r\.lookupHAMT\(root, k\))/$1\t\t\tif k.Type == "m.room.member" {\n\t\t\t\treturn "", false, nil\n\t\t\t}\n$2/
+far-cursor-member|resolver/cursor.go|s/(\t\tif errors\.Is\(err, errCursorFar\) \{\n)(\t\t\tid, ok, err := r\.lookupHAMT\(root, k\))/$1\t\t\tif k.Type == "m.room.member" {\n\t\t\t\treturn "", findIndex, false, nil\n\t\t\t}\n$2/
 '
 
 checks() {
