@@ -72,3 +72,42 @@ func TestPreadKinds(t *testing.T) {
 		t.Fatalf("GetKind of a damaged frame with pread: %v, want ErrCorrupt", err)
 	}
 }
+
+// TestRewriteOverDamagedHead: a record whose frame's record ID was damaged on
+// disk is ErrCorrupt to read; written again (the writer cannot match the
+// damaged frame to it and gives it a slot of its own), it reads back as
+// written, not as the damaged frame's error.
+func TestRewriteOverDamagedHead(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Dir: dir}
+	s := openStore(t, opts)
+	coll, id := idN(1, 0), idN(2, 7)
+	if err := s.Put(coll, id, []byte("first version")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	shards, _ := filepath.Glob(filepath.Join(dir, "shard-*.mtdb"))
+	b, err := os.ReadFile(shards[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := bytes.Index(b, id[:])
+	if at < 0 {
+		t.Fatalf("record ID not found in the shard")
+	}
+	b[at+len(id)-1] ^= 0x01 // the ID's last byte: its index tag is unchanged
+	if err := os.WriteFile(shards[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, opts)
+	defer func() { _ = s.Close() }()
+	if _, err := s.Get(coll, id); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Get of the damaged record: %v, want ErrCorrupt", err)
+	}
+	if err := s.Put(coll, id, []byte("second version")); err != nil {
+		t.Fatal(err)
+	}
+	mustGet(t, s, coll, id, []byte("second version"))
+}

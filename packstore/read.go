@@ -69,7 +69,7 @@ func (s *PackfileStorage) viewRecord(l loc, coll, id ID, kind ReadKind, fn func(
 	if !pread {
 		s.mappedReads.Add(1)
 	}
-	return sh.withFrame(off, pread, func(fv frameView) error {
+	err := sh.withFrame(off, pread, func(fv frameView) error {
 		s.reads.physical(kind, l.shard, off, FrameOverhead+len(fv.Payload))
 		if fv.Flags&FlagReset != 0 {
 			return sh.corruptf(off, "index points at a reset marker")
@@ -95,7 +95,23 @@ func (s *PackfileStorage) viewRecord(l loc, coll, id ID, kind ReadKind, fn func(
 		}
 		return fn(data, true)
 	})
+	if errors.Is(err, ErrCorrupt) {
+		// A damaged frame whose head names another record is not id's: the
+		// writer, unable to match it to id, gave id a slot of its own.
+		if got, _, herr := sh.frameHead(off, true); herr == nil && got != id {
+			return otherRecordError{err}
+		}
+	}
+	return err
 }
+
+// otherRecordError wraps the ErrCorrupt error of a damaged frame whose head
+// (unchecked by its CRC) names another record than the one looked up: find
+// goes on to the next candidate and returns the error only when none holds
+// the record.
+type otherRecordError struct{ error }
+
+func (e otherRecordError) Unwrap() error { return e.error }
 
 // find probes coll's current index generation for id and calls visit on
 // each candidate location in probe order until one reports found. It
@@ -113,7 +129,7 @@ func (s *PackfileStorage) find(coll, id ID, visit func(l loc) (found bool, err e
 		if c == nil {
 			return ErrNotFound
 		}
-		var err error
+		var err, other error
 		probe := c.table.Load().candidates(id, cands[:0])
 		if s.testHookProbed != nil {
 			s.testHookProbed()
@@ -121,12 +137,20 @@ func (s *PackfileStorage) find(coll, id ID, visit func(l loc) (found bool, err e
 		for _, l := range probe {
 			var found bool
 			if found, err = visit(l); err != nil {
+				var o otherRecordError
+				if errors.As(err, &o) && other == nil {
+					other, err = err, nil // a later candidate may hold id
+					continue
+				}
 				break
 			}
 			if found {
 				return nil
 			}
 			s.collisions.Add(1)
+		}
+		if err == nil {
+			err = other
 		}
 		if err == nil {
 			err = ErrNotFound
