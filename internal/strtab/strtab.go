@@ -68,19 +68,7 @@ func NewIndex[K comparable](n int, hash func(maphash.Seed, K) uint64) *Index[K] 
 func IndexOf[K comparable](values []K, hash func(maphash.Seed, K) uint64) *Index[K] {
 	x := &Index[K]{seed: maphash.MakeSeed(), hash: hash, byHash: make(map[uint64]int32, len(values)), values: values}
 	for n, v := range values {
-		h := hash(x.seed, v)
-		first, ok := x.byHash[h]
-		switch {
-		case !ok:
-			x.byHash[h] = int32(n)
-		case x.values[first] != v:
-			if x.clash == nil {
-				x.clash = map[K]int32{}
-			}
-			if _, dup := x.clash[v]; !dup {
-				x.clash[v] = int32(n)
-			}
-		}
+		x.place(v, int32(n))
 	}
 	return x
 }
@@ -102,27 +90,34 @@ func (x *Index[K]) Find(v K) (int32, bool) {
 // (added true). The Index keeps v itself: a caller that wants v's strings in
 // an Arena copies them there first.
 func (x *Index[K]) Add(v K) (n int32, added bool) {
+	n = int32(len(x.values))
+	if old, had := x.place(v, n); had {
+		return old, false
+	}
+	x.values = append(x.values, v)
+	return n, true
+}
+
+// place records v as number n unless an equal value has a number already
+// (returned, had true). values[n] must be v by the time Find runs.
+func (x *Index[K]) place(v K, n int32) (old int32, had bool) {
 	h := x.hash(x.seed, v)
 	first, ok := x.byHash[h]
-	if ok && x.values[first] == v {
-		return first, false
-	}
-	if ok {
-		if n, dup := x.clash[v]; dup {
-			return n, false
-		}
-	}
-	n = int32(len(x.values))
-	x.values = append(x.values, v)
-	if !ok {
+	switch {
+	case !ok:
 		x.byHash[h] = n
-		return n, true
+		return n, false
+	case x.values[first] == v:
+		return first, true
+	}
+	if old, had = x.clash[v]; had {
+		return old, true
 	}
 	if x.clash == nil {
 		x.clash = map[K]int32{}
 	}
 	x.clash[v] = n
-	return n, true
+	return n, false
 }
 
 // At returns the value numbered n (0 <= n < Len()).
